@@ -1,0 +1,13 @@
+//! The vocabulary every module shares: element types, shapes and devices.
+
+mod context;
+mod dtype;
+mod shape;
+
+pub use context::{Context, DeviceType};
+pub use dtype::{Bool8, DType, Elem};
+/// Path the dtype dispatch macro names the boolean element type by.
+pub mod dtype_bool {
+    pub use super::dtype::Bool8;
+}
+pub use shape::{normalize_axis, Shape};

@@ -1,0 +1,332 @@
+//! The dependency engine: MXNet's `push(fn, read_vars, write_vars)` contract.
+//!
+//! Every piece of mutable state (an NDArray chunk, an RNG) owns a [`Var`]. An operation waits for
+//! the earlier writers of what it reads, and for the earlier readers and writers of what it writes;
+//! ready operations run on a rayon pool, so independent work proceeds concurrently while the caller
+//! keeps pushing. A failing operation stores its error on the vars it writes; whatever reads them
+//! later inherits the error, and the next sync point ([`wait_for_var`], [`wait_all`]) returns it.
+
+mod var;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+
+pub use var::Var;
+
+use crate::error::{Error, Result};
+
+/// Work handed to the engine. It returns an error instead of panicking; a panic is caught anyway
+/// and turned into an error on the written vars.
+pub type OpFn = Box<dyn FnOnce() -> Result<()> + Send + 'static>;
+
+/// How an operation describes itself in error messages: op name, inputs, where it was pushed.
+pub trait OpDescription: Send + Sync {
+    fn describe(&self) -> String;
+}
+
+impl OpDescription for String {
+    fn describe(&self) -> String {
+        self.clone()
+    }
+}
+
+impl OpDescription for &'static str {
+    fn describe(&self) -> String {
+        (*self).to_string()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineKind {
+    /// Ops run on the rayon pool as soon as their dependencies are met.
+    Threaded,
+    /// Every op runs synchronously inside `push` (for debugging: errors surface at their call).
+    Naive,
+}
+
+/// Per-op scheduling hints.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PushProps {
+    /// The op is so small that handing it to another thread costs more than running it: when its
+    /// dependencies are already met it runs on the pushing thread.
+    pub inline_if_ready: bool,
+}
+
+pub(crate) struct OprBlock {
+    /// Dependencies not yet granted, plus one held by `push` until registration finishes.
+    wait: AtomicUsize,
+    func: Mutex<Option<OpFn>>,
+    reads: Vec<Arc<Var>>,
+    writes: Vec<Arc<Var>>,
+    description: Box<dyn OpDescription>,
+    /// Run on the thread that finds it ready instead of hopping to the pool.
+    inline: bool,
+    /// A wait marker: signals a waiter, never touches data or stored errors.
+    marker: bool,
+}
+
+struct Engine {
+    kind: EngineKind,
+    /// Ops pushed and not yet completed; `wait_all` sleeps on `idle` until it is zero.
+    pending: Mutex<usize>,
+    idle: Condvar,
+    /// Errors raised since the last `wait_all`, reported (and cleared) by it.
+    global_errors: Mutex<Vec<Error>>,
+    /// Held for the whole of each push under the naive engine.
+    naive_serial: Mutex<()>,
+}
+
+/// Threads for CPU work: `MXNET_CPU_WORKER_NTHREADS`, else `OMP_NUM_THREADS`, else every core.
+pub fn configured_threads() -> usize {
+    for key in ["OXNET_CPU_WORKER_NTHREADS", "MXNET_CPU_WORKER_NTHREADS", "OMP_NUM_THREADS"] {
+        if let Some(n) = std::env::var(key).ok().and_then(|v| v.trim().parse::<usize>().ok()) {
+            if n > 0 {
+                return n;
+            }
+        }
+    }
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// `OXNET_ENGINE_TYPE` (or MXNet's `MXNET_ENGINE_TYPE`) = `NaiveEngine` selects the synchronous engine.
+pub fn configured_kind() -> EngineKind {
+    let name = std::env::var("OXNET_ENGINE_TYPE")
+        .or_else(|_| std::env::var("MXNET_ENGINE_TYPE"))
+        .unwrap_or_default();
+    if name.trim() == "NaiveEngine" {
+        EngineKind::Naive
+    } else {
+        EngineKind::Threaded
+    }
+}
+
+fn engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        // The engine's workers are rayon's global pool, so kernels' parallel loops share the same
+        // threads whether they run on a worker or inline on the caller's thread. If an embedding
+        // program already configured the global pool, that configuration stands.
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(configured_threads())
+            .thread_name(|i| format!("oxnet-cpu-{i}"))
+            .build_global();
+        Engine {
+            kind: configured_kind(),
+            pending: Mutex::new(0),
+            idle: Condvar::new(),
+            global_errors: Mutex::new(Vec::new()),
+            naive_serial: Mutex::new(()),
+        }
+    })
+}
+
+pub fn kind() -> EngineKind {
+    engine().kind
+}
+
+/// Number of threads CPU kernels may use.
+pub fn num_threads() -> usize {
+    engine();
+    rayon::current_num_threads()
+}
+
+/// Push an operation that reads `reads` and writes `writes`.
+pub fn push(
+    func: OpFn,
+    reads: &[Arc<Var>],
+    writes: &[Arc<Var>],
+    props: PushProps,
+    description: Box<dyn OpDescription>,
+) {
+    let eng = engine();
+    // The naive engine serializes pushes, so every earlier op has finished when this one
+    // registers: it is always ready and runs right here.
+    let _serial = (eng.kind == EngineKind::Naive).then(|| eng.naive_serial.lock().unwrap());
+    let mut writes_dedup: Vec<Arc<Var>> = Vec::with_capacity(writes.len());
+    for w in writes {
+        if !writes_dedup.iter().any(|x| Arc::ptr_eq(x, w)) {
+            writes_dedup.push(w.clone());
+        }
+    }
+    // A var that is both read and written is only a write dependency.
+    let mut reads_dedup: Vec<Arc<Var>> = Vec::with_capacity(reads.len());
+    for r in reads {
+        if !writes_dedup.iter().chain(reads_dedup.iter()).any(|x| Arc::ptr_eq(x, r)) {
+            reads_dedup.push(r.clone());
+        }
+    }
+    let blk = Arc::new(OprBlock {
+        wait: AtomicUsize::new(reads_dedup.len() + writes_dedup.len() + 1),
+        func: Mutex::new(Some(func)),
+        reads: reads_dedup,
+        writes: writes_dedup,
+        description,
+        inline: props.inline_if_ready || eng.kind == EngineKind::Naive,
+        marker: false,
+    });
+    register(blk);
+}
+
+/// Enqueue `blk` on its vars and start it if every dependency was granted at once.
+fn register(blk: Arc<OprBlock>) {
+    *engine().pending.lock().unwrap() += 1;
+    let mut granted = 1;
+    for v in &blk.reads {
+        if v.append_read(&blk) {
+            granted += 1;
+        }
+    }
+    for v in &blk.writes {
+        if v.append_write(&blk) {
+            granted += 1;
+        }
+    }
+    // AcqRel: the thread that brings the count to zero must see every grant made before it.
+    if blk.wait.fetch_sub(granted, Ordering::AcqRel) == granted {
+        if blk.inline {
+            execute(blk);
+        } else {
+            dispatch(blk);
+        }
+    }
+}
+
+fn dispatch(blk: Arc<OprBlock>) {
+    rayon::spawn(move || execute(blk));
+}
+
+/// Called when a var grants `blk` one of its dependencies.
+fn on_granted(blk: Arc<OprBlock>) {
+    if blk.wait.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if blk.marker {
+            // A wait marker only wakes its waiter: cheaper to run here than to hop threads.
+            execute(blk);
+        } else {
+            // Ready ops released by another op's completion go to the pool: running them
+            // inline would recurse through long chains on the completing thread.
+            dispatch(blk);
+        }
+    }
+}
+
+fn execute(blk: Arc<OprBlock>) {
+    let eng = engine();
+    let func = blk.func.lock().unwrap().take();
+    if blk.marker {
+        if let Some(f) = func {
+            let _ = f();
+        }
+    } else {
+        let inherited = blk.reads.iter().find_map(|v| v.error());
+        let outcome = match (inherited, func) {
+            (Some(e), _) => Err(e),
+            (None, Some(f)) => run_op(&blk, f),
+            (None, None) => Ok(()),
+        };
+        if let Err(e) = &outcome {
+            let mut errs = eng.global_errors.lock().unwrap();
+            if errs.len() < 16 {
+                errs.push(e.clone());
+            }
+        }
+        // A successful write replaces the var's content, so an earlier error no longer applies.
+        let stored = outcome.err();
+        for v in &blk.writes {
+            v.set_error(stored.clone());
+        }
+    }
+    let mut ready: Vec<Arc<OprBlock>> = Vec::new();
+    for v in &blk.reads {
+        v.complete_read(&mut ready);
+    }
+    for v in &blk.writes {
+        v.complete_write(&mut ready);
+    }
+    for r in ready {
+        on_granted(r);
+    }
+    let mut pending = eng.pending.lock().unwrap();
+    *pending -= 1;
+    if *pending == 0 {
+        eng.idle.notify_all();
+    }
+}
+
+fn run_op(blk: &OprBlock, f: OpFn) -> Result<()> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(Error::new(e.kind, format!("{} (in {})", e.message, blk.description.describe()))),
+        Err(panic) => Err(crate::err!(
+            Runtime,
+            "internal error: {} panicked: {}",
+            blk.description.describe(),
+            panic_message(&panic)
+        )),
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
+/// Block until every pending write of `var` (and, with `for_write`, every pending read too) is
+/// done; return the error stored on the var, if any.
+pub fn wait_for_var(var: &Arc<Var>, for_write: bool) -> Result<()> {
+    if !var.is_busy(for_write) {
+        return var.error().map_or(Ok(()), Err);
+    }
+    let signal = Arc::new((Mutex::new(false), Condvar::new()));
+    let notify = signal.clone();
+    let func: OpFn = Box::new(move || {
+        let (done, cv) = &*notify;
+        *done.lock().unwrap() = true;
+        cv.notify_all();
+        Ok(())
+    });
+    // Queued as a reader (or writer) of the var, the marker runs only after everything it must
+    // wait for; being a marker it never touches the var's data or error.
+    let deps = vec![var.clone()];
+    let (reads, writes) = if for_write { (vec![], deps) } else { (deps, vec![]) };
+    let marker = Arc::new(OprBlock {
+        wait: AtomicUsize::new(2),
+        func: Mutex::new(Some(func)),
+        reads,
+        writes,
+        description: Box::new("WaitForVar"),
+        inline: true,
+        marker: true,
+    });
+    register(marker);
+    let (done, cv) = &*signal;
+    let mut finished = done.lock().unwrap();
+    while !*finished {
+        finished = cv.wait(finished).unwrap();
+    }
+    drop(finished);
+    var.error().map_or(Ok(()), Err)
+}
+
+/// Block until every pushed op has finished; return (and clear) the first error raised since the
+/// previous `wait_all`.
+pub fn wait_all() -> Result<()> {
+    let eng = engine();
+    let mut pending = eng.pending.lock().unwrap();
+    while *pending > 0 {
+        pending = eng.idle.wait(pending).unwrap();
+    }
+    drop(pending);
+    let mut errs = eng.global_errors.lock().unwrap();
+    let first = errs.first().cloned();
+    errs.clear();
+    first.map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests;

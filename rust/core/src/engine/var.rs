@@ -1,0 +1,100 @@
+//! An engine variable: the dependency queue of one piece of mutable state.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use super::OprBlock;
+use crate::error::Error;
+
+#[derive(Default)]
+struct VarState {
+    /// Granted readers still running.
+    running_reads: usize,
+    /// A granted writer is running.
+    writing: bool,
+    /// Ops not yet granted, in push order; `true` marks a write.
+    queue: VecDeque<(Arc<OprBlock>, bool)>,
+    /// The error of the last failed write, until a later write succeeds.
+    error: Option<Error>,
+}
+
+/// Readers run together; a writer runs alone; everyone is served in push order.
+#[derive(Default)]
+pub struct Var {
+    // One lock per var: held only for queue bookkeeping, never while an op runs, and never
+    // together with another var's lock, so no lock-order cycle can form.
+    state: Mutex<VarState>,
+}
+
+impl Var {
+    pub fn new() -> Arc<Var> {
+        Arc::new(Var::default())
+    }
+
+    /// Register a read; true when it is granted at once.
+    pub(crate) fn append_read(&self, blk: &Arc<OprBlock>) -> bool {
+        let mut s = self.state.lock().unwrap();
+        if !s.writing && s.queue.is_empty() {
+            s.running_reads += 1;
+            true
+        } else {
+            s.queue.push_back((blk.clone(), false));
+            false
+        }
+    }
+
+    /// Register a write; true when it is granted at once.
+    pub(crate) fn append_write(&self, blk: &Arc<OprBlock>) -> bool {
+        let mut s = self.state.lock().unwrap();
+        if !s.writing && s.running_reads == 0 && s.queue.is_empty() {
+            s.writing = true;
+            true
+        } else {
+            s.queue.push_back((blk.clone(), true));
+            false
+        }
+    }
+
+    pub(crate) fn complete_read(&self, ready: &mut Vec<Arc<OprBlock>>) {
+        let mut s = self.state.lock().unwrap();
+        s.running_reads -= 1;
+        if s.running_reads == 0 {
+            if let Some((_, true)) = s.queue.front() {
+                let (blk, _) = s.queue.pop_front().unwrap();
+                s.writing = true;
+                ready.push(blk);
+            }
+        }
+    }
+
+    pub(crate) fn complete_write(&self, ready: &mut Vec<Arc<OprBlock>>) {
+        let mut s = self.state.lock().unwrap();
+        s.writing = false;
+        while let Some((_, false)) = s.queue.front() {
+            let (blk, _) = s.queue.pop_front().unwrap();
+            s.running_reads += 1;
+            ready.push(blk);
+        }
+        if s.running_reads == 0 {
+            if let Some((_, true)) = s.queue.front() {
+                let (blk, _) = s.queue.pop_front().unwrap();
+                s.writing = true;
+                ready.push(blk);
+            }
+        }
+    }
+
+    /// Whether a read (or, with `for_write`, a write) pushed now would have to wait.
+    pub(crate) fn is_busy(&self, for_write: bool) -> bool {
+        let s = self.state.lock().unwrap();
+        s.writing || !s.queue.is_empty() || (for_write && s.running_reads > 0)
+    }
+
+    pub fn error(&self) -> Option<Error> {
+        self.state.lock().unwrap().error.clone()
+    }
+
+    pub(crate) fn set_error(&self, error: Option<Error>) {
+        self.state.lock().unwrap().error = error;
+    }
+}

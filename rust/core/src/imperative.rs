@@ -1,0 +1,189 @@
+//! Imperative invocation: look an operator up, infer what it produces, allocate its outputs and
+//! push its kernel onto the engine. `mx.nd.<op>(...)` ends here.
+
+use std::sync::Arc;
+
+use crate::base::{Context, DType, Shape};
+use crate::engine::{self, OpDescription, PushProps};
+use crate::error::Result;
+use crate::ndarray::NDArray;
+use crate::op::{self, Attrs, ExecContext, Operator};
+
+/// Outputs at most this large run on the pushing thread when their inputs are ready: a thread
+/// hand-off costs more than the kernel.
+const INLINE_MAX_ELEMENTS: usize = 1 << 13;
+
+/// How a pushed op names itself if it fails later.
+struct OpCall {
+    name: String,
+    inputs: Vec<(Shape, DType)>,
+    site: Option<String>,
+}
+
+impl OpDescription for OpCall {
+    fn describe(&self) -> String {
+        let mut s = format!("operator {}({})", self.name, describe_inputs(&self.inputs));
+        if let Some(site) = &self.site {
+            s.push_str(&format!(", pushed from {site}"));
+        }
+        s
+    }
+}
+
+fn describe_inputs(inputs: &[(Shape, DType)]) -> String {
+    inputs.iter().map(|(s, d)| format!("{s} {d}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Invoke the operator registered as `name` (or an alias).
+pub fn invoke(
+    name: &str,
+    inputs: &[NDArray],
+    attrs: &Attrs,
+    out: Option<Vec<NDArray>>,
+    default_ctx: Context,
+    site: Option<String>,
+) -> Result<Vec<NDArray>> {
+    let def = op::lookup(name)?;
+    let instance = def.instantiate(name, attrs)?;
+    invoke_operator(name, instance, inputs, out, default_ctx, site)
+}
+
+/// Invoke an already parsed operator instance.
+pub fn invoke_operator(
+    name: &str,
+    operator: Arc<dyn Operator>,
+    inputs: &[NDArray],
+    out: Option<Vec<NDArray>>,
+    default_ctx: Context,
+    site: Option<String>,
+) -> Result<Vec<NDArray>> {
+    let described: Vec<(Shape, DType)> = inputs.iter().map(|a| (a.shape().clone(), a.dtype())).collect();
+    let fail = |e: crate::Error| e.context(format!("operator {name}({})", describe_inputs(&described)));
+    let names = operator.input_names();
+    if names.len() != inputs.len() {
+        return Err(fail(crate::err!(
+            Value,
+            "expects {} input(s) ({}), got {}",
+            names.len(),
+            names.join(", "),
+            inputs.len()
+        )));
+    }
+    let ctx = match inputs.first() {
+        Some(first) => {
+            let ctx = first.context();
+            if let Some(other) = inputs.iter().find(|a| a.context() != ctx) {
+                return Err(fail(crate::err!(Device, "inputs live on different devices: {ctx} and {}", other.context())));
+            }
+            ctx
+        }
+        None => operator.context().unwrap_or(default_ctx),
+    };
+    if !ctx.is_host() {
+        return Err(fail(crate::backend::gpu_unavailable(ctx)));
+    }
+    let in_shapes: Vec<Shape> = described.iter().map(|d| d.0.clone()).collect();
+    let in_types: Vec<DType> = described.iter().map(|d| d.1).collect();
+    let out_shapes = operator.infer_shape(&in_shapes).map_err(fail)?;
+    let out_types = operator.infer_type(&in_types).map_err(fail)?;
+
+    let outputs: Vec<NDArray> = match out {
+        Some(given) => {
+            if given.len() != out_shapes.len() {
+                return Err(fail(crate::err!(Value, "has {} output(s), {} given as out", out_shapes.len(), given.len())));
+            }
+            for (i, g) in given.iter().enumerate() {
+                if g.shape() != &out_shapes[i] || g.dtype() != out_types[i] {
+                    return Err(fail(crate::err!(
+                        Shape,
+                        "out[{i}] has shape {} and dtype {}, but the result has shape {} and dtype {}",
+                        g.shape(),
+                        g.dtype(),
+                        out_shapes[i],
+                        out_types[i]
+                    )));
+                }
+                if g.context() != ctx {
+                    return Err(fail(crate::err!(Device, "out[{i}] lives on {}, the inputs on {ctx}", g.context())));
+                }
+            }
+            given
+        }
+        None => out_shapes
+            .iter()
+            .zip(&out_types)
+            .map(|(s, &d)| NDArray::empty(s.clone(), d, ctx))
+            .collect::<Result<_>>()
+            .map_err(fail)?,
+    };
+
+    // An output that overlaps an input is only written directly when the operator declares that
+    // pairing safe; otherwise the result goes to a temporary and is copied over afterwards.
+    let pairs = operator.inplace_pairs();
+    let unsafe_alias = outputs.iter().enumerate().any(|(o, out)| {
+        inputs.iter().enumerate().any(|(i, inp)| out.same_chunk(inp) && !(pairs.contains(&(i, o)) && out.same_data(inp)))
+    });
+    let targets: Vec<NDArray> = if unsafe_alias {
+        outputs.iter().map(|o| NDArray::empty(o.shape().clone(), o.dtype(), ctx)).collect::<Result<_>>()?
+    } else {
+        outputs.clone()
+    };
+
+    let seed = if operator.needs_rng() { crate::random::next_op_seed() } else { 0 };
+    let exec = ExecContext { seed, is_train: false };
+    let reads: Vec<_> = inputs.iter().map(|a| a.var().clone()).collect();
+    let writes: Vec<_> = targets.iter().map(|a| a.var().clone()).collect();
+    let work_items: usize = targets.iter().map(NDArray::size).sum::<usize>().max(inputs.iter().map(NDArray::size).max().unwrap_or(0));
+    let kernel_inputs = inputs.to_vec();
+    let kernel_outputs = targets.clone();
+    let kernel_op = operator.clone();
+    engine::push(
+        Box::new(move || {
+            let ins: Vec<_> = kernel_inputs.iter().map(NDArray::tensor).collect();
+            let outs: Vec<_> = kernel_outputs.iter().map(NDArray::tensor).collect();
+            kernel_op.forward(&exec, &ins, &outs)
+        }),
+        &reads,
+        &writes,
+        PushProps { inline_if_ready: work_items <= INLINE_MAX_ELEMENTS },
+        Box::new(OpCall { name: name.to_string(), inputs: described.clone(), site: site.clone() }),
+    );
+    if unsafe_alias {
+        for (tmp, dst) in targets.iter().zip(&outputs) {
+            copy(tmp, dst, site.clone())?;
+        }
+    }
+    Ok(outputs)
+}
+
+/// Push a copy of `src` into `dst` (same shape; dtypes may differ, in which case it casts).
+pub fn copy(src: &NDArray, dst: &NDArray, site: Option<String>) -> Result<()> {
+    if src.shape() != dst.shape() {
+        crate::bail!(Shape, "copyto: source shape {} differs from destination shape {}", src.shape(), dst.shape());
+    }
+    if !src.context().is_host() || !dst.context().is_host() {
+        let gpu = if src.context().is_host() { dst.context() } else { src.context() };
+        return Err(crate::backend::gpu_unavailable(gpu));
+    }
+    if src.same_data(dst) && src.dtype() == dst.dtype() {
+        return Ok(());
+    }
+    if src.same_chunk(dst) {
+        // Overlapping views of one chunk: stage through a temporary so no copy reads what it wrote.
+        let staged = NDArray::empty(src.shape().clone(), src.dtype(), src.context())?;
+        copy(src, &staged, site.clone())?;
+        return copy(&staged, dst, site);
+    }
+    let (s, d) = (src.clone(), dst.clone());
+    engine::push(
+        Box::new(move || {
+            op::cast_into(&s.tensor(), &d.tensor());
+            Ok(())
+        }),
+        &[src.var().clone()],
+        &[dst.var().clone()],
+        PushProps { inline_if_ready: dst.size() <= INLINE_MAX_ELEMENTS },
+        Box::new(OpCall { name: "_copyto".into(), inputs: vec![(src.shape().clone(), src.dtype())], site }),
+    );
+    Ok(())
+}

@@ -1,0 +1,3 @@
+//! Files MXNet users already have.
+
+pub mod params;

@@ -1,0 +1,173 @@
+//! NDArray: a handle onto a shared chunk of device memory.
+//!
+//! A chunk is one allocation plus the engine var that orders every access to it. An NDArray is
+//! that chunk plus an element offset, a shape and a dtype, so reshapes and first-axis slices are
+//! views that share the chunk and therefore its var: writes through a view are ordered with reads
+//! of the original.
+
+use std::sync::Arc;
+
+use crate::base::{Context, DType, Shape};
+use crate::engine::{self, Var};
+use crate::error::Result;
+use crate::op::Tensor;
+use crate::storage::{self, Buffer};
+
+pub struct Chunk {
+    buffer: Buffer,
+    pub var: Arc<Var>,
+    pub ctx: Context,
+}
+
+#[derive(Clone)]
+pub struct NDArray {
+    chunk: Arc<Chunk>,
+    /// Offset of the first element, in elements of `dtype`.
+    offset: usize,
+    shape: Shape,
+    dtype: DType,
+}
+
+impl NDArray {
+    /// A new array with uninitialized contents (MXNet's `empty`).
+    pub fn empty(shape: Shape, dtype: DType, ctx: Context) -> Result<NDArray> {
+        let buffer = storage::alloc(ctx, shape.size() * dtype.size())?;
+        Ok(NDArray { chunk: Arc::new(Chunk { buffer, var: Var::new(), ctx }), offset: 0, shape, dtype })
+    }
+
+    /// A new array holding a copy of `bytes` (row-major elements of `dtype`).
+    pub fn from_bytes(shape: Shape, dtype: DType, ctx: Context, bytes: &[u8]) -> Result<NDArray> {
+        let expected = shape.size() * dtype.size();
+        if bytes.len() != expected {
+            crate::bail!(Value, "{} bytes given for an array of shape {shape} and dtype {dtype} ({expected} bytes)", bytes.len());
+        }
+        let arr = NDArray::empty(shape, dtype, ctx)?;
+        // SAFETY: the array is brand new, so no engine op can be using its chunk, and the buffer
+        // holds exactly `expected` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), arr.data_ptr(), expected) };
+        Ok(arr)
+    }
+
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    pub fn context(&self) -> Context {
+        self.chunk.ctx
+    }
+    pub fn size(&self) -> usize {
+        self.shape.size()
+    }
+    pub fn var(&self) -> &Arc<Var> {
+        &self.chunk.var
+    }
+    pub fn nbytes(&self) -> usize {
+        self.size() * self.dtype.size()
+    }
+    /// Whether two arrays share one chunk (and so one var).
+    pub fn same_chunk(&self, other: &NDArray) -> bool {
+        Arc::ptr_eq(&self.chunk, &other.chunk)
+    }
+    /// Whether two arrays cover exactly the same elements.
+    pub fn same_data(&self, other: &NDArray) -> bool {
+        self.same_chunk(other) && self.offset == other.offset && self.nbytes() == other.nbytes()
+    }
+
+    /// Address of the first element. Dereferencing it is only sound inside an engine op that was
+    /// granted this array's var (or on a chunk no op can reach yet).
+    pub fn data_ptr(&self) -> *mut u8 {
+        // SAFETY: offset * size stays within the buffer: views are only created in-bounds.
+        unsafe { self.chunk.buffer.as_ptr().add(self.offset * self.dtype.size()) }
+    }
+
+    /// The kernel's view of this array, for an op that holds its var.
+    pub fn tensor(&self) -> Tensor {
+        // SAFETY: the pointer addresses shape.size() elements of dtype inside the chunk, which
+        // the op's closure keeps alive by holding this NDArray.
+        unsafe { Tensor::new(self.data_ptr(), self.shape.clone(), self.dtype) }
+    }
+
+    /// A view with another shape of the same size (reshape without copy).
+    pub fn reshape_view(&self, shape: Shape) -> Result<NDArray> {
+        if shape.size() != self.size() {
+            crate::bail!(Shape, "cannot reshape array of shape {} into {shape}", self.shape);
+        }
+        Ok(NDArray { shape, ..self.clone() })
+    }
+
+    /// Rows `begin..end` of the first axis, as a view.
+    pub fn slice_view(&self, begin: usize, end: usize) -> Result<NDArray> {
+        let Some(&rows) = self.shape.dims().first() else {
+            crate::bail!(Index, "cannot slice a 0-d array");
+        };
+        if begin > end || end > rows {
+            crate::bail!(Index, "slice [{begin}, {end}) is out of bounds for axis 0 of size {rows}");
+        }
+        let row = self.size() / rows.max(1);
+        let mut dims = self.shape.dims().to_vec();
+        dims[0] = end - begin;
+        Ok(NDArray { offset: self.offset + begin * row, shape: Shape::new(dims), ..self.clone() })
+    }
+
+    /// Row `index` of the first axis, as a view without that axis.
+    pub fn at_view(&self, index: usize) -> Result<NDArray> {
+        let v = self.slice_view(index, index + 1)?;
+        let dims = v.shape.dims()[1..].to_vec();
+        v.reshape_view(Shape::new(dims))
+    }
+
+    /// Block until pending writes are done; return the error of the op that failed to write it.
+    pub fn wait_to_read(&self) -> Result<()> {
+        engine::wait_for_var(&self.chunk.var, false)
+    }
+
+    /// Block until pending reads and writes are done.
+    pub fn wait_to_write(&self) -> Result<()> {
+        engine::wait_for_var(&self.chunk.var, true)
+    }
+
+    /// Copy the elements out (waits for pending writes first).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        self.wait_to_read()?;
+        let mut out = vec![0u8; self.nbytes()];
+        self.read_into(&mut out)?;
+        Ok(out)
+    }
+
+    /// Copy the elements into `dst` after waiting for pending writes.
+    pub fn read_into(&self, dst: &mut [u8]) -> Result<()> {
+        if dst.len() != self.nbytes() {
+            crate::bail!(Value, "destination holds {} bytes, the array {}", dst.len(), self.nbytes());
+        }
+        self.wait_to_read()?;
+        // SAFETY: after wait_to_read no writer is pending on this chunk; a writer pushed later
+        // from another thread would race, exactly as with MXNet's SyncCopyToCPU.
+        unsafe { std::ptr::copy_nonoverlapping(self.data_ptr(), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// The elements as `T` (test and I/O helper; waits for pending writes).
+    pub fn to_vec<T: crate::base::Elem>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype {
+            crate::bail!(Type, "array has dtype {}, asked for {}", self.dtype, T::DTYPE);
+        }
+        self.wait_to_read()?;
+        // SAFETY: dtype matches T; no writer is pending (see read_into).
+        Ok(unsafe { std::slice::from_raw_parts(self.data_ptr() as *const T, self.size()) }.to_vec())
+    }
+
+    /// Build an array from typed elements.
+    pub fn from_vec<T: crate::base::Elem>(shape: Shape, data: &[T], ctx: Context) -> Result<NDArray> {
+        // SAFETY: T is a plain-old-data element type; viewing its elements as bytes is sound.
+        let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) };
+        NDArray::from_bytes(shape, T::DTYPE, ctx, bytes)
+    }
+}
+
+impl std::fmt::Debug for NDArray {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NDArray({} {} @{})", self.shape, self.dtype, self.chunk.ctx)
+    }
+}

@@ -1,0 +1,184 @@
+//! Element-wise kernels shared by the math operators: maps over one tensor and NumPy-style
+//! broadcasting over two, without ever materializing a broadcast input.
+//!
+//! Dimensions are collapsed first (a `(64, 128)` add of equal shapes is one flat loop, a row
+//! broadcast `(64, 128) + (128,)` is 64 rows of contiguous work), the innermost loop is specialised
+//! on whether each input advances or stays put so that it vectorizes, and large outputs are split
+//! across the engine's threads.
+
+use super::{parallel_chunks, SendPtr, Tensor, PARALLEL_GRAIN};
+use crate::base::Shape;
+use crate::error::Result;
+
+/// NumPy broadcasting of two shapes (dims aligned on the right), as MXNet's broadcast ops do.
+pub fn broadcast_shape(op: &str, a: &Shape, b: &Shape) -> Result<Shape> {
+    let n = a.ndim().max(b.ndim());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let da = if i + a.ndim() >= n { a[i + a.ndim() - n] } else { 1 };
+        let db = if i + b.ndim() >= n { b[i + b.ndim() - n] } else { 1 };
+        out[i] = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            crate::bail!(Shape, "{op}: operands could not be broadcast together with shapes {a} {b}");
+        };
+    }
+    Ok(Shape(out))
+}
+
+/// Apply `f` to every element of `x`, writing `y` (which may alias `x`).
+pub fn map1<A: Copy + Send + Sync, B: Copy + Send + Sync>(x: &Tensor, y: &Tensor, f: impl Fn(A) -> B + Sync) {
+    let n = y.size();
+    let (xp, yp) = (SendPtr(x.ptr::<A>()), SendPtr(y.ptr::<B>()));
+    parallel_chunks(n, PARALLEL_GRAIN, |r| {
+        let (xp, yp) = (xp.get(), yp.get());
+        for i in r {
+            // SAFETY: i < n = size of both tensors; reading i before writing i keeps aliasing safe.
+            unsafe { *yp.add(i) = f(*xp.add(i)) };
+        }
+    });
+}
+
+/// Strides of `t` as seen through the output shape `out`: broadcast dims advance by zero.
+fn broadcast_strides(t: &Shape, out: &Shape) -> Vec<usize> {
+    let offset = out.ndim() - t.ndim();
+    let own = t.strides();
+    (0..out.ndim())
+        .map(|i| if i < offset || t[i - offset] == 1 { 0 } else { own[i - offset] })
+        .collect()
+}
+
+/// Merge adjacent dims that every operand walks contiguously; returns (dims, strides per operand).
+fn collapse(dims: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usize>>) {
+    let mut out_dims: Vec<usize> = Vec::new();
+    let mut out_strides: Vec<Vec<usize>> = vec![Vec::new(); strides.len()];
+    for (i, &d) in dims.iter().enumerate() {
+        if d == 1 {
+            continue;
+        }
+        let mergeable = !out_dims.is_empty()
+            && strides.iter().zip(&out_strides).all(|(s, os)| *os.last().unwrap() == s[i] * d);
+        if mergeable {
+            *out_dims.last_mut().unwrap() *= d;
+            for (s, os) in strides.iter().zip(out_strides.iter_mut()) {
+                *os.last_mut().unwrap() = s[i];
+            }
+        } else {
+            out_dims.push(d);
+            for (s, os) in strides.iter().zip(out_strides.iter_mut()) {
+                os.push(s[i]);
+            }
+        }
+    }
+    if out_dims.is_empty() {
+        out_dims.push(1);
+        for os in out_strides.iter_mut() {
+            os.push(0);
+        }
+    }
+    (out_dims, out_strides)
+}
+
+#[inline(always)]
+unsafe fn inner_loop<A: Copy, O: Copy>(
+    n: usize,
+    a: *const A,
+    sa: usize,
+    b: *const A,
+    sb: usize,
+    o: *mut O,
+    f: &impl Fn(A, A) -> O,
+) {
+    // SAFETY (for the caller): a/b/o are valid for n steps of their strides.
+    match (sa, sb) {
+        (1, 1) => {
+            for i in 0..n {
+                *o.add(i) = f(*a.add(i), *b.add(i));
+            }
+        }
+        (1, 0) => {
+            let bv = *b;
+            for i in 0..n {
+                *o.add(i) = f(*a.add(i), bv);
+            }
+        }
+        (0, 1) => {
+            let av = *a;
+            for i in 0..n {
+                *o.add(i) = f(av, *b.add(i));
+            }
+        }
+        _ => {
+            for i in 0..n {
+                *o.add(i) = f(*a.add(i * sa), *b.add(i * sb));
+            }
+        }
+    }
+}
+
+/// `out = f(a, b)` with broadcasting; `out` has the broadcast shape and may alias `a` or `b` when
+/// that operand has the output's shape.
+pub fn zip2<A: Copy + Send + Sync, O: Copy + Send + Sync>(a: &Tensor, b: &Tensor, out: &Tensor, f: impl Fn(A, A) -> O + Sync) {
+    let sa = broadcast_strides(&a.shape, &out.shape);
+    let sb = broadcast_strides(&b.shape, &out.shape);
+    let (dims, strides) = collapse(out.shape.dims(), &[sa, sb]);
+    let (ap, bp, op) = (SendPtr(a.ptr::<A>()), SendPtr(b.ptr::<A>()), SendPtr(out.ptr::<O>()));
+    let nd = dims.len();
+    let inner = dims[nd - 1];
+    let (ia, ib) = (strides[0][nd - 1], strides[1][nd - 1]);
+    let rows: usize = dims[..nd - 1].iter().product();
+    if out.size() == 0 {
+        return;
+    }
+    if rows == 1 {
+        parallel_chunks(inner, PARALLEL_GRAIN, |r| {
+            // SAFETY: r lies in 0..inner, within every operand's extent along the collapsed dim.
+            unsafe {
+                inner_loop(r.len(), ap.get().add(r.start * ia), ia, bp.get().add(r.start * ib), ib, op.get().add(r.start), &f)
+            }
+        });
+        return;
+    }
+    let outer_dims = &dims[..nd - 1];
+    let rows_per_chunk = (PARALLEL_GRAIN / inner.max(1)).max(1);
+    parallel_chunks(rows, rows_per_chunk, |r| {
+        for row in r {
+            let (mut rem, mut oa, mut ob) = (row, 0usize, 0usize);
+            for d in (0..outer_dims.len()).rev() {
+                let idx = rem % outer_dims[d];
+                rem /= outer_dims[d];
+                oa += idx * strides[0][d];
+                ob += idx * strides[1][d];
+            }
+            // SAFETY: offsets come from in-range indices of the output shape mapped through each
+            // operand's (broadcast) strides.
+            unsafe { inner_loop(inner, ap.get().add(oa), ia, bp.get().add(ob), ib, op.get().add(row * inner), &f) }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_shapes_follow_numpy() {
+        let s = |v: &[usize]| Shape::new(v.to_vec());
+        assert_eq!(broadcast_shape("t", &s(&[2, 3]), &s(&[3])).unwrap(), s(&[2, 3]));
+        assert_eq!(broadcast_shape("t", &s(&[4, 1, 5]), &s(&[3, 1])).unwrap(), s(&[4, 3, 5]));
+        assert_eq!(broadcast_shape("t", &s(&[0, 3]), &s(&[1, 3])).unwrap(), s(&[0, 3]));
+        let e = broadcast_shape("broadcast_add", &s(&[2, 3]), &s(&[4])).unwrap_err();
+        assert!(e.message.contains("(2, 3) (4,)"), "{}", e.message);
+    }
+
+    #[test]
+    fn collapse_merges_contiguous_and_broadcast_runs() {
+        let (d, s) = collapse(&[2, 3, 4], &[vec![12, 4, 1], vec![0, 0, 1]]);
+        assert_eq!(d, vec![6, 4]);
+        assert_eq!(s, vec![vec![4, 1], vec![0, 1]]);
+        let (d, _) = collapse(&[2, 3, 4], &[vec![12, 4, 1], vec![12, 4, 1]]);
+        assert_eq!(d, vec![24]);
+    }
+}

@@ -1,0 +1,240 @@
+//! Operators that create arrays: zeros, ones, full, arange, zeros_like, ones_like and the random
+//! samplers. Creation ops have no inputs; shape, dtype and device come from their parameters.
+
+use super::params::NoParams;
+use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
+use crate::base::{Context, DType, Elem, Shape};
+use crate::error::Result;
+
+/// Fill `out` with `value(i)` for each flat index `i`.
+fn fill_with<T: Elem>(out: &Tensor, value: impl Fn(usize) -> f64 + Sync) {
+    let p = SendPtr(out.ptr::<T>());
+    parallel_chunks(out.size(), PARALLEL_GRAIN, |r| {
+        for i in r {
+            // SAFETY: i < out.size(); the op owns its output.
+            unsafe { *p.get().add(i) = T::from_f64(value(i)) };
+        }
+    });
+}
+
+fn fill_tensor(out: &Tensor, value: impl Fn(usize) -> f64 + Sync) {
+    crate::dispatch_dtype!(out.dtype, T => fill_with::<T>(out, value));
+}
+
+fn shape_from(op: &str, dims: &[i64]) -> Result<Shape> {
+    dims.iter()
+        .map(|&d| usize::try_from(d).map_err(|_| crate::err!(Shape, "{op}: invalid shape {dims:?}: dimensions must be >= 0")))
+        .collect::<Result<Vec<_>>>()
+        .map(Shape::new)
+}
+
+/// What a creation op writes at flat index `i` (given the op's seed).
+type Generator = Box<dyn Fn(u64, usize) -> f64 + Send + Sync>;
+
+struct Create {
+    shape: Shape,
+    dtype: DType,
+    ctx: Option<Context>,
+    value: Generator,
+    random: bool,
+}
+
+impl Operator for Create {
+    fn input_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+    fn infer_shape(&self, _inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![self.shape.clone()])
+    }
+    fn infer_type(&self, _inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![self.dtype])
+    }
+    fn context(&self) -> Option<Context> {
+        self.ctx
+    }
+    fn needs_rng(&self) -> bool {
+        self.random
+    }
+    fn forward(&self, ctx: &ExecContext, _inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let seed = ctx.seed;
+        fill_tensor(&outputs[0], |i| (self.value)(seed, i));
+        Ok(())
+    }
+}
+
+crate::op_params! {
+    pub struct InitParams {
+        /// The shape of the output.
+        shape: Vec<i64> = Vec::new(),
+        /// Context of the output (default: the current context).
+        ctx: Option<Context> = None,
+        /// Target data type.
+        dtype: Option<DType> = None,
+    }
+}
+
+crate::op_params! {
+    pub struct FullParams {
+        /// The shape of the output.
+        shape: Vec<i64> = Vec::new(),
+        /// Context of the output (default: the current context).
+        ctx: Option<Context> = None,
+        /// Target data type.
+        dtype: Option<DType> = None,
+        /// Value with which to fill the output.
+        value: f64,
+    }
+}
+
+crate::op_params! {
+    pub struct ArangeParams {
+        /// Start of the interval.
+        start: f64,
+        /// End of the interval (exclusive); if None, the interval is [0, start).
+        stop: Option<f64> = None,
+        /// Spacing between values.
+        step: f64 = 1.0,
+        /// Number of times each value is repeated.
+        repeat: usize = 1,
+        /// Infer stop from the output shape (symbolic use only).
+        infer_range: bool = false,
+        /// Context of the output.
+        ctx: Option<Context> = None,
+        /// Target data type.
+        dtype: Option<DType> = None,
+    }
+}
+
+crate::op_params! {
+    pub struct UniformParams {
+        /// Lower bound of the distribution.
+        low: f64 = 0.0,
+        /// Upper bound of the distribution.
+        high: f64 = 1.0,
+        /// Shape of the output.
+        shape: Vec<i64> = Vec::new(),
+        /// Context of the output.
+        ctx: Option<Context> = None,
+        /// Data type of the output (float32 by default).
+        dtype: Option<DType> = None,
+    }
+}
+
+crate::op_params! {
+    pub struct NormalParams {
+        /// Mean of the distribution.
+        loc: f64 = 0.0,
+        /// Standard deviation of the distribution.
+        scale: f64 = 1.0,
+        /// Shape of the output.
+        shape: Vec<i64> = Vec::new(),
+        /// Context of the output.
+        ctx: Option<Context> = None,
+        /// Data type of the output (float32 by default).
+        dtype: Option<DType> = None,
+    }
+}
+
+/// zeros_like / ones_like: the input's shape and dtype, filled with a constant.
+struct FillLike {
+    value: f64,
+}
+
+impl Operator for FillLike {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![inputs[0].clone()])
+    }
+    fn forward(&self, _ctx: &ExecContext, _inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let v = self.value;
+        fill_tensor(&outputs[0], |_| v);
+        Ok(())
+    }
+}
+
+pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    let constant = |name: &'static str, value: f64| -> Box<dyn Fn(InitParams) -> Result<Create> + Send + Sync> {
+        Box::new(move |p: InitParams| {
+            Ok(Create {
+                shape: shape_from(name, &p.shape)?,
+                dtype: p.dtype.unwrap_or(DType::F32),
+                ctx: p.ctx,
+                value: Box::new(move |_, _| value),
+                random: false,
+            })
+        })
+    };
+    add(OpDef::new("_zeros", &[], "Returns a new array filled with zeros.", constant("_zeros", 0.0)));
+    add(OpDef::new("_ones", &[], "Returns a new array filled with ones.", constant("_ones", 1.0)));
+    add(OpDef::new("_full", &[], "Returns a new array filled with the given value.", |p: FullParams| {
+        let value = p.value;
+        Ok(Create { shape: shape_from("_full", &p.shape)?, dtype: p.dtype.unwrap_or(DType::F32), ctx: p.ctx, value: Box::new(move |_, _| value), random: false })
+    }));
+    add(OpDef::new(
+        "_arange",
+        &[],
+        "Returns evenly spaced values within [start, stop) with the given step, each repeated `repeat` times.",
+        |p: ArangeParams| {
+            let (start, stop) = match p.stop {
+                Some(stop) => (p.start, stop),
+                None => (0.0, p.start),
+            };
+            if p.infer_range {
+                crate::bail!(Param, "_arange: infer_range=True needs a symbolic graph to infer the range from");
+            }
+            if p.step == 0.0 {
+                crate::bail!(Value, "_arange: step cannot be 0");
+            }
+            let count = ((stop - start) / p.step).ceil().max(0.0) as usize;
+            let (step, repeat) = (p.step, p.repeat.max(1));
+            Ok(Create {
+                shape: Shape::new(vec![count * repeat]),
+                dtype: p.dtype.unwrap_or(DType::F32),
+                ctx: p.ctx,
+                value: Box::new(move |_, i| start + (i / repeat) as f64 * step),
+                random: false,
+            })
+        },
+    ));
+    add(OpDef::new(
+        "_random_uniform",
+        &["uniform", "random_uniform"],
+        "Draws samples from a uniform distribution on [low, high).",
+        |p: UniformParams| {
+            if p.high < p.low {
+                crate::bail!(Value, "_random_uniform: low ({}) must not exceed high ({})", p.low, p.high);
+            }
+            let (low, span) = (p.low, p.high - p.low);
+            Ok(Create {
+                shape: shape_from("_random_uniform", &p.shape)?,
+                dtype: p.dtype.unwrap_or(DType::F32),
+                ctx: p.ctx,
+                value: Box::new(move |seed, i| low + span * crate::random::uniform(seed, i as u64)),
+                random: true,
+            })
+        },
+    ));
+    add(OpDef::new(
+        "_random_normal",
+        &["normal", "random_normal"],
+        "Draws samples from a normal (Gaussian) distribution with mean `loc` and standard deviation `scale`.",
+        |p: NormalParams| {
+            if p.scale < 0.0 {
+                crate::bail!(Value, "_random_normal: scale must be >= 0, got {}", p.scale);
+            }
+            let (loc, scale) = (p.loc, p.scale);
+            Ok(Create {
+                shape: shape_from("_random_normal", &p.shape)?,
+                dtype: p.dtype.unwrap_or(DType::F32),
+                ctx: p.ctx,
+                value: Box::new(move |seed, i| loc + scale * crate::random::normal(seed, i as u64)),
+                random: true,
+            })
+        },
+    ));
+    add(OpDef::new("zeros_like", &[], "Returns an array of zeros with the same shape and type as the input.", |_: NoParams| {
+        Ok(FillLike { value: 0.0 })
+    }));
+    add(OpDef::new("ones_like", &[], "Returns an array of ones with the same shape and type as the input.", |_: NoParams| {
+        Ok(FillLike { value: 1.0 })
+    }));
+}

@@ -1,0 +1,262 @@
+//! Element-wise binary math in its three MXNet forms: `broadcast_<op>` (NumPy broadcasting),
+//! `elemwise_<op>` / `_<op>` (equal shapes) and `_<op>_scalar` / `_r<op>_scalar` (a scalar operand).
+
+use std::marker::PhantomData;
+
+use half::{bf16, f16};
+use num_traits::Float;
+
+use super::broadcast::{broadcast_shape, map1, zip2};
+use super::params::NoParams;
+use super::{ExecContext, OpDef, Operator, Tensor};
+use crate::base::{Bool8, DType, Elem, Shape};
+use crate::error::Result;
+
+/// The math of one binary operator: once for floats, once exactly for integers.
+pub trait BinaryMath: Send + Sync + 'static {
+    fn float<F: Float>(a: F, b: F) -> F;
+    fn int(a: i64, b: i64) -> i64;
+}
+
+fn apply_zip<M: BinaryMath>(a: &Tensor, b: &Tensor, out: &Tensor) {
+    match a.dtype {
+        DType::F32 => zip2(a, b, out, M::float::<f32>),
+        DType::F64 => zip2(a, b, out, M::float::<f64>),
+        DType::F16 => zip2(a, b, out, |x: f16, y: f16| f16::from_f32(M::float(x.to_f32(), y.to_f32()))),
+        DType::BF16 => zip2(a, b, out, |x: bf16, y: bf16| bf16::from_f32(M::float(x.to_f32(), y.to_f32()))),
+        DType::U8 => zip2(a, b, out, int_path::<M, u8>),
+        DType::I8 => zip2(a, b, out, int_path::<M, i8>),
+        DType::I32 => zip2(a, b, out, int_path::<M, i32>),
+        DType::I64 => zip2(a, b, out, int_path::<M, i64>),
+        DType::Bool => zip2(a, b, out, int_path::<M, Bool8>),
+    }
+}
+
+#[inline(always)]
+fn int_path<M: BinaryMath, T: Elem>(a: T, b: T) -> T {
+    T::from_i64(M::int(a.to_i64(), b.to_i64()))
+}
+
+/// `x op s` (or `s op x` when reversed). The scalar is cast to the array's dtype first, as MXNet does.
+fn apply_scalar<M: BinaryMath>(x: &Tensor, y: &Tensor, s: f64, reverse: bool) {
+    macro_rules! run {
+        ($t:ty, $conv:expr, $back:expr, $f:expr) => {{
+            let sv = $conv(<$t as Elem>::from_f64(s));
+            if reverse {
+                map1(x, y, |v: $t| $back($f(sv, $conv(v))))
+            } else {
+                map1(x, y, |v: $t| $back($f($conv(v), sv)))
+            }
+        }};
+    }
+    match x.dtype {
+        DType::F32 => run!(f32, |v: f32| v, |v: f32| v, M::float::<f32>),
+        DType::F64 => run!(f64, |v: f64| v, |v: f64| v, M::float::<f64>),
+        DType::F16 => run!(f16, |v: f16| v.to_f32(), f16::from_f32, M::float::<f32>),
+        DType::BF16 => run!(bf16, |v: bf16| v.to_f32(), bf16::from_f32, M::float::<f32>),
+        DType::U8 => run!(u8, Elem::to_i64, <u8 as Elem>::from_i64, M::int),
+        DType::I8 => run!(i8, Elem::to_i64, <i8 as Elem>::from_i64, M::int),
+        DType::I32 => run!(i32, Elem::to_i64, <i32 as Elem>::from_i64, M::int),
+        DType::I64 => run!(i64, Elem::to_i64, <i64 as Elem>::from_i64, M::int),
+        DType::Bool => run!(Bool8, Elem::to_i64, <Bool8 as Elem>::from_i64, M::int),
+    }
+}
+
+struct Binary<M> {
+    name: &'static str,
+    broadcast: bool,
+    _m: PhantomData<M>,
+}
+
+impl<M: BinaryMath> Operator for Binary<M> {
+    fn input_names(&self) -> Vec<String> {
+        vec!["lhs".into(), "rhs".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        if self.broadcast {
+            return Ok(vec![broadcast_shape(self.name, &inputs[0], &inputs[1])?]);
+        }
+        if inputs[0] != inputs[1] {
+            crate::bail!(
+                Shape,
+                "{}: operands must have the same shape, got {} and {} (use broadcast_* to broadcast)",
+                self.name,
+                inputs[0],
+                inputs[1]
+            );
+        }
+        Ok(vec![inputs[0].clone()])
+    }
+    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+        &[(0, 0), (1, 0)]
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        apply_zip::<M>(&inputs[0], &inputs[1], &outputs[0]);
+        Ok(())
+    }
+}
+
+crate::op_params! {
+    /// `is_int` only records how Python spelled the scalar; the value itself decides.
+    #[allow(dead_code)]
+    pub struct ScalarParams {
+        /// Scalar input value.
+        scalar: f64 = 1.0,
+        /// Whether the scalar was given as an integer (accepted for compatibility).
+        is_int: bool = true,
+    }
+}
+
+struct Scalar<M> {
+    scalar: f64,
+    reverse: bool,
+    _m: PhantomData<M>,
+}
+
+impl<M: BinaryMath> Operator for Scalar<M> {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![inputs[0].clone()])
+    }
+    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+        &[(0, 0)]
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        apply_scalar::<M>(&inputs[0], &outputs[0], self.scalar, self.reverse);
+        Ok(())
+    }
+}
+
+#[inline(always)]
+fn truth<F: Float>(c: bool) -> F {
+    if c {
+        F::one()
+    } else {
+        F::zero()
+    }
+}
+
+/// Floor modulo with the sign of the divisor, and 0 for a zero divisor (MXNet's `mod`).
+#[inline(always)]
+fn floor_mod<F: Float>(a: F, b: F) -> F {
+    if b == F::zero() {
+        return F::zero();
+    }
+    let r = a % b;
+    if r != F::zero() && ((r < F::zero()) != (b < F::zero())) {
+        r + b
+    } else {
+        r
+    }
+}
+
+fn int_floor_mod(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        return 0;
+    }
+    let r = a.wrapping_rem(b);
+    if r != 0 && ((r < 0) != (b < 0)) {
+        r + b
+    } else {
+        r
+    }
+}
+
+fn int_pow(a: i64, b: i64) -> i64 {
+    if b < 0 {
+        return (a as f64).powf(b as f64) as i64;
+    }
+    a.wrapping_pow(b.min(u32::MAX as i64) as u32)
+}
+
+/// Declare binary operators: math, then the names of each registered form.
+macro_rules! binary_ops {
+    ($( $ty:ident { float: |$a:ident, $b:ident| $fbody:expr, int: |$ia:ident, $ib:ident| $ibody:expr }
+        broadcast: $bname:literal [$($balias:literal),*],
+        elemwise: $ename:literal [$($ealias:literal),*],
+        scalar: $sname:literal [$($salias:literal),*],
+        rscalar: $rname:tt,
+        doc: $doc:literal; )*) => {
+        $(
+            struct $ty;
+            impl BinaryMath for $ty {
+                #[inline(always)]
+                fn float<F: Float>($a: F, $b: F) -> F { $fbody }
+                #[inline(always)]
+                fn int($ia: i64, $ib: i64) -> i64 { $ibody }
+            }
+        )*
+        pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+            $(
+                add(OpDef::new($bname, &[$($balias),*], concat!($doc, " With NumPy-style broadcasting."),
+                    |_: NoParams| Ok(Binary::<$ty> { name: $bname, broadcast: true, _m: PhantomData })));
+                add(OpDef::new($ename, &[$($ealias),*], concat!($doc, " Both inputs must have the same shape."),
+                    |_: NoParams| Ok(Binary::<$ty> { name: $ename, broadcast: false, _m: PhantomData })));
+                add(OpDef::new($sname, &[$($salias),*], concat!($doc, " The right operand is a scalar."),
+                    |p: ScalarParams| Ok(Scalar::<$ty> { scalar: p.scalar, reverse: false, _m: PhantomData })));
+                binary_ops!(@reverse add, $ty, $rname, $doc);
+            )*
+        }
+    };
+    (@reverse $add:ident, $ty:ident, none, $doc:literal) => {};
+    (@reverse $add:ident, $ty:ident, $rname:literal, $doc:literal) => {
+        $add(OpDef::new($rname, &[], concat!($doc, " The left operand is a scalar."),
+            |p: ScalarParams| Ok(Scalar::<$ty> { scalar: p.scalar, reverse: true, _m: PhantomData })));
+    };
+}
+
+binary_ops! {
+    Add { float: |a, b| a + b, int: |a, b| a.wrapping_add(b) }
+        broadcast: "broadcast_add" ["broadcast_plus"], elemwise: "elemwise_add" ["_plus", "_Plus", "_add"],
+        scalar: "_plus_scalar" ["_PlusScalar"], rscalar: none, doc: "Adds arguments element-wise.";
+    Sub { float: |a, b| a - b, int: |a, b| a.wrapping_sub(b) }
+        broadcast: "broadcast_sub" ["broadcast_minus"], elemwise: "elemwise_sub" ["_minus", "_Minus", "_sub"],
+        scalar: "_minus_scalar" ["_MinusScalar"], rscalar: "_rminus_scalar", doc: "Subtracts arguments element-wise.";
+    Mul { float: |a, b| a * b, int: |a, b| a.wrapping_mul(b) }
+        broadcast: "broadcast_mul" [], elemwise: "elemwise_mul" ["_mul", "_Mul"],
+        scalar: "_mul_scalar" ["_MulScalar"], rscalar: none, doc: "Multiplies arguments element-wise.";
+    Div { float: |a, b| a / b, int: |a, b| if b == 0 { 0 } else { a.wrapping_div(b) } }
+        broadcast: "broadcast_div" [], elemwise: "elemwise_div" ["_div", "_Div"],
+        scalar: "_div_scalar" ["_DivScalar"], rscalar: "_rdiv_scalar", doc: "Divides arguments element-wise.";
+    Mod { float: |a, b| floor_mod(a, b), int: |a, b| int_floor_mod(a, b) }
+        broadcast: "broadcast_mod" [], elemwise: "_mod" ["_Mod"],
+        scalar: "_mod_scalar" [], rscalar: "_rmod_scalar", doc: "Element-wise modulo, with the sign of the divisor.";
+    Power { float: |a, b| a.powf(b), int: |a, b| int_pow(a, b) }
+        broadcast: "broadcast_power" [], elemwise: "_power" ["_Power"],
+        scalar: "_power_scalar" ["_PowerScalar"], rscalar: "_rpower_scalar", doc: "First array elements raised to powers from the second, element-wise.";
+    Maximum { float: |a, b| if a >= b || b.is_nan() { a } else { b }, int: |a, b| a.max(b) }
+        broadcast: "broadcast_maximum" [], elemwise: "_maximum" ["_Maximum"],
+        scalar: "_maximum_scalar" ["_MaximumScalar"], rscalar: none, doc: "Element-wise maximum of the arguments.";
+    Minimum { float: |a, b| if a <= b || b.is_nan() { a } else { b }, int: |a, b| a.min(b) }
+        broadcast: "broadcast_minimum" [], elemwise: "_minimum" ["_Minimum"],
+        scalar: "_minimum_scalar" ["_MinimumScalar"], rscalar: none, doc: "Element-wise minimum of the arguments.";
+    Hypot { float: |a, b| a.hypot(b), int: |a, b| (a as f64).hypot(b as f64) as i64 }
+        broadcast: "broadcast_hypot" [], elemwise: "_hypot" ["_Hypot"],
+        scalar: "_hypot_scalar" ["_HypotScalar"], rscalar: none, doc: "Element-wise sqrt(lhs^2 + rhs^2).";
+    Equal { float: |a, b| truth(a == b), int: |a, b| (a == b) as i64 }
+        broadcast: "broadcast_equal" [], elemwise: "_equal" [],
+        scalar: "_equal_scalar" [], rscalar: none, doc: "Returns 1 where lhs == rhs, else 0 (in the input dtype).";
+    NotEqual { float: |a, b| truth(a != b), int: |a, b| (a != b) as i64 }
+        broadcast: "broadcast_not_equal" [], elemwise: "_not_equal" [],
+        scalar: "_not_equal_scalar" [], rscalar: none, doc: "Returns 1 where lhs != rhs, else 0 (in the input dtype).";
+    Greater { float: |a, b| truth(a > b), int: |a, b| (a > b) as i64 }
+        broadcast: "broadcast_greater" [], elemwise: "_greater" [],
+        scalar: "_greater_scalar" [], rscalar: none, doc: "Returns 1 where lhs > rhs, else 0 (in the input dtype).";
+    GreaterEqual { float: |a, b| truth(a >= b), int: |a, b| (a >= b) as i64 }
+        broadcast: "broadcast_greater_equal" [], elemwise: "_greater_equal" [],
+        scalar: "_greater_equal_scalar" [], rscalar: none, doc: "Returns 1 where lhs >= rhs, else 0 (in the input dtype).";
+    Lesser { float: |a, b| truth(a < b), int: |a, b| (a < b) as i64 }
+        broadcast: "broadcast_lesser" [], elemwise: "_lesser" [],
+        scalar: "_lesser_scalar" [], rscalar: none, doc: "Returns 1 where lhs < rhs, else 0 (in the input dtype).";
+    LesserEqual { float: |a, b| truth(a <= b), int: |a, b| (a <= b) as i64 }
+        broadcast: "broadcast_lesser_equal" [], elemwise: "_lesser_equal" [],
+        scalar: "_lesser_equal_scalar" [], rscalar: none, doc: "Returns 1 where lhs <= rhs, else 0 (in the input dtype).";
+    LogicalAnd { float: |a, b| truth(a != F::zero() && b != F::zero()), int: |a, b| (a != 0 && b != 0) as i64 }
+        broadcast: "broadcast_logical_and" [], elemwise: "_logical_and" [],
+        scalar: "_logical_and_scalar" [], rscalar: none, doc: "Returns 1 where both operands are non-zero, else 0.";
+    LogicalOr { float: |a, b| truth(a != F::zero() || b != F::zero()), int: |a, b| (a != 0 || b != 0) as i64 }
+        broadcast: "broadcast_logical_or" [], elemwise: "_logical_or" [],
+        scalar: "_logical_or_scalar" [], rscalar: none, doc: "Returns 1 where either operand is non-zero, else 0.";
+    LogicalXor { float: |a, b| truth((a != F::zero()) != (b != F::zero())), int: |a, b| ((a != 0) != (b != 0)) as i64 }
+        broadcast: "broadcast_logical_xor" [], elemwise: "_logical_xor" [],
+        scalar: "_logical_xor_scalar" [], rscalar: none, doc: "Returns 1 where exactly one operand is non-zero, else 0.";
+}

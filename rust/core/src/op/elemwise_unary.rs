@@ -1,0 +1,123 @@
+//! Element-wise unary math: one table row per operator.
+
+use std::marker::PhantomData;
+
+use half::{bf16, f16};
+use num_traits::Float;
+
+use super::broadcast::map1;
+use super::params::NoParams;
+use super::{ExecContext, OpDef, Operator, Tensor};
+use crate::base::{Bool8, DType, Elem, Shape};
+use crate::error::Result;
+
+/// The math of one unary operator, written once for every float width. Integer inputs compute
+/// through f64 (exact for |x| < 2^53) and cast back, as MXNet's kernels do.
+pub trait UnaryMath: Send + Sync + 'static {
+    fn float<F: Float>(x: F) -> F;
+}
+
+struct Unary<M>(PhantomData<M>);
+
+impl<M: UnaryMath> Operator for Unary<M> {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![inputs[0].clone()])
+    }
+    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+        &[(0, 0)]
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        apply_unary::<M>(&inputs[0], &outputs[0]);
+        Ok(())
+    }
+}
+
+fn apply_unary<M: UnaryMath>(x: &Tensor, y: &Tensor) {
+    match x.dtype {
+        DType::F32 => map1(x, y, M::float::<f32>),
+        DType::F64 => map1(x, y, M::float::<f64>),
+        DType::F16 => map1(x, y, |v: f16| f16::from_f32(M::float(v.to_f32()))),
+        DType::BF16 => map1(x, y, |v: bf16| bf16::from_f32(M::float(v.to_f32()))),
+        DType::U8 => map1(x, y, int_path::<M, u8>),
+        DType::I8 => map1(x, y, int_path::<M, i8>),
+        DType::I32 => map1(x, y, int_path::<M, i32>),
+        DType::I64 => map1(x, y, int_path::<M, i64>),
+        DType::Bool => map1(x, y, int_path::<M, Bool8>),
+    }
+}
+
+#[inline(always)]
+fn int_path<M: UnaryMath, T: Elem>(v: T) -> T {
+    T::from_f64(M::float(v.to_f64()))
+}
+
+#[inline(always)]
+fn lit<F: Float>(v: f64) -> F {
+    F::from(v).unwrap()
+}
+
+macro_rules! unary_ops {
+    ($( $ty:ident $name:literal [$($alias:literal),*] $doc:literal => |$x:ident| $body:expr; )*) => {
+        $(
+            struct $ty;
+            impl UnaryMath for $ty {
+                #[inline(always)]
+                #[allow(clippy::redundant_closure_call)]
+                fn float<F: Float>($x: F) -> F {
+                    $body
+                }
+            }
+        )*
+        pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+            $(
+                add(OpDef::new($name, &[$($alias),*], $doc, |_: NoParams| Ok(Unary::<$ty>(PhantomData))));
+            )*
+        }
+    };
+}
+
+unary_ops! {
+    Abs "abs" [] "Returns element-wise absolute value of the input." => |x| x.abs();
+    Sign "sign" [] "Returns element-wise sign of the input (-1, 0 or 1)." =>
+        |x| if x > F::zero() { F::one() } else if x < F::zero() { -F::one() } else { F::zero() };
+    Round "round" [] "Returns element-wise rounded value to the nearest integer, halves away from zero." => |x| x.round();
+    Rint "rint" [] "Returns element-wise rounded value to the nearest integer, halves to even." =>
+        |x| { let r = x.round(); if (x - x.trunc()).abs() == lit(0.5) { lit::<F>(2.0) * (x / lit(2.0)).round() } else { r } };
+    Ceil "ceil" [] "Returns element-wise ceiling of the input." => |x| x.ceil();
+    Floor "floor" [] "Returns element-wise floor of the input." => |x| x.floor();
+    Trunc "trunc" [] "Returns element-wise truncated value of the input." => |x| x.trunc();
+    Fix "fix" [] "Returns element-wise rounded value to the nearest integer towards zero." => |x| x.trunc();
+    Square "square" [] "Returns element-wise squared value of the input." => |x| x * x;
+    Sqrt "sqrt" [] "Returns element-wise square root of the input." => |x| x.sqrt();
+    Rsqrt "rsqrt" [] "Returns element-wise inverse square root of the input." => |x| F::one() / x.sqrt();
+    Cbrt "cbrt" [] "Returns element-wise cube root of the input." => |x| x.cbrt();
+    Rcbrt "rcbrt" [] "Returns element-wise inverse cube root of the input." => |x| F::one() / x.cbrt();
+    Exp "exp" [] "Returns element-wise exponential value of the input." => |x| x.exp();
+    Expm1 "expm1" [] "Returns exp(x) - 1 computed element-wise." => |x| x.exp_m1();
+    Log "log" [] "Returns element-wise natural logarithmic value of the input." => |x| x.ln();
+    Log10 "log10" [] "Returns element-wise base-10 logarithmic value of the input." => |x| x.log10();
+    Log2 "log2" [] "Returns element-wise base-2 logarithmic value of the input." => |x| x.log2();
+    Log1p "log1p" [] "Returns element-wise log(1 + x)." => |x| x.ln_1p();
+    Sin "sin" [] "Computes the element-wise sine of the input array." => |x| x.sin();
+    Cos "cos" [] "Computes the element-wise cosine of the input array." => |x| x.cos();
+    Tan "tan" [] "Computes the element-wise tangent of the input array." => |x| x.tan();
+    Arcsin "arcsin" [] "Returns element-wise inverse sine of the input array." => |x| x.asin();
+    Arccos "arccos" [] "Returns element-wise inverse cosine of the input array." => |x| x.acos();
+    Arctan "arctan" [] "Returns element-wise inverse tangent of the input array." => |x| x.atan();
+    Sinh "sinh" [] "Returns the hyperbolic sine of the input array, computed element-wise." => |x| x.sinh();
+    Cosh "cosh" [] "Returns the hyperbolic cosine of the input array, computed element-wise." => |x| x.cosh();
+    Tanh "tanh" [] "Returns the hyperbolic tangent of the input array, computed element-wise." => |x| x.tanh();
+    Arcsinh "arcsinh" [] "Returns the element-wise inverse hyperbolic sine of the input array." => |x| x.asinh();
+    Arccosh "arccosh" [] "Returns the element-wise inverse hyperbolic cosine of the input array." => |x| x.acosh();
+    Arctanh "arctanh" [] "Returns the element-wise inverse hyperbolic tangent of the input array." => |x| x.atanh();
+    Degrees "degrees" [] "Converts each element of the input array from radians to degrees." => |x| x.to_degrees();
+    Radians "radians" [] "Converts each element of the input array from degrees to radians." => |x| x.to_radians();
+    Sigmoid "sigmoid" [] "Computes sigmoid of x element-wise: 1 / (1 + exp(-x))." => |x| F::one() / (F::one() + (-x).exp());
+    Relu "relu" [] "Computes rectified linear activation: max(x, 0)." => |x| if x > F::zero() { x } else { F::zero() };
+    Softsign "softsign" [] "Computes softsign of x element-wise: x / (1 + abs(x))." => |x| x / (F::one() + x.abs());
+    Reciprocal "reciprocal" [] "Returns the reciprocal of the argument, element-wise." => |x| F::one() / x;
+    Negative "negative" [] "Numerical negative of the argument, element-wise." => |x| -x;
+    LogicalNot "logical_not" [] "Returns the result of logical NOT (!) function: 1 where x is 0, else 0." =>
+        |x| if x == F::zero() { F::one() } else { F::zero() };
+    Identity "_copy" ["identity"] "Returns a copy of the input." => |x| x;
+}

@@ -1,0 +1,313 @@
+//! Indexing: `slice` (begin/end/step per axis, Python semantics), its assignment forms used by
+//! `x[key] = value`, `slice_axis`, and `take`.
+
+use super::shape_ops::{copy_bytes, strided_copy};
+use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
+use crate::base::{normalize_axis, Elem, Shape};
+use crate::error::Result;
+
+crate::op_params! {
+    pub struct SliceParams {
+        /// Starting indices for the slice operation, one per leading axis (None means the start).
+        begin: Vec<Option<i64>>,
+        /// Ending indices (exclusive), one per leading axis (None means the end).
+        end: Vec<Option<i64>>,
+        /// Step for each axis (None or omitted means 1).
+        step: Vec<Option<i64>> = Vec::new(),
+    }
+}
+
+/// A resolved slice: per axis the first index, the step and the number of elements taken.
+struct Region {
+    start: Vec<i64>,
+    step: Vec<i64>,
+    len: Vec<usize>,
+}
+
+/// Resolve one axis like Python's `slice.indices`.
+fn resolve_axis(begin: Option<i64>, end: Option<i64>, step: Option<i64>, dim: usize) -> Result<(i64, i64, usize)> {
+    let step = step.unwrap_or(1);
+    if step == 0 {
+        crate::bail!(Value, "slice step cannot be zero");
+    }
+    let n = dim as i64;
+    let clamp = |v: i64, lo: i64, hi: i64| v.max(lo).min(hi);
+    let norm = |v: i64| if v < 0 { v + n } else { v };
+    let (start, stop) = if step > 0 {
+        (begin.map_or(0, |b| clamp(norm(b), 0, n)), end.map_or(n, |e| clamp(norm(e), 0, n)))
+    } else {
+        (begin.map_or(n - 1, |b| clamp(norm(b), -1, n - 1)), end.map_or(-1, |e| clamp(norm(e), -1, n - 1)))
+    };
+    let (span, stride) = if step > 0 { (stop - start, step) } else { (start - stop, -step) };
+    let len = if span <= 0 { 0 } else { (span + stride - 1) / stride };
+    Ok((start, step, len as usize))
+}
+
+impl SliceParams {
+    fn region(&self, op: &str, s: &Shape) -> Result<Region> {
+        if self.begin.len() != self.end.len() || (!self.step.is_empty() && self.step.len() != self.begin.len()) {
+            crate::bail!(Param, "{op}: begin, end and step must have the same length");
+        }
+        if self.begin.len() > s.ndim() {
+            crate::bail!(Shape, "{op}: {} axes given for an input of shape {s}", self.begin.len());
+        }
+        let mut r = Region { start: vec![], step: vec![], len: vec![] };
+        for d in 0..s.ndim() {
+            let (b, e, st) = if d < self.begin.len() {
+                (self.begin[d], self.end[d], self.step.get(d).copied().flatten())
+            } else {
+                (None, None, None)
+            };
+            let (start, step, len) = resolve_axis(b, e, st, s[d])?;
+            r.start.push(start);
+            r.step.push(step);
+            r.len.push(len);
+        }
+        Ok(r)
+    }
+}
+
+impl Region {
+    /// Base offset and per-axis strides of the region inside a contiguous array of shape `s`.
+    fn strides_in(&self, s: &Shape) -> (isize, Vec<isize>) {
+        let st = s.strides();
+        let base = self.start.iter().zip(&st).map(|(&b, &t)| b as isize * t as isize).sum::<isize>();
+        (base, self.step.iter().zip(&st).map(|(&k, &t)| k as isize * t as isize).collect())
+    }
+}
+
+fn contiguous(s: &[usize]) -> Vec<isize> {
+    Shape::new(s.to_vec()).strides().into_iter().map(|v| v as isize).collect()
+}
+
+struct Slice {
+    p: SliceParams,
+}
+
+impl Operator for Slice {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![Shape::new(self.p.region("slice", &inputs[0])?.len)])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let x = &inputs[0];
+        let r = self.p.region("slice", &x.shape)?;
+        let (base, ss) = r.strides_in(&x.shape);
+        crate::dispatch_dtype!(x.dtype, T => strided_copy::<T>(&r.len, x.ptr::<T>(), base, &ss, outputs[0].ptr::<T>(), 0, &contiguous(&r.len)));
+        Ok(())
+    }
+}
+
+struct SliceAssign {
+    p: SliceParams,
+}
+
+impl Operator for SliceAssign {
+    fn input_names(&self) -> Vec<String> {
+        vec!["lhs".into(), "rhs".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let r = self.p.region("_slice_assign", &inputs[0])?;
+        if inputs[1].dims() != r.len.as_slice() {
+            crate::bail!(
+                Shape,
+                "_slice_assign: value of shape {} does not fit the region {} of {}",
+                inputs[1],
+                Shape::new(r.len),
+                inputs[0]
+            );
+        }
+        Ok(vec![inputs[0].clone()])
+    }
+    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+        &[(0, 0)]
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (lhs, rhs, out) = (&inputs[0], &inputs[1], &outputs[0]);
+        copy_bytes(lhs, out);
+        let r = self.p.region("_slice_assign", &out.shape)?;
+        let (base, ds) = r.strides_in(&out.shape);
+        crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&r.len, rhs.ptr::<T>(), 0, &contiguous(&r.len), out.ptr::<T>(), base, &ds));
+        Ok(())
+    }
+}
+
+crate::op_params! {
+    pub struct SliceAssignScalarParams {
+        /// The scalar value written to the region.
+        scalar: f64 = 0.0,
+        /// Starting indices for the slice operation.
+        begin: Vec<Option<i64>>,
+        /// Ending indices (exclusive).
+        end: Vec<Option<i64>>,
+        /// Steps per axis.
+        step: Vec<Option<i64>> = Vec::new(),
+    }
+}
+
+struct SliceAssignScalar {
+    scalar: f64,
+    p: SliceParams,
+}
+
+impl Operator for SliceAssignScalar {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        self.p.region("_slice_assign_scalar", &inputs[0])?;
+        Ok(vec![inputs[0].clone()])
+    }
+    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+        &[(0, 0)]
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let out = &outputs[0];
+        copy_bytes(&inputs[0], out);
+        let r = self.p.region("_slice_assign_scalar", &out.shape)?;
+        let (base, ds) = r.strides_in(&out.shape);
+        crate::dispatch_dtype!(out.dtype, T => {
+            let v = [T::from_f64(self.scalar)];
+            strided_copy::<T>(&r.len, v.as_ptr(), 0, &vec![0; r.len.len()], out.ptr::<T>(), base, &ds)
+        });
+        Ok(())
+    }
+}
+
+crate::op_params! {
+    pub struct SliceAxisParams {
+        /// Axis along which to be sliced.
+        axis: i64,
+        /// The beginning index along the axis.
+        begin: i64,
+        /// The ending index along the axis (None means the end).
+        end: Option<i64>,
+    }
+}
+
+crate::op_params! {
+    pub struct TakeParams {
+        /// The axis of the input array to be taken.
+        axis: i64 = 0,
+        /// How out-of-bound indices behave: 'clip' (default), 'wrap' or 'raise'.
+        mode: String = "clip".to_string(),
+    }
+}
+
+struct Take {
+    axis: i64,
+    mode: String,
+}
+
+impl Operator for Take {
+    fn input_names(&self) -> Vec<String> {
+        vec!["a".into(), "indices".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let (a, idx) = (&inputs[0], &inputs[1]);
+        let axis = normalize_axis(self.axis, a.ndim())?;
+        let mut dims = a.dims()[..axis].to_vec();
+        dims.extend_from_slice(idx.dims());
+        dims.extend_from_slice(&a.dims()[axis + 1..]);
+        Ok(vec![Shape::new(dims)])
+    }
+    fn infer_type(&self, inputs: &[crate::base::DType]) -> Result<Vec<crate::base::DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (a, idx, out) = (&inputs[0], &inputs[1], &outputs[0]);
+        let axis = normalize_axis(self.axis, a.shape.ndim())?;
+        let n = a.shape[axis] as i64;
+        let indices: Vec<i64> = crate::dispatch_dtype!(idx.dtype, I => {
+            // SAFETY: idx is an input of this op and is not written by it.
+            unsafe { idx.slice::<I>() }.iter().map(|v| v.to_f64() as i64).collect()
+        });
+        let mut rows = Vec::with_capacity(indices.len());
+        for &i in &indices {
+            rows.push(match self.mode.as_str() {
+                "wrap" => i.rem_euclid(n.max(1)),
+                "raise" if i < -n || i >= n => {
+                    crate::bail!(Index, "take: index {i} is out of bounds for axis {axis} with size {n}")
+                }
+                "raise" => i.rem_euclid(n.max(1)),
+                _ => i.clamp(0, (n - 1).max(0)),
+            } as usize);
+        }
+        let es = a.dtype.size();
+        let outer: usize = a.shape.dims()[..axis].iter().product();
+        let inner: usize = a.shape.dims()[axis + 1..].iter().product::<usize>() * es;
+        let (ap, op) = (SendPtr(a.raw()), SendPtr(out.raw()));
+        let k = rows.len();
+        super::parallel_chunks(outer * k, ((1usize << 16) / inner.max(1)).max(1), |r| {
+            for t in r {
+                let (o, j) = (t / k, t % k);
+                // SAFETY: rows[j] < n, so the source block is inside `a`; each t owns one output block.
+                unsafe { std::ptr::copy_nonoverlapping(ap.get().add((o * n as usize + rows[j]) * inner), op.get().add(t * inner), inner) };
+            }
+        });
+        Ok(())
+    }
+}
+
+pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    add(OpDef::new(
+        "slice",
+        &["_slice", "crop"],
+        "Slices a region of the array: begin/end/step per leading axis, with Python slice semantics.",
+        |p: SliceParams| Ok(Slice { p }),
+    ));
+    add(OpDef::new(
+        "_slice_assign",
+        &["_crop_assign"],
+        "Assigns rhs to the region of lhs given by begin/end/step; returns the updated lhs.",
+        |p: SliceParams| Ok(SliceAssign { p }),
+    ));
+    add(OpDef::new(
+        "_slice_assign_scalar",
+        &["_crop_assign_scalar"],
+        "Assigns a scalar to the region of the input given by begin/end/step.",
+        |p: SliceAssignScalarParams| {
+            Ok(SliceAssignScalar { scalar: p.scalar, p: SliceParams { begin: p.begin, end: p.end, step: p.step } })
+        },
+    ));
+    add(OpDef::new(
+        "slice_axis",
+        &[],
+        "Slices along a given axis: elements begin..end of that axis.",
+        |p: SliceAxisParams| Ok(SliceAxis { axis: p.axis, begin: p.begin, end: p.end }),
+    ));
+    add(OpDef::new(
+        "take",
+        &[],
+        "Takes elements from an input array along the given axis, by integer indices.",
+        |p: TakeParams| {
+            if !matches!(p.mode.as_str(), "clip" | "wrap" | "raise") {
+                crate::bail!(Param, "take: mode must be 'clip', 'wrap' or 'raise', got '{}'", p.mode);
+            }
+            Ok(Take { axis: p.axis, mode: p.mode })
+        },
+    ));
+}
+
+/// `slice_axis` is a `slice` whose leading axes before `axis` take everything.
+struct SliceAxis {
+    axis: i64,
+    begin: i64,
+    end: Option<i64>,
+}
+
+impl SliceAxis {
+    fn as_slice(&self, s: &Shape) -> Result<SliceParams> {
+        let axis = normalize_axis(self.axis, s.ndim())?;
+        let mut begin = vec![None; axis + 1];
+        let mut end = vec![None; axis + 1];
+        begin[axis] = Some(self.begin);
+        end[axis] = self.end;
+        Ok(SliceParams { begin, end, step: Vec::new() })
+    }
+}
+
+impl Operator for SliceAxis {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Slice { p: self.as_slice(&inputs[0])? }.infer_shape(inputs)
+    }
+    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        Slice { p: self.as_slice(&inputs[0].shape)? }.forward(ctx, inputs, outputs)
+    }
+}

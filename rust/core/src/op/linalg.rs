@@ -1,0 +1,241 @@
+//! Matrix products: `dot` and `batch_dot`, on the `gemm` crate's blocked SIMD kernels (float32,
+//! float64, float16), with an f64-accumulating loop for the other dtypes.
+
+use half::f16;
+
+use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
+use crate::base::{DType, Elem, Shape};
+use crate::error::Result;
+
+crate::op_params! {
+    pub struct DotParams {
+        /// If true then transpose the first input before dot.
+        transpose_a: bool = false,
+        /// If true then transpose the second input before dot.
+        transpose_b: bool = false,
+        /// Storage type of the output (only 'default' is supported).
+        forward_stype: Option<String> = None,
+    }
+}
+
+/// A row-major matrix operand: pointer, logical (rows, cols), and its (row, col) strides.
+#[derive(Clone, Copy)]
+struct Mat {
+    rows: usize,
+    cols: usize,
+    rs: isize,
+    cs: isize,
+}
+
+impl Mat {
+    /// A stored `rows x cols` matrix, read transposed when `t`.
+    fn stored(rows: usize, cols: usize, t: bool) -> Mat {
+        if t {
+            Mat { rows: cols, cols: rows, rs: 1, cs: cols as isize }
+        } else {
+            Mat { rows, cols, rs: cols as isize, cs: 1 }
+        }
+    }
+}
+
+/// `dst (m x n) = a (m x k) * b (k x n)`, overwriting dst.
+unsafe fn matmul(dtype: DType, dst: *mut u8, a: *const u8, am: Mat, b: *const u8, bm: Mat, threads: usize) {
+    let (m, k, n) = (am.rows, am.cols, bm.cols);
+    let flops = m * n * k;
+    let par = if flops < 64 * 64 * 64 || threads <= 1 {
+        gemm::Parallelism::None
+    } else {
+        gemm::Parallelism::Rayon(threads)
+    };
+    macro_rules! fast {
+        ($t:ty, $one:expr, $zero:expr) => {
+            gemm::gemm::<$t>(
+                m, n, k, dst as *mut $t, 1, n as isize, false,
+                a as *const $t, am.cs, am.rs, b as *const $t, bm.cs, bm.rs,
+                $zero, $one, false, false, false, par,
+            )
+        };
+    }
+    match dtype {
+        DType::F32 => fast!(f32, 1.0f32, 0.0f32),
+        DType::F64 => fast!(f64, 1.0f64, 0.0f64),
+        DType::F16 => fast!(f16, f16::ONE, f16::ZERO),
+        other => crate::dispatch_dtype!(other, T => naive_matmul::<T>(dst as *mut T, a as *const T, am, b as *const T, bm)),
+    }
+}
+
+/// Reference loop for dtypes the SIMD kernels do not cover (bfloat16 and integers).
+unsafe fn naive_matmul<T: Elem>(dst: *mut T, a: *const T, am: Mat, b: *const T, bm: Mat) {
+    let (m, k, n) = (am.rows, am.cols, bm.cols);
+    let dp = SendPtr(dst);
+    let (ap, bp) = (SendPtr(a as *mut T), SendPtr(b as *mut T));
+    super::parallel_chunks(m, (4096 / (n * k).max(1)).max(1), |rows| {
+        let mut acc = vec![0f64; n];
+        for i in rows {
+            acc.iter_mut().for_each(|v| *v = 0.0);
+            for p in 0..k {
+                let av = (*ap.get().offset(i as isize * am.rs + p as isize * am.cs)).to_f64();
+                for (j, slot) in acc.iter_mut().enumerate() {
+                    *slot += av * (*bp.get().offset(p as isize * bm.rs + j as isize * bm.cs)).to_f64();
+                }
+            }
+            for (j, v) in acc.iter().enumerate() {
+                *dp.get().add(i * n + j) = T::from_f64(*v);
+            }
+        }
+    });
+}
+
+struct Dot {
+    p: DotParams,
+}
+
+impl Dot {
+    /// MXNet's view of N-d operands as matrices: `a` is (prod(shape[:-1]), shape[-1]) unless
+    /// transposed, in which case it is (shape[0], prod(shape[1:])) read transposed.
+    fn operands(&self, a: &Shape, b: &Shape) -> Result<(Mat, Mat, Shape)> {
+        let split_last = |s: &Shape| -> (usize, usize) {
+            let last = *s.dims().last().unwrap_or(&1);
+            (s.size() / last.max(1), last)
+        };
+        let split_first = |s: &Shape| -> (usize, usize) {
+            let first = *s.dims().first().unwrap_or(&1);
+            (first, s.size() / first.max(1))
+        };
+        let (ta, tb) = (self.p.transpose_a, self.p.transpose_b);
+        if a.ndim() == 1 && b.ndim() == 1 {
+            if a[0] != b[0] {
+                crate::bail!(Shape, "dot: shapes {a} and {b} are not aligned: {} != {}", a[0], b[0]);
+            }
+            return Ok((Mat::stored(1, a[0], false), Mat::stored(b[0], 1, false), Shape::new(vec![1])));
+        }
+        let (ar, ac) = if ta { split_first(a) } else { split_last(a) };
+        let am = Mat::stored(ar, ac, ta);
+        let (br, bc) = if tb { split_last(b) } else { split_first(b) };
+        let bm = Mat::stored(br, bc, tb);
+        if am.cols != bm.rows {
+            crate::bail!(
+                Shape,
+                "dot: shapes {a} and {b} are not aligned (transpose_a={ta}, transpose_b={tb}): {} != {}",
+                am.cols,
+                bm.rows
+            );
+        }
+        let mut out: Vec<usize> = Vec::new();
+        if a.ndim() > 1 {
+            out.extend_from_slice(if ta { &a.dims()[1..] } else { &a.dims()[..a.ndim() - 1] });
+        }
+        if b.ndim() > 1 {
+            out.extend_from_slice(if tb { &b.dims()[..b.ndim() - 1] } else { &b.dims()[1..] });
+        }
+        if out.is_empty() {
+            out.push(1);
+        }
+        Ok((am, bm, Shape::new(out)))
+    }
+}
+
+impl Operator for Dot {
+    fn input_names(&self) -> Vec<String> {
+        vec!["lhs".into(), "rhs".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        if inputs[0].ndim() == 0 || inputs[1].ndim() == 0 {
+            crate::bail!(Shape, "dot: inputs must have at least one dimension, got {} and {}", inputs[0], inputs[1]);
+        }
+        Ok(vec![self.operands(&inputs[0], &inputs[1])?.2])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (am, bm, _) = self.operands(&inputs[0].shape, &inputs[1].shape)?;
+        let threads = rayon::current_num_threads();
+        // SAFETY: operand views were derived from the tensors' own shapes; out has m*n elements.
+        unsafe { matmul(inputs[0].dtype, outputs[0].raw(), inputs[0].raw(), am, inputs[1].raw(), bm, threads) };
+        Ok(())
+    }
+}
+
+struct BatchDot {
+    p: DotParams,
+}
+
+impl BatchDot {
+    fn operands(&self, a: &Shape, b: &Shape) -> Result<(usize, Mat, Mat)> {
+        if a.ndim() != 3 || b.ndim() != 3 {
+            crate::bail!(Shape, "batch_dot: both inputs must be 3-D (batch, rows, cols), got {a} and {b}");
+        }
+        if a[0] != b[0] {
+            crate::bail!(Shape, "batch_dot: batch sizes differ: {a} and {b}");
+        }
+        let am = Mat::stored(a[1], a[2], self.p.transpose_a);
+        let bm = Mat::stored(b[1], b[2], self.p.transpose_b);
+        if am.cols != bm.rows {
+            crate::bail!(
+                Shape,
+                "batch_dot: shapes {a} and {b} are not aligned (transpose_a={}, transpose_b={}): {} != {}",
+                self.p.transpose_a,
+                self.p.transpose_b,
+                am.cols,
+                bm.rows
+            );
+        }
+        Ok((a[0], am, bm))
+    }
+}
+
+impl Operator for BatchDot {
+    fn input_names(&self) -> Vec<String> {
+        vec!["lhs".into(), "rhs".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let (batch, am, bm) = self.operands(&inputs[0], &inputs[1])?;
+        Ok(vec![Shape::new(vec![batch, am.rows, bm.cols])])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (batch, am, bm) = self.operands(&inputs[0].shape, &inputs[1].shape)?;
+        let es = inputs[0].dtype.size();
+        let (a_step, b_step, o_step) = (am.rows * am.cols * es, bm.rows * bm.cols * es, am.rows * bm.cols * es);
+        let (ap, bp, op) = (SendPtr(inputs[0].raw()), SendPtr(inputs[1].raw()), SendPtr(outputs[0].raw()));
+        let dtype = inputs[0].dtype;
+        let threads = rayon::current_num_threads();
+        // Many small products run one per thread; few large ones let GEMM use the threads.
+        let inner_threads = if batch >= threads { 1 } else { threads };
+        super::parallel_chunks(batch, if inner_threads == 1 { 1 } else { batch }, |range| {
+            for i in range {
+                // SAFETY: batch item i occupies its own slice of each operand and of the output.
+                unsafe {
+                    matmul(dtype, op.get().add(i * o_step), ap.get().add(i * a_step), am, bp.get().add(i * b_step), bm, inner_threads)
+                };
+            }
+        });
+        Ok(())
+    }
+}
+
+fn check_dense(p: &DotParams) -> Result<()> {
+    match p.forward_stype.as_deref() {
+        None | Some("default") => Ok(()),
+        Some(other) => crate::bail!(Param, "forward_stype '{other}' is not supported; only dense ('default') outputs are"),
+    }
+}
+
+pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    add(OpDef::new(
+        "dot",
+        &[],
+        "Dot product of two arrays. 1-D x 1-D is the inner product; N-D operands are flattened to matrices \
+         (all but the last axis of lhs, all but the first axis of rhs), honouring transpose_a/transpose_b.",
+        |p: DotParams| {
+            check_dense(&p)?;
+            Ok(Dot { p })
+        },
+    ));
+    add(OpDef::new(
+        "batch_dot",
+        &[],
+        "Batchwise dot product of two 3-D arrays: out[i] = dot(lhs[i], rhs[i]).",
+        |p: DotParams| {
+            check_dense(&p)?;
+            Ok(BatchDot { p })
+        },
+    ));
+}

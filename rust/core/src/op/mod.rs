@@ -1,0 +1,264 @@
+//! The operator registry: every operator is one typed definition in one file.
+//!
+//! An [`OpDef`] names the operator (and its MXNet aliases), documents it, and parses MXNet's
+//! string attributes into an [`Operator`]: the typed instance that knows its inputs, infers
+//! shapes and dtypes, and runs its kernel. Python generates `mx.nd.<op>` from [`list`].
+
+pub mod params;
+
+mod broadcast;
+mod creation;
+mod elemwise_binary;
+mod elemwise_unary;
+mod indexing;
+mod linalg;
+mod reduce;
+mod shape_ops;
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use crate::base::{Context, DType, Shape};
+use crate::error::Result;
+pub use params::{Attrs, ParamSpec, Params};
+pub(crate) use shape_ops::cast_into;
+pub use shape_ops::infer_reshape;
+
+/// A tensor as a kernel sees it: memory the engine has granted to the running op.
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    ptr: *mut u8,
+    pub shape: Shape,
+    pub dtype: DType,
+}
+
+// SAFETY: a Tensor is only created for an op the engine is running, and the engine grants that op
+// shared access to what it reads and exclusive access to what it writes, on whichever thread runs it.
+unsafe impl Send for Tensor {}
+unsafe impl Sync for Tensor {}
+
+impl Tensor {
+    /// # Safety
+    /// `ptr` must address `shape.size()` elements of `dtype` that stay valid and are not written
+    /// by anyone else while the tensor is used.
+    pub unsafe fn new(ptr: *mut u8, shape: Shape, dtype: DType) -> Self {
+        Tensor { ptr, shape, dtype }
+    }
+    pub fn size(&self) -> usize {
+        self.shape.size()
+    }
+    pub fn ptr<T>(&self) -> *mut T {
+        debug_assert_eq!(std::mem::size_of::<T>(), self.dtype.size());
+        self.ptr as *mut T
+    }
+    pub fn raw(&self) -> *mut u8 {
+        self.ptr
+    }
+    /// View the elements. Valid only inside the op's kernel, and only for inputs that are not
+    /// also written by the same op.
+    ///
+    /// # Safety
+    /// `T` must be the element type of `dtype`, and no output of the running op may alias it.
+    pub unsafe fn slice<T>(&self) -> &[T] {
+        std::slice::from_raw_parts(self.ptr::<T>(), self.size())
+    }
+    /// # Safety
+    /// `T` must be the element type of `dtype`; the running op must own this output exclusively
+    /// and not read any input that aliases it through another slice.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice_mut<T>(&self) -> &mut [T] {
+        std::slice::from_raw_parts_mut(self.ptr::<T>(), self.size())
+    }
+}
+
+/// What a running kernel may ask of its environment.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExecContext {
+    /// Seed drawn for this op at push time (random operators), so results do not depend on timing.
+    pub seed: u64,
+    pub is_train: bool,
+}
+
+/// A parsed operator instance.
+pub trait Operator: Send + Sync + 'static {
+    /// Argument names of the inputs, in order (`data`, `lhs`/`rhs`, `weight`, ...).
+    fn input_names(&self) -> Vec<String> {
+        vec!["data".to_string()]
+    }
+    fn num_outputs(&self) -> usize {
+        1
+    }
+    /// Output shapes from input shapes.
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>>;
+    /// Output dtypes from input dtypes; by default every input and output share one dtype.
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        same_dtype(inputs, self.num_outputs())
+    }
+    /// Device for operators without inputs (creation ops); `None` means the caller's default.
+    fn context(&self) -> Option<Context> {
+        None
+    }
+    /// (input, output) pairs whose memory may be shared: the kernel is correct when the output
+    /// aliases that input element for element.
+    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+        &[]
+    }
+    /// Whether the kernel draws random numbers: it then gets a seed drawn at push time.
+    fn needs_rng(&self) -> bool {
+        false
+    }
+    /// The kernel. Errors are reported on the outputs at the next sync point.
+    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()>;
+}
+
+/// Shared dtype check: all inputs have one dtype, which every output takes.
+pub fn same_dtype(inputs: &[DType], num_outputs: usize) -> Result<Vec<DType>> {
+    let Some(&first) = inputs.first() else {
+        crate::bail!(Type, "cannot infer the output dtype without inputs");
+    };
+    if let Some(other) = inputs.iter().find(|&&d| d != first) {
+        crate::bail!(Type, "inputs must share one dtype, got {first} and {other}");
+    }
+    Ok(vec![first; num_outputs])
+}
+
+/// One registered operator.
+pub struct OpDef {
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+    pub doc: &'static str,
+    /// Inputs taken as a variable-length list (`Concat`, `add_n`): `num_args` counts them.
+    pub variadic: bool,
+    pub params: fn() -> Vec<ParamSpec>,
+    pub create: Box<dyn Fn(&str, &Attrs) -> Result<Arc<dyn Operator>> + Send + Sync>,
+}
+
+impl OpDef {
+    /// Register an operator whose parameters are `P` and whose instance `build` makes from them.
+    pub fn new<P: Params + 'static, O: Operator>(
+        name: &'static str,
+        aliases: &'static [&'static str],
+        doc: &'static str,
+        build: impl Fn(P) -> Result<O> + Send + Sync + 'static,
+    ) -> Self {
+        OpDef {
+            name,
+            aliases,
+            doc,
+            variadic: false,
+            params: P::specs,
+            create: Box::new(move |called_as, attrs| {
+                let p = P::parse(called_as, attrs)?;
+                Ok(Arc::new(build(p).map_err(|e| e.context(format!("operator {called_as}")))?) as Arc<dyn Operator>)
+            }),
+        }
+    }
+
+    pub fn variadic(mut self) -> Self {
+        self.variadic = true;
+        self
+    }
+
+    /// Parse `attrs` into an instance, naming the operator as it was called.
+    pub fn instantiate(&self, called_as: &str, attrs: &Attrs) -> Result<Arc<dyn Operator>> {
+        (self.create)(called_as, attrs)
+    }
+}
+
+pub struct Registry {
+    defs: Vec<OpDef>,
+    by_name: HashMap<&'static str, usize>,
+}
+
+impl Registry {
+    fn add(&mut self, def: OpDef) {
+        let index = self.defs.len();
+        for name in std::iter::once(def.name).chain(def.aliases.iter().copied()) {
+            let previous = self.by_name.insert(name, index);
+            assert!(previous.is_none(), "operator name {name} registered twice");
+        }
+        self.defs.push(def);
+    }
+
+    pub fn get(&self, name: &str) -> Result<&OpDef> {
+        self.by_name
+            .get(name)
+            .map(|&i| &self.defs[i])
+            .ok_or_else(|| crate::err!(Param, "operator '{name}' is not registered"))
+    }
+
+    pub fn defs(&self) -> &[OpDef] {
+        &self.defs
+    }
+}
+
+pub fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut r = Registry { defs: Vec::new(), by_name: HashMap::new() };
+        let mut add = |d: OpDef| r.add(d);
+        elemwise_unary::register(&mut add);
+        elemwise_binary::register(&mut add);
+        reduce::register(&mut add);
+        linalg::register(&mut add);
+        shape_ops::register(&mut add);
+        indexing::register(&mut add);
+        creation::register(&mut add);
+        r
+    })
+}
+
+pub fn lookup(name: &str) -> Result<&'static OpDef> {
+    registry().get(name)
+}
+
+/// Run `f` over `0..n` in parallel chunks when `n` is large enough to pay for the threads.
+pub(crate) fn parallel_chunks(n: usize, min_chunk: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
+    let threads = rayon::current_num_threads();
+    if n <= min_chunk || threads <= 1 {
+        f(0..n);
+        return;
+    }
+    let chunk = (n.div_ceil(threads * 4)).max(min_chunk);
+    let pieces = n.div_ceil(chunk);
+    rayon::scope(|s| {
+        for p in 1..pieces {
+            let f = &f;
+            s.spawn(move |_| f(p * chunk..((p + 1) * chunk).min(n)));
+        }
+        f(0..chunk.min(n));
+    });
+}
+
+/// Elements below which element-wise kernels stay on one thread.
+pub(crate) const PARALLEL_GRAIN: usize = 1 << 15;
+
+/// A raw pointer that kernels hand to worker threads.
+#[derive(Clone, Copy)]
+pub(crate) struct SendPtr<T>(pub *mut T);
+// SAFETY: kernels only share SendPtrs across threads for disjoint index ranges of one buffer the
+// engine has granted to the running op.
+unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    #[inline(always)]
+    pub fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_has_mxnet_names_and_aliases() {
+        for name in ["broadcast_add", "elemwise_add", "_plus", "_Plus", "sum", "dot", "batch_dot", "transpose",
+                     "Concat", "concat", "SliceChannel", "split", "Cast", "cast", "_random_uniform", "_random_normal",
+                     "exp", "_plus_scalar", "Reshape"] {
+            assert!(lookup(name).is_ok(), "{name} missing");
+        }
+        assert!(lookup("no_such_op").unwrap_err().message.contains("no_such_op"));
+    }
+}

@@ -1,0 +1,536 @@
+//! Operators that move data without arithmetic: transpose, reshape, flatten, expand_dims, concat,
+//! split and cast. They share one strided-copy kernel that tiles 2-D transposes so that both the
+//! reads and the writes stay in cache.
+
+use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use crate::base::{normalize_axis, DType, Elem, Shape};
+use crate::error::Result;
+
+/// Copy an N-d block: element `idx` of `dims` goes from `src[sb + idx·ss]` to `dst[db + idx·ds]`.
+pub(crate) fn strided_copy<T: Copy + Send + Sync>(
+    dims: &[usize],
+    src: *const T,
+    sb: isize,
+    ss: &[isize],
+    dst: *mut T,
+    db: isize,
+    ds: &[isize],
+) {
+    let nd = dims.len();
+    let total: usize = dims.iter().product();
+    if total == 0 {
+        return;
+    }
+    let (sp, dp) = (SendPtr(src as *mut T), SendPtr(dst));
+    if nd == 0 {
+        // SAFETY: a 0-d block is the single element at the bases.
+        unsafe { *dst.offset(db) = *src.offset(sb) };
+        return;
+    }
+    let offsets = |mut row: usize, upto: usize| -> (isize, isize) {
+        let (mut so, mut dof) = (sb, db);
+        for d in (0..upto).rev() {
+            let i = (row % dims[d]) as isize;
+            row /= dims[d];
+            so += i * ss[d];
+            dof += i * ds[d];
+        }
+        (so, dof)
+    };
+    const TILE: usize = 32;
+    let transposing = nd >= 2 && ss[nd - 1] != 1 && ds[nd - 1] == 1 && dims[nd - 1] >= TILE && dims[nd - 2] >= TILE;
+    if transposing {
+        let (r, c) = (dims[nd - 2], dims[nd - 1]);
+        let batches: usize = dims[..nd - 2].iter().product();
+        let row_tiles = r.div_ceil(TILE);
+        parallel_chunks(batches * row_tiles, 1, |tiles| {
+            for t in tiles {
+                let (b, rt) = (t / row_tiles, t % row_tiles);
+                let (so, dof) = offsets(b, nd - 2);
+                let r0 = rt * TILE;
+                for c0 in (0..c).step_by(TILE) {
+                    for i in r0..(r0 + TILE).min(r) {
+                        for j in c0..(c0 + TILE).min(c) {
+                            // SAFETY: (b, i, j) is an in-range index of dims; strides map it into
+                            // the source and destination the caller described.
+                            unsafe {
+                                *dp.get().offset(dof + i as isize * ds[nd - 2] + j as isize) =
+                                    *sp.get().offset(so + i as isize * ss[nd - 2] + j as isize * ss[nd - 1])
+                            };
+                        }
+                    }
+                }
+            }
+        });
+        return;
+    }
+    let inner = dims[nd - 1];
+    let rows = total / inner;
+    let (si, di) = (ss[nd - 1], ds[nd - 1]);
+    parallel_chunks(rows, (super::PARALLEL_GRAIN / inner).max(1), |rs| {
+        for row in rs {
+            let (so, dof) = offsets(row, nd - 1);
+            // SAFETY: as above, every (row, j) is in range of dims.
+            unsafe {
+                if si == 1 && di == 1 {
+                    std::ptr::copy_nonoverlapping(sp.get().offset(so), dp.get().offset(dof), inner);
+                } else {
+                    for j in 0..inner as isize {
+                        *dp.get().offset(dof + j * di) = *sp.get().offset(so + j * si);
+                    }
+                }
+            }
+        }
+    });
+}
+
+fn contiguous_strides(s: &Shape) -> Vec<isize> {
+    s.strides().into_iter().map(|v| v as isize).collect()
+}
+
+/// `y = x.transpose(perm)`.
+pub(crate) fn transpose_into<T: Copy + Send + Sync>(x: &Tensor, y: &Tensor, perm: &[usize]) {
+    let xs = contiguous_strides(&x.shape);
+    let ss: Vec<isize> = perm.iter().map(|&p| xs[p]).collect();
+    strided_copy::<T>(y.shape.dims(), x.ptr::<T>(), 0, &ss, y.ptr::<T>(), 0, &contiguous_strides(&y.shape));
+}
+
+/// Copy the bytes of one tensor into another of equal byte size.
+pub(crate) fn copy_bytes(x: &Tensor, y: &Tensor) {
+    let n = y.size() * y.dtype.size();
+    if x.raw() == y.raw() || n == 0 {
+        return;
+    }
+    let (xp, yp) = (SendPtr(x.raw()), SendPtr(y.raw()));
+    parallel_chunks(n, 1 << 20, |r| {
+        // SAFETY: r lies in both buffers; distinct tensors of one op never overlap partially.
+        unsafe { std::ptr::copy_nonoverlapping(xp.get().add(r.start), yp.get().add(r.start), r.len()) }
+    });
+}
+
+crate::op_params! {
+    pub struct TransposeParams {
+        /// Target axis order; by default the axes are reversed.
+        axes: Vec<i64> = Vec::new(),
+    }
+}
+
+struct Transpose {
+    axes: Vec<i64>,
+}
+
+impl Transpose {
+    fn perm(&self, ndim: usize) -> Result<Vec<usize>> {
+        if self.axes.is_empty() {
+            return Ok((0..ndim).rev().collect());
+        }
+        if self.axes.len() != ndim {
+            crate::bail!(Shape, "transpose: axes {:?} do not match an input of {ndim} dimensions", self.axes);
+        }
+        let perm: Vec<usize> = self.axes.iter().map(|&a| normalize_axis(a, ndim)).collect::<Result<_>>()?;
+        let mut seen = vec![false; ndim];
+        for &p in &perm {
+            if std::mem::replace(&mut seen[p], true) {
+                crate::bail!(Value, "transpose: axes {:?} repeat an axis", self.axes);
+            }
+        }
+        Ok(perm)
+    }
+}
+
+impl Operator for Transpose {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let perm = self.perm(inputs[0].ndim())?;
+        Ok(vec![Shape::new(perm.iter().map(|&p| inputs[0][p]).collect::<Vec<_>>())])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let perm = self.perm(inputs[0].shape.ndim())?;
+        crate::dispatch_dtype!(inputs[0].dtype, T => transpose_into::<T>(&inputs[0], &outputs[0], &perm));
+        Ok(())
+    }
+}
+
+/// MXNet's reshape codes: 0 copies a dim, -1 infers one, -2 copies the rest, -3 merges two,
+/// -4 splits one into the next two values; `reverse` applies them from the right.
+pub fn infer_reshape(src: &Shape, spec: &[i64], reverse: bool) -> Result<Shape> {
+    let fail = |why: String| crate::err!(Shape, "reshape: cannot reshape {src} into {spec:?}: {why}");
+    let (src_dims, spec_v): (Vec<usize>, Vec<i64>) = if reverse {
+        (src.dims().iter().rev().copied().collect(), reverse_spec(spec))
+    } else {
+        (src.dims().to_vec(), spec.to_vec())
+    };
+    let mut out: Vec<usize> = Vec::new();
+    let mut inferred: Option<usize> = None;
+    let (mut si, mut i) = (0usize, 0usize);
+    let take = |si: usize| src_dims.get(si).copied().ok_or_else(|| fail("the codes use more dimensions than the input has".into()));
+    while i < spec_v.len() {
+        match spec_v[i] {
+            p if p > 0 => {
+                out.push(p as usize);
+                si += 1;
+            }
+            0 => {
+                out.push(take(si)?);
+                si += 1;
+            }
+            -1 => {
+                if inferred.replace(out.len()).is_some() {
+                    return Err(fail("more than one -1".into()));
+                }
+                out.push(1);
+                si += 1;
+            }
+            -2 => {
+                out.extend_from_slice(src_dims.get(si..).unwrap_or(&[]));
+                si = src_dims.len();
+            }
+            -3 => {
+                out.push(take(si)? * take(si + 1)?);
+                si += 2;
+            }
+            -4 => {
+                let (a, b) = match (spec_v.get(i + 1), spec_v.get(i + 2)) {
+                    (Some(&a), Some(&b)) => (a, b),
+                    _ => return Err(fail("-4 must be followed by two values".into())),
+                };
+                let d = take(si)? as i64;
+                si += 1;
+                let (a, b) = match (a, b) {
+                    (-1, b) if b > 0 => (d / b, b),
+                    (a, -1) if a > 0 => (a, d / a),
+                    (a, b) => (a, b),
+                };
+                if a * b != d || a <= 0 || b <= 0 {
+                    return Err(fail(format!("-4 cannot split {d} into ({a}, {b})")));
+                }
+                out.push(a as usize);
+                out.push(b as usize);
+                i += 2;
+            }
+            p => return Err(fail(format!("invalid code {p}"))),
+        }
+        i += 1;
+    }
+    if let Some(k) = inferred {
+        let known: usize = out.iter().enumerate().filter(|&(j, _)| j != k).map(|(_, &d)| d).product();
+        if known == 0 || src.size() % known != 0 {
+            return Err(fail("the -1 dimension cannot be inferred".into()));
+        }
+        out[k] = src.size() / known;
+    }
+    if reverse {
+        out.reverse();
+    }
+    let out = Shape::new(out);
+    if out.size() != src.size() {
+        return Err(fail(format!("{} elements cannot become {}", src.size(), out.size())));
+    }
+    Ok(out)
+}
+
+/// Reverse a code list keeping each `-4, a, b` group's operands in order relative to the split.
+fn reverse_spec(spec: &[i64]) -> Vec<i64> {
+    let mut groups: Vec<Vec<i64>> = Vec::new();
+    let mut i = 0;
+    while i < spec.len() {
+        if spec[i] == -4 && i + 2 < spec.len() {
+            groups.push(vec![-4, spec[i + 2], spec[i + 1]]);
+            i += 3;
+        } else {
+            groups.push(vec![spec[i]]);
+            i += 1;
+        }
+    }
+    groups.into_iter().rev().flatten().collect()
+}
+
+crate::op_params! {
+    pub struct ReshapeParams {
+        /// The target shape, with MXNet's special codes 0, -1, -2, -3, -4.
+        shape: Vec<i64> = Vec::new(),
+        /// Apply the special codes from right to left.
+        reverse: bool = false,
+        /// (Deprecated) target shape.
+        target_shape: Vec<i64> = Vec::new(),
+        /// (Deprecated) keep the highest dimension.
+        keep_highest: bool = false,
+    }
+}
+
+/// A copy into a new shape with the same element count (reshape, flatten, expand_dims).
+struct Relayout {
+    shape_of: Box<dyn Fn(&Shape) -> Result<Shape> + Send + Sync>,
+}
+
+impl Operator for Relayout {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![(self.shape_of)(&inputs[0])?])
+    }
+    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+        &[(0, 0)]
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        copy_bytes(&inputs[0], &outputs[0]);
+        Ok(())
+    }
+}
+
+crate::op_params! {
+    pub struct ExpandDimsParams {
+        /// Position of the new axis; negative counts from the end of the output.
+        axis: i64,
+    }
+}
+
+crate::op_params! {
+    pub struct ConcatParams {
+        /// Number of inputs to concatenate.
+        num_args: usize,
+        /// The dimension to be concatenated.
+        dim: i64 = 1,
+    }
+}
+
+struct Concat {
+    num_args: usize,
+    dim: i64,
+}
+
+impl Operator for Concat {
+    fn input_names(&self) -> Vec<String> {
+        (0..self.num_args).map(|i| format!("arg{i}")).collect()
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let first = &inputs[0];
+        let axis = normalize_axis(self.dim, first.ndim())?;
+        let mut out = first.dims().to_vec();
+        out[axis] = 0;
+        for s in inputs {
+            let same_rest = s.ndim() == first.ndim() && (0..s.ndim()).all(|d| d == axis || s[d] == first[d]);
+            if !same_rest {
+                crate::bail!(Shape, "Concat: input shapes {} must agree except on dim {}", list(inputs), self.dim);
+            }
+            out[axis] += s[axis];
+        }
+        Ok(vec![Shape::new(out)])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let out = &outputs[0];
+        let axis = normalize_axis(self.dim, out.shape.ndim())?;
+        let es = out.dtype.size();
+        let outer: usize = out.shape.dims()[..axis].iter().product();
+        let inner: usize = out.shape.dims()[axis + 1..].iter().product::<usize>() * es;
+        let out_block = out.shape[axis] * inner;
+        let mut offset = 0;
+        for x in inputs {
+            let block = x.shape[axis] * inner;
+            copy_blocks(x.raw(), block, out.raw(), out_block, offset, outer);
+            offset += block;
+        }
+        Ok(())
+    }
+}
+
+/// For each of `outer` rows copy `block` bytes from a packed source to `dst + row*dst_row + offset`.
+fn copy_blocks(src: *const u8, block: usize, dst: *mut u8, dst_row: usize, offset: usize, outer: usize) {
+    let (sp, dp) = (SendPtr(src as *mut u8), SendPtr(dst));
+    parallel_chunks(outer, ((1usize << 17) / block.max(1)).max(1), |rows| {
+        for o in rows {
+            // SAFETY: row o of the source is [o*block, (o+1)*block); its slot in the destination
+            // lies inside row o of the destination, disjoint from other inputs' slots.
+            unsafe { std::ptr::copy_nonoverlapping(sp.get().add(o * block), dp.get().add(o * dst_row + offset), block) };
+        }
+    });
+}
+
+fn list(shapes: &[Shape]) -> String {
+    shapes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+crate::op_params! {
+    pub struct SliceChannelParams {
+        /// Number of splits; the axis length must be divisible by it.
+        num_outputs: usize,
+        /// Axis along which to split.
+        axis: i64 = 1,
+        /// Remove the split axis from the outputs (its length must then be 1 per output).
+        squeeze_axis: bool = false,
+    }
+}
+
+struct SliceChannel {
+    p: SliceChannelParams,
+}
+
+impl Operator for SliceChannel {
+    fn num_outputs(&self) -> usize {
+        self.p.num_outputs
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let s = &inputs[0];
+        let axis = normalize_axis(self.p.axis, s.ndim())?;
+        let n = self.p.num_outputs;
+        if n == 0 || s[axis] % n != 0 {
+            crate::bail!(Shape, "SliceChannel: axis {axis} of {s} (length {}) cannot be split into {n} equal parts", s[axis]);
+        }
+        let mut dims = s.dims().to_vec();
+        dims[axis] /= n;
+        if self.p.squeeze_axis {
+            if dims[axis] != 1 {
+                crate::bail!(Shape, "SliceChannel: squeeze_axis needs parts of length 1, but {s} split {n} ways gives {}", dims[axis]);
+            }
+            dims.remove(axis);
+        }
+        Ok(vec![Shape::new(dims); n])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let x = &inputs[0];
+        let axis = normalize_axis(self.p.axis, x.shape.ndim())?;
+        let es = x.dtype.size();
+        let outer: usize = x.shape.dims()[..axis].iter().product();
+        let inner: usize = x.shape.dims()[axis + 1..].iter().product::<usize>() * es;
+        let part = x.shape[axis] / self.p.num_outputs * inner;
+        let row = x.shape[axis] * inner;
+        for (k, y) in outputs.iter().enumerate() {
+            let (sp, dp) = (SendPtr(x.raw()), SendPtr(y.raw()));
+            parallel_chunks(outer, ((1usize << 17) / part.max(1)).max(1), |rows| {
+                for o in rows {
+                    // SAFETY: part k of row o lies inside the input row; output row o is ours.
+                    unsafe { std::ptr::copy_nonoverlapping(sp.get().add(o * row + k * part), dp.get().add(o * part), part) };
+                }
+            });
+        }
+        Ok(())
+    }
+}
+
+crate::op_params! {
+    pub struct CastParams {
+        /// Output data type.
+        dtype: DType,
+    }
+}
+
+struct Cast {
+    dtype: DType,
+}
+
+#[inline(always)]
+fn convert<A: Elem, B: Elem>(v: A) -> B {
+    if A::DTYPE.is_float() || B::DTYPE.is_float() {
+        B::from_f64(v.to_f64())
+    } else {
+        B::from_i64(v.to_i64())
+    }
+}
+
+/// Element-wise dtype conversion of `x` into `y`.
+pub(crate) fn cast_into(x: &Tensor, y: &Tensor) {
+    if x.dtype == y.dtype {
+        copy_bytes(x, y);
+        return;
+    }
+    crate::dispatch_dtype!(x.dtype, A => crate::dispatch_dtype!(y.dtype, B => super::broadcast::map1(x, y, convert::<A, B>)));
+}
+
+impl Operator for Cast {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![inputs[0].clone()])
+    }
+    fn infer_type(&self, _inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![self.dtype])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        cast_into(&inputs[0], &outputs[0]);
+        Ok(())
+    }
+}
+
+pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    add(OpDef::new(
+        "transpose",
+        &[],
+        "Permutes the dimensions of an array; by default reverses them.",
+        |p: TransposeParams| Ok(Transpose { axes: p.axes }),
+    ));
+    add(OpDef::new(
+        "Reshape",
+        &["reshape"],
+        "Reshapes the input array. Codes: 0 copies a dimension, -1 infers one, -2 copies the rest, \
+         -3 merges two consecutive dimensions, -4 splits one into the two values that follow.",
+        |p: ReshapeParams| {
+            if p.keep_highest {
+                crate::bail!(Param, "Reshape: the deprecated keep_highest is not supported; use shape codes (0, -1, ...)");
+            }
+            let spec = if p.shape.is_empty() { p.target_shape } else { p.shape };
+            let reverse = p.reverse;
+            Ok(Relayout { shape_of: Box::new(move |s| infer_reshape(s, &spec, reverse)) })
+        },
+    ));
+    add(OpDef::new(
+        "Flatten",
+        &["flatten"],
+        "Flattens the input array into a 2-D array, collapsing the higher dimensions.",
+        |_: super::params::NoParams| {
+            Ok(Relayout {
+                shape_of: Box::new(|s| {
+                    let first = s.dims().first().copied().unwrap_or(1);
+                    Ok(Shape::new(vec![first, if first == 0 { 0 } else { s.size() / first }]))
+                }),
+            })
+        },
+    ));
+    add(OpDef::new(
+        "expand_dims",
+        &[],
+        "Inserts a new axis of size 1 into the array shape.",
+        |p: ExpandDimsParams| {
+            Ok(Relayout {
+                shape_of: Box::new(move |s| {
+                    let axis = normalize_axis(p.axis, s.ndim() + 1)?;
+                    let mut dims = s.dims().to_vec();
+                    dims.insert(axis, 1);
+                    Ok(Shape::new(dims))
+                }),
+            })
+        },
+    ));
+    add(OpDef::new(
+        "Concat",
+        &["concat"],
+        "Joins input arrays along a given axis; all other dimensions must agree.",
+        |p: ConcatParams| Ok(Concat { num_args: p.num_args, dim: p.dim }),
+    )
+    .variadic());
+    add(OpDef::new(
+        "SliceChannel",
+        &["split"],
+        "Splits an array along a particular axis into multiple sub-arrays of equal length.",
+        |p: SliceChannelParams| Ok(SliceChannel { p }),
+    ));
+    add(OpDef::new("Cast", &["cast"], "Casts all elements of the input to a new type.", |p: CastParams| Ok(Cast { dtype: p.dtype })));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(src: &[usize], spec: &[i64], rev: bool) -> Result<Vec<usize>> {
+        infer_reshape(&Shape::new(src.to_vec()), spec, rev).map(|s| s.0)
+    }
+
+    #[test]
+    fn reshape_codes_match_mxnet_docs() {
+        assert_eq!(r(&[2, 3, 4], &[4, 0, 2], false).unwrap(), vec![4, 3, 2]);
+        assert_eq!(r(&[2, 3, 4], &[6, 1, -1], false).unwrap(), vec![6, 1, 4]);
+        assert_eq!(r(&[2, 3, 4], &[-2], false).unwrap(), vec![2, 3, 4]);
+        assert_eq!(r(&[2, 3, 4], &[2, -2], false).unwrap(), vec![2, 3, 4]);
+        assert_eq!(r(&[2, 3, 4, 5], &[-3, -3], false).unwrap(), vec![6, 20]);
+        assert_eq!(r(&[2, 3, 4], &[-4, 1, 2, -2], false).unwrap(), vec![1, 2, 3, 4]);
+        assert_eq!(r(&[2, 3, 4], &[2, -4, -1, 3, -2], false).unwrap(), vec![2, 1, 3, 4]);
+        assert_eq!(r(&[10, 5, 4], &[-1, 0], false).unwrap(), vec![40, 5]);
+        assert_eq!(r(&[10, 5, 4], &[-1, 0], true).unwrap(), vec![50, 4]);
+        assert!(r(&[2, 3], &[4, -1, -1], false).is_err());
+        assert!(r(&[2, 3], &[5], false).is_err());
+    }
+}
