@@ -1,3 +1,17 @@
+//! Python bindings of the oxnet core: convert arguments, delegate, convert results. Waiting and
+//! bulk copies release the GIL.
+
+mod errors;
+mod ndarray;
+mod ops;
+
 use pyo3::prelude::*;
+
 #[pymodule]
-fn _core(_m: &Bound<PyModule>) -> PyResult<()> { Ok(()) }
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("MXNetError", m.py().get_type::<errors::MXNetError>())?;
+    m.add_class::<ndarray::NDArrayHandle>()?;
+    ndarray::register(m)?;
+    ops::register(m)?;
+    Ok(())
+}

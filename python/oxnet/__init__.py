@@ -1,0 +1,12 @@
+"""oxnet: Apache MXNet 1.x rebuilt with a Rust core. Use it as ``import oxnet as mx``."""
+
+__version__ = "0.1.0"
+
+from . import base
+from .base import MXNetError
+from . import context
+from .context import Context, cpu, gpu, cpu_pinned, current_context, num_gpus
+from . import ndarray
+from . import ndarray as nd
+from . import random
+from . import test_utils

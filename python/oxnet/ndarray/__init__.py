@@ -1,0 +1,21 @@
+"""Imperative NDArray API (MXNet's ``mxnet.ndarray``); operator functions come from the registry."""
+
+import os
+import types
+
+from .. import _core
+from .ndarray import NDArray, array, empty, zeros, ones, full, arange, waitall
+from . import register as _register
+from .utils import save, load, load_frombuffer, save_tobuffer
+
+_internal = types.ModuleType(__name__ + "._internal", "Internal operators (names with a leading underscore).")
+random = types.ModuleType(__name__ + ".random", "Random sampling operators.")
+_register.generate(globals(), _internal.__dict__, random.__dict__)
+_core._register_python(NDArray, os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+
+
+def concatenate(arrays, axis=0, always_copy=True):
+    """Join arrays along an existing axis (MXNet's legacy helper)."""
+    if not always_copy and len(arrays) == 1:
+        return arrays[0]
+    return Concat(*arrays, dim=axis)  # noqa: F821 (generated)

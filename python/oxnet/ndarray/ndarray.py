@@ -1,0 +1,376 @@
+"""The NDArray class: a Python view onto a core array handle."""
+
+import numpy as np
+
+from .. import _core
+from ..base import dtype_name, np_dtype, numeric_types, integer_types, mx_real_t
+from ..context import Context, current_context
+
+_invoke = _core.invoke
+
+
+def _wrap(result):
+    if isinstance(result, list):
+        return [NDArray(h) for h in result]
+    return NDArray(result)
+
+
+def _op(name, *args, out=None, **kwargs):
+    result = _invoke(name, args, kwargs or None, out)
+    return out if out is not None else _wrap(result)
+
+
+def _binary(lhs, rhs, array_op, scalar_op, rscalar_op=None, out=None):
+    """Dispatch ``lhs op rhs`` to the array, scalar or reversed-scalar operator."""
+    if isinstance(rhs, NDArray):
+        return _op(array_op, lhs, rhs, out=out)
+    if isinstance(rhs, numeric_types):
+        return _op(scalar_op, lhs, scalar=float(rhs), out=out)
+    if isinstance(rhs, np.ndarray):
+        return _op(array_op, lhs, array(rhs, ctx=lhs.context, dtype=lhs.dtype), out=out)
+    return NotImplemented
+
+
+def _rbinary(rhs, lhs_scalar, rscalar_op):
+    if isinstance(lhs_scalar, numeric_types):
+        return _op(rscalar_op, rhs, scalar=float(lhs_scalar))
+    return NotImplemented
+
+
+class NDArray:
+    """An n-dimensional array on a device, computed asynchronously by the engine."""
+
+    __slots__ = ("handle", "writable", "__weakref__")
+    __array_priority__ = 1000.0
+
+    def __init__(self, handle, writable=True):
+        self.handle = handle
+        self.writable = writable
+
+    # ---- properties -----------------------------------------------------------------------
+    @property
+    def shape(self):
+        return self.handle.shape
+
+    @property
+    def dtype(self):
+        return np_dtype(self.handle.dtype)
+
+    @property
+    def context(self):
+        return Context._from_tuple(self.handle.context)
+
+    ctx = context
+
+    @property
+    def size(self):
+        return self.handle.size
+
+    @property
+    def ndim(self):
+        return self.handle.ndim
+
+    @property
+    def stype(self):
+        return "default"
+
+    @property
+    def T(self):
+        if self.ndim < 2:
+            return self
+        return _op("transpose", self)
+
+    # ---- synchronization and conversion ---------------------------------------------------
+    def wait_to_read(self):
+        self.handle.wait_to_read()
+
+    def wait_to_write(self):
+        self.handle.wait_to_write()
+
+    def asnumpy(self):
+        """A NumPy copy of the contents (waits for pending writes)."""
+        out = np.empty(self.shape, dtype=self.dtype)
+        self.handle.read_into(out.reshape(-1).view(np.uint8))
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.asnumpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def asscalar(self):
+        if self.size != 1:
+            raise ValueError("The current array is not a scalar (shape %s)" % (self.shape,))
+        return self.asnumpy().reshape(-1)[0]
+
+    def item(self):
+        return self.asscalar()
+
+    def astype(self, dtype, copy=True):
+        name = dtype_name(dtype)
+        if not copy and name == self.handle.dtype:
+            return self
+        return _op("Cast", self, dtype=name)
+
+    def copy(self):
+        return self.copyto(self.context)
+
+    def copyto(self, other):
+        """Copy into ``other`` (an NDArray of the same shape) or onto a new array on a Context."""
+        if isinstance(other, NDArray):
+            if other.handle is self.handle:
+                return other
+            _core.copyto(self.handle, other.handle)
+            return other
+        if isinstance(other, Context):
+            dst = NDArray(_core.empty(list(self.shape), self.handle.dtype, other._as_tuple()))
+            _core.copyto(self.handle, dst.handle)
+            return dst
+        raise TypeError("copyto does not support type %s" % type(other))
+
+    def as_in_context(self, context):
+        if self.context == context:
+            return self
+        return self.copyto(context)
+
+    as_in_ctx = as_in_context
+
+    def reshape(self, *shape, **kwargs):
+        """A view with a new shape; MXNet's codes 0, -1, -2, -3, -4 and ``reverse`` apply."""
+        reverse = kwargs.pop("reverse", False)
+        if "shape" in kwargs:
+            shape = kwargs.pop("shape")
+        elif len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = shape[0]
+        if kwargs:
+            raise TypeError("reshape got unexpected keyword arguments %s" % ", ".join(kwargs))
+        new_shape = _core.infer_reshape(list(self.shape), [int(s) for s in shape], reverse)
+        return NDArray(self.handle.reshape_view(new_shape), self.writable)
+
+    def reshape_like(self, other):
+        return self.reshape(other.shape)
+
+    # ---- printing -------------------------------------------------------------------------
+    def __repr__(self):
+        shape_info = "x".join("%d" % x for x in self.shape)
+        return "\n%s\n<%s %s @%s>" % (str(self.asnumpy()), self.__class__.__name__, shape_info, self.context)
+
+    __str__ = __repr__
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d NDArray")
+        return self.shape[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __bool__(self):
+        if self.size == 0:
+            return False
+        if self.size == 1:
+            return bool(self.asscalar())
+        raise ValueError("The truth value of an NDArray with multiple elements is ambiguous.")
+
+    def __float__(self):
+        return float(self.asscalar())
+
+    def __int__(self):
+        return int(self.asscalar())
+
+    def __hash__(self):
+        return id(self) // 16
+
+    def __getstate__(self):
+        return {"data": self.asnumpy(), "ctx": str(self.context)}
+
+    def __setstate__(self, state):
+        self.handle = array(state["data"], dtype=state["data"].dtype).handle
+        self.writable = True
+
+    # ---- arithmetic -----------------------------------------------------------------------
+    def __add__(self, other):
+        return _binary(self, other, "broadcast_add", "_plus_scalar")
+
+    def __radd__(self, other):
+        return _binary(self, other, "broadcast_add", "_plus_scalar")
+
+    def __sub__(self, other):
+        return _binary(self, other, "broadcast_sub", "_minus_scalar")
+
+    def __rsub__(self, other):
+        return _rbinary(self, other, "_rminus_scalar")
+
+    def __mul__(self, other):
+        return _binary(self, other, "broadcast_mul", "_mul_scalar")
+
+    def __rmul__(self, other):
+        return _binary(self, other, "broadcast_mul", "_mul_scalar")
+
+    def __truediv__(self, other):
+        return _binary(self, other, "broadcast_div", "_div_scalar")
+
+    def __rtruediv__(self, other):
+        return _rbinary(self, other, "_rdiv_scalar")
+
+    __div__ = __truediv__
+    __rdiv__ = __rtruediv__
+
+    def __mod__(self, other):
+        return _binary(self, other, "broadcast_mod", "_mod_scalar")
+
+    def __rmod__(self, other):
+        return _rbinary(self, other, "_rmod_scalar")
+
+    def __pow__(self, other):
+        return _binary(self, other, "broadcast_power", "_power_scalar")
+
+    def __rpow__(self, other):
+        return _rbinary(self, other, "_rpower_scalar")
+
+    def __neg__(self):
+        return _op("negative", self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return _op("abs", self)
+
+    def __eq__(self, other):
+        return _binary(self, other, "broadcast_equal", "_equal_scalar")
+
+    def __ne__(self, other):
+        return _binary(self, other, "broadcast_not_equal", "_not_equal_scalar")
+
+    def __gt__(self, other):
+        return _binary(self, other, "broadcast_greater", "_greater_scalar")
+
+    def __ge__(self, other):
+        return _binary(self, other, "broadcast_greater_equal", "_greater_equal_scalar")
+
+    def __lt__(self, other):
+        return _binary(self, other, "broadcast_lesser", "_lesser_scalar")
+
+    def __le__(self, other):
+        return _binary(self, other, "broadcast_lesser_equal", "_lesser_equal_scalar")
+
+    def _inplace(self, other, array_op, scalar_op):
+        if not self.writable:
+            raise ValueError("trying to modify a read-only NDArray")
+        result = _binary(self, other, array_op, scalar_op, out=self)
+        if result is NotImplemented:
+            raise TypeError("type %s not supported" % type(other))
+        return self
+
+    def __iadd__(self, other):
+        return self._inplace(other, "broadcast_add", "_plus_scalar")
+
+    def __isub__(self, other):
+        return self._inplace(other, "broadcast_sub", "_minus_scalar")
+
+    def __imul__(self, other):
+        return self._inplace(other, "broadcast_mul", "_mul_scalar")
+
+    def __itruediv__(self, other):
+        return self._inplace(other, "broadcast_div", "_div_scalar")
+
+    __idiv__ = __itruediv__
+
+    def __imod__(self, other):
+        return self._inplace(other, "broadcast_mod", "_mod_scalar")
+
+    def __ipow__(self, other):
+        return self._inplace(other, "broadcast_power", "_power_scalar")
+
+    # ---- indexing -------------------------------------------------------------------------
+    def __getitem__(self, key):
+        from .indexing import get_item
+        return get_item(self, key)
+
+    def __setitem__(self, key, value):
+        from .indexing import set_item
+        if not self.writable:
+            raise ValueError("trying to assign to a read-only NDArray")
+        set_item(self, key, value)
+
+    # ---- operator methods (MXNet's fluent API) --------------------------------------------
+    def __getattr__(self, name):
+        fluent = _FLUENT.get(name)
+        if fluent is None:
+            raise AttributeError("'NDArray' object has no attribute '%s'" % name)
+        return lambda *args, **kwargs: _op(fluent, self, *args, **kwargs)
+
+
+_FLUENT = {name: name for name in (
+    "sum", "mean", "max", "min", "prod", "nansum", "nanprod", "transpose", "flatten", "expand_dims",
+    "abs", "sign", "round", "rint", "ceil", "floor", "trunc", "fix", "square", "sqrt", "rsqrt", "cbrt",
+    "rcbrt", "exp", "expm1", "log", "log10", "log2", "log1p", "sin", "cos", "tan", "arcsin", "arccos",
+    "arctan", "sinh", "cosh", "tanh", "arcsinh", "arccosh", "arctanh", "degrees", "radians", "sigmoid",
+    "relu", "softsign", "reciprocal", "zeros_like", "ones_like", "take", "slice", "slice_axis", "split",
+)}
+_FLUENT["flatten"] = "Flatten"
+
+
+def _as_context(ctx):
+    return current_context() if ctx is None else Context(ctx)
+
+
+def array(source_array, ctx=None, dtype=None):
+    """An NDArray holding a copy of ``source_array`` (NDArray, NumPy array or nested lists).
+
+    The dtype defaults to the source's for an NDArray and to float32 otherwise, as in MXNet.
+    """
+    ctx = _as_context(ctx)
+    if isinstance(source_array, NDArray):
+        name = dtype_name(dtype if dtype is not None else source_array.dtype)
+        out = NDArray(_core.empty(list(source_array.shape), name, ctx._as_tuple()))
+        _core.copyto(source_array.handle, out.handle)
+        return out
+    name = dtype_name(mx_real_t if dtype is None else dtype)
+    src = np.ascontiguousarray(np.asarray(source_array, dtype=np_dtype(name)))
+    return NDArray(_core.from_buffer(src.reshape(-1).view(np.uint8), list(src.shape), name, ctx._as_tuple()))
+
+
+def empty(shape, ctx=None, dtype=None):
+    """An uninitialized array."""
+    if isinstance(shape, integer_types):
+        shape = (shape,)
+    name = dtype_name(mx_real_t if dtype is None else dtype)
+    return NDArray(_core.empty([int(s) for s in shape], name, _as_context(ctx)._as_tuple()))
+
+
+def _creation(op_name, shape, ctx, dtype, **kwargs):
+    if isinstance(shape, integer_types):
+        shape = (shape,)
+    return _op(op_name, shape=tuple(int(s) for s in shape), ctx=str(_as_context(ctx)),
+               dtype=dtype_name(mx_real_t if dtype is None else dtype), **kwargs)
+
+
+def zeros(shape, ctx=None, dtype=None, **kwargs):
+    return _creation("_zeros", shape, ctx, dtype, **kwargs)
+
+
+def ones(shape, ctx=None, dtype=None, **kwargs):
+    return _creation("_ones", shape, ctx, dtype, **kwargs)
+
+
+def full(shape, val, ctx=None, dtype=mx_real_t, out=None):
+    result = _creation("_full", shape, ctx, dtype, value=float(val))
+    if out is not None:
+        result.copyto(out)
+        return out
+    return result
+
+
+def arange(start, stop=None, step=1.0, repeat=1, infer_range=None, ctx=None, dtype=mx_real_t):
+    kwargs = dict(start=float(start), step=float(step), repeat=int(repeat),
+                  ctx=str(_as_context(ctx)), dtype=dtype_name(dtype))
+    if stop is not None:
+        kwargs["stop"] = float(stop)
+    return _op("_arange", **kwargs)
+
+
+def waitall():
+    """Wait for every pushed operation; raise the first error any of them hit."""
+    _core.waitall()

@@ -1,0 +1,198 @@
+//! Operator invocation from Python: `mx.nd.<op>(*args, **kwargs)` lands in [`invoke`].
+
+use oxnet::ndarray::NDArray;
+use oxnet::op::{self, Attrs};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
+
+use crate::errors::IntoPyResult;
+use crate::ndarray::{current_context, wrap, NDArrayHandle};
+
+/// The Python `NDArray` class and the package directory, registered once at import.
+static NDARRAY_CLASS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static PACKAGE_DIR: PyOnceLock<String> = PyOnceLock::new();
+
+#[pyfunction]
+fn _register_python(py: Python<'_>, ndarray_class: Bound<'_, PyType>, package_dir: String) {
+    let _ = NDARRAY_CLASS.set(py, ndarray_class.unbind());
+    let _ = PACKAGE_DIR.set(py, package_dir);
+}
+
+/// The handle inside a Python NDArray (or a bare handle); None for anything else.
+fn as_array(obj: &Bound<'_, PyAny>) -> PyResult<Option<NDArray>> {
+    if let Ok(h) = obj.cast::<NDArrayHandle>() {
+        return Ok(Some(h.get().inner.clone()));
+    }
+    let py = obj.py();
+    match NDARRAY_CLASS.get(py) {
+        Some(cls) if obj.is_instance(cls.bind(py))? => {
+            let handle = obj.getattr(pyo3::intern!(py, "handle"))?;
+            Ok(Some(handle.cast::<NDArrayHandle>()?.get().inner.clone()))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// MXNet's textual form of a parameter value: `True`, `(2, 3)`, `0.5`, `float32`.
+fn attr_string(v: &Bound<'_, PyAny>) -> PyResult<String> {
+    if v.is_none() {
+        return Ok("None".into());
+    }
+    if let Ok(b) = v.cast::<PyBool>() {
+        return Ok(if b.is_true() { "True" } else { "False" }.into());
+    }
+    if let Ok(s) = v.cast::<PyString>() {
+        return Ok(s.to_str()?.to_string());
+    }
+    if v.is_instance_of::<PyInt>() {
+        return Ok(v.extract::<i64>()?.to_string());
+    }
+    if let Ok(f) = v.cast::<PyFloat>() {
+        return Ok(format!("{:?}", f.value()));
+    }
+    if v.is_instance_of::<PyTuple>() || v.is_instance_of::<PyList>() {
+        let items: Vec<String> = v.try_iter()?.map(|i| attr_string(&i?)).collect::<PyResult<_>>()?;
+        return Ok(if items.len() == 1 { format!("({},)", items[0]) } else { format!("({})", items.join(", ")) });
+    }
+    Ok(v.str()?.to_str()?.to_string())
+}
+
+/// `file:line` of the innermost caller outside the oxnet package, for errors raised later.
+pub fn push_site() -> Option<String> {
+    Python::attach(|py| {
+        let package = PACKAGE_DIR.get(py)?;
+        // SAFETY: PyEval_GetFrame returns a borrowed reference to the running frame (or NULL),
+        // valid while we hold the GIL; from_borrowed_ptr_or_opt takes a new reference.
+        let mut frame = unsafe { Bound::from_borrowed_ptr_or_opt(py, pyo3::ffi::PyEval_GetFrame() as *mut pyo3::ffi::PyObject) }?;
+        for _ in 0..16 {
+            let code = frame.getattr(pyo3::intern!(py, "f_code")).ok()?;
+            let file = code.getattr(pyo3::intern!(py, "co_filename")).ok()?;
+            let file = file.cast::<PyString>().ok()?.to_str().ok()?.to_string();
+            if !file.starts_with(package.as_str()) {
+                let line: i64 = frame.getattr(pyo3::intern!(py, "f_lineno")).ok()?.extract().ok()?;
+                return Some(format!("{file}:{line}"));
+            }
+            frame = frame.getattr(pyo3::intern!(py, "f_back")).ok().filter(|f| !f.is_none())?;
+        }
+        None
+    })
+}
+
+/// Invoke a registered operator. Positional arrays are inputs in order, other positional values
+/// fill the operator's parameters in declaration order; keyword arrays are inputs by name.
+#[pyfunction]
+#[pyo3(signature = (name, args, kwargs=None, out=None))]
+fn invoke<'py>(
+    py: Python<'py>,
+    name: &str,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+    out: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let def = op::lookup(name).py()?;
+    let mut inputs: Vec<NDArray> = Vec::with_capacity(args.len());
+    let mut attrs = Attrs::new();
+    let mut positional_params = Vec::new();
+    for a in args.iter() {
+        match as_array(&a)? {
+            Some(arr) => inputs.push(arr),
+            None => positional_params.push(a),
+        }
+    }
+    if !positional_params.is_empty() {
+        let specs = (def.params)();
+        if positional_params.len() > specs.len() {
+            return Err(crate::errors::to_py(oxnet::err!(
+                Param,
+                "operator {name}: {} positional parameter value(s) given, but it has {} parameter(s)",
+                positional_params.len(),
+                specs.len()
+            )));
+        }
+        for (v, spec) in positional_params.iter().zip(specs) {
+            attrs.insert(spec.name.to_string(), attr_string(v)?);
+        }
+    }
+    let mut keyword_inputs: Vec<(String, NDArray)> = Vec::new();
+    if let Some(kw) = kwargs {
+        for (k, v) in kw.iter() {
+            let key: String = k.extract()?;
+            match as_array(&v)? {
+                Some(arr) => keyword_inputs.push((key, arr)),
+                None => {
+                    attrs.insert(key, attr_string(&v)?);
+                }
+            }
+        }
+    }
+    if def.variadic && !attrs.contains_key("num_args") {
+        attrs.insert("num_args".into(), (inputs.len() + keyword_inputs.len()).to_string());
+    }
+    let instance = def.instantiate(name, &attrs).py()?;
+    if !keyword_inputs.is_empty() {
+        let names = instance.input_names();
+        for (key, arr) in keyword_inputs {
+            let Some(pos) = names.iter().position(|n| *n == key) else {
+                return Err(crate::errors::to_py(oxnet::err!(
+                    Param,
+                    "operator {name}: unknown input '{key}'; inputs are: {}",
+                    names.join(", ")
+                )));
+            };
+            if pos != inputs.len() {
+                return Err(crate::errors::to_py(oxnet::err!(
+                    Param,
+                    "operator {name}: input '{key}' given by keyword out of order; inputs are: {}",
+                    names.join(", ")
+                )));
+            }
+            inputs.push(arr);
+        }
+    }
+    let out_arrays = match out {
+        None => None,
+        Some(o) if o.is_none() => None,
+        Some(o) => match as_array(o)? {
+            Some(a) => Some(vec![a]),
+            None => Some(
+                o.try_iter()?
+                    .map(|i| {
+                        as_array(&i?)?.ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("out must be an NDArray or a list of NDArrays"))
+                    })
+                    .collect::<PyResult<Vec<_>>>()?,
+            ),
+        },
+    };
+    let single = instance.num_outputs() == 1;
+    let outputs = oxnet::imperative::invoke_operator(name, instance, &inputs, out_arrays, current_context(), push_site()).py()?;
+    if single {
+        Ok(wrap(py, outputs.into_iter().next().unwrap())?.into_bound(py).into_any())
+    } else {
+        let handles = outputs.into_iter().map(|a| wrap(py, a)).collect::<PyResult<Vec<_>>>()?;
+        Ok(PyList::new(py, handles)?.into_any())
+    }
+}
+
+/// The registry as Python sees it: (name, aliases, doc, variadic, [(param, type, default, doc)]).
+#[pyfunction]
+fn list_ops() -> Vec<(String, Vec<String>, String, bool, Vec<(String, String, Option<String>, String)>)> {
+    op::registry()
+        .defs()
+        .iter()
+        .map(|d| {
+            let params = (d.params)()
+                .into_iter()
+                .map(|p| (p.name.to_string(), p.type_name.to_string(), p.default.map(str::to_string), p.doc.trim().to_string()))
+                .collect();
+            (d.name.to_string(), d.aliases.iter().map(|s| s.to_string()).collect(), d.doc.to_string(), d.variadic, params)
+        })
+        .collect()
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(_register_python, m)?)?;
+    m.add_function(wrap_pyfunction!(invoke, m)?)?;
+    m.add_function(wrap_pyfunction!(list_ops, m)?)?;
+    Ok(())
+}
