@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ..base import integer_types, numeric_types
+from ..base import MXNetError, integer_types, numeric_types
 from .ndarray import NDArray, _op, array, zeros
 
 
@@ -105,7 +105,11 @@ def set_item(arr, key, value):
         if value.size == int(np.prod(region)):
             value = value.reshape(region)
         else:
-            value = _op("broadcast_add", zeros(region, ctx=arr.context, dtype=arr.dtype), value)
-            if value.shape != region:
+            try:
+                broadcast = _op("broadcast_add", zeros(region, ctx=arr.context, dtype=arr.dtype), value)
+            except MXNetError:
+                broadcast = None
+            if broadcast is None or broadcast.shape != region:
                 raise ValueError("cannot assign a value of shape %s to a region of shape %s" % (value.shape, region))
+            value = broadcast
     _op("_slice_assign", arr, value, begin=begin, end=end, step=step, out=arr)

@@ -153,6 +153,12 @@ pub fn invoke_operator(
             copy(tmp, dst, site.clone())?;
         }
     }
+    if engine::kind() == engine::EngineKind::Naive {
+        // The naive engine is for debugging: a failing kernel raises at its own call.
+        for o in &outputs {
+            o.wait_to_read()?;
+        }
+    }
     Ok(outputs)
 }
 

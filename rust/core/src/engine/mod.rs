@@ -256,7 +256,8 @@ fn execute(blk: Arc<OprBlock>) {
 fn run_op(blk: &OprBlock, f: OpFn) -> Result<()> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(Error::new(e.kind, format!("{} (in {})", e.message, blk.description.describe()))),
+        // Whatever its kind, a failure seen at a later sync point is a runtime error of that op.
+        Ok(Err(e)) => Err(Error::new(crate::ErrorKind::Runtime, format!("{} (in {})", e.message, blk.description.describe()))),
         Err(panic) => Err(crate::err!(
             Runtime,
             "internal error: {} panicked: {}",

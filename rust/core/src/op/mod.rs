@@ -259,6 +259,6 @@ mod tests {
                      "exp", "_plus_scalar", "Reshape"] {
             assert!(lookup(name).is_ok(), "{name} missing");
         }
-        assert!(lookup("no_such_op").unwrap_err().message.contains("no_such_op"));
+        assert!(lookup("no_such_op").err().unwrap().message.contains("no_such_op"));
     }
 }

@@ -1,0 +1,131 @@
+"""The dependency engine as Python sees it: asynchronous errors, waits, threads, engine selection."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import oxnet as mx
+from oxnet.test_utils import same
+
+
+def _failing_take(ctx):
+    data = mx.nd.ones((4, 3), ctx=ctx)
+    return mx.nd.take(data, mx.nd.array([0, 7], ctx=ctx), mode="raise")
+
+
+def test_kernel_error_is_raised_at_the_sync_point_with_op_shapes_and_site(ctx):
+    out = _failing_take(ctx)  # pushing succeeds: the kernel fails later, on a worker
+    with pytest.raises(mx.MXNetError) as info:
+        out.asnumpy()
+    msg = str(info.value)
+    assert "index 7 is out of bounds" in msg
+    assert "operator take((4, 3) float32, (2,) float32)" in msg
+    assert "test_engine.py:" in msg  # where the failing op was pushed from
+    # A reader of the failed array inherits the error; waitall reports it once, then clears.
+    dependent = out + 1
+    with pytest.raises(mx.MXNetError, match="out of bounds"):
+        dependent.wait_to_read()
+    with pytest.raises(mx.MXNetError):
+        mx.nd.waitall()
+    mx.nd.waitall()
+    # Overwriting the array makes it valid again.
+    out[:] = 2
+    assert same(out, np.full((2, 3), 2))
+
+
+def test_read_after_write_and_write_after_read_through_views(ctx):
+    x = mx.nd.zeros((256, 256), ctx=ctx)
+    total = mx.nd.zeros((1,), ctx=ctx)
+    for i in range(50):
+        x[i % 256] = float(i)          # write through a view of x
+        mx.nd.sum(x, out=total)       # read of x ordered after the write
+        x += 1                        # write ordered after the read
+    expected = np.zeros((256, 256))
+    for i in range(50):
+        expected[i % 256] = i
+        s = expected.sum()
+        expected += 1
+    assert same(x, expected)
+    assert total.asscalar() == pytest.approx(s)
+
+
+def test_pushes_from_many_python_threads(ctx):
+    results = {}
+
+    def work(k):
+        acc = mx.nd.zeros((64,), ctx=ctx)
+        one = mx.nd.ones((64,), ctx=ctx)
+        for _ in range(300):
+            acc += one * k
+        results[k] = acc.asnumpy()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(1, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(1, 5):
+        assert np.array_equal(results[k], np.full(64, 300.0 * k))
+
+
+def test_waiting_releases_the_gil(ctx):
+    a = mx.nd.random.uniform(shape=(1024, 1024), ctx=ctx)
+    mx.nd.waitall()
+    outs = [mx.nd.dot(a, a) for _ in range(8)]
+    ticks = 0
+    done = threading.Event()
+
+    def waiter():
+        outs[-1].wait_to_read()
+        done.set()
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    while not done.is_set():
+        ticks += 1  # runs only if the waiting thread let go of the GIL
+        time.sleep(0)
+    t.join()
+    assert ticks > 0
+
+
+def _run(code, **env):
+    full_env = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=120)
+
+
+def test_engine_selection_and_thread_count_from_environment():
+    code = "import oxnet as mx; print(*mx._core.engine_info())"
+    assert _run(code, OXNET_ENGINE_TYPE="NaiveEngine").stdout.split() == ["NaiveEngine", _run(code).stdout.split()[1]]
+    assert _run(code, MXNET_ENGINE_TYPE="NaiveEngine").stdout.split()[0] == "NaiveEngine"
+    assert _run(code, MXNET_CPU_WORKER_NTHREADS="3").stdout.split() == ["ThreadedEngine", "3"]
+    assert _run(code, OMP_NUM_THREADS="1").stdout.split()[1] == "1"
+    default = int(_run(code, OMP_NUM_THREADS="", MXNET_CPU_WORKER_NTHREADS="").stdout.split()[1])
+    assert default == os.cpu_count()
+
+
+def test_naive_engine_raises_at_the_failing_call():
+    code = (
+        "import oxnet as mx\n"
+        "d = mx.nd.ones((4, 3))\n"
+        "try:\n"
+        "    mx.nd.take(d, mx.nd.array([9]), mode='raise')\n"
+        "    print('no error')\n"
+        "except mx.MXNetError as e:\n"
+        "    print('raised', 'out of bounds' in str(e))\n"
+        "print((d + 1).asnumpy().sum())\n"
+    )
+    r = _run(code, OXNET_ENGINE_TYPE="NaiveEngine")
+    assert r.stdout.split() == ["raised", "True", "24.0"], r.stderr
+
+
+def test_many_small_ops_then_waitall(ctx):
+    x = mx.nd.ones((2, 2), ctx=ctx)
+    for _ in range(2000):
+        x = x + 1
+    mx.nd.waitall()
+    assert same(x, np.full((2, 2), 2001))

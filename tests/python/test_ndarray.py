@@ -1,0 +1,220 @@
+"""NDArray semantics: creation, properties, views, reshape codes, indexing, conversion, printing."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+import oxnet as mx
+from oxnet.test_utils import assert_almost_equal, same
+
+
+def test_array_properties(ctx):
+    x = mx.nd.array([[1, 2, 3], [4, 5, 6]], ctx=ctx)
+    assert x.shape == (2, 3) and x.size == 6 and x.ndim == 2
+    assert x.dtype == np.float32  # MXNet's default for non-NDArray sources
+    assert x.context == ctx and x.ctx == ctx
+    assert x.stype == "default"
+    assert isinstance(x.handle, mx._core.NDArrayHandle)
+    assert mx.nd.array(np.arange(3, dtype=np.int64), ctx=ctx, dtype="int64").dtype == np.int64
+    y = mx.nd.array(x, dtype="float64")
+    assert y.dtype == np.float64 and same(y, x.asnumpy())
+    assert mx.nd.array(x).dtype == np.float32
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "uint8", "int8", "int32", "int64", "bool"])
+def test_numpy_round_trip_every_dtype(dtype, ctx):
+    src = (np.arange(24).reshape(2, 3, 4) % 7).astype(dtype)
+    x = mx.nd.array(src, ctx=ctx, dtype=dtype)
+    out = x.asnumpy()
+    assert out.dtype == np.dtype(dtype) and np.array_equal(out, src)
+    assert np.array_equal(np.asarray(x), src)
+    assert x.astype("float64").dtype == np.float64
+
+
+def test_bfloat16_storage(ctx):
+    x = mx.nd.array([1.0, 2.5, -3.0], ctx=ctx).astype("bfloat16")
+    assert x.dtype == mx.base.bfloat16
+    back = x.astype("float32").asnumpy()
+    assert np.array_equal(back, np.array([1.0, 2.5, -3.0], np.float32))
+    assert_almost_equal((x + x).astype("float32"), back * 2)
+
+
+def test_asscalar_and_truth(ctx):
+    assert mx.nd.array([3.5], ctx=ctx).asscalar() == 3.5
+    assert float(mx.nd.array([2], ctx=ctx)) == 2.0
+    assert bool(mx.nd.array([1], ctx=ctx)) and not bool(mx.nd.array([0], ctx=ctx))
+    with pytest.raises(ValueError):
+        bool(mx.nd.ones((2,), ctx=ctx))
+    with pytest.raises(ValueError):
+        mx.nd.ones((2,), ctx=ctx).asscalar()
+
+
+def test_reshape_views_share_memory(ctx):
+    x = mx.nd.arange(24, ctx=ctx)
+    y = x.reshape((2, 3, 4))
+    assert y.handle.same_chunk(x.handle)
+    y[:] = 1
+    assert same(x, np.ones(24))
+    assert x.reshape(4, -1).shape == (4, 6)
+    assert x.reshape((2, 3, 4)).reshape(-3, -2).shape == (6, 4)
+    assert x.reshape((2, 3, 4)).reshape(-4, 1, 2, -2).shape == (1, 2, 3, 4)
+    assert x.reshape((2, 3, 4)).reshape(0, -1).shape == (2, 12)
+    assert x.reshape((10, 5, 4)[:0] + (4, 6)).reshape(-1, 0, reverse=True).shape == (4, 6)
+    assert mx.nd.zeros((10, 5, 4), ctx=ctx).reshape(-1, 0, reverse=True).shape == (50, 4)
+    with pytest.raises(mx.MXNetError, match="reshape"):
+        x.reshape(5, 5)
+
+
+def test_first_axis_slices_are_views(ctx):
+    x = mx.nd.zeros((4, 3), ctx=ctx)
+    row = x[1]
+    block = x[1:3]
+    assert row.handle.same_chunk(x.handle) and block.handle.same_chunk(x.handle)
+    block[:] = 5
+    row += 1
+    expected = np.zeros((4, 3))
+    expected[1:3] = 5
+    expected[1] += 1
+    assert same(x, expected)
+
+
+def test_basic_indexing_matches_numpy(ctx):
+    a = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    x = mx.nd.array(a, ctx=ctx)
+    keys = [1, -1, slice(None), slice(1, None), slice(None, None, 2), (0, 1), (1, slice(None), 2),
+            (slice(None), slice(None, None, -1)), (Ellipsis, 1), (0, Ellipsis, slice(1, 3)),
+            (None, 1), (slice(None), None, 0), (1, 2, 3, 4), (slice(0, 2), slice(1, 3), slice(0, 4, 3)),
+            (-1, slice(None, None, -2), Ellipsis)]
+    for key in keys:
+        expected = a[key]
+        if expected.ndim == 0:
+            expected = expected.reshape(1)  # MXNet 1.x has no 0-d arrays
+        got = x[key]
+        assert got.shape == expected.shape, (key, got.shape, expected.shape)
+        assert same(got, expected), key
+    v = mx.nd.array([1, 2, 3], ctx=ctx)
+    assert v[1].shape == (1,) and v[1].asscalar() == 2
+    with pytest.raises(IndexError):
+        x[2]
+    with pytest.raises(IndexError):
+        x[0, 0, 0, 0, 0]
+
+
+def test_array_index_means_take(ctx):
+    a = np.arange(12, dtype=np.float32).reshape(4, 3)
+    x = mx.nd.array(a, ctx=ctx)
+    assert same(x[mx.nd.array([3, 0, 3], ctx=ctx)], a[[3, 0, 3]])
+    assert same(x[[1, 2]], a[[1, 2]])
+    assert same(x[np.array([[0], [2]])], a[np.array([[0], [2]])])
+
+
+def test_assignment(ctx):
+    a = np.zeros((3, 4, 5), dtype=np.float32)
+    x = mx.nd.array(a, ctx=ctx)
+    updates = [
+        ((slice(None),), 1.0),
+        ((0,), 2.0),
+        ((slice(None), 1), np.arange(5, dtype=np.float32)),
+        ((1, slice(1, 3), slice(None, None, 2)), np.full((2, 3), 7, np.float32)),
+        ((Ellipsis, 4), np.arange(12, dtype=np.float32).reshape(3, 4)),
+        ((2, 3, 4), 9.0),
+        ((slice(None, None, -1), 0, 0), np.array([1, 2, 3], np.float32)),
+    ]
+    for key, value in updates:
+        a[key] = value
+        x[key] = mx.nd.array(value, ctx=ctx) if isinstance(value, np.ndarray) and value.ndim == 2 else value
+        assert same(x, a), key
+    x[0] = x[1]  # source aliases the destination's chunk
+    a[0] = a[1]
+    assert same(x, a)
+    with pytest.raises(ValueError):
+        x[0] = np.ones((7,))
+
+
+def test_copy_copyto_astype_context(ctx):
+    x = mx.nd.array([[1, 2], [3, 4]], ctx=ctx)
+    y = x.copy()
+    y += 1
+    assert same(x, [[1, 2], [3, 4]]) and same(y, [[2, 3], [4, 5]])
+    z = mx.nd.zeros((2, 2), ctx=ctx)
+    x.copyto(z)
+    assert same(z, x.asnumpy())
+    w = mx.nd.zeros((2, 2), ctx=ctx, dtype="int32")
+    x.copyto(w)
+    assert w.dtype == np.int32 and same(w, [[1, 2], [3, 4]])
+    assert x.as_in_context(ctx) is x
+    c = x.copyto(mx.cpu(0))
+    assert c.context == mx.cpu(0) and same(c, x.asnumpy())
+    assert x.astype("float32", copy=False) is x
+    assert x.astype(np.int64).dtype == np.int64
+    assert x.T.shape == (2, 2) and same(x.T, [[1, 3], [2, 4]])
+
+
+def test_repr_like_mxnet():
+    x = mx.nd.array([[1, 2], [3, 4]])
+    assert repr(x) == "\n[[1. 2.]\n [3. 4.]]\n<NDArray 2x2 @cpu(0)>"
+
+
+def test_context_manager_and_current_context():
+    assert mx.current_context() == mx.cpu(0)
+    with mx.Context("cpu", 1):
+        assert mx.context.current_context() == mx.cpu(1)
+        assert mx.nd.zeros((2,)).context == mx.cpu(1)
+        assert mx.nd.array([1]).context == mx.cpu(1)
+        with mx.cpu_pinned(0):
+            assert mx.nd.ones((1,)).context == mx.cpu_pinned(0)
+        assert mx.current_context() == mx.cpu(1)
+    assert mx.current_context() == mx.cpu(0)
+    assert str(mx.gpu(2)) == "gpu(2)" and mx.gpu(1).device_type == "gpu"
+    with pytest.raises(ValueError):
+        mx.Context("tpu", 0)
+
+
+def test_gpu_absent_is_a_clear_error():
+    if mx.context.num_gpus() > 0:
+        pytest.skip("a GPU is present")
+    with pytest.raises(mx.MXNetError, match="gpu\\(0\\).*no GPU"):
+        mx.nd.zeros((2,), ctx=mx.gpu(0))
+    with pytest.raises(mx.MXNetError, match="no GPU"):
+        mx.nd.array([1, 2], ctx=mx.gpu(0))
+
+
+def test_fluent_methods_iteration_and_pickle(ctx):
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    x = mx.nd.array(a, ctx=ctx)
+    assert same(x.sum(axis=1), a.sum(axis=1))
+    assert same(x.transpose(), a.T)
+    assert_almost_equal(x.exp(), np.exp(a))
+    assert [r.shape for r in x] == [(3,), (3,)] and len(x) == 2
+    y = pickle.loads(pickle.dumps(x))
+    assert same(y, a)
+    with pytest.raises(AttributeError):
+        x.no_such_method
+
+
+def test_generated_functions_have_docs_and_names():
+    assert "broadcasting" in mx.nd.broadcast_add.__doc__
+    assert "keepdims" in mx.nd.sum.__doc__ and "axis" in mx.nd.sum.__doc__
+    assert mx.nd.elemwise_add is not None and mx.nd._internal._plus is not None
+    assert mx.nd.random.uniform.__name__ == "_random_uniform"
+
+
+def test_out_argument_returns_out(ctx):
+    a = mx.nd.ones((3,), ctx=ctx)
+    out = mx.nd.zeros((3,), ctx=ctx)
+    r = mx.nd.elemwise_add(a, a, out=out)
+    assert r is out and same(out, [2, 2, 2])
+    mx.nd.dot(mx.nd.ones((3, 3), ctx=ctx), a.reshape(3, 1), out=out.reshape(3, 1))
+    assert same(out, [3, 3, 3])
+
+
+def test_pool_reuses_memory():
+    mx.nd.waitall()
+    used0, _, hits0, _, _ = mx._core.cpu_pool_stats()
+    for _ in range(20):
+        (mx.nd.ones((1000, 100)) + 1).wait_to_read()
+    mx.nd.waitall()
+    used1, pooled, hits1, _, _ = mx._core.cpu_pool_stats()
+    assert hits1 - hits0 >= 30 and pooled > 0
+    assert used1 <= used0 + 2 * 1000 * 100 * 4

@@ -1,0 +1,392 @@
+"""Every registered operator of the foundation, against NumPy, for every dtype it supports."""
+
+import numpy as np
+import pytest
+
+import oxnet as mx
+from oxnet.test_utils import assert_almost_equal
+
+FLOATS = ["float32", "float64", "float16"]
+INTS = ["int32", "int64", "int8", "uint8"]
+ALL = FLOATS + INTS
+
+
+def _data(shape, dtype, low=-2.0, high=2.0, seed=0):
+    rng = np.random.RandomState(seed)
+    if dtype in INTS:
+        lo = 0 if dtype == "uint8" else -5
+        return rng.randint(lo, 6, size=shape).astype(dtype)
+    return rng.uniform(low, high, size=shape).astype(dtype)
+
+
+def _check(out, expected, dtype):
+    expected = np.asarray(expected)
+    assert out.shape == expected.shape, (out.shape, expected.shape)
+    assert out.dtype == np.dtype(dtype), (out.dtype, dtype)
+    rtol, atol = {"float16": (2e-2, 2e-2), "float32": (1e-4, 1e-5), "float64": (1e-10, 1e-12)}.get(dtype, (0, 0))
+    assert_almost_equal(out.asnumpy().astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True)
+
+
+# name: (numpy reference, input domain (low, high), dtypes)
+UNARY = {
+    "abs": (np.abs, (-2, 2), ALL),
+    "sign": (np.sign, (-2, 2), ALL),
+    "round": (lambda x: np.sign(x) * np.floor(np.abs(x) + 0.5), (-3, 3), FLOATS),
+    "rint": (np.rint, (-3, 3), FLOATS),
+    "ceil": (np.ceil, (-3, 3), FLOATS),
+    "floor": (np.floor, (-3, 3), FLOATS),
+    "trunc": (np.trunc, (-3, 3), FLOATS),
+    "fix": (np.fix, (-3, 3), FLOATS),
+    "square": (np.square, (-2, 2), ALL),
+    "sqrt": (np.sqrt, (0.1, 4), FLOATS),
+    "rsqrt": (lambda x: 1 / np.sqrt(x), (0.1, 4), FLOATS),
+    "cbrt": (np.cbrt, (-4, 4), FLOATS),
+    "rcbrt": (lambda x: 1 / np.cbrt(x), (0.1, 4), FLOATS),
+    "exp": (np.exp, (-2, 2), FLOATS),
+    "expm1": (np.expm1, (-1, 1), FLOATS),
+    "log": (np.log, (0.1, 4), FLOATS),
+    "log10": (np.log10, (0.1, 4), FLOATS),
+    "log2": (np.log2, (0.1, 4), FLOATS),
+    "log1p": (np.log1p, (-0.5, 2), FLOATS),
+    "sin": (np.sin, (-3, 3), FLOATS),
+    "cos": (np.cos, (-3, 3), FLOATS),
+    "tan": (np.tan, (-1, 1), FLOATS),
+    "arcsin": (np.arcsin, (-0.9, 0.9), FLOATS),
+    "arccos": (np.arccos, (-0.9, 0.9), FLOATS),
+    "arctan": (np.arctan, (-3, 3), FLOATS),
+    "sinh": (np.sinh, (-2, 2), FLOATS),
+    "cosh": (np.cosh, (-2, 2), FLOATS),
+    "tanh": (np.tanh, (-2, 2), FLOATS),
+    "arcsinh": (np.arcsinh, (-2, 2), FLOATS),
+    "arccosh": (np.arccosh, (1.1, 3), FLOATS),
+    "arctanh": (np.arctanh, (-0.9, 0.9), FLOATS),
+    "degrees": (np.degrees, (-3, 3), FLOATS),
+    "radians": (np.radians, (-90, 90), FLOATS),
+    "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), (-4, 4), FLOATS),
+    "relu": (lambda x: np.maximum(x, 0), (-2, 2), ALL),
+    "softsign": (lambda x: x / (1 + np.abs(x)), (-2, 2), FLOATS),
+    "reciprocal": (np.reciprocal, (0.5, 3), FLOATS),
+    "negative": (np.negative, (-2, 2), ["float32", "float64", "float16", "int32", "int64", "int8"]),
+    "logical_not": (lambda x: (x == 0).astype(x.dtype), (-2, 2), ALL),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary(name, ctx):
+    ref, (low, high), dtypes = UNARY[name]
+    for dtype in dtypes:
+        x = _data((3, 17), dtype, low, high)
+        if dtype in INTS and name in ("abs", "sign", "square", "relu", "negative"):
+            x = np.clip(x, -5, 5).astype(dtype)
+        out = getattr(mx.nd, name)(mx.nd.array(x, ctx=ctx, dtype=dtype))
+        expected = ref(x.astype(np.float64) if dtype == "float16" else x)
+        _check(out, expected.astype(dtype) if dtype in INTS else expected, dtype)
+
+
+BINARY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "mod": np.mod,
+    "power": np.power,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "hypot": np.hypot,
+    "equal": lambda a, b: (a == b).astype(a.dtype),
+    "not_equal": lambda a, b: (a != b).astype(a.dtype),
+    "greater": lambda a, b: (a > b).astype(a.dtype),
+    "greater_equal": lambda a, b: (a >= b).astype(a.dtype),
+    "lesser": lambda a, b: (a < b).astype(a.dtype),
+    "lesser_equal": lambda a, b: (a <= b).astype(a.dtype),
+    "logical_and": lambda a, b: np.logical_and(a, b).astype(a.dtype),
+    "logical_or": lambda a, b: np.logical_or(a, b).astype(a.dtype),
+    "logical_xor": lambda a, b: np.logical_xor(a, b).astype(a.dtype),
+}
+ELEMWISE_NAME = {"add": "elemwise_add", "sub": "elemwise_sub", "mul": "elemwise_mul", "div": "elemwise_div"}
+BROADCAST_SHAPES = [((2, 3), (2, 3)), ((2, 3), (3,)), ((4, 1, 5), (3, 1)), ((1,), (2, 2)), ((2, 1, 3), (2, 4, 1)),
+                    ((0, 3), (1, 3)), ((5, 70000), (5, 1))]
+
+
+def _binary_inputs(name, sa, sb, dtype):
+    a, b = _data(sa, dtype, seed=1), _data(sb, dtype, seed=2)
+    if name in ("div", "mod"):
+        b = np.where(b == 0, 1, b).astype(dtype)
+        if dtype in FLOATS:
+            b = np.where(np.abs(b) < 0.25, 0.5, b).astype(dtype)
+    if name == "power":
+        a = np.abs(a).astype(dtype) + (1 if dtype in INTS else 0.5)
+        b = (np.abs(b) % 3).astype(dtype)
+    if name in ("equal", "not_equal", "greater_equal", "lesser_equal") and sa == sb:
+        b[..., 0] = a[..., 0]  # make some elements equal
+    return a, b
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_broadcast_binary(name, ctx):
+    dtypes = ALL if name not in ("hypot",) else FLOATS
+    for dtype in dtypes:
+        if dtype == "uint8" and name in ("sub", "mod", "power"):
+            continue  # NumPy's uint8 wrap-around / promotion differs from a same-dtype reference
+        for sa, sb in BROADCAST_SHAPES:
+            a, b = _binary_inputs(name, sa, sb, dtype)
+            ref = BINARY[name]
+            if dtype in INTS and name == "div":
+                ref = lambda x, y: np.trunc(x / y)  # noqa: E731 (MXNet truncates integer division)
+            expected = ref(a.astype(np.float64), b.astype(np.float64)) if dtype == "float16" else ref(a, b)
+            out = getattr(mx.nd, "broadcast_" + name)(mx.nd.array(a, ctx=ctx, dtype=dtype), mx.nd.array(b, ctx=ctx, dtype=dtype))
+            _check(out, np.asarray(expected).astype(dtype), dtype)
+
+
+@pytest.mark.parametrize("name", sorted(ELEMWISE_NAME))
+def test_elemwise_requires_equal_shapes(name, ctx):
+    a, b = _binary_inputs(name, (3, 4), (3, 4), "float32")
+    out = getattr(mx.nd, ELEMWISE_NAME[name])(mx.nd.array(a, ctx=ctx), mx.nd.array(b, ctx=ctx))
+    _check(out, BINARY[name](a, b), "float32")
+    with pytest.raises(mx.MXNetError, match=r"same shape.*\(3, 4\).*\(4,\)"):
+        getattr(mx.nd, ELEMWISE_NAME[name])(mx.nd.array(a, ctx=ctx), mx.nd.ones((4,), ctx=ctx))
+
+
+SCALAR = {
+    "_plus_scalar": lambda x, s: x + s,
+    "_minus_scalar": lambda x, s: x - s,
+    "_rminus_scalar": lambda x, s: s - x,
+    "_mul_scalar": lambda x, s: x * s,
+    "_div_scalar": lambda x, s: x / s,
+    "_rdiv_scalar": lambda x, s: s / x,
+    "_mod_scalar": lambda x, s: np.mod(x, s),
+    "_rmod_scalar": lambda x, s: np.mod(s, x),
+    "_power_scalar": lambda x, s: np.power(x, s),
+    "_rpower_scalar": lambda x, s: np.power(s, x),
+    "_maximum_scalar": np.maximum,
+    "_minimum_scalar": np.minimum,
+    "_hypot_scalar": np.hypot,
+    "_equal_scalar": lambda x, s: (x == s).astype(x.dtype),
+    "_not_equal_scalar": lambda x, s: (x != s).astype(x.dtype),
+    "_greater_scalar": lambda x, s: (x > s).astype(x.dtype),
+    "_greater_equal_scalar": lambda x, s: (x >= s).astype(x.dtype),
+    "_lesser_scalar": lambda x, s: (x < s).astype(x.dtype),
+    "_lesser_equal_scalar": lambda x, s: (x <= s).astype(x.dtype),
+    "_logical_and_scalar": lambda x, s: np.logical_and(x, s).astype(x.dtype),
+    "_logical_or_scalar": lambda x, s: np.logical_or(x, s).astype(x.dtype),
+    "_logical_xor_scalar": lambda x, s: np.logical_xor(x, s).astype(x.dtype),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCALAR))
+def test_scalar_ops(name, ctx):
+    for dtype in FLOATS + ["int32", "int64"]:
+        x = _data((4, 5), dtype, 0.5, 3.0)
+        if dtype in INTS:
+            x = np.abs(x).astype(dtype) + 1
+        s = 2.0
+        out = getattr(mx.nd._internal, name)(mx.nd.array(x, ctx=ctx, dtype=dtype), scalar=s)
+        expected = SCALAR[name](x.astype(np.float64), s)
+        if dtype in INTS:
+            if name == "_rdiv_scalar":
+                expected = np.trunc(s / x.astype(np.float64))
+            if name == "_div_scalar":
+                expected = np.trunc(x / s)
+        _check(out, expected.astype(dtype), dtype)
+
+
+def test_python_operators_match_numpy(ctx):
+    a = _data((3, 4), "float32", 0.5, 2.0)
+    b = _data((4,), "float32", 0.5, 2.0, seed=3)
+    x, y = mx.nd.array(a, ctx=ctx), mx.nd.array(b, ctx=ctx)
+    cases = [
+        (x + y, a + b), (x - y, a - b), (x * y, a * b), (x / y, a / b), (x % y, np.mod(a, b)), (x ** y, a ** b),
+        (x + 1, a + 1), (1 + x, 1 + a), (3 - x, 3 - a), (2 * x, 2 * a), (2 / x, 2 / a), (x ** 2, a ** 2),
+        (2 ** x, 2 ** a), (-x, -a), (abs(-x), a), (x > 1, (a > 1).astype("float32")), (x == x, np.ones_like(a)),
+        (x < y, (a < b).astype("float32")), (x != 1, (a != 1).astype("float32")),
+    ]
+    for out, expected in cases:
+        _check(out, expected, "float32")
+
+
+def test_inplace_operators_write_into_the_same_array(ctx):
+    a = _data((3, 4), "float32")
+    x = mx.nd.array(a, ctx=ctx)
+    handle = x.handle
+    x += 1
+    x *= mx.nd.array(np.full((4,), 2.0), ctx=ctx)
+    x -= 0.5
+    x /= 2
+    assert x.handle is handle
+    _check(x, ((a + 1) * 2 - 0.5) / 2, "float32")
+    with pytest.raises(mx.MXNetError, match="out"):
+        y = mx.nd.ones((4,), ctx=ctx)
+        y += mx.nd.ones((3, 4), ctx=ctx)
+
+
+REDUCE = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min": np.min,
+          "nansum": np.nansum, "nanprod": np.nanprod}
+AXES = [None, 0, 1, -1, (0, 2), (1, 2), ()]
+
+
+@pytest.mark.parametrize("name", sorted(REDUCE))
+def test_reductions(name, ctx):
+    for dtype in ["float32", "float64", "float16", "int32", "int64"]:
+        x = _data((3, 4, 5), dtype, 0.5, 1.5)
+        for axis in AXES:
+            for keepdims in (False, True):
+                for exclude in ((False, True) if axis not in (None, ()) else (False,)):
+                    kwargs = dict(keepdims=keepdims, exclude=exclude)
+                    if axis is not None:
+                        kwargs["axis"] = axis
+                    out = getattr(mx.nd, name)(mx.nd.array(x, ctx=ctx, dtype=dtype), **kwargs)
+                    np_axis = None if axis in (None, ()) else axis
+                    if exclude:
+                        given = {a % 3 for a in (axis if isinstance(axis, tuple) else (axis,))}
+                        np_axis = tuple(a for a in range(3) if a not in given)
+                    expected = REDUCE[name](x.astype(np.float64), axis=np_axis, keepdims=keepdims)
+                    expected = np.asarray(expected)
+                    if expected.ndim == 0:
+                        expected = expected.reshape(1)  # MXNet 1.x full reductions have shape (1,)
+                    if dtype in INTS:
+                        expected = np.trunc(expected)
+                    _check(out, expected.astype(dtype), dtype)
+
+
+def test_large_reductions_are_accurate(ctx):
+    x = np.random.RandomState(0).uniform(0, 1, size=(1 << 22,)).astype(np.float32)
+    out = mx.nd.sum(mx.nd.array(x, ctx=ctx))
+    assert abs(out.asscalar() - x.astype(np.float64).sum()) / x.sum() < 1e-6
+    m = x.reshape(64, -1)
+    _check(mx.nd.max(mx.nd.array(m, ctx=ctx), axis=1), m.max(axis=1), "float32")
+    _check(mx.nd.sum(mx.nd.array(m, ctx=ctx), axis=0), m.astype(np.float64).sum(axis=0), "float32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int32", "int64", "uint8"])
+def test_dot(dtype, ctx):
+    cases = [((3, 4), (4, 5), False, False), ((4, 3), (4, 5), True, False), ((3, 4), (5, 4), False, True),
+             ((4, 3), (5, 4), True, True), ((7,), (7,), False, False), ((2, 3, 4), (4, 6), False, False),
+             ((3, 4), (4, 2, 2), False, False), ((4, 2, 3), (4, 5), True, False), ((130, 70), (70, 90), False, False)]
+    for sa, sb, ta, tb in cases:
+        a, b = _data(sa, dtype, -1, 1, seed=4), _data(sb, dtype, -1, 1, seed=5)
+        if dtype == "uint8":
+            a, b = a % 3, b % 3
+        out = mx.nd.dot(mx.nd.array(a, ctx=ctx, dtype=dtype), mx.nd.array(b, ctx=ctx, dtype=dtype),
+                        transpose_a=ta, transpose_b=tb)
+        a2 = a.reshape(a.shape[0], -1).T if ta else a.reshape(-1, a.shape[-1])
+        b2 = b.reshape(-1, b.shape[-1]).T if tb else b.reshape(b.shape[0], -1)
+        if a.ndim == 1 and b.ndim == 1:
+            expected = np.array([np.dot(a.astype(np.float64), b.astype(np.float64))])
+        else:
+            oshape = (a.shape[1:] if ta else a.shape[:-1]) + (b.shape[:-1] if tb else b.shape[1:])
+            expected = (a2.astype(np.float64) @ b2.astype(np.float64)).reshape(oshape)
+        if dtype == "float16":
+            assert_almost_equal(out.asnumpy().astype(np.float64), expected, rtol=2e-2, atol=5e-2)
+        else:
+            _check(out, expected.astype(dtype), dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+def test_batch_dot(dtype, ctx):
+    for ta in (False, True):
+        for tb in (False, True):
+            a = _data((3, 5, 4) if ta else (3, 4, 5), dtype, -1, 1, seed=6)
+            b = _data((3, 6, 5) if tb else (3, 5, 6), dtype, -1, 1, seed=7)
+            out = mx.nd.batch_dot(mx.nd.array(a, ctx=ctx, dtype=dtype), mx.nd.array(b, ctx=ctx, dtype=dtype),
+                                  transpose_a=ta, transpose_b=tb)
+            at = a.transpose(0, 2, 1) if ta else a
+            bt = b.transpose(0, 2, 1) if tb else b
+            _check(out, np.matmul(at.astype(np.float64), bt.astype(np.float64)).astype(dtype), dtype)
+
+
+@pytest.mark.parametrize("dtype", ALL + ["bool"])
+def test_transpose(dtype, ctx):
+    for shape, axes in [((3, 4), None), ((2, 3, 4), (1, 0, 2)), ((2, 3, 4), (2, 0, 1)), ((70, 90), (1, 0)),
+                        ((3, 40, 50), (0, 2, 1)), ((2, 3, 4, 5), (3, 1, 0, 2))]:
+        x = _data(shape, "int32" if dtype == "bool" else dtype) % 2 if dtype == "bool" else _data(shape, dtype)
+        x = x.astype(dtype)
+        kwargs = {} if axes is None else {"axes": axes}
+        _check(mx.nd.transpose(mx.nd.array(x, ctx=ctx, dtype=dtype), **kwargs), np.transpose(x, axes), dtype)
+
+
+def test_concat_and_split(ctx):
+    for dtype in ["float32", "int64", "float16"]:
+        a, b, c = (_data((2, k, 3), dtype, seed=k) for k in (1, 2, 3))
+        out = mx.nd.concat(*(mx.nd.array(v, ctx=ctx, dtype=dtype) for v in (a, b, c)), dim=1)
+        _check(out, np.concatenate([a, b, c], axis=1), dtype)
+        out0 = mx.nd.Concat(mx.nd.array(a, ctx=ctx, dtype=dtype), mx.nd.array(a, ctx=ctx, dtype=dtype), dim=0)
+        _check(out0, np.concatenate([a, a], axis=0), dtype)
+        x = _data((4, 6, 2), dtype)
+        parts = mx.nd.split(mx.nd.array(x, ctx=ctx, dtype=dtype), num_outputs=3, axis=1)
+        for p, e in zip(parts, np.split(x, 3, axis=1)):
+            _check(p, e, dtype)
+        sq = mx.nd.SliceChannel(mx.nd.array(x, ctx=ctx, dtype=dtype), num_outputs=4, axis=0, squeeze_axis=True)
+        for p, e in zip(sq, x):
+            _check(p, e, dtype)
+    with pytest.raises(mx.MXNetError, match="Concat"):
+        mx.nd.concat(mx.nd.ones((2, 3), ctx=ctx), mx.nd.ones((3, 3), ctx=ctx), dim=1)
+    with pytest.raises(mx.MXNetError, match="cannot be split"):
+        mx.nd.split(mx.nd.ones((2, 5), ctx=ctx), num_outputs=2, axis=1)
+
+
+@pytest.mark.parametrize("src", ALL + ["bool"])
+def test_cast(src, ctx):
+    x = _data((3, 5), "float32", -3, 3) if src in FLOATS else _data((3, 5), "int32")
+    if src == "uint8":
+        x = np.abs(x)
+    x = x.astype(src)
+    for dst in ALL + ["bool"]:
+        out = mx.nd.cast(mx.nd.array(x, ctx=ctx, dtype=src), dtype=dst)
+        if dst in INTS and src in FLOATS:
+            expected = np.trunc(x.astype(np.float64))
+            if dst == "uint8":
+                expected = np.abs(expected)
+                out = mx.nd.cast(mx.nd.abs(mx.nd.array(x, ctx=ctx, dtype=src)), dtype=dst)
+            expected = expected.astype(dst)
+        else:
+            expected = x.astype(dst)
+        assert out.dtype == np.dtype(dst)
+        np.testing.assert_array_equal(out.asnumpy().astype(np.float64), expected.astype(np.float64))
+
+
+def test_random_uniform_normal_are_seeded_and_distributed(ctx):
+    mx.random.seed(123)
+    u1 = mx.nd.random.uniform(-1, 3, shape=(200, 500), ctx=ctx)
+    n1 = mx.nd.random.normal(2, 0.5, shape=(200, 500), ctx=ctx, dtype="float64")
+    mx.random.seed(123)
+    u2 = mx.nd.random.uniform(-1, 3, shape=(200, 500), ctx=ctx)
+    n2 = mx.nd.random.normal(2, 0.5, shape=(200, 500), ctx=ctx, dtype="float64")
+    assert np.array_equal(u1.asnumpy(), u2.asnumpy()) and np.array_equal(n1.asnumpy(), n2.asnumpy())
+    u, n = u1.asnumpy(), n1.asnumpy()
+    assert u.dtype == np.float32 and n.dtype == np.float64
+    assert u.min() >= -1 and u.max() < 3 and abs(u.mean() - 1) < 0.02 and abs(u.var() - 16 / 12) < 0.03
+    assert abs(n.mean() - 2) < 0.01 and abs(n.std() - 0.5) < 0.01
+    u3 = mx.random.uniform(shape=(200, 500), ctx=ctx)
+    assert not np.array_equal(u3.asnumpy(), u)
+    for dtype in ["float16", "float64"]:
+        assert mx.nd.random.uniform(shape=(3,), dtype=dtype, ctx=ctx).dtype == np.dtype(dtype)
+
+
+def test_creation_ops(ctx):
+    for dtype in ALL:
+        _check(mx.nd.zeros((2, 3), ctx=ctx, dtype=dtype), np.zeros((2, 3), dtype), dtype)
+        _check(mx.nd.ones((4,), ctx=ctx, dtype=dtype), np.ones((4,), dtype), dtype)
+        _check(mx.nd.full((2, 2), 7, ctx=ctx, dtype=dtype), np.full((2, 2), 7, dtype), dtype)
+    _check(mx.nd.arange(5, ctx=ctx), np.arange(5, dtype="float32"), "float32")
+    _check(mx.nd.arange(1, 3, 0.5, ctx=ctx, dtype="float64"), np.arange(1, 3, 0.5), "float64")
+    _check(mx.nd.arange(0, 3, repeat=2, ctx=ctx), np.repeat(np.arange(3, dtype="float32"), 2), "float32")
+    x = mx.nd.array(_data((2, 3), "int32"), ctx=ctx, dtype="int32")
+    _check(mx.nd.zeros_like(x), np.zeros((2, 3), "int32"), "int32")
+    _check(mx.nd.ones_like(x), np.ones((2, 3), "int32"), "int32")
+    assert mx.nd.empty((3, 0), ctx=ctx).shape == (3, 0)
+
+
+def test_shape_ops(ctx):
+    x = _data((2, 3, 4), "float32")
+    a = mx.nd.array(x, ctx=ctx)
+    _check(mx.nd.reshape(a, shape=(4, -1)), x.reshape(4, -1), "float32")
+    _check(mx.nd.Reshape(a, shape=(-3, 0)), x.reshape(6, 4), "float32")
+    _check(mx.nd.flatten(a), x.reshape(2, 12), "float32")
+    _check(mx.nd.expand_dims(a, axis=1), x[:, None], "float32")
+    _check(mx.nd.slice(a, begin=(0, 1), end=(2, 3)), x[0:2, 1:3], "float32")
+    _check(mx.nd.slice(a, begin=(None, None, 3), end=(None, None, 0), step=(1, 2, -2)), x[:, ::2, 3:0:-2], "float32")
+    _check(mx.nd.slice_axis(a, axis=2, begin=1, end=None), x[:, :, 1:], "float32")
+    idx = np.array([[2, 0], [1, 1]])
+    _check(mx.nd.take(a, mx.nd.array(idx, ctx=ctx), axis=1), np.take(x, idx, axis=1), "float32")
+    _check(mx.nd.take(a, mx.nd.array([5, -1], ctx=ctx)), x[[1, 0]], "float32")  # clip mode
+    _check(mx.nd.take(a, mx.nd.array([5, -1], ctx=ctx), mode="wrap"), np.take(x, [5, -1], axis=0, mode="wrap"), "float32")
