@@ -31,6 +31,15 @@ def _binary(lhs, rhs, array_op, scalar_op, rscalar_op=None, out=None):
     return NotImplemented
 
 
+def _arith(array_op, scalar_op):
+    """An operator method with a fast path for the common NDArray-NDArray case."""
+    def method(self, other):
+        if type(other) is NDArray:
+            return NDArray(_invoke(array_op, (self, other)))
+        return _binary(self, other, array_op, scalar_op)
+    return method
+
+
 def _rbinary(rhs, lhs_scalar, rscalar_op):
     if isinstance(lhs_scalar, numeric_types):
         return _op(rscalar_op, rhs, scalar=float(lhs_scalar))
@@ -189,26 +198,20 @@ class NDArray:
         self.writable = True
 
     # ---- arithmetic -----------------------------------------------------------------------
-    def __add__(self, other):
-        return _binary(self, other, "broadcast_add", "_plus_scalar")
+    __add__ = _arith("broadcast_add", "_plus_scalar")
 
-    def __radd__(self, other):
-        return _binary(self, other, "broadcast_add", "_plus_scalar")
+    __radd__ = __add__
 
-    def __sub__(self, other):
-        return _binary(self, other, "broadcast_sub", "_minus_scalar")
+    __sub__ = _arith("broadcast_sub", "_minus_scalar")
 
     def __rsub__(self, other):
         return _rbinary(self, other, "_rminus_scalar")
 
-    def __mul__(self, other):
-        return _binary(self, other, "broadcast_mul", "_mul_scalar")
+    __mul__ = _arith("broadcast_mul", "_mul_scalar")
 
-    def __rmul__(self, other):
-        return _binary(self, other, "broadcast_mul", "_mul_scalar")
+    __rmul__ = __mul__
 
-    def __truediv__(self, other):
-        return _binary(self, other, "broadcast_div", "_div_scalar")
+    __truediv__ = _arith("broadcast_div", "_div_scalar")
 
     def __rtruediv__(self, other):
         return _rbinary(self, other, "_rdiv_scalar")
@@ -216,14 +219,12 @@ class NDArray:
     __div__ = __truediv__
     __rdiv__ = __rtruediv__
 
-    def __mod__(self, other):
-        return _binary(self, other, "broadcast_mod", "_mod_scalar")
+    __mod__ = _arith("broadcast_mod", "_mod_scalar")
 
     def __rmod__(self, other):
         return _rbinary(self, other, "_rmod_scalar")
 
-    def __pow__(self, other):
-        return _binary(self, other, "broadcast_power", "_power_scalar")
+    __pow__ = _arith("broadcast_power", "_power_scalar")
 
     def __rpow__(self, other):
         return _rbinary(self, other, "_rpower_scalar")
@@ -237,23 +238,17 @@ class NDArray:
     def __abs__(self):
         return _op("abs", self)
 
-    def __eq__(self, other):
-        return _binary(self, other, "broadcast_equal", "_equal_scalar")
+    __eq__ = _arith("broadcast_equal", "_equal_scalar")
 
-    def __ne__(self, other):
-        return _binary(self, other, "broadcast_not_equal", "_not_equal_scalar")
+    __ne__ = _arith("broadcast_not_equal", "_not_equal_scalar")
 
-    def __gt__(self, other):
-        return _binary(self, other, "broadcast_greater", "_greater_scalar")
+    __gt__ = _arith("broadcast_greater", "_greater_scalar")
 
-    def __ge__(self, other):
-        return _binary(self, other, "broadcast_greater_equal", "_greater_equal_scalar")
+    __ge__ = _arith("broadcast_greater_equal", "_greater_equal_scalar")
 
-    def __lt__(self, other):
-        return _binary(self, other, "broadcast_lesser", "_lesser_scalar")
+    __lt__ = _arith("broadcast_lesser", "_lesser_scalar")
 
-    def __le__(self, other):
-        return _binary(self, other, "broadcast_lesser_equal", "_lesser_equal_scalar")
+    __le__ = _arith("broadcast_lesser_equal", "_lesser_equal_scalar")
 
     def _inplace(self, other, array_op, scalar_op):
         if not self.writable:

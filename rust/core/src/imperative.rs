@@ -13,18 +13,32 @@ use crate::op::{self, Attrs, ExecContext, Operator};
 /// hand-off costs more than the kernel.
 const INLINE_MAX_ELEMENTS: usize = 1 << 13;
 
+/// Where an operation was pushed from, resolved to text only if it fails (resolving a source
+/// line costs more than running a small op).
+pub trait PushSite: Send + Sync {
+    fn location(&self) -> String;
+}
+
+impl PushSite for String {
+    fn location(&self) -> String {
+        self.clone()
+    }
+}
+
+pub type Site = Option<Arc<dyn PushSite>>;
+
 /// How a pushed op names itself if it fails later.
 struct OpCall {
     name: String,
     inputs: Vec<(Shape, DType)>,
-    site: Option<String>,
+    site: Site,
 }
 
 impl OpDescription for OpCall {
     fn describe(&self) -> String {
         let mut s = format!("operator {}({})", self.name, describe_inputs(&self.inputs));
         if let Some(site) = &self.site {
-            s.push_str(&format!(", pushed from {site}"));
+            s.push_str(&format!(", pushed from {}", site.location()));
         }
         s
     }
@@ -41,7 +55,7 @@ pub fn invoke(
     attrs: &Attrs,
     out: Option<Vec<NDArray>>,
     default_ctx: Context,
-    site: Option<String>,
+    site: Site,
 ) -> Result<Vec<NDArray>> {
     let def = op::lookup(name)?;
     let instance = def.instantiate(name, attrs)?;
@@ -55,12 +69,12 @@ pub fn invoke_operator(
     inputs: &[NDArray],
     out: Option<Vec<NDArray>>,
     default_ctx: Context,
-    site: Option<String>,
+    site: Site,
 ) -> Result<Vec<NDArray>> {
     let described: Vec<(Shape, DType)> = inputs.iter().map(|a| (a.shape().clone(), a.dtype())).collect();
     let fail = |e: crate::Error| e.context(format!("operator {name}({})", describe_inputs(&described)));
-    let names = operator.input_names();
-    if names.len() != inputs.len() {
+    if operator.num_inputs() != inputs.len() {
+        let names = operator.input_names();
         return Err(fail(crate::err!(
             Value,
             "expects {} input(s) ({}), got {}",
@@ -82,7 +96,7 @@ pub fn invoke_operator(
     if !ctx.is_host() {
         return Err(fail(crate::backend::gpu_unavailable(ctx)));
     }
-    let in_shapes: Vec<Shape> = described.iter().map(|d| d.0.clone()).collect();
+    let in_shapes: Vec<Shape> = inputs.iter().map(|a| a.shape().clone()).collect();
     let in_types: Vec<DType> = described.iter().map(|d| d.1).collect();
     let out_shapes = operator.infer_shape(&in_shapes).map_err(fail)?;
     let out_types = operator.infer_type(&in_types).map_err(fail)?;
@@ -146,7 +160,7 @@ pub fn invoke_operator(
         &reads,
         &writes,
         PushProps { inline_if_ready: work_items <= INLINE_MAX_ELEMENTS },
-        Box::new(OpCall { name: name.to_string(), inputs: described.clone(), site: site.clone() }),
+        Box::new(OpCall { name: name.to_string(), inputs: described, site: site.clone() }),
     );
     if unsafe_alias {
         for (tmp, dst) in targets.iter().zip(&outputs) {
@@ -163,7 +177,7 @@ pub fn invoke_operator(
 }
 
 /// Push a copy of `src` into `dst` (same shape; dtypes may differ, in which case it casts).
-pub fn copy(src: &NDArray, dst: &NDArray, site: Option<String>) -> Result<()> {
+pub fn copy(src: &NDArray, dst: &NDArray, site: Site) -> Result<()> {
     if src.shape() != dst.shape() {
         crate::bail!(Shape, "copyto: source shape {} differs from destination shape {}", src.shape(), dst.shape());
     }

@@ -1,5 +1,8 @@
 //! Operator invocation from Python: `mx.nd.<op>(*args, **kwargs)` lands in [`invoke`].
 
+use std::sync::Arc;
+
+use oxnet::imperative::{PushSite, Site};
 use oxnet::ndarray::NDArray;
 use oxnet::op::{self, Attrs};
 use pyo3::prelude::*;
@@ -58,8 +61,43 @@ fn attr_string(v: &Bound<'_, PyAny>) -> PyResult<String> {
     Ok(v.str()?.to_str()?.to_string())
 }
 
-/// `file:line` of the innermost caller outside the oxnet package, for errors raised later.
-pub fn push_site() -> Option<String> {
+/// The innermost caller outside the oxnet package: its code object and instruction offset. The
+/// line number is only computed if the op fails (computing it costs more than a small op).
+struct PythonSite {
+    code: Py<PyAny>,
+    lasti: i64,
+}
+
+impl PushSite for PythonSite {
+    fn location(&self) -> String {
+        Python::attach(|py| {
+            let code = self.code.bind(py);
+            let file: String = code.getattr("co_filename").and_then(|f| f.extract()).unwrap_or_else(|_| "?".into());
+            // co_lines() yields (start, end, line) ranges of instruction offsets (Python >= 3.10).
+            let line = code
+                .call_method0("co_lines")
+                .and_then(|it| it.try_iter().map(|i| i.collect::<Vec<_>>()))
+                .ok()
+                .and_then(|ranges| {
+                    ranges.into_iter().filter_map(|r| r.ok()?.extract::<(i64, i64, Option<i64>)>().ok()).find_map(
+                        |(start, end, line)| if start <= self.lasti && self.lasti < end { line } else { None },
+                    )
+                });
+            match line {
+                Some(l) => format!("{file}:{l}"),
+                None => file,
+            }
+        })
+    }
+}
+
+thread_local! {
+    /// Whether a code object belongs to the oxnet package, by address. Package code objects live
+    /// as long as their modules, so a cached verdict stays right for them.
+    static IN_PACKAGE: std::cell::RefCell<std::collections::HashMap<usize, bool>> = Default::default();
+}
+
+pub fn push_site() -> Site {
     Python::attach(|py| {
         let package = PACKAGE_DIR.get(py)?;
         // SAFETY: PyEval_GetFrame returns a borrowed reference to the running frame (or NULL),
@@ -67,11 +105,16 @@ pub fn push_site() -> Option<String> {
         let mut frame = unsafe { Bound::from_borrowed_ptr_or_opt(py, pyo3::ffi::PyEval_GetFrame() as *mut pyo3::ffi::PyObject) }?;
         for _ in 0..16 {
             let code = frame.getattr(pyo3::intern!(py, "f_code")).ok()?;
-            let file = code.getattr(pyo3::intern!(py, "co_filename")).ok()?;
-            let file = file.cast::<PyString>().ok()?.to_str().ok()?.to_string();
-            if !file.starts_with(package.as_str()) {
-                let line: i64 = frame.getattr(pyo3::intern!(py, "f_lineno")).ok()?.extract().ok()?;
-                return Some(format!("{file}:{line}"));
+            let key = code.as_ptr() as usize;
+            let in_package = IN_PACKAGE.with(|c| c.borrow().get(&key).copied()).unwrap_or_else(|| {
+                let file: String = code.getattr(pyo3::intern!(py, "co_filename")).and_then(|f| f.extract()).unwrap_or_default();
+                let verdict = file.starts_with(package.as_str());
+                IN_PACKAGE.with(|c| c.borrow_mut().insert(key, verdict));
+                verdict
+            });
+            if !in_package {
+                let lasti: i64 = frame.getattr(pyo3::intern!(py, "f_lasti")).ok()?.extract().ok()?;
+                return Some(Arc::new(PythonSite { code: code.unbind(), lasti }) as Arc<dyn PushSite>);
             }
             frame = frame.getattr(pyo3::intern!(py, "f_back")).ok().filter(|f| !f.is_none())?;
         }

@@ -72,6 +72,9 @@ impl<M: BinaryMath> Operator for Binary<M> {
     fn input_names(&self) -> Vec<String> {
         vec!["lhs".into(), "rhs".into()]
     }
+    fn num_inputs(&self) -> usize {
+        2
+    }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         if self.broadcast {
             return Ok(vec![broadcast_shape(self.name, &inputs[0], &inputs[1])?]);
@@ -114,6 +117,9 @@ struct Scalar<M> {
 }
 
 impl<M: BinaryMath> Operator for Scalar<M> {
+    fn num_inputs(&self) -> usize {
+        1
+    }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![inputs[0].clone()])
     }

@@ -20,6 +20,9 @@ pub trait UnaryMath: Send + Sync + 'static {
 struct Unary<M>(PhantomData<M>);
 
 impl<M: UnaryMath> Operator for Unary<M> {
+    fn num_inputs(&self) -> usize {
+        1
+    }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![inputs[0].clone()])
     }

@@ -139,6 +139,9 @@ impl Operator for Dot {
     fn input_names(&self) -> Vec<String> {
         vec!["lhs".into(), "rhs".into()]
     }
+    fn num_inputs(&self) -> usize {
+        2
+    }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         if inputs[0].ndim() == 0 || inputs[1].ndim() == 0 {
             crate::bail!(Shape, "dot: inputs must have at least one dimension, got {} and {}", inputs[0], inputs[1]);
@@ -185,6 +188,9 @@ impl BatchDot {
 impl Operator for BatchDot {
     fn input_names(&self) -> Vec<String> {
         vec!["lhs".into(), "rhs".into()]
+    }
+    fn num_inputs(&self) -> usize {
+        2
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         let (batch, am, bm) = self.operands(&inputs[0], &inputs[1])?;

@@ -85,6 +85,9 @@ pub trait Operator: Send + Sync + 'static {
     fn input_names(&self) -> Vec<String> {
         vec!["data".to_string()]
     }
+    fn num_inputs(&self) -> usize {
+        self.input_names().len()
+    }
     fn num_outputs(&self) -> usize {
         1
     }

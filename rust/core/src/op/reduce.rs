@@ -158,6 +158,9 @@ impl<R> Reduce<R> {
 }
 
 impl<R: Reducer> Operator for Reduce<R> {
+    fn num_inputs(&self) -> usize {
+        1
+    }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         let s = &inputs[0];
         let mask = self.mask(s.ndim())?;
