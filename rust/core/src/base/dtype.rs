@@ -113,7 +113,8 @@ pub trait Elem: Copy + Send + Sync + PartialOrd + Default + 'static {
     fn from_i64(v: i64) -> Self;
 }
 
-macro_rules! impl_float_elem {
+/// Native numeric types convert with `as` (saturating for float-to-int, as NumPy's casts do on x86).
+macro_rules! impl_native_elem {
     ($t:ty, $dt:expr) => {
         impl Elem for $t {
             const DTYPE: DType = $dt;
@@ -136,8 +137,12 @@ macro_rules! impl_float_elem {
         }
     };
 }
-impl_float_elem!(f32, DType::F32);
-impl_float_elem!(f64, DType::F64);
+impl_native_elem!(f32, DType::F32);
+impl_native_elem!(f64, DType::F64);
+impl_native_elem!(u8, DType::U8);
+impl_native_elem!(i8, DType::I8);
+impl_native_elem!(i32, DType::I32);
+impl_native_elem!(i64, DType::I64);
 
 macro_rules! impl_half_elem {
     ($t:ty, $dt:expr) => {
@@ -165,33 +170,7 @@ macro_rules! impl_half_elem {
 impl_half_elem!(f16, DType::F16);
 impl_half_elem!(bf16, DType::BF16);
 
-macro_rules! impl_int_elem {
-    ($t:ty, $dt:expr) => {
-        impl Elem for $t {
-            const DTYPE: DType = $dt;
-            #[inline(always)]
-            fn to_f64(self) -> f64 {
-                self as f64
-            }
-            #[inline(always)]
-            fn from_f64(v: f64) -> Self {
-                v as $t
-            }
-            #[inline(always)]
-            fn to_i64(self) -> i64 {
-                self as i64
-            }
-            #[inline(always)]
-            fn from_i64(v: i64) -> Self {
-                v as $t
-            }
-        }
-    };
-}
-impl_int_elem!(u8, DType::U8);
-impl_int_elem!(i8, DType::I8);
-impl_int_elem!(i32, DType::I32);
-impl_int_elem!(i64, DType::I64);
+
 
 /// Booleans are stored as one byte holding 0 or 1, as in MXNet and NumPy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, PartialOrd)]

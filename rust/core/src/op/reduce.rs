@@ -14,8 +14,10 @@ use crate::error::Result;
 pub trait Reducer: Send + Sync + 'static {
     const INIT: f64;
     fn step(acc: f64, x: f64) -> f64;
-    /// Combine two partial accumulators.
-    fn merge(a: f64, b: f64) -> f64;
+    /// Combine two partial accumulators (for most reducers, one more step).
+    fn merge(a: f64, b: f64) -> f64 {
+        Self::step(a, b)
+    }
     fn finish(acc: f64, _count: usize) -> f64 {
         acc
     }
@@ -28,9 +30,6 @@ impl Reducer for Sum {
     fn step(acc: f64, x: f64) -> f64 {
         acc + x
     }
-    fn merge(a: f64, b: f64) -> f64 {
-        a + b
-    }
 }
 struct Mean;
 impl Reducer for Mean {
@@ -38,9 +37,6 @@ impl Reducer for Mean {
     #[inline(always)]
     fn step(acc: f64, x: f64) -> f64 {
         acc + x
-    }
-    fn merge(a: f64, b: f64) -> f64 {
-        a + b
     }
     fn finish(acc: f64, count: usize) -> f64 {
         acc / count as f64
@@ -52,9 +48,6 @@ impl Reducer for Prod {
     #[inline(always)]
     fn step(acc: f64, x: f64) -> f64 {
         acc * x
-    }
-    fn merge(a: f64, b: f64) -> f64 {
-        a * b
     }
 }
 struct NanSum;
@@ -98,9 +91,6 @@ impl Reducer for Max {
             acc
         }
     }
-    fn merge(a: f64, b: f64) -> f64 {
-        Self::step(a, b)
-    }
 }
 struct Min;
 impl Reducer for Min {
@@ -112,9 +102,6 @@ impl Reducer for Min {
         } else {
             acc
         }
-    }
-    fn merge(a: f64, b: f64) -> f64 {
-        Self::step(a, b)
     }
 }
 
