@@ -6,9 +6,21 @@ import pytest
 import oxnet as mx
 from oxnet.test_utils import assert_almost_equal
 
-FLOATS = ["float32", "float64", "float16"]
+FLOATS = ["float32", "float64", "float16", "bfloat16"]
 INTS = ["int32", "int64", "int8", "uint8"]
 ALL = FLOATS + INTS
+
+
+def _np_dtype(dtype):
+    """NumPy stand-in for reference math: bfloat16 values are held (exactly) in float32."""
+    return "float32" if dtype == "bfloat16" else dtype
+
+
+def _to_bf16_grid(x):
+    """Round float32 values to the nearest bfloat16 (ties to even), kept as float32."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return rounded.astype(np.uint32).view(np.float32)
 
 
 def _data(shape, dtype, low=-2.0, high=2.0, seed=0):
@@ -16,14 +28,18 @@ def _data(shape, dtype, low=-2.0, high=2.0, seed=0):
     if dtype in INTS:
         lo = 0 if dtype == "uint8" else -5
         return rng.randint(lo, 6, size=shape).astype(dtype)
-    return rng.uniform(low, high, size=shape).astype(dtype)
+    x = rng.uniform(low, high, size=shape).astype(_np_dtype(dtype))
+    return _to_bf16_grid(x) if dtype == "bfloat16" else x
 
 
 def _check(out, expected, dtype):
     expected = np.asarray(expected)
     assert out.shape == expected.shape, (out.shape, expected.shape)
-    assert out.dtype == np.dtype(dtype), (out.dtype, dtype)
-    rtol, atol = {"float16": (2e-2, 2e-2), "float32": (1e-4, 1e-5), "float64": (1e-10, 1e-12)}.get(dtype, (0, 0))
+    assert out.dtype == (mx.base.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)), (out.dtype, dtype)
+    if dtype == "bfloat16":
+        out = out.astype("float32")
+    rtol, atol = {"float16": (2e-2, 2e-2), "bfloat16": (2e-2, 3e-2), "float32": (1e-4, 1e-5),
+                  "float64": (1e-10, 1e-12)}.get(dtype, (0, 0))
     assert_almost_equal(out.asnumpy().astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True)
 
 
@@ -79,7 +95,7 @@ def test_unary(name, ctx):
         if dtype in INTS and name in ("abs", "sign", "square", "relu", "negative"):
             x = np.clip(x, -5, 5).astype(dtype)
         out = getattr(mx.nd, name)(mx.nd.array(x, ctx=ctx, dtype=dtype))
-        expected = ref(x.astype(np.float64) if dtype == "float16" else x)
+        expected = ref(x.astype(np.float64) if dtype in ("float16", "bfloat16") else x)
         _check(out, expected.astype(dtype) if dtype in INTS else expected, dtype)
 
 
@@ -111,12 +127,12 @@ BROADCAST_SHAPES = [((2, 3), (2, 3)), ((2, 3), (3,)), ((4, 1, 5), (3, 1)), ((1,)
 def _binary_inputs(name, sa, sb, dtype):
     a, b = _data(sa, dtype, seed=1), _data(sb, dtype, seed=2)
     if name in ("div", "mod"):
-        b = np.where(b == 0, 1, b).astype(dtype)
+        b = np.where(b == 0, 1, b).astype(_np_dtype(dtype))
         if dtype in FLOATS:
-            b = np.where(np.abs(b) < 0.25, 0.5, b).astype(dtype)
+            b = np.where(np.abs(b) < 0.25, 0.5, b).astype(_np_dtype(dtype))
     if name == "power":
-        a = np.abs(a).astype(dtype) + (1 if dtype in INTS else 0.5)
-        b = (np.abs(b) % 3).astype(dtype)
+        a = np.abs(a).astype(_np_dtype(dtype)) + (1 if dtype in INTS else 0.5)
+        b = (np.abs(b) % 3).astype(_np_dtype(dtype))
     if name in ("equal", "not_equal", "greater_equal", "lesser_equal") and sa == sb:
         b[..., 0] = a[..., 0]  # make some elements equal
     return a, b
@@ -133,9 +149,10 @@ def test_broadcast_binary(name, ctx):
             ref = BINARY[name]
             if dtype in INTS and name == "div":
                 ref = lambda x, y: np.trunc(x / y)  # noqa: E731 (MXNet truncates integer division)
-            expected = ref(a.astype(np.float64), b.astype(np.float64)) if dtype == "float16" else ref(a, b)
+            low_precision = dtype in ("float16", "bfloat16")
+            expected = ref(a.astype(np.float64), b.astype(np.float64)) if low_precision else ref(a, b)
             out = getattr(mx.nd, "broadcast_" + name)(mx.nd.array(a, ctx=ctx, dtype=dtype), mx.nd.array(b, ctx=ctx, dtype=dtype))
-            _check(out, np.asarray(expected).astype(dtype), dtype)
+            _check(out, np.asarray(expected).astype(_np_dtype(dtype)), dtype)
 
 
 @pytest.mark.parametrize("name", sorted(ELEMWISE_NAME))
@@ -178,7 +195,7 @@ def test_scalar_ops(name, ctx):
     for dtype in FLOATS + ["int32", "int64"]:
         x = _data((4, 5), dtype, 0.5, 3.0)
         if dtype in INTS:
-            x = np.abs(x).astype(dtype) + 1
+            x = np.abs(x).astype(_np_dtype(dtype)) + 1
         s = 2.0
         out = getattr(mx.nd._internal, name)(mx.nd.array(x, ctx=ctx, dtype=dtype), scalar=s)
         expected = SCALAR[name](x.astype(np.float64), s)
@@ -187,7 +204,7 @@ def test_scalar_ops(name, ctx):
                 expected = np.trunc(s / x.astype(np.float64))
             if name == "_div_scalar":
                 expected = np.trunc(x / s)
-        _check(out, expected.astype(dtype), dtype)
+        _check(out, expected.astype(_np_dtype(dtype)), dtype)
 
 
 def test_python_operators_match_numpy(ctx):
@@ -226,7 +243,7 @@ AXES = [None, 0, 1, -1, (0, 2), (1, 2), ()]
 
 @pytest.mark.parametrize("name", sorted(REDUCE))
 def test_reductions(name, ctx):
-    for dtype in ["float32", "float64", "float16", "int32", "int64"]:
+    for dtype in ["float32", "float64", "float16", "bfloat16", "int32", "int64"]:
         x = _data((3, 4, 5), dtype, 0.5, 1.5)
         for axis in AXES:
             for keepdims in (False, True):
@@ -245,7 +262,7 @@ def test_reductions(name, ctx):
                         expected = expected.reshape(1)  # MXNet 1.x full reductions have shape (1,)
                     if dtype in INTS:
                         expected = np.trunc(expected)
-                    _check(out, expected.astype(dtype), dtype)
+                    _check(out, expected.astype(_np_dtype(dtype)), dtype)
 
 
 def test_large_reductions_are_accurate(ctx):
@@ -257,7 +274,7 @@ def test_large_reductions_are_accurate(ctx):
     _check(mx.nd.sum(mx.nd.array(m, ctx=ctx), axis=0), m.astype(np.float64).sum(axis=0), "float32")
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int32", "int64", "uint8"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"])
 def test_dot(dtype, ctx):
     cases = [((3, 4), (4, 5), False, False), ((4, 3), (4, 5), True, False), ((3, 4), (5, 4), False, True),
              ((4, 3), (5, 4), True, True), ((7,), (7,), False, False), ((2, 3, 4), (4, 6), False, False),
@@ -275,8 +292,9 @@ def test_dot(dtype, ctx):
         else:
             oshape = (a.shape[1:] if ta else a.shape[:-1]) + (b.shape[:-1] if tb else b.shape[1:])
             expected = (a2.astype(np.float64) @ b2.astype(np.float64)).reshape(oshape)
-        if dtype == "float16":
-            assert_almost_equal(out.asnumpy().astype(np.float64), expected, rtol=2e-2, atol=5e-2)
+        if dtype in ("float16", "bfloat16"):
+            got = (out.astype("float32") if dtype == "bfloat16" else out).asnumpy().astype(np.float64)
+            assert_almost_equal(got, expected, rtol=2e-2, atol=1e-1)
         else:
             _check(out, expected.astype(dtype), dtype)
 
@@ -298,14 +316,13 @@ def test_batch_dot(dtype, ctx):
 def test_transpose(dtype, ctx):
     for shape, axes in [((3, 4), None), ((2, 3, 4), (1, 0, 2)), ((2, 3, 4), (2, 0, 1)), ((70, 90), (1, 0)),
                         ((3, 40, 50), (0, 2, 1)), ((2, 3, 4, 5), (3, 1, 0, 2))]:
-        x = _data(shape, "int32" if dtype == "bool" else dtype) % 2 if dtype == "bool" else _data(shape, dtype)
-        x = x.astype(dtype)
+        x = (_data(shape, "int32") % 2).astype(dtype) if dtype == "bool" else _data(shape, dtype)
         kwargs = {} if axes is None else {"axes": axes}
         _check(mx.nd.transpose(mx.nd.array(x, ctx=ctx, dtype=dtype), **kwargs), np.transpose(x, axes), dtype)
 
 
 def test_concat_and_split(ctx):
-    for dtype in ["float32", "int64", "float16"]:
+    for dtype in ["float32", "int64", "float16", "bfloat16"]:
         a, b, c = (_data((2, k, 3), dtype, seed=k) for k in (1, 2, 3))
         out = mx.nd.concat(*(mx.nd.array(v, ctx=ctx, dtype=dtype) for v in (a, b, c)), dim=1)
         _check(out, np.concatenate([a, b, c], axis=1), dtype)
@@ -329,19 +346,21 @@ def test_cast(src, ctx):
     x = _data((3, 5), "float32", -3, 3) if src in FLOATS else _data((3, 5), "int32")
     if src == "uint8":
         x = np.abs(x)
-    x = x.astype(src)
+    x = _to_bf16_grid(x) if src == "bfloat16" else x.astype(src)
     for dst in ALL + ["bool"]:
-        out = mx.nd.cast(mx.nd.array(x, ctx=ctx, dtype=src), dtype=dst)
+        src_arr, xs = mx.nd.array(x, ctx=ctx, dtype=src), x
+        if dst == "uint8" and src in FLOATS:
+            src_arr, xs = mx.nd.abs(src_arr), np.abs(x)
+        out = mx.nd.cast(src_arr, dtype=dst)
         if dst in INTS and src in FLOATS:
-            expected = np.trunc(x.astype(np.float64))
-            if dst == "uint8":
-                expected = np.abs(expected)
-                out = mx.nd.cast(mx.nd.abs(mx.nd.array(x, ctx=ctx, dtype=src)), dtype=dst)
-            expected = expected.astype(dst)
+            expected = np.trunc(xs.astype(np.float64)).astype(dst)
+        elif dst == "bfloat16":
+            expected = _to_bf16_grid(xs.astype(np.float32))
         else:
-            expected = x.astype(dst)
-        assert out.dtype == np.dtype(dst)
-        np.testing.assert_array_equal(out.asnumpy().astype(np.float64), expected.astype(np.float64))
+            expected = xs.astype(dst)
+        assert out.dtype == (mx.base.bfloat16 if dst == "bfloat16" else np.dtype(dst))
+        got = out.astype("float32") if dst == "bfloat16" else out
+        np.testing.assert_array_equal(got.asnumpy().astype(np.float64), expected.astype(np.float64))
 
 
 def test_random_uniform_normal_are_seeded_and_distributed(ctx):
@@ -364,9 +383,10 @@ def test_random_uniform_normal_are_seeded_and_distributed(ctx):
 
 def test_creation_ops(ctx):
     for dtype in ALL:
-        _check(mx.nd.zeros((2, 3), ctx=ctx, dtype=dtype), np.zeros((2, 3), dtype), dtype)
-        _check(mx.nd.ones((4,), ctx=ctx, dtype=dtype), np.ones((4,), dtype), dtype)
-        _check(mx.nd.full((2, 2), 7, ctx=ctx, dtype=dtype), np.full((2, 2), 7, dtype), dtype)
+        ref = _np_dtype(dtype)
+        _check(mx.nd.zeros((2, 3), ctx=ctx, dtype=dtype), np.zeros((2, 3), ref), dtype)
+        _check(mx.nd.ones((4,), ctx=ctx, dtype=dtype), np.ones((4,), ref), dtype)
+        _check(mx.nd.full((2, 2), 7, ctx=ctx, dtype=dtype), np.full((2, 2), 7, ref), dtype)
     _check(mx.nd.arange(5, ctx=ctx), np.arange(5, dtype="float32"), "float32")
     _check(mx.nd.arange(1, 3, 0.5, ctx=ctx, dtype="float64"), np.arange(1, 3, 0.5), "float64")
     _check(mx.nd.arange(0, 3, repeat=2, ctx=ctx), np.repeat(np.arange(3, dtype="float32"), 2), "float32")

@@ -323,6 +323,9 @@ def array(source_array, ctx=None, dtype=None):
         _core.copyto(source_array.handle, out.handle)
         return out
     name = dtype_name(mx_real_t if dtype is None else dtype)
+    if name == "bfloat16":
+        # NumPy has no bfloat16 arithmetic type: convert through float32 in the core.
+        return array(source_array, ctx=ctx, dtype="float32").astype("bfloat16")
     src = np.ascontiguousarray(np.asarray(source_array, dtype=np_dtype(name)))
     return NDArray(_core.from_buffer(src.reshape(-1).view(np.uint8), list(src.shape), name, ctx._as_tuple()))
 
