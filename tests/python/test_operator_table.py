@@ -410,3 +410,46 @@ def test_shape_ops(ctx):
     _check(mx.nd.take(a, mx.nd.array(idx, ctx=ctx), axis=1), np.take(x, idx, axis=1), "float32")
     _check(mx.nd.take(a, mx.nd.array([5, -1], ctx=ctx)), x[[1, 0]], "float32")  # clip mode
     _check(mx.nd.take(a, mx.nd.array([5, -1], ctx=ctx), mode="wrap"), np.take(x, [5, -1], axis=0, mode="wrap"), "float32")
+
+
+REARRANGE = [
+    ("reverse", dict(axis=1), lambda x: np.flip(x, 1)),
+    ("flip", dict(axis=(0, 2)), lambda x: np.flip(x, (0, 2))),
+    ("swapaxes", dict(dim1=0, dim2=2), lambda x: np.swapaxes(x, 0, 2)),
+    ("SwapAxis", dict(dim1=1, dim2=-1), lambda x: np.swapaxes(x, 1, -1)),
+    ("tile", dict(reps=(2, 1, 3)), lambda x: np.tile(x, (2, 1, 3))),
+    ("tile", dict(reps=(2,)), lambda x: np.tile(x, (2,))),
+    ("tile", dict(reps=(2, 1, 1, 2)), lambda x: np.tile(x, (2, 1, 1, 2))),
+    ("repeat", dict(repeats=2, axis=1), lambda x: np.repeat(x, 2, axis=1)),
+    ("repeat", dict(repeats=3), lambda x: np.repeat(x, 3)),
+    ("squeeze", dict(), lambda x: np.squeeze(x[:, :1, :]), lambda x: x[:, :1, :]),
+    ("squeeze", dict(axis=1), lambda x: np.squeeze(x[:, :1, :], 1), lambda x: x[:, :1, :]),
+    ("broadcast_to", dict(shape=(2, 4, 0)), lambda x: np.broadcast_to(x[:, :1, :], (2, 4, 4)), lambda x: x[:, :1, :]),
+    ("broadcast_axis", dict(axis=(0, 1), size=(3, 5)), lambda x: np.broadcast_to(x[:1, :1, :], (3, 5, 4)),
+     lambda x: x[:1, :1, :]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(REARRANGE)))
+def test_rearranging_ops(case, ctx):
+    name, kwargs, ref = REARRANGE[case][:3]
+    prepare = REARRANGE[case][3] if len(REARRANGE[case]) > 3 else (lambda x: x)
+    for dtype in ALL + ["bool"]:
+        x = prepare((_data((2, 3, 4), "int32") % 2).astype("bool") if dtype == "bool" else _data((2, 3, 4), dtype))
+        out = getattr(mx.nd, name)(mx.nd.array(x, ctx=ctx, dtype=dtype), **kwargs)
+        _check(out, ref(x), dtype)
+
+
+def test_stack_and_broadcast_like(ctx):
+    a, b = _data((2, 3), "float32", seed=1), _data((2, 3), "float32", seed=2)
+    for axis in (0, 1, 2, -1):
+        out = mx.nd.stack(mx.nd.array(a, ctx=ctx), mx.nd.array(b, ctx=ctx), axis=axis)
+        _check(out, np.stack([a, b], axis=axis), "float32")
+    like = mx.nd.broadcast_like(mx.nd.array(a[:1], ctx=ctx), mx.nd.zeros((5, 3), ctx=ctx))
+    _check(like, np.broadcast_to(a[:1], (5, 3)), "float32")
+    with pytest.raises(mx.MXNetError, match="same shape"):
+        mx.nd.stack(mx.nd.ones((2,), ctx=ctx), mx.nd.ones((3,), ctx=ctx))
+    with pytest.raises(mx.MXNetError, match="cannot broadcast"):
+        mx.nd.broadcast_to(mx.nd.ones((2, 3), ctx=ctx), shape=(4, 3))
+    with pytest.raises(mx.MXNetError, match="squeeze: axis 0"):
+        mx.nd.squeeze(mx.nd.ones((2, 1), ctx=ctx), axis=0)

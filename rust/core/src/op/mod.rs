@@ -12,6 +12,7 @@ mod elemwise_binary;
 mod elemwise_unary;
 mod indexing;
 mod linalg;
+mod rearrange;
 mod reduce;
 mod shape_ops;
 
@@ -206,6 +207,7 @@ pub fn registry() -> &'static Registry {
         linalg::register(&mut add);
         shape_ops::register(&mut add);
         indexing::register(&mut add);
+        rearrange::register(&mut add);
         creation::register(&mut add);
         r
     })

@@ -1,0 +1,326 @@
+//! Operators that rearrange elements without arithmetic, each expressed as one strided copy over
+//! a virtual index space: flip, swapaxes, broadcast_to / broadcast_axis / broadcast_like, tile,
+//! repeat, stack and squeeze.
+
+use super::shape_ops::{copy_bytes, strided_copy};
+use super::{ExecContext, OpDef, Operator, Tensor};
+use crate::base::{normalize_axis, Shape};
+use crate::error::Result;
+
+/// A strided view of the input to copy into the contiguous output: the index space `dims`, the
+/// input's base offset and its stride (in elements, possibly 0 or negative) along each dim.
+struct Gather {
+    dims: Vec<usize>,
+    base: isize,
+    strides: Vec<isize>,
+}
+
+fn input_strides(s: &Shape) -> Vec<isize> {
+    s.strides().into_iter().map(|v| v as isize).collect()
+}
+
+/// An operator fully described by its output shape and the gather that fills it.
+struct Rearrange {
+    name: &'static str,
+    plan: Box<dyn Fn(&Shape) -> Result<(Shape, Gather)> + Send + Sync>,
+}
+
+impl Operator for Rearrange {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![(self.plan)(&inputs[0]).map_err(|e| e.context(self.name))?.0])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (_, g) = (self.plan)(&inputs[0].shape)?;
+        let out = &outputs[0];
+        let dst_strides = input_strides(&Shape::new(g.dims.clone()));
+        crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&g.dims, inputs[0].ptr::<T>(), g.base, &g.strides, out.ptr::<T>(), 0, &dst_strides));
+        Ok(())
+    }
+}
+
+fn axes_list(axis: &[i64], ndim: usize) -> Result<Vec<usize>> {
+    axis.iter().map(|&a| normalize_axis(a, ndim)).collect()
+}
+
+crate::op_params! {
+    pub struct FlipParams {
+        /// The axis or axes along which to reverse elements.
+        axis: Vec<i64>,
+    }
+}
+
+crate::op_params! {
+    pub struct SwapAxesParams {
+        /// The first axis to swap.
+        dim1: i64 = 0,
+        /// The second axis to swap.
+        dim2: i64 = 0,
+    }
+}
+
+crate::op_params! {
+    pub struct BroadcastToParams {
+        /// The target shape; 0 keeps the input's dimension.
+        shape: Vec<i64>,
+    }
+}
+
+crate::op_params! {
+    pub struct BroadcastAxisParams {
+        /// The axes to broadcast (each must have size 1).
+        axis: Vec<i64> = Vec::new(),
+        /// Target sizes of those axes.
+        size: Vec<i64> = Vec::new(),
+    }
+}
+
+crate::op_params! {
+    pub struct TileParams {
+        /// Number of repetitions along each axis (aligned on the right).
+        reps: Vec<i64>,
+    }
+}
+
+crate::op_params! {
+    pub struct RepeatParams {
+        /// Number of repetitions of each element.
+        repeats: usize,
+        /// Axis along which to repeat; by default the input is flattened first.
+        axis: Option<i64> = None,
+    }
+}
+
+crate::op_params! {
+    pub struct SqueezeParams {
+        /// Axes of size 1 to remove; by default every axis of size 1.
+        axis: Option<Vec<i64>> = None,
+    }
+}
+
+/// Broadcast `src` to `target` (same rank): stride 0 where the input has size 1.
+fn broadcast_gather(src: &Shape, target: Vec<usize>) -> Result<(Shape, Gather)> {
+    let st = input_strides(src);
+    let mut strides = Vec::with_capacity(target.len());
+    for (i, &t) in target.iter().enumerate() {
+        if src[i] == t {
+            strides.push(st[i]);
+        } else if src[i] == 1 {
+            strides.push(0);
+        } else {
+            crate::bail!(Shape, "cannot broadcast {src} to {}", Shape::new(target));
+        }
+    }
+    Ok((Shape::new(target.clone()), Gather { dims: target, base: 0, strides }))
+}
+
+fn flip_plan(axis: Vec<i64>) -> impl Fn(&Shape) -> Result<(Shape, Gather)> + Send + Sync {
+    move |s| {
+        let axes = axes_list(&axis, s.ndim())?;
+        let mut strides = input_strides(s);
+        let mut base = 0isize;
+        for a in axes {
+            if s[a] > 0 {
+                base += (s[a] as isize - 1) * strides[a];
+            }
+            strides[a] = -strides[a];
+        }
+        Ok((s.clone(), Gather { dims: s.dims().to_vec(), base, strides }))
+    }
+}
+
+fn tile_plan(reps: Vec<i64>) -> impl Fn(&Shape) -> Result<(Shape, Gather)> + Send + Sync {
+    move |s| {
+        if reps.iter().any(|&r| r < 0) {
+            crate::bail!(Param, "reps must be >= 0, got {reps:?}");
+        }
+        let n = s.ndim().max(reps.len());
+        let dims: Vec<usize> = (0..n).map(|i| if i + s.ndim() >= n { s[i + s.ndim() - n] } else { 1 }).collect();
+        let reps: Vec<usize> = (0..n).map(|i| if i + reps.len() >= n { reps[i + reps.len() - n] as usize } else { 1 }).collect();
+        let st = input_strides(&Shape::new(dims.clone()));
+        let (mut space, mut strides) = (Vec::new(), Vec::new());
+        for i in 0..n {
+            space.extend([reps[i], dims[i]]);
+            strides.extend([0, st[i]]);
+        }
+        let out: Vec<usize> = (0..n).map(|i| reps[i] * dims[i]).collect();
+        Ok((Shape::new(out), Gather { dims: space, base: 0, strides }))
+    }
+}
+
+fn repeat_plan(p: RepeatParams) -> impl Fn(&Shape) -> Result<(Shape, Gather)> + Send + Sync {
+    move |s| {
+        let (src, axis) = match p.axis {
+            Some(a) => (s.clone(), normalize_axis(a, s.ndim())?),
+            None => (Shape::new(vec![s.size()]), 0),
+        };
+        let st = input_strides(&src);
+        let (mut space, mut strides) = (Vec::new(), Vec::new());
+        for i in 0..src.ndim() {
+            space.push(src[i]);
+            strides.push(st[i]);
+            if i == axis {
+                space.push(p.repeats);
+                strides.push(0);
+            }
+        }
+        let mut out = src.dims().to_vec();
+        out[axis] *= p.repeats;
+        Ok((Shape::new(out), Gather { dims: space, base: 0, strides }))
+    }
+}
+
+crate::op_params! {
+    pub struct StackParams {
+        /// The axis in the result along which the inputs are stacked.
+        axis: i64 = 0,
+        /// Number of inputs.
+        num_args: usize,
+    }
+}
+
+struct Stack {
+    axis: i64,
+    num_args: usize,
+}
+
+impl Operator for Stack {
+    fn input_names(&self) -> Vec<String> {
+        (0..self.num_args).map(|i| format!("arg{i}")).collect()
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        if let Some(bad) = inputs.iter().find(|s| **s != inputs[0]) {
+            crate::bail!(Shape, "stack: all inputs must have the same shape, got {} and {bad}", inputs[0]);
+        }
+        let axis = normalize_axis(self.axis, inputs[0].ndim() + 1)?;
+        let mut dims = inputs[0].dims().to_vec();
+        dims.insert(axis, inputs.len());
+        Ok(vec![Shape::new(dims)])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let out = &outputs[0];
+        let axis = normalize_axis(self.axis, out.shape.ndim())?;
+        let outer: usize = out.shape.dims()[..axis].iter().product();
+        let inner: usize = out.shape.dims()[axis + 1..].iter().product();
+        let n = inputs.len() as isize;
+        for (k, x) in inputs.iter().enumerate() {
+            let dims = [outer, inner];
+            let dst = [n * inner as isize, 1];
+            crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&dims, x.ptr::<T>(), 0, &[inner as isize, 1], out.ptr::<T>(), k as isize * inner as isize, &dst));
+        }
+        Ok(())
+    }
+}
+
+/// Same elements, new shape (squeeze).
+struct Squeeze {
+    axis: Option<Vec<i64>>,
+}
+
+impl Squeeze {
+    fn shape(&self, s: &Shape) -> Result<Shape> {
+        let dims: Vec<usize> = match &self.axis {
+            None => s.dims().iter().copied().filter(|&d| d != 1).collect(),
+            Some(axes) => {
+                let axes = axes_list(axes, s.ndim())?;
+                if let Some(&a) = axes.iter().find(|&&a| s[a] != 1) {
+                    crate::bail!(Shape, "squeeze: axis {a} of {s} has size {}, not 1", s[a]);
+                }
+                (0..s.ndim()).filter(|i| !axes.contains(i)).map(|i| s[i]).collect()
+            }
+        };
+        // MXNet 1.x keeps at least one dimension.
+        Ok(Shape::new(if dims.is_empty() { vec![1] } else { dims }))
+    }
+}
+
+impl Operator for Squeeze {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![self.shape(&inputs[0])?])
+    }
+    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+        &[(0, 0)]
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        copy_bytes(&inputs[0], &outputs[0]);
+        Ok(())
+    }
+}
+
+/// broadcast_like: the second input only lends its shape.
+struct BroadcastLike;
+
+impl Operator for BroadcastLike {
+    fn input_names(&self) -> Vec<String> {
+        vec!["lhs".into(), "rhs".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![like_plan(&inputs[0], &inputs[1])?.0])
+    }
+    fn infer_type(&self, inputs: &[crate::base::DType]) -> Result<Vec<crate::base::DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let target = inputs[1].shape.clone();
+        Rearrange { name: "broadcast_like", plan: Box::new(move |s| like_plan(s, &target)) }.forward(ctx, &inputs[..1], outputs)
+    }
+}
+
+fn like_plan(src: &Shape, target: &Shape) -> Result<(Shape, Gather)> {
+    if src.ndim() != target.ndim() {
+        crate::bail!(Shape, "broadcast_like: {src} and {target} must have the same number of dimensions");
+    }
+    broadcast_gather(src, target.dims().to_vec())
+}
+
+fn rearrange<P: super::Params + 'static, F: Fn(&Shape) -> Result<(Shape, Gather)> + Send + Sync + 'static>(
+    name: &'static str,
+    aliases: &'static [&'static str],
+    doc: &'static str,
+    plan: impl Fn(P) -> Result<F> + Send + Sync + 'static,
+) -> OpDef {
+    OpDef::new(name, aliases, doc, move |p: P| Ok(Rearrange { name, plan: Box::new(plan(p)?) }))
+}
+
+pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    add(rearrange("reverse", &["flip"], "Reverses the order of elements along the given axes.", |p: FlipParams| Ok(flip_plan(p.axis))));
+    add(rearrange("SwapAxis", &["swapaxes"], "Interchanges two axes of an array.", |p: SwapAxesParams| {
+        Ok(move |s: &Shape| {
+            let (a, b) = (normalize_axis(p.dim1, s.ndim())?, normalize_axis(p.dim2, s.ndim())?);
+            let mut dims = s.dims().to_vec();
+            let mut strides = input_strides(s);
+            dims.swap(a, b);
+            strides.swap(a, b);
+            Ok((Shape::new(dims.clone()), Gather { dims, base: 0, strides }))
+        })
+    }));
+    add(rearrange("broadcast_to", &[], "Broadcasts the input to a new shape (0 keeps a dimension).", |p: BroadcastToParams| {
+        Ok(move |s: &Shape| {
+            if p.shape.len() != s.ndim() {
+                crate::bail!(Shape, "broadcast_to: target {:?} must have the same number of dimensions as {s}", p.shape);
+            }
+            let target = p.shape.iter().zip(s.dims()).map(|(&t, &d)| if t == 0 { d } else { t.max(0) as usize }).collect();
+            broadcast_gather(s, target)
+        })
+    }));
+    add(rearrange("broadcast_axis", &["broadcast_axes"], "Broadcasts the input along axes of size 1.", |p: BroadcastAxisParams| {
+        if p.axis.len() != p.size.len() {
+            crate::bail!(Param, "broadcast_axis: axis {:?} and size {:?} must have the same length", p.axis, p.size);
+        }
+        Ok(move |s: &Shape| {
+            let mut target = s.dims().to_vec();
+            for (&a, &n) in p.axis.iter().zip(&p.size) {
+                let a = normalize_axis(a, s.ndim())?;
+                if s[a] != 1 {
+                    crate::bail!(Shape, "broadcast_axis: axis {a} of {s} must have size 1");
+                }
+                target[a] = n.max(0) as usize;
+            }
+            broadcast_gather(s, target)
+        })
+    }));
+    add(rearrange("tile", &[], "Repeats the whole array `reps` times along each axis.", |p: TileParams| Ok(tile_plan(p.reps))));
+    add(rearrange("repeat", &[], "Repeats each element `repeats` times along an axis (flattened by default).", |p: RepeatParams| Ok(repeat_plan(p))));
+    add(OpDef::new("broadcast_like", &[], "Broadcasts lhs to the shape of rhs.", |_: super::params::NoParams| Ok(BroadcastLike)));
+    add(OpDef::new("stack", &[], "Joins arrays of equal shape along a new axis.", |p: StackParams| Ok(Stack { axis: p.axis, num_args: p.num_args })).variadic());
+    add(OpDef::new("squeeze", &[], "Removes axes of size one.", |p: SqueezeParams| Ok(Squeeze { axis: p.axis })));
+}
