@@ -1,5 +1,7 @@
 """Every registered operator of the foundation, against NumPy, for every dtype it supports."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -84,6 +86,9 @@ UNARY = {
     "reciprocal": (np.reciprocal, (0.5, 3), FLOATS),
     "negative": (np.negative, (-2, 2), ["float32", "float64", "float16", "int32", "int64", "int8"]),
     "logical_not": (lambda x: (x == 0).astype(x.dtype), (-2, 2), ALL),
+    "erf": (np.vectorize(math.erf), (-2, 2), FLOATS),
+    "gamma": (np.vectorize(math.gamma), (0.2, 4), FLOATS),
+    "gammaln": (np.vectorize(math.lgamma), (0.2, 6), FLOATS),
 }
 
 
@@ -453,3 +458,60 @@ def test_stack_and_broadcast_like(ctx):
         mx.nd.broadcast_to(mx.nd.ones((2, 3), ctx=ctx), shape=(4, 3))
     with pytest.raises(mx.MXNetError, match="squeeze: axis 0"):
         mx.nd.squeeze(mx.nd.ones((2, 1), ctx=ctx), axis=0)
+
+
+def test_erfinv_inverts_erf_and_flags(ctx):
+    y = np.linspace(-0.999, 0.999, 101)
+    x = mx.nd.erfinv(mx.nd.array(y, ctx=ctx, dtype="float64")).asnumpy()
+    np.testing.assert_allclose(np.vectorize(math.erf)(x), y, rtol=1e-12, atol=1e-14)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, 1.5], np.float32)
+    a = mx.nd.array(special, ctx=ctx)
+    _check(mx.nd.isnan(a), np.isnan(special).astype("float32"), "float32")
+    _check(mx.nd.isinf(a), np.isinf(special).astype("float32"), "float32")
+    _check(mx.nd.isfinite(a), np.isfinite(special).astype("float32"), "float32")
+
+
+def test_clip_where_add_n(ctx):
+    for dtype in ["float32", "float64", "int32", "float16"]:
+        x = _data((3, 4), dtype, -3, 3)
+        _check(mx.nd.clip(mx.nd.array(x, ctx=ctx, dtype=dtype), -1, 2), np.clip(x, -1, 2), dtype)
+        y = _data((3, 4), dtype, -3, 3, seed=9)
+        cond = (_data((3, 4), "int32") > 0).astype(dtype)
+        arr = lambda v: mx.nd.array(v, ctx=ctx, dtype=dtype)  # noqa: E731
+        _check(mx.nd.where(arr(cond), arr(x), arr(y)), np.where(cond != 0, x, y), dtype)
+        rows = np.array([1, 0, 1], dtype)
+        _check(mx.nd.where(arr(rows), arr(x), arr(y)), np.where(rows[:, None] != 0, x, y), dtype)
+        parts = [_data((2, 5), dtype, seed=k) for k in range(4)]
+        _check(mx.nd.add_n(*(arr(p) for p in parts)), sum(p.astype(np.float64) for p in parts).astype(dtype), dtype)
+        _check(mx.nd.ElementWiseSum(arr(parts[0])), parts[0], dtype)
+    with pytest.raises(mx.MXNetError, match="a_min"):
+        mx.nd.clip(mx.nd.ones((2,), ctx=ctx), 3, 1)
+    with pytest.raises(mx.MXNetError, match="where: condition"):
+        mx.nd.where(mx.nd.ones((2,), ctx=ctx), mx.nd.ones((3, 2), ctx=ctx), mx.nd.ones((3, 2), ctx=ctx))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "float16"])
+def test_argmax_argmin(dtype, ctx):
+    x = _data((3, 4, 5), dtype, -5, 5)
+    for fn, ref in (("argmax", np.argmax), ("argmin", np.argmin)):
+        for axis in (0, 1, 2, -1):
+            for keepdims in (False, True):
+                out = getattr(mx.nd, fn)(mx.nd.array(x, ctx=ctx, dtype=dtype), axis=axis, keepdims=keepdims)
+                exp = ref(x, axis=axis)
+                if keepdims:
+                    exp = np.expand_dims(exp, axis)
+                _check(out, exp.astype(dtype), dtype)
+        _check(getattr(mx.nd, fn)(mx.nd.array(x, ctx=ctx, dtype=dtype)), np.array([ref(x)]).astype(dtype), dtype)
+    m = x.reshape(3, 20)
+    _check(mx.nd.argmax_channel(mx.nd.array(m, ctx=ctx, dtype=dtype)), np.argmax(m, axis=1).astype(dtype), dtype)
+
+
+def test_one_hot_shape_array_reshape_like(ctx):
+    idx = np.array([[0, 2], [1, 5]])
+    out = mx.nd.one_hot(mx.nd.array(idx, ctx=ctx), depth=3, on_value=2, off_value=-1, dtype="int32")
+    expected = np.where(np.arange(3) == idx[..., None], 2, -1).astype("int32")
+    _check(out, expected, "int32")
+    x = mx.nd.ones((2, 3, 4), ctx=ctx)
+    _check(mx.nd.shape_array(x), np.array([2, 3, 4], "int64"), "int64")
+    _check(mx.nd.size_array(x), np.array([24], "int64"), "int64")
+    _check(mx.nd.reshape_like(x, mx.nd.zeros((4, 6), ctx=ctx)), np.ones((4, 6), "float32"), "float32")

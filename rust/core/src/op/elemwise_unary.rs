@@ -59,6 +59,55 @@ fn lit<F: Float>(v: f64) -> F {
     F::from(v).unwrap()
 }
 
+#[inline(always)]
+fn truth<F: Float>(c: bool) -> F {
+    if c {
+        F::one()
+    } else {
+        F::zero()
+    }
+}
+
+/// Special functions have no generic form in num-traits: compute them in f64 with libm.
+#[inline(always)]
+fn via_f64<F: Float>(x: F, f: fn(f64) -> f64) -> F {
+    F::from(f(x.to_f64().unwrap_or(f64::NAN))).unwrap_or_else(F::nan)
+}
+
+/// Inverse error function: Giles' single-precision approximation refined by two Newton steps on
+/// libm's erf, which brings it to double precision.
+fn erfinv(y: f64) -> f64 {
+    if y <= -1.0 {
+        return if y == -1.0 { f64::NEG_INFINITY } else { f64::NAN };
+    }
+    if y >= 1.0 {
+        return if y == 1.0 { f64::INFINITY } else { f64::NAN };
+    }
+    let w = -((1.0 - y) * (1.0 + y)).ln();
+    let mut x = if w < 5.0 {
+        let w = w - 2.5;
+        let mut p = 2.810_226_36e-08;
+        for c in [3.432_739_39e-07, -3.523_387_7e-06, -4.391_506_54e-06, 0.000_218_580_87, -0.001_253_725_03,
+                  -0.004_177_681_64, 0.246_640_727, 1.501_409_41] {
+            p = c + p * w;
+        }
+        p * y
+    } else {
+        let w = w.sqrt() - 3.0;
+        let mut p = -0.000_200_214_257;
+        for c in [0.000_100_950_558, 0.001_349_343_22, -0.003_673_428_44, 0.005_739_507_73, -0.007_622_461_3,
+                  0.009_438_870_47, 1.001_674_06, 2.832_976_82] {
+            p = c + p * w;
+        }
+        p * y
+    };
+    for _ in 0..2 {
+        let err = libm::erf(x) - y;
+        x -= err / (2.0 / std::f64::consts::PI.sqrt() * (-x * x).exp());
+    }
+    x
+}
+
 macro_rules! unary_ops {
     ($( $ty:ident $name:literal [$($alias:literal),*] $doc:literal => |$x:ident| $body:expr; )*) => {
         $(
@@ -122,5 +171,12 @@ unary_ops! {
     Negative "negative" [] "Numerical negative of the argument, element-wise." => |x| -x;
     LogicalNot "logical_not" [] "Returns the result of logical NOT (!) function: 1 where x is 0, else 0." =>
         |x| if x == F::zero() { F::one() } else { F::zero() };
+    Erf "erf" [] "Returns element-wise Gauss error function of the input." => |x| via_f64(x, libm::erf);
+    Erfinv "erfinv" [] "Returns element-wise inverse Gauss error function of the input." => |x| via_f64(x, erfinv);
+    Gamma "gamma" [] "Returns the gamma function (extension of the factorial) of the input, element-wise." => |x| via_f64(x, libm::tgamma);
+    Gammaln "gammaln" [] "Returns element-wise log of the absolute value of the gamma function of the input." => |x| via_f64(x, libm::lgamma);
+    IsNan "isnan" [] "Returns 1 where the input is NaN, else 0 (in the input dtype)." => |x| truth(x.is_nan());
+    IsInf "isinf" [] "Returns 1 where the input is infinite, else 0 (in the input dtype)." => |x| truth(x.is_infinite());
+    IsFinite "isfinite" [] "Returns 1 where the input is finite, else 0 (in the input dtype)." => |x| truth(x.is_finite());
     Identity "_copy" ["identity"] "Returns a copy of the input." => |x| x;
 }

@@ -3,7 +3,7 @@
 
 use super::shape_ops::{copy_bytes, strided_copy};
 use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
-use crate::base::{normalize_axis, Elem, Shape};
+use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
 
 crate::op_params! {
@@ -207,7 +207,7 @@ impl Operator for Take {
         dims.extend_from_slice(&a.dims()[axis + 1..]);
         Ok(vec![Shape::new(dims)])
     }
-    fn infer_type(&self, inputs: &[crate::base::DType]) -> Result<Vec<crate::base::DType>> {
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
@@ -245,7 +245,67 @@ impl Operator for Take {
     }
 }
 
+crate::op_params! {
+    pub struct OneHotParams {
+        /// Depth of the one-hot dimension.
+        depth: usize,
+        /// Value at the index position.
+        on_value: f64 = 1.0,
+        /// Value elsewhere.
+        off_value: f64 = 0.0,
+        /// Output dtype.
+        dtype: DType = DType::F32,
+    }
+}
+
+struct OneHot {
+    p: OneHotParams,
+}
+
+impl Operator for OneHot {
+    fn input_names(&self) -> Vec<String> {
+        vec!["indices".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let mut dims = inputs[0].dims().to_vec();
+        dims.push(self.p.depth);
+        Ok(vec![Shape::new(dims)])
+    }
+    fn infer_type(&self, _inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![self.p.dtype])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let idx = &inputs[0];
+        let indices: Vec<i64> = crate::dispatch_dtype!(idx.dtype, I => {
+            // SAFETY: the indices are an input this op does not write.
+            unsafe { idx.slice::<I>() }.iter().map(|v| v.to_f64() as i64).collect()
+        });
+        let depth = self.p.depth;
+        let (on, off) = (self.p.on_value, self.p.off_value);
+        crate::dispatch_dtype!(outputs[0].dtype, T => {
+            let (on, off) = (T::from_f64(on), T::from_f64(off));
+            let op = SendPtr(outputs[0].ptr::<T>());
+            super::parallel_chunks(indices.len(), (1 << 14) / depth.max(1) + 1, |rows| {
+                for r in rows {
+                    for c in 0..depth {
+                        // SAFETY: row r of the (n, depth) output belongs to this task alone.
+                        unsafe { *op.get().add(r * depth + c) = if indices[r] == c as i64 { on } else { off } };
+                    }
+                }
+            })
+        });
+        Ok(())
+    }
+}
+
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    add(OpDef::new(
+        "one_hot",
+        &[],
+        "Returns a one-hot array: the last axis of length depth holds on_value at each index, off_value elsewhere \
+         (indices outside [0, depth) give a row of off_value).",
+        |p: OneHotParams| Ok(OneHot { p }),
+    ));
     add(OpDef::new(
         "slice",
         &["_slice", "crop"],

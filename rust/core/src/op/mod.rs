@@ -14,6 +14,7 @@ mod indexing;
 mod linalg;
 mod rearrange;
 mod reduce;
+mod select;
 mod shape_ops;
 
 use std::collections::HashMap;
@@ -208,6 +209,7 @@ pub fn registry() -> &'static Registry {
         shape_ops::register(&mut add);
         indexing::register(&mut add);
         rearrange::register(&mut add);
+        select::register(&mut add);
         creation::register(&mut add);
         r
     })

@@ -278,9 +278,90 @@ fn reduce_blocks<T: Elem, R: Reducer>(x: *const T, out: *mut T, outer: usize, r:
     }
 }
 
+crate::op_params! {
+    pub struct ArgReduceParams {
+        /// The axis along which to search; by default the input is flattened.
+        axis: Option<i64> = None,
+        /// If true, the reduced axis is left in the result with size one.
+        keepdims: bool = false,
+    }
+}
+
+/// argmax / argmin: the index (as a value of the input's dtype, as in MXNet) of the first extreme.
+struct ArgReduce {
+    axis: Option<i64>,
+    keepdims: bool,
+    max: bool,
+}
+
+impl ArgReduce {
+    /// (outer, length along the axis, inner) and the output shape.
+    fn layout(&self, s: &Shape) -> Result<((usize, usize, usize), Shape)> {
+        match self.axis {
+            None => Ok(((1, s.size(), 1), Shape::new(if self.keepdims { vec![1; s.ndim().max(1)] } else { vec![1] }))),
+            Some(a) => {
+                let a = normalize_axis(a, s.ndim())?;
+                let d = s.dims();
+                let mut out = d.to_vec();
+                if self.keepdims {
+                    out[a] = 1;
+                } else {
+                    out.remove(a);
+                }
+                let out = if out.is_empty() { vec![1] } else { out };
+                Ok(((d[..a].iter().product(), d[a], d[a + 1..].iter().product()), Shape::new(out)))
+            }
+        }
+    }
+}
+
+impl Operator for ArgReduce {
+    fn num_inputs(&self) -> usize {
+        1
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let ((_, r, _), out) = self.layout(&inputs[0])?;
+        if r == 0 {
+            crate::bail!(Shape, "cannot take the arg{} of an empty axis of {}", if self.max { "max" } else { "min" }, inputs[0]);
+        }
+        Ok(vec![out])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let ((outer, r, inner), _) = self.layout(&inputs[0].shape)?;
+        let max = self.max;
+        crate::dispatch_dtype!(inputs[0].dtype, T => {
+            let (xp, op) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
+            parallel_chunks(outer * inner, (1 << 14) / r.max(1) + 1, |cells| {
+                for cell in cells {
+                    let (o, j) = (cell / inner, cell % inner);
+                    let (mut best, mut best_k) = (f64::NAN, 0usize);
+                    for k in 0..r {
+                        // SAFETY: (o, k, j) indexes inside the (outer, r, inner) input.
+                        let v = unsafe { *xp.get().add((o * r + k) * inner + j) }.to_f64();
+                        let better = if max { v > best } else { v < best };
+                        if k == 0 || better || (v.is_nan() && !best.is_nan()) {
+                            best = v;
+                            best_k = k;
+                        }
+                    }
+                    // SAFETY: output cell is written by this task only.
+                    unsafe { *op.get().add(cell) = T::from_f64(best_k as f64) };
+                }
+            })
+        });
+        Ok(())
+    }
+}
+
 macro_rules! reductions {
     ($( $r:ident $name:literal [$($alias:literal),*] $doc:literal; )*) => {
         pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+            add(OpDef::new("argmax", &[], "Returns indices of the maximum values along an axis.",
+                |p: ArgReduceParams| Ok(ArgReduce { axis: p.axis, keepdims: p.keepdims, max: true })));
+            add(OpDef::new("argmin", &[], "Returns indices of the minimum values along an axis.",
+                |p: ArgReduceParams| Ok(ArgReduce { axis: p.axis, keepdims: p.keepdims, max: false })));
+            add(OpDef::new("argmax_channel", &[], "Returns the argmax along the last axis.",
+                |_: super::params::NoParams| Ok(ArgReduce { axis: Some(-1), keepdims: false, max: true })));
             $(
                 add(OpDef::new($name, &[$($alias),*], $doc,
                     |params: ReduceParams| Ok(Reduce::<$r> { params, _r: PhantomData })));

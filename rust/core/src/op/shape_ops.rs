@@ -150,6 +150,31 @@ impl Operator for Transpose {
     }
 }
 
+/// reshape_like: the second input only lends its shape.
+struct ReshapeLike;
+
+impl Operator for ReshapeLike {
+    fn input_names(&self) -> Vec<String> {
+        vec!["lhs".into(), "rhs".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        if inputs[0].size() != inputs[1].size() {
+            crate::bail!(Shape, "reshape_like: {} and {} have different sizes", inputs[0], inputs[1]);
+        }
+        Ok(vec![inputs[1].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+        &[(0, 0)]
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        copy_bytes(&inputs[0], &outputs[0]);
+        Ok(())
+    }
+}
+
 /// MXNet's reshape codes: 0 copies a dim, -1 infers one, -2 copies the rest, -3 merges two,
 /// -4 splits one into the next two values; `reverse` applies them from the right.
 pub fn infer_reshape(src: &Shape, spec: &[i64], reverse: bool) -> Result<Shape> {
@@ -446,7 +471,35 @@ impl Operator for Cast {
     }
 }
 
+/// shape_array / size_array: int64 arrays describing the input's shape.
+struct ShapeInfo {
+    size_only: bool,
+}
+
+impl Operator for ShapeInfo {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![Shape::new(vec![if self.size_only { 1 } else { inputs[0].ndim() }])])
+    }
+    fn infer_type(&self, _inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![DType::I64])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let s = &inputs[0].shape;
+        let values: Vec<i64> = if self.size_only { vec![s.size() as i64] } else { s.dims().iter().map(|&d| d as i64).collect() };
+        // SAFETY: the output is an int64 array of exactly values.len() elements owned by this op.
+        unsafe { outputs[0].slice_mut::<i64>() }.copy_from_slice(&values);
+        Ok(())
+    }
+}
+
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    add(OpDef::new("shape_array", &[], "Returns a 1-D int64 array holding the shape of the input.", |_: super::params::NoParams| {
+        Ok(ShapeInfo { size_only: false })
+    }));
+    add(OpDef::new("size_array", &[], "Returns a 1-element int64 array holding the size of the input.", |_: super::params::NoParams| {
+        Ok(ShapeInfo { size_only: true })
+    }));
+    add(OpDef::new("reshape_like", &[], "Reshapes lhs to the shape of rhs (same number of elements).", |_: super::params::NoParams| Ok(ReshapeLike)));
     add(OpDef::new(
         "transpose",
         &[],

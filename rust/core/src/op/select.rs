@@ -1,0 +1,134 @@
+//! Element-wise selection and accumulation: clip, where, add_n.
+
+use super::broadcast::map1;
+use super::{parallel_chunks, same_dtype, ExecContext, OpDef, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
+use crate::base::{DType, Elem, Shape};
+use crate::error::Result;
+
+crate::op_params! {
+    pub struct ClipParams {
+        /// Minimum value.
+        a_min: f64,
+        /// Maximum value.
+        a_max: f64,
+    }
+}
+
+struct Clip {
+    lo: f64,
+    hi: f64,
+}
+
+impl Operator for Clip {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![inputs[0].clone()])
+    }
+    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+        &[(0, 0)]
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        crate::dispatch_dtype!(inputs[0].dtype, T => {
+            let (lo, hi) = (T::from_f64(self.lo), T::from_f64(self.hi));
+            map1(&inputs[0], &outputs[0], |v: T| if v < lo { lo } else if v > hi { hi } else { v })
+        });
+        Ok(())
+    }
+}
+
+/// where(condition, x, y): x where condition is non-zero, else y. The condition has the shape of
+/// x, or is 1-D selecting whole rows along the first axis.
+struct Where;
+
+impl Operator for Where {
+    fn input_names(&self) -> Vec<String> {
+        vec!["condition".into(), "x".into(), "y".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let (c, x, y) = (&inputs[0], &inputs[1], &inputs[2]);
+        if x != y {
+            crate::bail!(Shape, "where: x {x} and y {y} must have the same shape");
+        }
+        let rows = c.ndim() == 1 && x.ndim() >= 1 && c[0] == x[0];
+        if c != x && !rows {
+            crate::bail!(Shape, "where: condition {c} must have the shape of x {x}, or be 1-D of length {}", x.dims().first().unwrap_or(&0));
+        }
+        Ok(vec![x.clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        same_dtype(&inputs[1..], 1)
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (c, x, y, out) = (&inputs[0], &inputs[1], &inputs[2], &outputs[0]);
+        let mask: Vec<bool> = crate::dispatch_dtype!(c.dtype, C => {
+            // SAFETY: the condition is an input this op does not write.
+            unsafe { c.slice::<C>() }.iter().map(|v| v.to_f64() != 0.0).collect()
+        });
+        let per_mask = out.size() / mask.len().max(1);
+        crate::dispatch_dtype!(out.dtype, T => {
+            let (xp, yp, op) = (SendPtr(x.ptr::<T>()), SendPtr(y.ptr::<T>()), SendPtr(out.ptr::<T>()));
+            parallel_chunks(out.size(), PARALLEL_GRAIN, |r| {
+                for i in r {
+                    // SAFETY: i < out.size() = x.size() = y.size(); out may alias x or y elementwise.
+                    unsafe { *op.get().add(i) = if mask[i / per_mask.max(1)] { *xp.get().add(i) } else { *yp.get().add(i) } };
+                }
+            })
+        });
+        Ok(())
+    }
+}
+
+crate::op_params! {
+    pub struct AddNParams {
+        /// Number of inputs to add.
+        num_args: usize,
+    }
+}
+
+struct AddN {
+    num_args: usize,
+}
+
+impl Operator for AddN {
+    fn input_names(&self) -> Vec<String> {
+        (0..self.num_args).map(|i| format!("arg{i}")).collect()
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        if let Some(bad) = inputs.iter().find(|s| **s != inputs[0]) {
+            crate::bail!(Shape, "add_n: all inputs must have the same shape, got {} and {bad}", inputs[0]);
+        }
+        Ok(vec![inputs[0].clone()])
+    }
+    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+        &[(0, 0)]
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let out = &outputs[0];
+        let add = super::lookup("elemwise_add")?.instantiate("elemwise_add", &Default::default())?;
+        match inputs {
+            [] => crate::bail!(Value, "add_n needs at least one input"),
+            [only] => super::shape_ops::copy_bytes(only, out),
+            [first, second, rest @ ..] => {
+                // Accumulate pairwise into the output: out = a + b, then out += c, ...
+                add.forward(&ExecContext::default(), &[first.clone(), second.clone()], std::slice::from_ref(out))?;
+                for x in rest {
+                    add.forward(&ExecContext::default(), &[out.clone(), x.clone()], std::slice::from_ref(out))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    add(OpDef::new("clip", &[], "Clips (limits) the values in an array to [a_min, a_max].", |p: ClipParams| {
+        if p.a_min > p.a_max {
+            crate::bail!(Param, "clip: a_min ({}) must not exceed a_max ({})", p.a_min, p.a_max);
+        }
+        Ok(Clip { lo: p.a_min, hi: p.a_max })
+    }));
+    add(OpDef::new("where", &[], "Returns elements chosen from x or y depending on condition.", |_: super::params::NoParams| Ok(Where)));
+    add(OpDef::new("add_n", &["ElementWiseSum", "_sparse_ElementWiseSum"], "Adds all input arguments element-wise.", |p: AddNParams| {
+        Ok(AddN { num_args: p.num_args })
+    })
+    .variadic());
+}
