@@ -515,3 +515,30 @@ def test_one_hot_shape_array_reshape_like(ctx):
     _check(mx.nd.shape_array(x), np.array([2, 3, 4], "int64"), "int64")
     _check(mx.nd.size_array(x), np.array([24], "int64"), "int64")
     _check(mx.nd.reshape_like(x, mx.nd.zeros((4, 6), ctx=ctx)), np.ones((4, 6), "float32"), "float32")
+
+
+SAMPLERS = [
+    # (function, kwargs, expected mean, expected variance, dtype)
+    ("randint", dict(low=-3, high=7), 1.5, (10 ** 2 - 1) / 12, "int32"),
+    ("exponential", dict(lam=2.0), 0.5, 0.25, "float32"),
+    ("gamma", dict(alpha=3.0, beta=2.0), 6.0, 12.0, "float32"),
+    ("gamma", dict(alpha=0.5, beta=1.0), 0.5, 0.5, "float32"),
+    ("poisson", dict(lam=4.0), 4.0, 4.0, "float32"),
+    ("poisson", dict(lam=50.0), 50.0, 50.0, "float32"),
+    ("negative_binomial", dict(k=3, p=0.4), 3 * 0.6 / 0.4, 3 * 0.6 / 0.16, "float32"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(SAMPLERS)))
+def test_samplers_moments_and_seeding(case, ctx):
+    name, kwargs, mean, var, dtype = SAMPLERS[case]
+    fn = getattr(mx.nd.random, name)
+    mx.random.seed(7)
+    a = fn(shape=(400, 500), ctx=ctx, **kwargs).asnumpy()
+    mx.random.seed(7)
+    b = fn(shape=(400, 500), ctx=ctx, **kwargs).asnumpy()
+    assert a.dtype == np.dtype(dtype) and np.array_equal(a, b)
+    assert abs(a.mean() - mean) < 0.02 * max(1.0, mean), (a.mean(), mean)
+    assert abs(a.var() - var) < 0.05 * max(1.0, var), (a.var(), var)
+    if name == "randint":
+        assert a.min() == -3 and a.max() == 6

@@ -135,6 +135,61 @@ crate::op_params! {
     }
 }
 
+/// Declare a sampler's parameter struct: its distribution parameters, then shape, ctx and dtype.
+macro_rules! sampler_params {
+    ($name:ident { $( $(#[doc = $doc:literal])* $field:ident : $ty:ty = $default:expr ),* }) => {
+        crate::op_params! {
+            pub struct $name {
+                $( $(#[doc = $doc])* $field: $ty = $default, )*
+                /// Shape of the output.
+                shape: Vec<i64> = Vec::new(),
+                /// Context of the output.
+                ctx: Option<Context> = None,
+                /// Data type of the output.
+                dtype: Option<DType> = None,
+            }
+        }
+    };
+}
+
+sampler_params!(RandIntParams {
+    /// Lower bound (inclusive).
+    low: i64 = 0,
+    /// Upper bound (exclusive).
+    high: i64 = 1
+});
+sampler_params!(ExponentialParams {
+    /// Rate (inverse scale) of the distribution.
+    lam: f64 = 1.0
+});
+sampler_params!(GammaParams {
+    /// Shape of the gamma distribution.
+    alpha: f64 = 1.0,
+    /// Scale of the gamma distribution.
+    beta: f64 = 1.0
+});
+sampler_params!(PoissonParams {
+    /// Mean (lambda) of the distribution.
+    lam: f64 = 1.0
+});
+sampler_params!(NegativeBinomialParams {
+    /// Number of successes to wait for.
+    k: i64 = 1,
+    /// Success probability of each trial.
+    p: f64 = 1.0
+});
+
+/// A random creation op drawing element `i` with `draw(seed, i)`.
+fn sampler(
+    name: &str,
+    shape: &[i64],
+    ctx: Option<Context>,
+    dtype: DType,
+    draw: impl Fn(u64, u64) -> f64 + Send + Sync + 'static,
+) -> Result<Create> {
+    Ok(Create { shape: shape_from(name, shape)?, dtype, ctx, value: Box::new(move |seed, i| draw(seed, i as u64)), random: true })
+}
+
 /// zeros_like / ones_like: the input's shape and dtype, filled with a constant.
 struct FillLike {
     value: f64,
@@ -204,12 +259,8 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
                 crate::bail!(Value, "_random_uniform: low ({}) must not exceed high ({})", p.low, p.high);
             }
             let (low, span) = (p.low, p.high - p.low);
-            Ok(Create {
-                shape: shape_from("_random_uniform", &p.shape)?,
-                dtype: p.dtype.unwrap_or(DType::F32),
-                ctx: p.ctx,
-                value: Box::new(move |seed, i| low + span * crate::random::uniform(seed, i as u64)),
-                random: true,
+            sampler("_random_uniform", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), move |seed, i| {
+                low + span * crate::random::uniform(seed, i)
             })
         },
     ));
@@ -222,12 +273,47 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
                 crate::bail!(Value, "_random_normal: scale must be >= 0, got {}", p.scale);
             }
             let (loc, scale) = (p.loc, p.scale);
-            Ok(Create {
-                shape: shape_from("_random_normal", &p.shape)?,
-                dtype: p.dtype.unwrap_or(DType::F32),
-                ctx: p.ctx,
-                value: Box::new(move |seed, i| loc + scale * crate::random::normal(seed, i as u64)),
-                random: true,
+            sampler("_random_normal", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), move |seed, i| {
+                loc + scale * crate::random::normal(seed, i)
+            })
+        },
+    ));
+    add(OpDef::new("_random_randint", &["random_randint"], "Draws integers uniformly from [low, high).", |p: RandIntParams| {
+        if p.high <= p.low {
+            crate::bail!(Value, "_random_randint: low ({}) must be less than high ({})", p.low, p.high);
+        }
+        let (low, span) = (p.low as f64, (p.high - p.low) as f64);
+        sampler("_random_randint", &p.shape, p.ctx, p.dtype.unwrap_or(DType::I32), move |seed, i| {
+            (low + span * crate::random::uniform(seed, i)).floor()
+        })
+    }));
+    add(OpDef::new("_random_exponential", &["random_exponential"], "Draws samples from an exponential distribution with rate lam.", |p: ExponentialParams| {
+        let lam = p.lam;
+        sampler("_random_exponential", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), move |seed, i| {
+            -(1.0 - crate::random::uniform(seed, i)).ln() / lam
+        })
+    }));
+    add(OpDef::new("_random_gamma", &["random_gamma"], "Draws samples from a gamma distribution with shape alpha and scale beta.", |p: GammaParams| {
+        let (alpha, beta) = (p.alpha, p.beta);
+        sampler("_random_gamma", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), move |seed, i| beta * crate::random::gamma(seed, i, alpha))
+    }));
+    add(OpDef::new("_random_poisson", &["random_poisson"], "Draws samples from a Poisson distribution with mean lam.", |p: PoissonParams| {
+        let lam = p.lam;
+        sampler("_random_poisson", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), move |seed, i| crate::random::poisson(seed, i, lam))
+    }));
+    add(OpDef::new(
+        "_random_negative_binomial",
+        &["random_negative_binomial"],
+        "Draws the number of failures before k successes, each trial succeeding with probability p.",
+        |p: NegativeBinomialParams| {
+            if !(p.p > 0.0 && p.p <= 1.0) || p.k <= 0 {
+                crate::bail!(Value, "_random_negative_binomial: need k > 0 and 0 < p <= 1, got k={} p={}", p.k, p.p);
+            }
+            let (k, prob) = (p.k as f64, p.p);
+            sampler("_random_negative_binomial", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), move |seed, i| {
+                // A Poisson whose mean is gamma distributed: the negative binomial mixture.
+                let rate = crate::random::gamma(seed, 2 * i, k) * (1.0 - prob) / prob;
+                crate::random::poisson(seed, 2 * i + 1, rate)
             })
         },
     ));
