@@ -542,3 +542,29 @@ def test_samplers_moments_and_seeding(case, ctx):
     assert abs(a.var() - var) < 0.05 * max(1.0, var), (a.var(), var)
     if name == "randint":
         assert a.min() == -3 and a.max() == 6
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "float16"])
+def test_sort_argsort_topk(dtype, ctx):
+    x = _data((3, 6, 4), dtype, -10, 10)
+    arr = mx.nd.array(x, ctx=ctx, dtype=dtype)
+    for axis in (0, 1, -1):
+        _check(mx.nd.sort(arr, axis=axis), np.sort(x, axis=axis, kind="stable"), dtype)
+        _check(mx.nd.sort(arr, axis=axis, is_ascend=False), -np.sort(-x.astype(np.float64), axis=axis, kind="stable"), dtype)
+        _check(mx.nd.argsort(arr, axis=axis), np.argsort(x, axis=axis, kind="stable").astype("float32"), "float32")
+    _check(mx.nd.sort(arr, axis=None), np.sort(x, axis=None), dtype)
+    desc = np.argsort(-x.astype(np.float64), axis=1, kind="stable")[:, :2]
+    _check(mx.nd.topk(arr, axis=1, k=2), desc.astype("float32"), "float32")
+    _check(mx.nd.topk(arr, axis=1, k=2, ret_typ="value"), np.take_along_axis(x, desc, axis=1), dtype)
+    vals, idx = mx.nd.topk(arr, axis=1, k=2, ret_typ="both", dtype="int64")
+    _check(vals, np.take_along_axis(x, desc, axis=1), dtype)
+    _check(idx, desc.astype("int64"), "int64")
+    mask = np.zeros_like(x)
+    np.put_along_axis(mask, desc, 1, axis=1)
+    _check(mx.nd.topk(arr, axis=1, k=2, ret_typ="mask"), mask, dtype)
+    asc = np.argsort(x, axis=-1, kind="stable")[..., :1]
+    _check(mx.nd.topk(arr, k=1, is_ascend=True), asc.astype("float32"), "float32")
+    with pytest.raises(mx.MXNetError, match="ret_typ"):
+        mx.nd.topk(arr, ret_typ="values")
+    with pytest.raises(mx.MXNetError, match="exceeds"):
+        mx.nd.topk(arr, k=9)

@@ -16,6 +16,7 @@ mod rearrange;
 mod reduce;
 mod select;
 mod shape_ops;
+mod sorting;
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -210,6 +211,7 @@ pub fn registry() -> &'static Registry {
         indexing::register(&mut add);
         rearrange::register(&mut add);
         select::register(&mut add);
+        sorting::register(&mut add);
         creation::register(&mut add);
         r
     })
@@ -241,8 +243,15 @@ pub(crate) fn parallel_chunks(n: usize, min_chunk: usize, f: impl Fn(std::ops::R
 pub(crate) const PARALLEL_GRAIN: usize = 1 << 15;
 
 /// A raw pointer that kernels hand to worker threads.
-#[derive(Clone, Copy)]
 pub(crate) struct SendPtr<T>(pub *mut T);
+
+// Manual impls: a raw pointer is Copy whatever it points to (derive would demand T: Copy).
+impl<T> Clone for SendPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SendPtr<T> {}
 // SAFETY: kernels only share SendPtrs across threads for disjoint index ranges of one buffer the
 // engine has granted to the running op.
 unsafe impl<T> Send for SendPtr<T> {}
