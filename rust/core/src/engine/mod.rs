@@ -56,6 +56,8 @@ pub struct PushProps {
 pub(crate) struct OprBlock {
     /// Dependencies not yet granted, plus one held by `push` until registration finishes.
     wait: AtomicUsize,
+    /// Taken exactly once, by the thread that executes the block; the lock is never contended and
+    /// only makes the block shareable between the vars' queues.
     func: Mutex<Option<OpFn>>,
     reads: Vec<Arc<Var>>,
     writes: Vec<Arc<Var>>,
@@ -68,7 +70,9 @@ pub(crate) struct OprBlock {
 
 struct Engine {
     kind: EngineKind,
-    /// Ops pushed and not yet completed; `wait_all` sleeps on `idle` until it is zero.
+    /// Ops pushed and not yet completed; `wait_all` sleeps on `idle` until it is zero. It is raised
+    /// before an op registers on its vars and lowered after the op released them, so a zero count
+    /// means nothing can still run; the lock pairs the count with the condvar.
     pending: Mutex<usize>,
     idle: Condvar,
     /// Errors raised since the last `wait_all`, reported (and cleared) by it.
@@ -283,6 +287,7 @@ pub fn wait_for_var(var: &Arc<Var>, for_write: bool) -> Result<()> {
     if !var.is_busy(for_write) {
         return var.error().map_or(Ok(()), Err);
     }
+    // The flag is set once by the marker; the lock orders that write with the waiter's check.
     let signal = Arc::new((Mutex::new(false), Condvar::new()));
     let notify = signal.clone();
     let func: OpFn = Box::new(move || {
