@@ -568,3 +568,14 @@ def test_sort_argsort_topk(dtype, ctx):
         mx.nd.topk(arr, ret_typ="values")
     with pytest.raises(mx.MXNetError, match="exceeds"):
         mx.nd.topk(arr, k=9)
+
+
+def test_eye_linspace_stop_gradient(ctx):
+    for n, m, k in [(3, 0, 0), (3, 5, 1), (4, 2, -1), (2, 3, 5)]:
+        _check(mx.nd.eye(n, m, k, ctx=ctx), np.eye(n, m or n, k, dtype="float32"), "float32")
+    _check(mx.nd.eye(2, dtype="int64", ctx=ctx), np.eye(2, dtype="int64"), "int64")
+    _check(mx.nd.linspace(0, 1, 5, ctx=ctx), np.linspace(0, 1, 5, dtype="float32"), "float32")
+    _check(mx.nd.linspace(2, 3, 4, endpoint=False, ctx=ctx, dtype="float64"), np.linspace(2, 3, 4, endpoint=False), "float64")
+    x = _data((2, 3), "float32")
+    _check(mx.nd.BlockGrad(mx.nd.array(x, ctx=ctx)), x, "float32")
+    _check(mx.nd.stop_gradient(mx.nd.array(x, ctx=ctx)), x, "float32")

@@ -4,7 +4,7 @@ import os
 import types
 
 from .. import _core
-from .ndarray import NDArray, array, empty, zeros, ones, full, arange, waitall
+from .ndarray import NDArray, array, empty, zeros, ones, full, arange, eye, linspace, waitall
 from . import register as _register
 from .utils import save, load, load_frombuffer, save_tobuffer
 

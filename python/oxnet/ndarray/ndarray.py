@@ -369,6 +369,17 @@ def arange(start, stop=None, step=1.0, repeat=1, infer_range=None, ctx=None, dty
     return _op("_arange", **kwargs)
 
 
+def eye(N, M=0, k=0, ctx=None, dtype=mx_real_t, **kwargs):
+    """A 2-D array with ones on the k-th diagonal."""
+    return _op("_eye", N=int(N), M=int(M), k=int(k), ctx=str(_as_context(ctx)), dtype=dtype_name(dtype), **kwargs)
+
+
+def linspace(start, stop, num, endpoint=True, ctx=None, dtype=mx_real_t):
+    """num evenly spaced values over [start, stop]."""
+    return _op("_linspace", start=float(start), stop=float(stop), num=int(num), endpoint=endpoint,
+               ctx=str(_as_context(ctx)), dtype=dtype_name(dtype))
+
+
 def waitall():
     """Wait for every pushed operation; raise the first error any of them hit."""
     _core.waitall()

@@ -179,6 +179,40 @@ sampler_params!(NegativeBinomialParams {
     p: f64 = 1.0
 });
 
+crate::op_params! {
+    /// MXNet names the dimensions N and M.
+    #[allow(non_snake_case)]
+    pub struct EyeParams {
+        /// Number of rows.
+        N: i64,
+        /// Number of columns (0 means N).
+        M: i64 = 0,
+        /// Index of the diagonal: 0 is the main one, positive above, negative below.
+        k: i64 = 0,
+        /// Context of the output.
+        ctx: Option<Context> = None,
+        /// Data type of the output.
+        dtype: Option<DType> = None,
+    }
+}
+
+crate::op_params! {
+    pub struct LinspaceParams {
+        /// First value.
+        start: f64,
+        /// Last value (included when endpoint is True).
+        stop: f64,
+        /// Number of values.
+        num: i64,
+        /// Whether stop is the last value.
+        endpoint: bool = true,
+        /// Context of the output.
+        ctx: Option<Context> = None,
+        /// Data type of the output.
+        dtype: Option<DType> = None,
+    }
+}
+
 /// A random creation op drawing element `i` with `draw(seed, i)`.
 fn sampler(
     name: &str,
@@ -317,6 +351,29 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             })
         },
     ));
+    add(OpDef::new("_eye", &[], "Returns a 2-D array with ones on the k-th diagonal and zeros elsewhere.", |p: EyeParams| {
+        let cols = if p.M == 0 { p.N } else { p.M };
+        let (m, k) = (cols.max(0) as usize, p.k);
+        Ok(Create {
+            shape: shape_from("_eye", &[p.N, cols])?,
+            dtype: p.dtype.unwrap_or(DType::F32),
+            ctx: p.ctx,
+            value: Box::new(move |_, i| ((i % m.max(1)) as i64 - (i / m.max(1)) as i64 == k) as u8 as f64),
+            random: false,
+        })
+    }));
+    add(OpDef::new("_linspace", &[], "Returns num evenly spaced values over [start, stop].", |p: LinspaceParams| {
+        let n = p.num.max(0);
+        let intervals = if p.endpoint { (n - 1).max(1) } else { n.max(1) };
+        let (start, step) = (p.start, (p.stop - p.start) / intervals as f64);
+        Ok(Create {
+            shape: shape_from("_linspace", &[n])?,
+            dtype: p.dtype.unwrap_or(DType::F32),
+            ctx: p.ctx,
+            value: Box::new(move |_, i| start + i as f64 * step),
+            random: false,
+        })
+    }));
     add(OpDef::new("zeros_like", &[], "Returns an array of zeros with the same shape and type as the input.", |_: NoParams| {
         Ok(FillLike { value: 0.0 })
     }));

@@ -179,4 +179,5 @@ unary_ops! {
     IsInf "isinf" [] "Returns 1 where the input is infinite, else 0 (in the input dtype)." => |x| truth(x.is_infinite());
     IsFinite "isfinite" [] "Returns 1 where the input is finite, else 0 (in the input dtype)." => |x| truth(x.is_finite());
     Identity "_copy" ["identity"] "Returns a copy of the input." => |x| x;
+    BlockGrad "BlockGrad" ["stop_gradient"] "Returns a copy of the input; no gradient flows back through it." => |x| x;
 }
