@@ -28,6 +28,16 @@ pub fn broadcast_shape(op: &str, a: &Shape, b: &Shape) -> Result<Shape> {
     Ok(Shape(out))
 }
 
+/// 1 or 0 in a float type: MXNet's comparison and predicate ops return the input's dtype.
+#[inline(always)]
+pub fn truth<F: num_traits::Float>(c: bool) -> F {
+    if c {
+        F::one()
+    } else {
+        F::zero()
+    }
+}
+
 /// Apply `f` to every element of `x`, writing `y` (which may alias `x`).
 pub fn map1<A: Copy + Send + Sync, B: Copy + Send + Sync>(x: &Tensor, y: &Tensor, f: impl Fn(A) -> B + Sync) {
     let n = y.size();

@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use half::{bf16, f16};
 use num_traits::Float;
 
-use super::broadcast::{broadcast_shape, map1, zip2};
+use super::broadcast::{broadcast_shape, map1, truth, zip2};
 use super::params::NoParams;
 use super::{ExecContext, OpDef, Operator, Tensor};
 use crate::base::{Bool8, DType, Elem, Shape};
@@ -129,15 +129,6 @@ impl<M: BinaryMath> Operator for Scalar<M> {
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         apply_scalar::<M>(&inputs[0], &outputs[0], self.scalar, self.reverse);
         Ok(())
-    }
-}
-
-#[inline(always)]
-fn truth<F: Float>(c: bool) -> F {
-    if c {
-        F::one()
-    } else {
-        F::zero()
     }
 }
 

@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use half::{bf16, f16};
 use num_traits::Float;
 
-use super::broadcast::map1;
+use super::broadcast::{map1, truth};
 use super::params::NoParams;
 use super::{ExecContext, OpDef, Operator, Tensor};
 use crate::base::{Bool8, DType, Elem, Shape};
@@ -57,15 +57,6 @@ fn int_path<M: UnaryMath, T: Elem>(v: T) -> T {
 #[inline(always)]
 fn lit<F: Float>(v: f64) -> F {
     F::from(v).unwrap()
-}
-
-#[inline(always)]
-fn truth<F: Float>(c: bool) -> F {
-    if c {
-        F::one()
-    } else {
-        F::zero()
-    }
 }
 
 /// Special functions have no generic form in num-traits: compute them in f64 with libm.
