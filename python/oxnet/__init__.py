@@ -9,4 +9,5 @@ from .context import Context, cpu, gpu, cpu_pinned, current_context, num_gpus
 from . import ndarray
 from . import ndarray as nd
 from . import random
+from . import autograd
 from . import test_utils

@@ -155,6 +155,27 @@ class NDArray:
         new_shape = _core.infer_reshape(list(self.shape), [int(s) for s in shape], reverse)
         return NDArray(self.handle.reshape_view(new_shape), self.writable)
 
+    # ---- autograd -------------------------------------------------------------------------
+    def attach_grad(self, grad_req="write", stype=None):
+        """Allocate a zero gradient buffer and mark this array as a variable to differentiate."""
+        grad = zeros(self.shape, ctx=self.context, dtype=self.dtype)
+        self.handle = _core.mark_variables([self.handle], [grad.handle], [grad_req])[0]
+
+    @property
+    def grad(self):
+        """The gradient buffer attached by ``attach_grad`` (None if there is none)."""
+        handle = _core.grad_of(self.handle)
+        return None if handle is None else NDArray(handle)
+
+    def detach(self):
+        """The same data outside the recorded graph: no gradient flows back through it."""
+        return NDArray(_core.detach(self.handle), self.writable)
+
+    def backward(self, out_grad=None, retain_graph=False, train_mode=True):
+        """Compute the gradients of this array with respect to the marked variables."""
+        _core.backward([self.handle], [None if out_grad is None else out_grad.handle], None,
+                       bool(retain_graph), False, bool(train_mode))
+
     def reshape_like(self, other):
         return self.reshape(other.shape)
 

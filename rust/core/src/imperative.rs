@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::autograd;
 use crate::base::{Context, DType, Shape};
 use crate::engine::{self, OpDescription, PushProps};
 use crate::error::Result;
@@ -59,13 +60,14 @@ pub fn invoke(
 ) -> Result<Vec<NDArray>> {
     let def = op::lookup(name)?;
     let instance = def.instantiate(name, attrs)?;
-    invoke_operator(name, instance, inputs, out, default_ctx, site)
+    invoke_operator(name, instance, attrs, inputs, out, default_ctx, site)
 }
 
 /// Invoke an already parsed operator instance.
 pub fn invoke_operator(
     name: &str,
     operator: Arc<dyn Operator>,
+    attrs: &Attrs,
     inputs: &[NDArray],
     out: Option<Vec<NDArray>>,
     default_ctx: Context,
@@ -144,12 +146,12 @@ pub fn invoke_operator(
     };
 
     let seed = if operator.needs_rng() { crate::random::next_op_seed() } else { 0 };
-    let exec = ExecContext { seed, is_train: false };
+    let exec = ExecContext { seed, is_train: autograd::is_training() };
     let reads: Vec<_> = inputs.iter().map(|a| a.var().clone()).collect();
     let writes: Vec<_> = targets.iter().map(|a| a.var().clone()).collect();
     let work_items: usize = targets.iter().map(NDArray::size).sum::<usize>().max(inputs.iter().map(NDArray::size).max().unwrap_or(0));
-    let kernel_inputs = inputs.to_vec();
-    let kernel_outputs = targets.clone();
+    let kernel_inputs: Vec<NDArray> = inputs.iter().map(NDArray::detached).collect();
+    let kernel_outputs: Vec<NDArray> = targets.iter().map(NDArray::detached).collect();
     let kernel_op = operator.clone();
     engine::push(
         Box::new(move || {
@@ -172,6 +174,9 @@ pub fn invoke_operator(
         for o in &outputs {
             o.wait_to_read()?;
         }
+    }
+    if autograd::should_record(inputs) {
+        return Ok(autograd::record(name, operator, attrs, inputs, outputs));
     }
     Ok(outputs)
 }

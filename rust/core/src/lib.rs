@@ -5,14 +5,18 @@
 //! reads and writes, so independent work runs concurrently while Python keeps issuing calls.
 //! Nothing here depends on Python: a Rust program can embed this crate directly.
 
+pub mod autograd;
 pub mod backend;
 pub mod base;
 pub mod engine;
 pub mod error;
+pub mod executor;
+pub mod graph;
 pub mod imperative;
 pub mod io;
 pub mod ndarray;
 pub mod op;
+pub mod pass;
 pub mod random;
 pub mod storage;
 

@@ -1,6 +1,7 @@
 //! Python bindings of the oxnet core: convert arguments, delegate, convert results. Waiting and
 //! bulk copies release the GIL.
 
+mod autograd;
 mod errors;
 mod ndarray;
 mod ops;
@@ -18,5 +19,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ndarray::NDArrayHandle>()?;
     ndarray::register(m)?;
     ops::register(m)?;
+    autograd::register(m)?;
     Ok(())
 }

@@ -16,6 +16,21 @@ pub struct NDArrayHandle {
     pub inner: NDArray,
 }
 
+/// Views are recorded under autograd as the operators that compute them.
+fn record_reshape(source: &NDArray, view: NDArray) -> oxnet::Result<NDArray> {
+    let dims: Vec<String> = view.shape().dims().iter().map(usize::to_string).collect();
+    let attrs = [("shape".to_string(), format!("({})", dims.join(", ")))].into_iter().collect();
+    oxnet::autograd::record_view("Reshape", &attrs, source, view)
+}
+
+fn record_first_axis_slice(source: &NDArray, view: NDArray, begin: usize, end: usize) -> oxnet::Result<NDArray> {
+    let attrs = [("axis", "0".to_string()), ("begin", begin.to_string()), ("end", end.to_string())]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    oxnet::autograd::record_view("slice_axis", &attrs, source, view)
+}
+
 pub fn wrap(py: Python<'_>, a: NDArray) -> PyResult<Py<NDArrayHandle>> {
     Py::new(py, NDArrayHandle { inner: a })
 }
@@ -68,13 +83,18 @@ impl NDArrayHandle {
         self.inner.nbytes()
     }
     fn reshape_view(&self, py: Python<'_>, shape: Vec<usize>) -> PyResult<Py<NDArrayHandle>> {
-        wrap(py, self.inner.reshape_view(Shape::new(shape)).py()?)
+        let view = self.inner.reshape_view(Shape::new(shape.clone())).py()?;
+        wrap(py, record_reshape(&self.inner, view).py()?)
     }
     fn slice_view(&self, py: Python<'_>, begin: usize, end: usize) -> PyResult<Py<NDArrayHandle>> {
-        wrap(py, self.inner.slice_view(begin, end).py()?)
+        let view = self.inner.slice_view(begin, end).py()?;
+        wrap(py, record_first_axis_slice(&self.inner, view, begin, end).py()?)
     }
     fn at_view(&self, py: Python<'_>, index: usize) -> PyResult<Py<NDArrayHandle>> {
-        wrap(py, self.inner.at_view(index).py()?)
+        let rows = self.inner.slice_view(index, index + 1).py()?;
+        let rows = record_first_axis_slice(&self.inner, rows, index, index + 1).py()?;
+        let view = rows.at_view(0).py()?;
+        wrap(py, record_reshape(&rows, view).py()?)
     }
     fn same_chunk(&self, other: &NDArrayHandle) -> bool {
         self.inner.same_chunk(&other.inner)

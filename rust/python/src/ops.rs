@@ -23,7 +23,7 @@ fn _register_python(py: Python<'_>, ndarray_class: Bound<'_, PyType>, package_di
 }
 
 /// The handle inside a Python NDArray (or a bare handle); None for anything else.
-fn as_array(obj: &Bound<'_, PyAny>) -> PyResult<Option<NDArray>> {
+pub fn as_array(obj: &Bound<'_, PyAny>) -> PyResult<Option<NDArray>> {
     if let Ok(h) = obj.cast::<NDArrayHandle>() {
         return Ok(Some(h.get().inner.clone()));
     }
@@ -193,22 +193,31 @@ fn invoke<'py>(
             inputs.push(arr);
         }
     }
-    let out_arrays = match out {
+    let out_objects: Option<Vec<Bound<'py, PyAny>>> = match out {
         None => None,
         Some(o) if o.is_none() => None,
-        Some(o) => match as_array(o)? {
-            Some(a) => Some(vec![a]),
-            None => Some(
-                o.try_iter()?
-                    .map(|i| {
-                        as_array(&i?)?.ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("out must be an NDArray or a list of NDArrays"))
-                    })
-                    .collect::<PyResult<Vec<_>>>()?,
-            ),
-        },
+        Some(o) if as_array(o)?.is_some() => Some(vec![o.clone()]),
+        Some(o) => Some(o.try_iter()?.collect::<PyResult<Vec<_>>>()?),
     };
+    let out_arrays = out_objects
+        .as_ref()
+        .map(|objs| {
+            objs.iter()
+                .map(|o| as_array(o)?.ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("out must be an NDArray or a list of NDArrays")))
+                .collect::<PyResult<Vec<_>>>()
+        })
+        .transpose()?;
     let single = instance.num_outputs() == 1;
-    let outputs = oxnet::imperative::invoke_operator(name, instance, &inputs, out_arrays, current_context(), push_site()).py()?;
+    let outputs = oxnet::imperative::invoke_operator(name, instance, &attrs, &inputs, out_arrays, current_context(), push_site()).py()?;
+    if let Some(objs) = &out_objects {
+        // A recorded call gives its `out` arrays new graph entries: the Python objects the caller
+        // holds must now carry them (MXNet updates the handles in place the same way).
+        for (obj, result) in objs.iter().zip(&outputs) {
+            if result.autograd_entry().is_some() && !obj.is_instance_of::<NDArrayHandle>() {
+                obj.setattr(pyo3::intern!(py, "handle"), wrap(py, result.clone())?)?;
+            }
+        }
+    }
     if single {
         Ok(wrap(py, outputs.into_iter().next().unwrap())?.into_bound(py).into_any())
     } else {

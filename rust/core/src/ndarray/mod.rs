@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::base::{Context, DType, Shape};
 use crate::engine::{self, Var};
 use crate::error::Result;
+use crate::graph::Entry;
 use crate::op::Tensor;
 use crate::storage::{self, Buffer};
 
@@ -26,13 +27,15 @@ pub struct NDArray {
     offset: usize,
     shape: Shape,
     dtype: DType,
+    /// The graph value this array is, when autograd recorded it or marked it as a variable.
+    autograd: Option<Entry>,
 }
 
 impl NDArray {
     /// A new array with uninitialized contents (MXNet's `empty`).
     pub fn empty(shape: Shape, dtype: DType, ctx: Context) -> Result<NDArray> {
         let buffer = storage::alloc(ctx, shape.size() * dtype.size())?;
-        Ok(NDArray { chunk: Arc::new(Chunk { buffer, var: Var::new(), ctx }), offset: 0, shape, dtype })
+        Ok(NDArray { chunk: Arc::new(Chunk { buffer, var: Var::new(), ctx }), offset: 0, shape, dtype, autograd: None })
     }
 
     /// A new array holding a copy of `bytes` (row-major elements of `dtype`).
@@ -75,6 +78,18 @@ impl NDArray {
         self.same_chunk(other) && self.offset == other.offset && self.nbytes() == other.nbytes()
     }
 
+    pub fn autograd_entry(&self) -> Option<&Entry> {
+        self.autograd.as_ref()
+    }
+    /// The same array as the graph value `entry`.
+    pub fn with_entry(&self, entry: Entry) -> NDArray {
+        NDArray { autograd: Some(entry), ..self.clone() }
+    }
+    /// The same array outside any autograd graph (MXNet's `detach`).
+    pub fn detached(&self) -> NDArray {
+        NDArray { autograd: None, ..self.clone() }
+    }
+
     /// Address of the first element. Dereferencing it is only sound inside an engine op that was
     /// granted this array's var (or on a chunk no op can reach yet).
     pub fn data_ptr(&self) -> *mut u8 {
@@ -89,12 +104,13 @@ impl NDArray {
         unsafe { Tensor::new(self.data_ptr(), self.shape.clone(), self.dtype) }
     }
 
-    /// A view with another shape of the same size (reshape without copy).
+    /// A view with another shape of the same size (reshape without copy). Views start outside
+    /// any autograd graph: [`crate::autograd::record_view`] records them.
     pub fn reshape_view(&self, shape: Shape) -> Result<NDArray> {
         if shape.size() != self.size() {
             crate::bail!(Shape, "cannot reshape array of shape {} into {shape}", self.shape);
         }
-        Ok(NDArray { shape, ..self.clone() })
+        Ok(NDArray { shape, autograd: None, ..self.clone() })
     }
 
     /// Rows `begin..end` of the first axis, as a view.
@@ -108,7 +124,7 @@ impl NDArray {
         let row = self.size() / rows.max(1);
         let mut dims = self.shape.dims().to_vec();
         dims[0] = end - begin;
-        Ok(NDArray { offset: self.offset + begin * row, shape: Shape::new(dims), ..self.clone() })
+        Ok(NDArray { offset: self.offset + begin * row, shape: Shape::new(dims), autograd: None, ..self.clone() })
     }
 
     /// Row `index` of the first axis, as a view without that axis.

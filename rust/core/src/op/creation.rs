@@ -238,6 +238,9 @@ impl Operator for FillLike {
         fill_tensor(&outputs[0], |_| v);
         Ok(())
     }
+    fn gradient(&self, d: &mut super::grad::Grad) -> Result<super::grad::InputGrads> {
+        super::zero_gradient(d)
+    }
 }
 
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {

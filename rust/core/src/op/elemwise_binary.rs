@@ -7,15 +7,22 @@ use half::{bf16, f16};
 use num_traits::Float;
 
 use super::broadcast::{broadcast_shape, map1, truth, zip2};
+use super::grad::{Grad, InputGrads};
 use super::params::NoParams;
 use super::{ExecContext, OpDef, Operator, Tensor};
 use crate::base::{Bool8, DType, Elem, Shape};
 use crate::error::Result;
+use crate::graph::Entry;
 
 /// The math of one binary operator: once for floats, once exactly for integers.
 pub trait BinaryMath: Send + Sync + 'static {
     fn float<F: Float>(a: F, b: F) -> F;
     fn int(a: i64, b: i64) -> i64;
+    /// Gradients for `a` and `b` at the broadcast output shape (the caller sums them back down
+    /// to each operand's shape), from output `y` and its gradient `g`.
+    fn grad(d: &mut Grad, a: &Entry, b: &Entry, y: &Entry, g: &Entry) -> Result<(Option<Entry>, Option<Entry>)>;
+    /// Gradient for `x` in `x op s` (or `s op x` when `reverse`).
+    fn scalar_grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, s: f64, reverse: bool) -> Result<Option<Entry>>;
 }
 
 fn apply_zip<M: BinaryMath>(a: &Tensor, b: &Tensor, out: &Tensor) {
@@ -97,6 +104,16 @@ impl<M: BinaryMath> Operator for Binary<M> {
         apply_zip::<M>(&inputs[0], &inputs[1], &outputs[0]);
         Ok(())
     }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (a, b, y, g) = (d.input(0), d.input(1), d.output(0), d.out_grad(0));
+        let (ga, gb) = M::grad(d, &a, &b, &y, &g)?;
+        if !self.broadcast {
+            return Ok(vec![ga, gb]);
+        }
+        let ga = ga.map(|e| d.sum_to_like(&e, &a)).transpose()?;
+        let gb = gb.map(|e| d.sum_to_like(&e, &b)).transpose()?;
+        Ok(vec![ga, gb])
+    }
 }
 
 crate::op_params! {
@@ -129,6 +146,10 @@ impl<M: BinaryMath> Operator for Scalar<M> {
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         apply_scalar::<M>(&inputs[0], &outputs[0], self.scalar, self.reverse);
         Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, y, g) = (d.input(0), d.output(0), d.out_grad(0));
+        Ok(vec![M::scalar_grad(d, &x, &y, &g, self.scalar, self.reverse)?])
     }
 }
 
@@ -168,6 +189,8 @@ fn int_pow(a: i64, b: i64) -> i64 {
 /// Declare binary operators: math, then the names of each registered form.
 macro_rules! binary_ops {
     ($( $ty:ident { float: |$a:ident, $b:ident| $fbody:expr, int: |$ia:ident, $ib:ident| $ibody:expr }
+        grad: |$gd:ident, $ga:ident, $gb:ident, $gy:ident, $gg:ident| $gbody:expr,
+        scalar_grad: |$sd:ident, $sx:ident, $sy:ident, $sg:ident, $ss:ident, $srev:ident| $sbody:expr,
         broadcast: $bname:literal [$($balias:literal),*],
         elemwise: $ename:literal [$($ealias:literal),*],
         scalar: $sname:literal [$($salias:literal),*],
@@ -180,6 +203,14 @@ macro_rules! binary_ops {
                 fn float<F: Float>($a: F, $b: F) -> F { $fbody }
                 #[inline(always)]
                 fn int($ia: i64, $ib: i64) -> i64 { $ibody }
+                #[allow(unused_variables)]
+                fn grad($gd: &mut Grad, $ga: &Entry, $gb: &Entry, $gy: &Entry, $gg: &Entry) -> Result<(Option<Entry>, Option<Entry>)> {
+                    $gbody
+                }
+                #[allow(unused_variables)]
+                fn scalar_grad($sd: &mut Grad, $sx: &Entry, $sy: &Entry, $sg: &Entry, $ss: f64, $srev: bool) -> Result<Option<Entry>> {
+                    $sbody
+                }
             }
         )*
         pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
@@ -203,57 +234,93 @@ macro_rules! binary_ops {
 
 binary_ops! {
     Add { float: |a, b| a + b, int: |a, b| a.wrapping_add(b) }
+        grad: |d, a, b, y, g| Ok((Some(g.clone()), Some(g.clone()))),
+        scalar_grad: |d, x, y, g, s, rev| Ok(Some(g.clone())),
         broadcast: "broadcast_add" ["broadcast_plus"], elemwise: "elemwise_add" ["_plus", "_Plus", "_add"],
         scalar: "_plus_scalar" ["_PlusScalar"], rscalar: none, doc: "Adds arguments element-wise.";
     Sub { float: |a, b| a - b, int: |a, b| a.wrapping_sub(b) }
+        grad: |d, a, b, y, g| { let n = d.negative(g)?; Ok((Some(g.clone()), Some(n))) },
+        scalar_grad: |d, x, y, g, s, rev| if rev { d.negative(g).map(Some) } else { Ok(Some(g.clone())) },
         broadcast: "broadcast_sub" ["broadcast_minus"], elemwise: "elemwise_sub" ["_minus", "_Minus", "_sub"],
         scalar: "_minus_scalar" ["_MinusScalar"], rscalar: "_rminus_scalar", doc: "Subtracts arguments element-wise.";
     Mul { float: |a, b| a * b, int: |a, b| a.wrapping_mul(b) }
+        grad: |d, a, b, y, g| { let ga = d.binary("broadcast_mul", g, b)?; let gb = d.binary("broadcast_mul", g, a)?; Ok((Some(ga), Some(gb))) },
+        scalar_grad: |d, x, y, g, s, rev| d.scalar("_mul_scalar", g, s).map(Some),
         broadcast: "broadcast_mul" [], elemwise: "elemwise_mul" ["_mul", "_Mul"],
         scalar: "_mul_scalar" ["_MulScalar"], rscalar: none, doc: "Multiplies arguments element-wise.";
     Div { float: |a, b| a / b, int: |a, b| if b == 0 { 0 } else { a.wrapping_div(b) } }
+        grad: |d, a, b, y, g| { let ga = d.binary("broadcast_div", g, b)?; let t = d.binary("broadcast_div", y, b)?; let t = d.binary("broadcast_mul", g, &t)?; let gb = d.negative(&t)?; Ok((Some(ga), Some(gb))) },
+        scalar_grad: |d, x, y, g, s, rev| if rev { let t = d.div(y, x)?; let t = d.negative(&t)?; d.mul(g, &t).map(Some) } else { d.scalar("_div_scalar", g, s).map(Some) },
         broadcast: "broadcast_div" [], elemwise: "elemwise_div" ["_div", "_Div"],
         scalar: "_div_scalar" ["_DivScalar"], rscalar: "_rdiv_scalar", doc: "Divides arguments element-wise.";
     Mod { float: |a, b| floor_mod(a, b), int: |a, b| int_floor_mod(a, b) }
+        grad: |d, a, b, y, g| { let q = d.binary("broadcast_div", a, b)?; let q = d.unary("floor", &q)?; let t = d.binary("broadcast_mul", g, &q)?; let gb = d.negative(&t)?; Ok((Some(g.clone()), Some(gb))) },
+        scalar_grad: |d, x, y, g, s, rev| if rev { let q = d.scalar("_rdiv_scalar", x, s)?; let q = d.unary("floor", &q)?; let t = d.mul(g, &q)?; d.negative(&t).map(Some) } else { Ok(Some(g.clone())) },
         broadcast: "broadcast_mod" [], elemwise: "_mod" ["_Mod"],
         scalar: "_mod_scalar" [], rscalar: "_rmod_scalar", doc: "Element-wise modulo, with the sign of the divisor.";
     Power { float: |a, b| a.powf(b), int: |a, b| int_pow(a, b) }
+        grad: |d, a, b, y, g| { let bm1 = d.scalar("_minus_scalar", b, 1.0)?; let t = d.binary("broadcast_power", a, &bm1)?; let t = d.binary("broadcast_mul", &t, b)?; let ga = d.binary("broadcast_mul", g, &t)?; let la = d.unary("log", a)?; let t = d.binary("broadcast_mul", y, &la)?; let gb = d.binary("broadcast_mul", g, &t)?; Ok((Some(ga), Some(gb))) },
+        scalar_grad: |d, x, y, g, s, rev| if rev { let t = d.scalar("_mul_scalar", y, s.ln())?; d.mul(g, &t).map(Some) } else { let t = d.scalar("_power_scalar", x, s - 1.0)?; let t = d.scalar("_mul_scalar", &t, s)?; d.mul(g, &t).map(Some) },
         broadcast: "broadcast_power" [], elemwise: "_power" ["_Power"],
         scalar: "_power_scalar" ["_PowerScalar"], rscalar: "_rpower_scalar", doc: "First array elements raised to powers from the second, element-wise.";
     Maximum { float: |a, b| if a >= b || b.is_nan() { a } else { b }, int: |a, b| a.max(b) }
+        grad: |d, a, b, y, g| { let m = d.binary("broadcast_greater_equal", a, b)?; let ga = d.binary("broadcast_mul", g, &m)?; let m = d.binary("broadcast_lesser", a, b)?; let gb = d.binary("broadcast_mul", g, &m)?; Ok((Some(ga), Some(gb))) },
+        scalar_grad: |d, x, y, g, s, rev| { let m = d.scalar("_greater_equal_scalar", x, s)?; d.mul(g, &m).map(Some) },
         broadcast: "broadcast_maximum" [], elemwise: "_maximum" ["_Maximum"],
         scalar: "_maximum_scalar" ["_MaximumScalar"], rscalar: none, doc: "Element-wise maximum of the arguments.";
     Minimum { float: |a, b| if a <= b || b.is_nan() { a } else { b }, int: |a, b| a.min(b) }
+        grad: |d, a, b, y, g| { let m = d.binary("broadcast_lesser_equal", a, b)?; let ga = d.binary("broadcast_mul", g, &m)?; let m = d.binary("broadcast_greater", a, b)?; let gb = d.binary("broadcast_mul", g, &m)?; Ok((Some(ga), Some(gb))) },
+        scalar_grad: |d, x, y, g, s, rev| { let m = d.scalar("_lesser_equal_scalar", x, s)?; d.mul(g, &m).map(Some) },
         broadcast: "broadcast_minimum" [], elemwise: "_minimum" ["_Minimum"],
         scalar: "_minimum_scalar" ["_MinimumScalar"], rscalar: none, doc: "Element-wise minimum of the arguments.";
     Hypot { float: |a, b| a.hypot(b), int: |a, b| (a as f64).hypot(b as f64) as i64 }
+        grad: |d, a, b, y, g| { let t = d.binary("broadcast_div", a, y)?; let ga = d.binary("broadcast_mul", g, &t)?; let t = d.binary("broadcast_div", b, y)?; let gb = d.binary("broadcast_mul", g, &t)?; Ok((Some(ga), Some(gb))) },
+        scalar_grad: |d, x, y, g, s, rev| { let t = d.div(x, y)?; d.mul(g, &t).map(Some) },
         broadcast: "broadcast_hypot" [], elemwise: "_hypot" ["_Hypot"],
         scalar: "_hypot_scalar" ["_HypotScalar"], rscalar: none, doc: "Element-wise sqrt(lhs^2 + rhs^2).";
     Equal { float: |a, b| truth(a == b), int: |a, b| (a == b) as i64 }
+        grad: |d, a, b, y, g| Ok((None, None)),
+        scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_equal" [], elemwise: "_equal" [],
         scalar: "_equal_scalar" [], rscalar: none, doc: "Returns 1 where lhs == rhs, else 0 (in the input dtype).";
     NotEqual { float: |a, b| truth(a != b), int: |a, b| (a != b) as i64 }
+        grad: |d, a, b, y, g| Ok((None, None)),
+        scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_not_equal" [], elemwise: "_not_equal" [],
         scalar: "_not_equal_scalar" [], rscalar: none, doc: "Returns 1 where lhs != rhs, else 0 (in the input dtype).";
     Greater { float: |a, b| truth(a > b), int: |a, b| (a > b) as i64 }
+        grad: |d, a, b, y, g| Ok((None, None)),
+        scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_greater" [], elemwise: "_greater" [],
         scalar: "_greater_scalar" [], rscalar: none, doc: "Returns 1 where lhs > rhs, else 0 (in the input dtype).";
     GreaterEqual { float: |a, b| truth(a >= b), int: |a, b| (a >= b) as i64 }
+        grad: |d, a, b, y, g| Ok((None, None)),
+        scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_greater_equal" [], elemwise: "_greater_equal" [],
         scalar: "_greater_equal_scalar" [], rscalar: none, doc: "Returns 1 where lhs >= rhs, else 0 (in the input dtype).";
     Lesser { float: |a, b| truth(a < b), int: |a, b| (a < b) as i64 }
+        grad: |d, a, b, y, g| Ok((None, None)),
+        scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_lesser" [], elemwise: "_lesser" [],
         scalar: "_lesser_scalar" [], rscalar: none, doc: "Returns 1 where lhs < rhs, else 0 (in the input dtype).";
     LesserEqual { float: |a, b| truth(a <= b), int: |a, b| (a <= b) as i64 }
+        grad: |d, a, b, y, g| Ok((None, None)),
+        scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_lesser_equal" [], elemwise: "_lesser_equal" [],
         scalar: "_lesser_equal_scalar" [], rscalar: none, doc: "Returns 1 where lhs <= rhs, else 0 (in the input dtype).";
     LogicalAnd { float: |a, b| truth(a != F::zero() && b != F::zero()), int: |a, b| (a != 0 && b != 0) as i64 }
+        grad: |d, a, b, y, g| Ok((None, None)),
+        scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_logical_and" [], elemwise: "_logical_and" [],
         scalar: "_logical_and_scalar" [], rscalar: none, doc: "Returns 1 where both operands are non-zero, else 0.";
     LogicalOr { float: |a, b| truth(a != F::zero() || b != F::zero()), int: |a, b| (a != 0 || b != 0) as i64 }
+        grad: |d, a, b, y, g| Ok((None, None)),
+        scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_logical_or" [], elemwise: "_logical_or" [],
         scalar: "_logical_or_scalar" [], rscalar: none, doc: "Returns 1 where either operand is non-zero, else 0.";
     LogicalXor { float: |a, b| truth((a != F::zero()) != (b != F::zero())), int: |a, b| ((a != 0) != (b != 0)) as i64 }
+        grad: |d, a, b, y, g| Ok((None, None)),
+        scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_logical_xor" [], elemwise: "_logical_xor" [],
         scalar: "_logical_xor_scalar" [], rscalar: none, doc: "Returns 1 where exactly one operand is non-zero, else 0.";
 }

@@ -6,15 +6,19 @@ use half::{bf16, f16};
 use num_traits::Float;
 
 use super::broadcast::{map1, truth};
+use super::grad::{Grad, InputGrads};
 use super::params::NoParams;
 use super::{ExecContext, OpDef, Operator, Tensor};
 use crate::base::{Bool8, DType, Elem, Shape};
 use crate::error::Result;
+use crate::graph::Entry;
 
 /// The math of one unary operator, written once for every float width. Integer inputs compute
 /// through f64 (exact for |x| < 2^53) and cast back, as MXNet's kernels do.
 pub trait UnaryMath: Send + Sync + 'static {
     fn float<F: Float>(x: F) -> F;
+    /// The input gradient from input `x`, output `y` and output gradient `dy`.
+    fn grad(d: &mut Grad, x: &Entry, y: &Entry, dy: &Entry) -> Result<Option<Entry>>;
 }
 
 struct Unary<M>(PhantomData<M>);
@@ -32,6 +36,10 @@ impl<M: UnaryMath> Operator for Unary<M> {
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         apply_unary::<M>(&inputs[0], &outputs[0]);
         Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, y, dy) = (d.input(0), d.output(0), d.out_grad(0));
+        Ok(vec![M::grad(d, &x, &y, &dy)?])
     }
 }
 
@@ -99,8 +107,31 @@ fn erfinv(y: f64) -> f64 {
     x
 }
 
+/// Digamma: the recurrence psi(x) = psi(x + 1) - 1/x lifts x above 6, where the asymptotic
+/// series is accurate to double precision; reflection handles negative arguments.
+fn digamma(mut x: f64) -> f64 {
+    if x.is_nan() || x == f64::NEG_INFINITY {
+        return f64::NAN;
+    }
+    if x <= 0.0 && x == x.floor() {
+        return f64::NAN;
+    }
+    if x < 0.0 {
+        return digamma(1.0 - x) - std::f64::consts::PI / (std::f64::consts::PI * x).tan();
+    }
+    let mut result = 0.0;
+    while x < 6.0 {
+        result -= 1.0 / x;
+        x += 1.0;
+    }
+    let inv2 = 1.0 / (x * x);
+    result + x.ln() - 0.5 / x
+        - inv2 * (1.0 / 12.0 - inv2 * (1.0 / 120.0 - inv2 * (1.0 / 252.0 - inv2 * (1.0 / 240.0 - inv2 / 132.0))))
+}
+
 macro_rules! unary_ops {
-    ($( $ty:ident $name:literal [$($alias:literal),*] $doc:literal => |$x:ident| $body:expr; )*) => {
+    ($( $ty:ident $name:literal [$($alias:literal),*] $doc:literal => |$x:ident| $body:expr,
+        grad |$d:ident, $gx:ident, $gy:ident, $dy:ident| $grad:expr; )*) => {
         $(
             struct $ty;
             impl UnaryMath for $ty {
@@ -108,6 +139,10 @@ macro_rules! unary_ops {
                 #[allow(clippy::redundant_closure_call)]
                 fn float<F: Float>($x: F) -> F {
                     $body
+                }
+                #[allow(unused_variables)]
+                fn grad($d: &mut Grad, $gx: &Entry, $gy: &Entry, $dy: &Entry) -> Result<Option<Entry>> {
+                    $grad
                 }
             }
         )*
@@ -120,55 +155,105 @@ macro_rules! unary_ops {
 }
 
 unary_ops! {
-    Abs "abs" [] "Returns element-wise absolute value of the input." => |x| x.abs();
+    Abs "abs" [] "Returns element-wise absolute value of the input." => |x| x.abs(),
+        grad |d, x, y, g| { let s = d.unary("sign", x)?; d.mul(g, &s) }.map(Some);
     Sign "sign" [] "Returns element-wise sign of the input (-1, 0 or 1)." =>
-        |x| if x > F::zero() { F::one() } else if x < F::zero() { -F::one() } else { F::zero() };
-    Round "round" [] "Returns element-wise rounded value to the nearest integer, halves away from zero." => |x| x.round();
+        |x| if x > F::zero() { F::one() } else if x < F::zero() { -F::one() } else { F::zero() },
+        grad |d, x, y, g| Ok(None);
+    Round "round" [] "Returns element-wise rounded value to the nearest integer, halves away from zero." => |x| x.round(),
+        grad |d, x, y, g| Ok(None);
     Rint "rint" [] "Returns element-wise rounded value to the nearest integer, halves to even." =>
-        |x| { let r = x.round(); if (x - x.trunc()).abs() == lit(0.5) { lit::<F>(2.0) * (x / lit(2.0)).round() } else { r } };
-    Ceil "ceil" [] "Returns element-wise ceiling of the input." => |x| x.ceil();
-    Floor "floor" [] "Returns element-wise floor of the input." => |x| x.floor();
-    Trunc "trunc" [] "Returns element-wise truncated value of the input." => |x| x.trunc();
-    Fix "fix" [] "Returns element-wise rounded value to the nearest integer towards zero." => |x| x.trunc();
-    Square "square" [] "Returns element-wise squared value of the input." => |x| x * x;
-    Sqrt "sqrt" [] "Returns element-wise square root of the input." => |x| x.sqrt();
-    Rsqrt "rsqrt" [] "Returns element-wise inverse square root of the input." => |x| F::one() / x.sqrt();
-    Cbrt "cbrt" [] "Returns element-wise cube root of the input." => |x| x.cbrt();
-    Rcbrt "rcbrt" [] "Returns element-wise inverse cube root of the input." => |x| F::one() / x.cbrt();
-    Exp "exp" [] "Returns element-wise exponential value of the input." => |x| x.exp();
-    Expm1 "expm1" [] "Returns exp(x) - 1 computed element-wise." => |x| x.exp_m1();
-    Log "log" [] "Returns element-wise natural logarithmic value of the input." => |x| x.ln();
-    Log10 "log10" [] "Returns element-wise base-10 logarithmic value of the input." => |x| x.log10();
-    Log2 "log2" [] "Returns element-wise base-2 logarithmic value of the input." => |x| x.log2();
-    Log1p "log1p" [] "Returns element-wise log(1 + x)." => |x| x.ln_1p();
-    Sin "sin" [] "Computes the element-wise sine of the input array." => |x| x.sin();
-    Cos "cos" [] "Computes the element-wise cosine of the input array." => |x| x.cos();
-    Tan "tan" [] "Computes the element-wise tangent of the input array." => |x| x.tan();
-    Arcsin "arcsin" [] "Returns element-wise inverse sine of the input array." => |x| x.asin();
-    Arccos "arccos" [] "Returns element-wise inverse cosine of the input array." => |x| x.acos();
-    Arctan "arctan" [] "Returns element-wise inverse tangent of the input array." => |x| x.atan();
-    Sinh "sinh" [] "Returns the hyperbolic sine of the input array, computed element-wise." => |x| x.sinh();
-    Cosh "cosh" [] "Returns the hyperbolic cosine of the input array, computed element-wise." => |x| x.cosh();
-    Tanh "tanh" [] "Returns the hyperbolic tangent of the input array, computed element-wise." => |x| x.tanh();
-    Arcsinh "arcsinh" [] "Returns the element-wise inverse hyperbolic sine of the input array." => |x| x.asinh();
-    Arccosh "arccosh" [] "Returns the element-wise inverse hyperbolic cosine of the input array." => |x| x.acosh();
-    Arctanh "arctanh" [] "Returns the element-wise inverse hyperbolic tangent of the input array." => |x| x.atanh();
-    Degrees "degrees" [] "Converts each element of the input array from radians to degrees." => |x| x.to_degrees();
-    Radians "radians" [] "Converts each element of the input array from degrees to radians." => |x| x.to_radians();
-    Sigmoid "sigmoid" [] "Computes sigmoid of x element-wise: 1 / (1 + exp(-x))." => |x| F::one() / (F::one() + (-x).exp());
-    Relu "relu" [] "Computes rectified linear activation: max(x, 0)." => |x| if x > F::zero() { x } else { F::zero() };
-    Softsign "softsign" [] "Computes softsign of x element-wise: x / (1 + abs(x))." => |x| x / (F::one() + x.abs());
-    Reciprocal "reciprocal" [] "Returns the reciprocal of the argument, element-wise." => |x| F::one() / x;
-    Negative "negative" [] "Numerical negative of the argument, element-wise." => |x| -x;
+        |x| { let r = x.round(); if (x - x.trunc()).abs() == lit(0.5) { lit::<F>(2.0) * (x / lit(2.0)).round() } else { r } },
+        grad |d, x, y, g| Ok(None);
+    Ceil "ceil" [] "Returns element-wise ceiling of the input." => |x| x.ceil(),
+        grad |d, x, y, g| Ok(None);
+    Floor "floor" [] "Returns element-wise floor of the input." => |x| x.floor(),
+        grad |d, x, y, g| Ok(None);
+    Trunc "trunc" [] "Returns element-wise truncated value of the input." => |x| x.trunc(),
+        grad |d, x, y, g| Ok(None);
+    Fix "fix" [] "Returns element-wise rounded value to the nearest integer towards zero." => |x| x.trunc(),
+        grad |d, x, y, g| Ok(None);
+    Square "square" [] "Returns element-wise squared value of the input." => |x| x * x,
+        grad |d, x, y, g| { let t = d.scalar("_mul_scalar", x, 2.0)?; d.mul(g, &t) }.map(Some);
+    Sqrt "sqrt" [] "Returns element-wise square root of the input." => |x| x.sqrt(),
+        grad |d, x, y, g| { let t = d.scalar("_mul_scalar", y, 2.0)?; d.div(g, &t) }.map(Some);
+    Rsqrt "rsqrt" [] "Returns element-wise inverse square root of the input." => |x| F::one() / x.sqrt(),
+        grad |d, x, y, g| { let t = d.div(y, x)?; let t = d.scalar("_mul_scalar", &t, -0.5)?; d.mul(g, &t) }.map(Some);
+    Cbrt "cbrt" [] "Returns element-wise cube root of the input." => |x| x.cbrt(),
+        grad |d, x, y, g| { let t = d.unary("square", y)?; let t = d.scalar("_mul_scalar", &t, 3.0)?; d.div(g, &t) }.map(Some);
+    Rcbrt "rcbrt" [] "Returns element-wise inverse cube root of the input." => |x| F::one() / x.cbrt(),
+        grad |d, x, y, g| { let t = d.div(y, x)?; let t = d.scalar("_mul_scalar", &t, -1.0 / 3.0)?; d.mul(g, &t) }.map(Some);
+    Exp "exp" [] "Returns element-wise exponential value of the input." => |x| x.exp(),
+        grad |d, x, y, g| d.mul(g, y).map(Some);
+    Expm1 "expm1" [] "Returns exp(x) - 1 computed element-wise." => |x| x.exp_m1(),
+        grad |d, x, y, g| { let t = d.scalar("_plus_scalar", y, 1.0)?; d.mul(g, &t) }.map(Some);
+    Log "log" [] "Returns element-wise natural logarithmic value of the input." => |x| x.ln(),
+        grad |d, x, y, g| d.div(g, x).map(Some);
+    Log10 "log10" [] "Returns element-wise base-10 logarithmic value of the input." => |x| x.log10(),
+        grad |d, x, y, g| { let t = d.scalar("_mul_scalar", x, std::f64::consts::LN_10)?; d.div(g, &t) }.map(Some);
+    Log2 "log2" [] "Returns element-wise base-2 logarithmic value of the input." => |x| x.log2(),
+        grad |d, x, y, g| { let t = d.scalar("_mul_scalar", x, std::f64::consts::LN_2)?; d.div(g, &t) }.map(Some);
+    Log1p "log1p" [] "Returns element-wise log(1 + x)." => |x| x.ln_1p(),
+        grad |d, x, y, g| { let t = d.scalar("_plus_scalar", x, 1.0)?; d.div(g, &t) }.map(Some);
+    Sin "sin" [] "Computes the element-wise sine of the input array." => |x| x.sin(),
+        grad |d, x, y, g| { let t = d.unary("cos", x)?; d.mul(g, &t) }.map(Some);
+    Cos "cos" [] "Computes the element-wise cosine of the input array." => |x| x.cos(),
+        grad |d, x, y, g| { let t = d.unary("sin", x)?; let t = d.negative(&t)?; d.mul(g, &t) }.map(Some);
+    Tan "tan" [] "Computes the element-wise tangent of the input array." => |x| x.tan(),
+        grad |d, x, y, g| { let t = d.unary("square", y)?; let t = d.scalar("_plus_scalar", &t, 1.0)?; d.mul(g, &t) }.map(Some);
+    Arcsin "arcsin" [] "Returns element-wise inverse sine of the input array." => |x| x.asin(),
+        grad |d, x, y, g| { let t = d.unary("square", x)?; let t = d.scalar("_rminus_scalar", &t, 1.0)?; let t = d.unary("rsqrt", &t)?; d.mul(g, &t) }.map(Some);
+    Arccos "arccos" [] "Returns element-wise inverse cosine of the input array." => |x| x.acos(),
+        grad |d, x, y, g| { let t = d.unary("square", x)?; let t = d.scalar("_rminus_scalar", &t, 1.0)?; let t = d.unary("rsqrt", &t)?; let t = d.negative(&t)?; d.mul(g, &t) }.map(Some);
+    Arctan "arctan" [] "Returns element-wise inverse tangent of the input array." => |x| x.atan(),
+        grad |d, x, y, g| { let t = d.unary("square", x)?; let t = d.scalar("_plus_scalar", &t, 1.0)?; d.div(g, &t) }.map(Some);
+    Sinh "sinh" [] "Returns the hyperbolic sine of the input array, computed element-wise." => |x| x.sinh(),
+        grad |d, x, y, g| { let t = d.unary("cosh", x)?; d.mul(g, &t) }.map(Some);
+    Cosh "cosh" [] "Returns the hyperbolic cosine of the input array, computed element-wise." => |x| x.cosh(),
+        grad |d, x, y, g| { let t = d.unary("sinh", x)?; d.mul(g, &t) }.map(Some);
+    Tanh "tanh" [] "Returns the hyperbolic tangent of the input array, computed element-wise." => |x| x.tanh(),
+        grad |d, x, y, g| { let t = d.unary("square", y)?; let t = d.scalar("_rminus_scalar", &t, 1.0)?; d.mul(g, &t) }.map(Some);
+    Arcsinh "arcsinh" [] "Returns the element-wise inverse hyperbolic sine of the input array." => |x| x.asinh(),
+        grad |d, x, y, g| { let t = d.unary("square", x)?; let t = d.scalar("_plus_scalar", &t, 1.0)?; let t = d.unary("rsqrt", &t)?; d.mul(g, &t) }.map(Some);
+    Arccosh "arccosh" [] "Returns the element-wise inverse hyperbolic cosine of the input array." => |x| x.acosh(),
+        grad |d, x, y, g| { let t = d.unary("square", x)?; let t = d.scalar("_minus_scalar", &t, 1.0)?; let t = d.unary("rsqrt", &t)?; d.mul(g, &t) }.map(Some);
+    Arctanh "arctanh" [] "Returns the element-wise inverse hyperbolic tangent of the input array." => |x| x.atanh(),
+        grad |d, x, y, g| { let t = d.unary("square", x)?; let t = d.scalar("_rminus_scalar", &t, 1.0)?; d.div(g, &t) }.map(Some);
+    Degrees "degrees" [] "Converts each element of the input array from radians to degrees." => |x| x.to_degrees(),
+        grad |d, x, y, g| d.scalar("_mul_scalar", g, 180.0 / std::f64::consts::PI).map(Some);
+    Radians "radians" [] "Converts each element of the input array from degrees to radians." => |x| x.to_radians(),
+        grad |d, x, y, g| d.scalar("_mul_scalar", g, std::f64::consts::PI / 180.0).map(Some);
+    Sigmoid "sigmoid" [] "Computes sigmoid of x element-wise: 1 / (1 + exp(-x))." => |x| F::one() / (F::one() + (-x).exp()),
+        grad |d, x, y, g| { let t = d.scalar("_rminus_scalar", y, 1.0)?; let t = d.mul(y, &t)?; d.mul(g, &t) }.map(Some);
+    Relu "relu" [] "Computes rectified linear activation: max(x, 0)." => |x| if x > F::zero() { x } else { F::zero() },
+        grad |d, x, y, g| { let t = d.scalar("_greater_scalar", y, 0.0)?; d.mul(g, &t) }.map(Some);
+    Softsign "softsign" [] "Computes softsign of x element-wise: x / (1 + abs(x))." => |x| x / (F::one() + x.abs()),
+        grad |d, x, y, g| { let t = d.unary("abs", x)?; let t = d.scalar("_plus_scalar", &t, 1.0)?; let t = d.unary("square", &t)?; d.div(g, &t) }.map(Some);
+    Reciprocal "reciprocal" [] "Returns the reciprocal of the argument, element-wise." => |x| F::one() / x,
+        grad |d, x, y, g| { let t = d.unary("square", y)?; let t = d.negative(&t)?; d.mul(g, &t) }.map(Some);
+    Negative "negative" [] "Numerical negative of the argument, element-wise." => |x| -x,
+        grad |d, x, y, g| d.negative(g).map(Some);
     LogicalNot "logical_not" [] "Returns the result of logical NOT (!) function: 1 where x is 0, else 0." =>
-        |x| if x == F::zero() { F::one() } else { F::zero() };
-    Erf "erf" [] "Returns element-wise Gauss error function of the input." => |x| via_f64(x, libm::erf);
-    Erfinv "erfinv" [] "Returns element-wise inverse Gauss error function of the input." => |x| via_f64(x, erfinv);
-    Gamma "gamma" [] "Returns the gamma function (extension of the factorial) of the input, element-wise." => |x| via_f64(x, libm::tgamma);
-    Gammaln "gammaln" [] "Returns element-wise log of the absolute value of the gamma function of the input." => |x| via_f64(x, libm::lgamma);
-    IsNan "isnan" [] "Returns 1 where the input is NaN, else 0 (in the input dtype)." => |x| truth(x.is_nan());
-    IsInf "isinf" [] "Returns 1 where the input is infinite, else 0 (in the input dtype)." => |x| truth(x.is_infinite());
-    IsFinite "isfinite" [] "Returns 1 where the input is finite, else 0 (in the input dtype)." => |x| truth(x.is_finite());
-    Identity "_copy" ["identity"] "Returns a copy of the input." => |x| x;
-    BlockGrad "BlockGrad" ["stop_gradient"] "Returns a copy of the input; no gradient flows back through it." => |x| x;
+        |x| if x == F::zero() { F::one() } else { F::zero() },
+        grad |d, x, y, g| Ok(None);
+    Erf "erf" [] "Returns element-wise Gauss error function of the input." => |x| via_f64(x, libm::erf),
+        grad |d, x, y, g| { let t = d.unary("square", x)?; let t = d.scalar("_mul_scalar", &t, -1.0)?; let t = d.unary("exp", &t)?; let t = d.scalar("_mul_scalar", &t, std::f64::consts::FRAC_2_SQRT_PI)?; d.mul(g, &t) }.map(Some);
+    Erfinv "erfinv" [] "Returns element-wise inverse Gauss error function of the input." => |x| via_f64(x, erfinv),
+        grad |d, x, y, g| { let t = d.unary("square", y)?; let t = d.unary("exp", &t)?; let t = d.scalar("_mul_scalar", &t, std::f64::consts::PI.sqrt() / 2.0)?; d.mul(g, &t) }.map(Some);
+    Gamma "gamma" [] "Returns the gamma function (extension of the factorial) of the input, element-wise." => |x| via_f64(x, libm::tgamma),
+        grad |d, x, y, g| { let t = d.unary("_digamma", x)?; let t = d.mul(y, &t)?; d.mul(g, &t) }.map(Some);
+    Gammaln "gammaln" [] "Returns element-wise log of the absolute value of the gamma function of the input." => |x| via_f64(x, libm::lgamma),
+        grad |d, x, y, g| { let t = d.unary("_digamma", x)?; d.mul(g, &t) }.map(Some);
+    IsNan "isnan" [] "Returns 1 where the input is NaN, else 0 (in the input dtype)." => |x| truth(x.is_nan()),
+        grad |d, x, y, g| Ok(None);
+    IsInf "isinf" [] "Returns 1 where the input is infinite, else 0 (in the input dtype)." => |x| truth(x.is_infinite()),
+        grad |d, x, y, g| Ok(None);
+    IsFinite "isfinite" [] "Returns 1 where the input is finite, else 0 (in the input dtype)." => |x| truth(x.is_finite()),
+        grad |d, x, y, g| Ok(None);
+    Digamma "_digamma" [] "Returns the digamma function (derivative of gammaln) of the input, element-wise." => |x| via_f64(x, digamma),
+        grad |d, x, y, g| Err(crate::err!(Value, "the gradient of _digamma (second derivative of gamma/gammaln) is not implemented"));
+    Identity "_copy" ["identity"] "Returns a copy of the input." => |x| x,
+        grad |d, x, y, g| Ok(g.clone()).map(Some);
+    BlockGrad "BlockGrad" ["stop_gradient"] "Returns a copy of the input; no gradient flows back through it." => |x| x,
+        grad |d, x, y, g| Ok(None);
 }

@@ -1,8 +1,9 @@
 //! Indexing: `slice` (begin/end/step per axis, Python semantics), its assignment forms used by
 //! `x[key] = value`, `slice_axis`, and `take`.
 
+use super::grad::{Grad, InputGrads};
 use super::shape_ops::{copy_bytes, strided_copy};
-use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::{zero_gradient, ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
 
@@ -67,6 +68,17 @@ impl SliceParams {
     }
 }
 
+impl SliceParams {
+    /// The region as MXNet attribute strings, for gradient nodes.
+    fn attrs(&self) -> Vec<(&'static str, String)> {
+        let text = |v: &[Option<i64>]| {
+            let items: Vec<String> = v.iter().map(|x| x.map_or("None".to_string(), |i| i.to_string())).collect();
+            if items.len() == 1 { format!("({},)", items[0]) } else { format!("({})", items.join(", ")) }
+        };
+        vec![("begin", text(&self.begin)), ("end", text(&self.end)), ("step", text(&self.step))]
+    }
+}
+
 impl Region {
     /// Base offset and per-axis strides of the region inside a contiguous array of shape `s`.
     fn strides_in(&self, s: &Shape) -> (isize, Vec<isize>) {
@@ -94,6 +106,11 @@ impl Operator for Slice {
         let (base, ss) = r.strides_in(&x.shape);
         crate::dispatch_dtype!(x.dtype, T => strided_copy::<T>(&r.len, x.ptr::<T>(), base, &ss, outputs[0].ptr::<T>(), 0, &contiguous(&r.len)));
         Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, g) = (d.input(0), d.out_grad(0));
+        let zeros = d.unary("zeros_like", &x)?;
+        Ok(vec![Some(d.op("_slice_assign", &self.p.attrs(), &[&zeros, &g])?)])
     }
 }
 
@@ -128,6 +145,14 @@ impl Operator for SliceAssign {
         let (base, ds) = r.strides_in(&out.shape);
         crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&r.len, rhs.ptr::<T>(), 0, &contiguous(&r.len), out.ptr::<T>(), base, &ds));
         Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let g = d.out_grad(0);
+        let mut cleared = self.p.attrs();
+        cleared.push(("scalar", "0.0".to_string()));
+        let lhs = d.op("_slice_assign_scalar", &cleared, &[&g])?;
+        let rhs = d.op("slice", &self.p.attrs(), &[&g])?;
+        Ok(vec![Some(lhs), Some(rhs)])
     }
 }
 
@@ -167,6 +192,12 @@ impl Operator for SliceAssignScalar {
             strided_copy::<T>(&r.len, v.as_ptr(), 0, &vec![0; r.len.len()], out.ptr::<T>(), base, &ds)
         });
         Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let g = d.out_grad(0);
+        let mut cleared = self.p.attrs();
+        cleared.push(("scalar", "0.0".to_string()));
+        Ok(vec![Some(d.op("_slice_assign_scalar", &cleared, &[&g])?)])
     }
 }
 
@@ -214,21 +245,7 @@ impl Operator for Take {
         let (a, idx, out) = (&inputs[0], &inputs[1], &outputs[0]);
         let axis = normalize_axis(self.axis, a.shape.ndim())?;
         let n = a.shape[axis] as i64;
-        let indices: Vec<i64> = crate::dispatch_dtype!(idx.dtype, I => {
-            // SAFETY: idx is an input of this op and is not written by it.
-            unsafe { idx.slice::<I>() }.iter().map(|v| v.to_f64() as i64).collect()
-        });
-        let mut rows = Vec::with_capacity(indices.len());
-        for &i in &indices {
-            rows.push(match self.mode.as_str() {
-                "wrap" => i.rem_euclid(n.max(1)),
-                "raise" if i < -n || i >= n => {
-                    crate::bail!(Index, "take: index {i} is out of bounds for axis {axis} with size {n}")
-                }
-                "raise" => i.rem_euclid(n.max(1)),
-                _ => i.clamp(0, (n - 1).max(0)),
-            } as usize);
-        }
+        let rows = self.resolve_rows(idx, n, axis)?;
         let es = a.dtype.size();
         let outer: usize = a.shape.dims()[..axis].iter().product();
         let inner: usize = a.shape.dims()[axis + 1..].iter().product::<usize>() * es;
@@ -240,6 +257,85 @@ impl Operator for Take {
                 // SAFETY: rows[j] < n, so the source block is inside `a`; each t owns one output block.
                 unsafe { std::ptr::copy_nonoverlapping(ap.get().add((o * n as usize + rows[j]) * inner), op.get().add(t * inner), inner) };
             }
+        });
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (a, idx, g) = (d.input(0), d.input(1), d.out_grad(0));
+        let attrs = [("axis", self.axis.to_string()), ("mode", self.mode.clone())];
+        Ok(vec![Some(d.op("_backward_take", &attrs, &[&g, &idx, &a])?), None])
+    }
+}
+
+impl Take {
+    /// The row each index selects along `axis` of length `n`, under the out-of-bounds mode.
+    fn resolve_rows(&self, idx: &Tensor, n: i64, axis: usize) -> Result<Vec<usize>> {
+        let indices: Vec<i64> = crate::dispatch_dtype!(idx.dtype, I => {
+            // SAFETY: idx is an input of this op and is not written by it.
+            unsafe { idx.slice::<I>() }.iter().map(|v| v.to_f64() as i64).collect()
+        });
+        indices
+            .into_iter()
+            .map(|i| {
+                Ok(match self.mode.as_str() {
+                    "wrap" => i.rem_euclid(n.max(1)),
+                    "raise" if i < -n || i >= n => {
+                        crate::bail!(Index, "take: index {i} is out of bounds for axis {axis} with size {n}")
+                    }
+                    "raise" => i.rem_euclid(n.max(1)),
+                    _ => i.clamp(0, (n - 1).max(0)),
+                } as usize)
+            })
+            .collect()
+    }
+}
+
+/// `_backward_take(grad, indices, a)`: scatter-adds the gradient rows back to the rows of `a`
+/// they were taken from.
+struct TakeBackward {
+    take: Take,
+}
+
+impl Operator for TakeBackward {
+    fn input_names(&self) -> Vec<String> {
+        vec!["grad".into(), "indices".into(), "a".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let taken = self.take.infer_shape(&[inputs[2].clone(), inputs[1].clone()])?;
+        if taken[0] != inputs[0] {
+            crate::bail!(Shape, "_backward_take: gradient {} does not match take's output {}", inputs[0], taken[0]);
+        }
+        Ok(vec![inputs[2].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (g, idx, out) = (&inputs[0], &inputs[1], &outputs[0]);
+        let axis = normalize_axis(self.take.axis, out.shape.ndim())?;
+        let n = out.shape[axis];
+        let rows = self.take.resolve_rows(idx, n as i64, axis)?;
+        let outer: usize = out.shape.dims()[..axis].iter().product();
+        let inner: usize = out.shape.dims()[axis + 1..].iter().product();
+        let k = rows.len();
+        crate::dispatch_dtype!(out.dtype, T => {
+            // SAFETY: the output is this op's alone; the gradient is an input it does not write.
+            let (o, gv) = unsafe { (out.slice_mut::<T>(), g.slice::<T>()) };
+            let mut acc = vec![0f64; o.len()];
+            // Parallel over the outer blocks: each owns its slice of the accumulator.
+            let block = n * inner;
+            let acc_ptr = SendPtr(acc.as_mut_ptr());
+            super::parallel_chunks(outer, ((1usize << 15) / (k * inner).max(1)).max(1), |os| {
+                for ob in os {
+                    for (j, &row) in rows.iter().enumerate() {
+                        for c in 0..inner {
+                            // SAFETY: block `ob` of the accumulator belongs to this task alone.
+                            unsafe { *acc_ptr.get().add(ob * block + row * inner + c) += gv[(ob * k + j) * inner + c].to_f64() };
+                        }
+                    }
+                }
+            });
+            o.iter_mut().zip(&acc).for_each(|(v, &a)| *v = T::from_f64(a));
         });
         Ok(())
     }
@@ -273,6 +369,9 @@ impl Operator for OneHot {
     }
     fn infer_type(&self, _inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![self.p.dtype])
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        zero_gradient(d)
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let idx = &inputs[0];
@@ -333,6 +432,12 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         |p: SliceAxisParams| Ok(SliceAxis { axis: p.axis, begin: p.begin, end: p.end }),
     ));
     add(OpDef::new(
+        "_backward_slice_axis",
+        &[],
+        "Gradient of slice_axis: zeros shaped like data with grad in the sliced region.",
+        |p: SliceAxisParams| Ok(SliceAxisBackward { slice: SliceAxis { axis: p.axis, begin: p.begin, end: p.end } }),
+    ));
+    add(OpDef::new(
         "take",
         &[],
         "Takes elements from an input array along the given axis, by integer indices.",
@@ -342,6 +447,12 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             }
             Ok(Take { axis: p.axis, mode: p.mode })
         },
+    ));
+    add(OpDef::new(
+        "_backward_take",
+        &[],
+        "Gradient of take: scatter-adds grad rows back to the rows they were taken from.",
+        |p: TakeParams| Ok(TakeBackward { take: Take { axis: p.axis, mode: p.mode } }),
     ));
 }
 
@@ -369,5 +480,53 @@ impl Operator for SliceAxis {
     }
     fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         Slice { p: self.as_slice(&inputs[0].shape)? }.forward(ctx, inputs, outputs)
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, g) = (d.input(0), d.out_grad(0));
+        let attrs = [
+            ("axis", self.axis.to_string()),
+            ("begin", self.begin.to_string()),
+            ("end", self.end.map_or("None".to_string(), |e| e.to_string())),
+        ];
+        Ok(vec![Some(d.op("_backward_slice_axis", &attrs, &[&g, &x])?)])
+    }
+}
+
+/// `_backward_slice_axis(grad, data)`: zeros shaped like `data` with `grad` in the sliced region.
+struct SliceAxisBackward {
+    slice: SliceAxis,
+}
+
+impl Operator for SliceAxisBackward {
+    fn input_names(&self) -> Vec<String> {
+        vec!["grad".into(), "data".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let sliced = self.slice.infer_shape(&inputs[1..])?;
+        if sliced[0] != inputs[0] {
+            crate::bail!(Shape, "_backward_slice_axis: gradient {} does not match the slice {} of {}", inputs[0], sliced[0], inputs[1]);
+        }
+        Ok(vec![inputs[1].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (g, out) = (&inputs[0], &outputs[0]);
+        // SAFETY: the output is this op's alone.
+        unsafe { std::ptr::write_bytes(out.raw(), 0, out.size() * out.dtype.size()) };
+        let r = self.slice.as_slice(&out.shape)?.region("_backward_slice_axis", &out.shape)?;
+        let (base, ds) = r.strides_in(&out.shape);
+        crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&r.len, g.ptr::<T>(), 0, &contiguous(&r.len), out.ptr::<T>(), base, &ds));
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let g = d.out_grad(0);
+        let attrs = [
+            ("axis", self.slice.axis.to_string()),
+            ("begin", self.slice.begin.to_string()),
+            ("end", self.slice.end.map_or("None".to_string(), |e| e.to_string())),
+        ];
+        Ok(vec![Some(d.op("slice_axis", &attrs, &[&g])?), None])
     }
 }

@@ -3,6 +3,7 @@
 
 use half::f16;
 
+use super::grad::{Grad, InputGrads};
 use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
@@ -155,6 +156,29 @@ impl Operator for Dot {
         unsafe { matmul(inputs[0].dtype, outputs[0].raw(), inputs[0].raw(), am, inputs[1].raw(), bm, threads) };
         Ok(())
     }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        product_gradient(d, "dot", self.p.transpose_a, self.p.transpose_b)
+    }
+}
+
+/// Gradients of `y = op(A) op(B)` (op transposes when flagged), as products of the same kind:
+/// dA = g op(B)^T and dB = op(A)^T g, each transposed back when its operand was read transposed.
+fn product_gradient(d: &mut Grad, op: &str, ta: bool, tb: bool) -> Result<InputGrads> {
+    let (a, b, g) = (d.input(0), d.input(1), d.out_grad(0));
+    let flags = |x: bool, y: bool| {
+        let text = |f: bool| if f { "True" } else { "False" }.to_string();
+        [("transpose_a", text(x)), ("transpose_b", text(y))]
+    };
+    let (da, db) = match (ta, tb) {
+        (false, false) => (d.op(op, &flags(false, true), &[&g, &b])?, d.op(op, &flags(true, false), &[&a, &g])?),
+        (true, false) => (d.op(op, &flags(false, true), &[&b, &g])?, d.op(op, &flags(false, false), &[&a, &g])?),
+        (false, true) => (d.op(op, &flags(false, false), &[&g, &b])?, d.op(op, &flags(true, false), &[&g, &a])?),
+        (true, true) => (d.op(op, &flags(true, true), &[&b, &g])?, d.op(op, &flags(true, true), &[&g, &a])?),
+    };
+    // N-d operands are viewed as matrices; the products come back in matrix form.
+    let da = d.binary("reshape_like", &da, &a)?;
+    let db = d.binary("reshape_like", &db, &b)?;
+    Ok(vec![Some(da), Some(db)])
 }
 
 struct BatchDot {
@@ -214,6 +238,9 @@ impl Operator for BatchDot {
             }
         });
         Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        product_gradient(d, "batch_dot", self.p.transpose_a, self.p.transpose_b)
     }
 }
 

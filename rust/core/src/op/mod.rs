@@ -4,6 +4,7 @@
 //! string attributes into an [`Operator`]: the typed instance that knows its inputs, infers
 //! shapes and dtypes, and runs its kernel. Python generates `mx.nd.<op>` from [`list`].
 
+pub mod grad;
 pub mod params;
 
 mod broadcast;
@@ -115,6 +116,16 @@ pub trait Operator: Send + Sync + 'static {
     }
     /// The kernel. Errors are reported on the outputs at the next sync point.
     fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()>;
+    /// Input gradients as graph nodes of registered operators (see [`grad`]).
+    fn gradient(&self, _g: &mut grad::Grad) -> Result<grad::InputGrads> {
+        crate::bail!(Value, "the operator is non-differentiable: it has no gradient definition")
+    }
+}
+
+/// Gradient of an operator whose output does not change under small input changes (rounding,
+/// comparisons, indices, creation from a shape): zero for every input.
+pub(crate) fn zero_gradient(g: &grad::Grad) -> Result<grad::InputGrads> {
+    Ok(vec![None; g.num_inputs()])
 }
 
 /// Shared dtype check: all inputs have one dtype, which every output takes.

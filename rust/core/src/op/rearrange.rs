@@ -2,9 +2,11 @@
 //! a virtual index space: flip, swapaxes, broadcast_to / broadcast_axis / broadcast_like, tile,
 //! repeat, stack and squeeze.
 
+use super::grad::{tuple_attr, Grad, InputGrads};
+use super::params::NoParams;
 use super::shape_ops::{copy_bytes, strided_copy};
 use super::{ExecContext, OpDef, Operator, Tensor};
-use crate::base::{normalize_axis, Shape};
+use crate::base::{normalize_axis, DType, Shape};
 use crate::error::Result;
 
 /// A strided view of the input to copy into the contiguous output: the index space `dims`, the
@@ -19,10 +21,14 @@ fn input_strides(s: &Shape) -> Vec<isize> {
     s.strides().into_iter().map(|v| v as isize).collect()
 }
 
+type Plan = Box<dyn Fn(&Shape) -> Result<(Shape, Gather)> + Send + Sync>;
+type GradFn = Box<dyn Fn(&mut Grad) -> Result<InputGrads> + Send + Sync>;
+
 /// An operator fully described by its output shape and the gather that fills it.
 struct Rearrange {
     name: &'static str,
-    plan: Box<dyn Fn(&Shape) -> Result<(Shape, Gather)> + Send + Sync>,
+    plan: Plan,
+    grad: GradFn,
 }
 
 impl Operator for Rearrange {
@@ -36,6 +42,33 @@ impl Operator for Rearrange {
         crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&g.dims, inputs[0].ptr::<T>(), g.base, &g.strides, out.ptr::<T>(), 0, &dst_strides));
         Ok(())
     }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        (self.grad)(d)
+    }
+}
+
+/// Broadcast `src` into `out` (same rank; `src` has size 1 where they differ).
+pub(super) fn broadcast_into(src: &Tensor, out: &Tensor) -> Result<()> {
+    let (_, g) = broadcast_gather(&src.shape, out.shape.dims().to_vec())?;
+    let dst_strides = input_strides(&out.shape);
+    crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&g.dims, src.ptr::<T>(), g.base, &g.strides, out.ptr::<T>(), 0, &dst_strides));
+    Ok(())
+}
+
+/// Gradient of a broadcast: sum back down to the input's shape.
+fn unbroadcast_grad() -> GradFn {
+    Box::new(|d| {
+        let (x, g) = (d.input(0), d.out_grad(0));
+        Ok(vec![Some(d.sum_to_like(&g, &x)?)])
+    })
+}
+
+/// Gradient of an operator that is its own inverse permutation given the same attributes.
+fn self_inverse_grad(op: &'static str, attrs: Vec<(&'static str, String)>) -> GradFn {
+    Box::new(move |d| {
+        let g = d.out_grad(0);
+        Ok(vec![Some(d.op(op, &attrs, &[&g])?)])
+    })
 }
 
 fn axes_list(axis: &[i64], ndim: usize) -> Result<Vec<usize>> {
@@ -209,6 +242,11 @@ impl Operator for Stack {
         }
         Ok(())
     }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let g = d.out_grad(0);
+        let attrs = [("axis", self.axis.to_string()), ("num_outputs", self.num_args.to_string()), ("squeeze_axis", flag(true))];
+        Ok(d.op_outputs("SliceChannel", &attrs, &[&g])?.into_iter().map(Some).collect())
+    }
 }
 
 /// Same elements, new shape (squeeze).
@@ -237,6 +275,10 @@ impl Operator for Squeeze {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![self.shape(&inputs[0])?])
     }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, g) = (d.input(0), d.out_grad(0));
+        Ok(vec![Some(d.binary("reshape_like", &g, &x)?)])
+    }
     fn inplace_pairs(&self) -> &'static [(usize, usize)] {
         &[(0, 0)]
     }
@@ -261,52 +303,125 @@ impl Operator for BroadcastLike {
     }
     fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let target = inputs[1].shape.clone();
-        Rearrange { name: "broadcast_like", plan: Box::new(move |s| like_plan(s, &target)) }.forward(ctx, &inputs[..1], outputs)
+        Rearrange { name: "broadcast_like", plan: Box::new(move |s| like_plan(s, &target)), grad: unbroadcast_grad() }
+            .forward(ctx, &inputs[..1], outputs)
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, g) = (d.input(0), d.out_grad(0));
+        Ok(vec![Some(d.sum_to_like(&g, &x)?), None])
     }
 }
 
+/// Broadcast to `target`; a lower-rank `src` is aligned on the right, as NumPy does.
 fn like_plan(src: &Shape, target: &Shape) -> Result<(Shape, Gather)> {
-    if src.ndim() != target.ndim() {
-        crate::bail!(Shape, "broadcast_like: {src} and {target} must have the same number of dimensions");
+    if src.ndim() > target.ndim() {
+        crate::bail!(Shape, "broadcast_like: {src} has more dimensions than {target}");
     }
-    broadcast_gather(src, target.dims().to_vec())
+    let mut padded = vec![1; target.ndim() - src.ndim()];
+    padded.extend_from_slice(src.dims());
+    broadcast_gather(&Shape::new(padded), target.dims().to_vec())
 }
 
 fn rearrange<P: super::Params + 'static, F: Fn(&Shape) -> Result<(Shape, Gather)> + Send + Sync + 'static>(
     name: &'static str,
     aliases: &'static [&'static str],
     doc: &'static str,
-    plan: impl Fn(P) -> Result<F> + Send + Sync + 'static,
+    plan: impl Fn(P) -> Result<(F, GradFn)> + Send + Sync + 'static,
 ) -> OpDef {
-    OpDef::new(name, aliases, doc, move |p: P| Ok(Rearrange { name, plan: Box::new(plan(p)?) }))
+    OpDef::new(name, aliases, doc, move |p: P| {
+        let (plan, grad) = plan(p)?;
+        Ok(Rearrange { name, plan: Box::new(plan), grad })
+    })
+}
+
+fn flag(b: bool) -> String {
+    if b { "True" } else { "False" }.to_string()
+}
+
+/// `_backward_tile(grad, data)`: sums the tiled copies of each element.
+struct TileBackward {
+    reps: Vec<i64>,
+}
+
+impl Operator for TileBackward {
+    fn input_names(&self) -> Vec<String> {
+        vec!["grad".into(), "data".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![inputs[1].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        // The tile gather's index space is (rep0, dim0, rep1, dim1, ...): sum over the reps.
+        let (_, gather) = tile_plan(self.reps.clone())(&inputs[1].shape)?;
+        let mask: Vec<bool> = (0..gather.dims.len()).map(|i| i % 2 == 0).collect();
+        super::reduce::sum_view(&inputs[0], &gather.dims, &mask, &outputs[0]);
+        Ok(())
+    }
+}
+
+/// `_backward_repeat(grad, data)`: sums the repeated copies of each element.
+struct RepeatBackward {
+    params: RepeatParams,
+}
+
+impl Operator for RepeatBackward {
+    fn input_names(&self) -> Vec<String> {
+        vec!["grad".into(), "data".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![inputs[1].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        // The repeat gather's index space has a repeats axis right after the repeated one.
+        let (_, gather) = repeat_plan(self.params.clone())(&inputs[1].shape)?;
+        let axis = match self.params.axis {
+            Some(a) => normalize_axis(a, inputs[1].shape.ndim())?,
+            None => 0,
+        };
+        let mask: Vec<bool> = (0..gather.dims.len()).map(|i| i == axis + 1).collect();
+        super::reduce::sum_view(&inputs[0], &gather.dims, &mask, &outputs[0]);
+        Ok(())
+    }
 }
 
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
-    add(rearrange("reverse", &["flip"], "Reverses the order of elements along the given axes.", |p: FlipParams| Ok(flip_plan(p.axis))));
+    add(rearrange("reverse", &["flip"], "Reverses the order of elements along the given axes.", |p: FlipParams| {
+        let grad = self_inverse_grad("reverse", vec![("axis", tuple_attr(&p.axis))]);
+        Ok((flip_plan(p.axis), grad))
+    }));
     add(rearrange("SwapAxis", &["swapaxes"], "Interchanges two axes of an array.", |p: SwapAxesParams| {
-        Ok(move |s: &Shape| {
+        let grad = self_inverse_grad("SwapAxis", vec![("dim1", p.dim1.to_string()), ("dim2", p.dim2.to_string())]);
+        let plan = move |s: &Shape| {
             let (a, b) = (normalize_axis(p.dim1, s.ndim())?, normalize_axis(p.dim2, s.ndim())?);
             let mut dims = s.dims().to_vec();
             let mut strides = input_strides(s);
             dims.swap(a, b);
             strides.swap(a, b);
             Ok((Shape::new(dims.clone()), Gather { dims, base: 0, strides }))
-        })
+        };
+        Ok((plan, grad))
     }));
     add(rearrange("broadcast_to", &[], "Broadcasts the input to a new shape (0 keeps a dimension).", |p: BroadcastToParams| {
-        Ok(move |s: &Shape| {
+        let plan = move |s: &Shape| {
             if p.shape.len() != s.ndim() {
                 crate::bail!(Shape, "broadcast_to: target {:?} must have the same number of dimensions as {s}", p.shape);
             }
             let target = p.shape.iter().zip(s.dims()).map(|(&t, &d)| if t == 0 { d } else { t.max(0) as usize }).collect();
             broadcast_gather(s, target)
-        })
+        };
+        Ok((plan, unbroadcast_grad()))
     }));
     add(rearrange("broadcast_axis", &["broadcast_axes"], "Broadcasts the input along axes of size 1.", |p: BroadcastAxisParams| {
         if p.axis.len() != p.size.len() {
             crate::bail!(Param, "broadcast_axis: axis {:?} and size {:?} must have the same length", p.axis, p.size);
         }
-        Ok(move |s: &Shape| {
+        let plan = move |s: &Shape| {
             let mut target = s.dims().to_vec();
             for (&a, &n) in p.axis.iter().zip(&p.size) {
                 let a = normalize_axis(a, s.ndim())?;
@@ -316,11 +431,29 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
                 target[a] = n.max(0) as usize;
             }
             broadcast_gather(s, target)
-        })
+        };
+        Ok((plan, unbroadcast_grad()))
     }));
-    add(rearrange("tile", &[], "Repeats the whole array `reps` times along each axis.", |p: TileParams| Ok(tile_plan(p.reps))));
-    add(rearrange("repeat", &[], "Repeats each element `repeats` times along an axis (flattened by default).", |p: RepeatParams| Ok(repeat_plan(p))));
-    add(OpDef::new("broadcast_like", &[], "Broadcasts lhs to the shape of rhs.", |_: super::params::NoParams| Ok(BroadcastLike)));
+    add(rearrange("tile", &[], "Repeats the whole array `reps` times along each axis.", |p: TileParams| {
+        let attrs = vec![("reps", tuple_attr(&p.reps))];
+        let grad: GradFn = Box::new(move |d| {
+            let (x, g) = (d.input(0), d.out_grad(0));
+            Ok(vec![Some(d.op("_backward_tile", &attrs, &[&g, &x])?)])
+        });
+        Ok((tile_plan(p.reps), grad))
+    }));
+    add(rearrange("repeat", &[], "Repeats each element `repeats` times along an axis (flattened by default).", |p: RepeatParams| {
+        let axis = p.axis.map_or("None".to_string(), |a| a.to_string());
+        let attrs = vec![("repeats", p.repeats.to_string()), ("axis", axis)];
+        let grad: GradFn = Box::new(move |d| {
+            let (x, g) = (d.input(0), d.out_grad(0));
+            Ok(vec![Some(d.op("_backward_repeat", &attrs, &[&g, &x])?)])
+        });
+        Ok((repeat_plan(p), grad))
+    }));
+    add(OpDef::new("_backward_tile", &[], "Gradient of tile: sums the tiled copies.", |p: TileParams| Ok(TileBackward { reps: p.reps })));
+    add(OpDef::new("_backward_repeat", &[], "Gradient of repeat: sums the repeated copies.", |params: RepeatParams| Ok(RepeatBackward { params })));
+    add(OpDef::new("broadcast_like", &[], "Broadcasts lhs to the shape of rhs.", |_: NoParams| Ok(BroadcastLike)));
     add(OpDef::new("stack", &[], "Joins arrays of equal shape along a new axis.", |p: StackParams| Ok(Stack { axis: p.axis, num_args: p.num_args })).variadic());
     add(OpDef::new("squeeze", &[], "Removes axes of size one.", |p: SqueezeParams| Ok(Squeeze { axis: p.axis })));
 }

@@ -6,10 +6,14 @@
 
 use std::marker::PhantomData;
 
+use super::grad::{tuple_attr, Grad, InputGrads};
+use super::params::NoParams;
+use super::rearrange::broadcast_into;
 use super::shape_ops::transpose_into;
-use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
-use crate::base::{normalize_axis, Elem, Shape};
+use super::{parallel_chunks, zero_gradient, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
+use crate::graph::Entry;
 
 pub trait Reducer: Send + Sync + 'static {
     const INIT: f64;
@@ -21,10 +25,58 @@ pub trait Reducer: Send + Sync + 'static {
     fn finish(acc: f64, _count: usize) -> f64 {
         acc
     }
+    /// The input gradient; `spread` broadcasts a reduced-shape entry back to the input's shape.
+    fn grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry>;
+}
+
+/// Broadcasts reduced-shape gradients back to the input shape of one reduction.
+pub struct Spread {
+    attrs: Vec<(&'static str, String)>,
+}
+
+impl Spread {
+    fn new(p: &ReduceParams) -> Spread {
+        let axis = match &p.axis {
+            Some(a) => tuple_attr(a),
+            None => "None".to_string(),
+        };
+        let flag = |b: bool| if b { "True" } else { "False" }.to_string();
+        Spread { attrs: vec![("axis", axis), ("keepdims", flag(p.keepdims)), ("exclude", flag(p.exclude))] }
+    }
+    fn apply(&self, d: &mut Grad, reduced: &Entry, x: &Entry, divide_by_count: bool) -> Result<Entry> {
+        let mut attrs = self.attrs.clone();
+        attrs.push(("divide_by_count", if divide_by_count { "True" } else { "False" }.to_string()));
+        d.op("_broadcast_reduced_like", &attrs, &[reduced, x])
+    }
+}
+
+/// Gradient of max/min: the output gradient goes to every element equal to the extreme.
+fn extreme_grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
+    let y_full = spread.apply(d, y, x, false)?;
+    let hit = d.binary("_equal", x, &y_full)?;
+    let g_full = spread.apply(d, g, x, false)?;
+    d.mul(&g_full, &hit)
+}
+
+/// Gradient of prod/nanprod: prod / x times the output gradient.
+fn product_grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
+    let gy = d.mul(g, y)?;
+    let gy_full = spread.apply(d, &gy, x, false)?;
+    d.div(&gy_full, x)
+}
+
+/// Zero where `x` is NaN (NaN-ignoring reductions take no gradient there).
+fn mask_nan(d: &mut Grad, x: &Entry, grad: &Entry) -> Result<Entry> {
+    let nan = d.unary("isnan", x)?;
+    let zeros = d.unary("zeros_like", x)?;
+    d.op("where", &[], &[&nan, &zeros, grad])
 }
 
 struct Sum;
 impl Reducer for Sum {
+    fn grad(d: &mut Grad, x: &Entry, _y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
+        spread.apply(d, g, x, false)
+    }
     const INIT: f64 = 0.0;
     #[inline(always)]
     fn step(acc: f64, x: f64) -> f64 {
@@ -33,6 +85,9 @@ impl Reducer for Sum {
 }
 struct Mean;
 impl Reducer for Mean {
+    fn grad(d: &mut Grad, x: &Entry, _y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
+        spread.apply(d, g, x, true)
+    }
     const INIT: f64 = 0.0;
     #[inline(always)]
     fn step(acc: f64, x: f64) -> f64 {
@@ -44,6 +99,9 @@ impl Reducer for Mean {
 }
 struct Prod;
 impl Reducer for Prod {
+    fn grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
+        product_grad(d, x, y, g, spread)
+    }
     const INIT: f64 = 1.0;
     #[inline(always)]
     fn step(acc: f64, x: f64) -> f64 {
@@ -52,6 +110,9 @@ impl Reducer for Prod {
 }
 struct NanSum;
 impl Reducer for NanSum {
+    fn grad(d: &mut Grad, x: &Entry, _y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
+        { let full = spread.apply(d, g, x, false)?; mask_nan(d, x, &full) }
+    }
     const INIT: f64 = 0.0;
     #[inline(always)]
     fn step(acc: f64, x: f64) -> f64 {
@@ -67,6 +128,9 @@ impl Reducer for NanSum {
 }
 struct NanProd;
 impl Reducer for NanProd {
+    fn grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
+        { let full = product_grad(d, x, y, g, spread)?; mask_nan(d, x, &full) }
+    }
     const INIT: f64 = 1.0;
     #[inline(always)]
     fn step(acc: f64, x: f64) -> f64 {
@@ -82,6 +146,9 @@ impl Reducer for NanProd {
 }
 struct Max;
 impl Reducer for Max {
+    fn grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
+        extreme_grad(d, x, y, g, spread)
+    }
     const INIT: f64 = f64::NEG_INFINITY;
     #[inline(always)]
     fn step(acc: f64, x: f64) -> f64 {
@@ -94,6 +161,9 @@ impl Reducer for Max {
 }
 struct Min;
 impl Reducer for Min {
+    fn grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
+        extreme_grad(d, x, y, g, spread)
+    }
     const INIT: f64 = f64::INFINITY;
     #[inline(always)]
     fn step(acc: f64, x: f64) -> f64 {
@@ -166,6 +236,143 @@ impl<R: Reducer> Operator for Reduce<R> {
         crate::dispatch_dtype!(x.dtype, T => reduce_tensor::<T, R>(x, &outputs[0], &mask));
         Ok(())
     }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, y, g) = (d.input(0), d.output(0), d.out_grad(0));
+        Ok(vec![Some(R::grad(d, &x, &y, &g, &Spread::new(&self.params))?)])
+    }
+}
+
+/// `_reduce_sum_to_like(data, like)`: sums `data` over the axes along which `like` was
+/// broadcast to reach it (the gradient of broadcasting).
+struct SumToLike;
+
+impl SumToLike {
+    fn mask(data: &Shape, like: &Shape) -> Result<Vec<bool>> {
+        if like.ndim() > data.ndim() {
+            crate::bail!(Shape, "_reduce_sum_to_like: {like} has more dimensions than {data}");
+        }
+        let lead = data.ndim() - like.ndim();
+        (0..data.ndim())
+            .map(|i| {
+                if i < lead {
+                    return Ok(true);
+                }
+                let (dd, ld) = (data[i], like[i - lead]);
+                if dd == ld {
+                    Ok(false)
+                } else if ld == 1 {
+                    Ok(true)
+                } else {
+                    crate::bail!(Shape, "_reduce_sum_to_like: {like} does not broadcast to {data}")
+                }
+            })
+            .collect()
+    }
+}
+
+impl Operator for SumToLike {
+    fn input_names(&self) -> Vec<String> {
+        vec!["data".into(), "like".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        SumToLike::mask(&inputs[0], &inputs[1])?;
+        Ok(vec![inputs[1].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+        &[(0, 0)]
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let x = &inputs[0];
+        let mask = SumToLike::mask(&x.shape, &inputs[1].shape)?;
+        if !mask.contains(&true) {
+            super::shape_ops::copy_bytes(x, &outputs[0]);
+            return Ok(());
+        }
+        crate::dispatch_dtype!(x.dtype, T => reduce_tensor::<T, Sum>(x, &outputs[0], &mask));
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, g) = (d.input(0), d.out_grad(0));
+        Ok(vec![Some(d.binary("broadcast_like", &g, &x)?), None])
+    }
+}
+
+crate::op_params! {
+    pub struct SpreadParams {
+        /// The reduction's axis or axes.
+        axis: Option<Vec<i64>> = None,
+        /// Whether the reduction kept the reduced axes.
+        keepdims: bool = false,
+        /// Whether the reduction was over all axes except `axis`.
+        exclude: bool = false,
+        /// Divide by the number of reduced elements (the gradient of mean).
+        divide_by_count: bool = false,
+    }
+}
+
+/// `_broadcast_reduced_like(reduced, like)`: the result of a reduction of `like`, broadcast back
+/// to `like`'s shape (the gradient of a reduction).
+struct BroadcastReducedLike {
+    reduce: Reduce<Sum>,
+    divide_by_count: bool,
+}
+
+impl Operator for BroadcastReducedLike {
+    fn input_names(&self) -> Vec<String> {
+        vec!["data".into(), "like".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let reduced = self.reduce.infer_shape(&inputs[1..])?.swap_remove(0);
+        if reduced.size() != inputs[0].size() {
+            crate::bail!(Shape, "_broadcast_reduced_like: {} is not the reduced shape {reduced} of {}", inputs[0], inputs[1]);
+        }
+        Ok(vec![inputs[1].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let like = &inputs[1].shape;
+        let mask = self.reduce.mask(like.ndim())?;
+        let kept: Vec<usize> = like.dims().iter().zip(&mask).map(|(&d, &m)| if m { 1 } else { d }).collect();
+        // SAFETY: the reduced input holds exactly as many elements as `kept` describes.
+        let src = unsafe { Tensor::new(inputs[0].raw(), Shape::new(kept), inputs[0].dtype) };
+        broadcast_into(&src, &outputs[0])?;
+        if self.divide_by_count {
+            let count = like.size() / src.size().max(1);
+            let out = &outputs[0];
+            crate::dispatch_dtype!(out.dtype, T => {
+                // SAFETY: the output is this op's alone and holds like.size() elements of T.
+                let o = unsafe { out.slice_mut::<T>() };
+                o.iter_mut().for_each(|v| *v = T::from_f64(v.to_f64() / count as f64));
+            });
+        }
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let g = d.out_grad(0);
+        let p = &self.reduce.params;
+        let axis = match &p.axis {
+            Some(a) => tuple_attr(a),
+            None => "None".to_string(),
+        };
+        let flag = |b: bool| if b { "True" } else { "False" }.to_string();
+        let op = if self.divide_by_count { "mean" } else { "sum" };
+        let reduced = d.op(op, &[("axis", axis), ("keepdims", flag(p.keepdims)), ("exclude", flag(p.exclude))], &[&g])?;
+        let data = d.input(0);
+        Ok(vec![Some(d.op("reshape_like", &[], &[&reduced, &data])?), None])
+    }
+}
+
+/// Sum `x`, viewed with shape `view`, over the axes in `mask`, into `out` (the gradient of tile
+/// and repeat, whose outputs are such views of repeated inputs).
+pub(super) fn sum_view(x: &Tensor, view: &[usize], mask: &[bool], out: &Tensor) {
+    // SAFETY: `view` has the same number of elements as x, so the reinterpretation stays in bounds.
+    let viewed = unsafe { Tensor::new(x.raw(), Shape::new(view.to_vec()), x.dtype) };
+    crate::dispatch_dtype!(x.dtype, T => reduce_tensor::<T, Sum>(&viewed, out, mask));
 }
 
 /// Split `dims` into (outer, reduced, inner) if the reduced axes are adjacent (ignoring size-1 axes).
@@ -326,6 +533,9 @@ impl Operator for ArgReduce {
         }
         Ok(vec![out])
     }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        zero_gradient(d)
+    }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let ((outer, r, inner), _) = self.layout(&inputs[0].shape)?;
         let max = self.max;
@@ -361,11 +571,18 @@ macro_rules! reductions {
             add(OpDef::new("argmin", &[], "Returns indices of the minimum values along an axis.",
                 |p: ArgReduceParams| Ok(ArgReduce { axis: p.axis, keepdims: p.keepdims, max: false })));
             add(OpDef::new("argmax_channel", &[], "Returns the argmax along the last axis.",
-                |_: super::params::NoParams| Ok(ArgReduce { axis: Some(-1), keepdims: false, max: true })));
+                |_: NoParams| Ok(ArgReduce { axis: Some(-1), keepdims: false, max: true })));
             $(
                 add(OpDef::new($name, &[$($alias),*], $doc,
                     |params: ReduceParams| Ok(Reduce::<$r> { params, _r: PhantomData })));
             )*
+            add(OpDef::new("_reduce_sum_to_like", &[], "Sums data over the axes along which like broadcasts to it.",
+                |_: NoParams| Ok(SumToLike)));
+            add(OpDef::new("_broadcast_reduced_like", &[], "Broadcasts the result of a reduction of like back to like's shape.",
+                |p: SpreadParams| Ok(BroadcastReducedLike {
+                    reduce: Reduce { params: ReduceParams { axis: p.axis, keepdims: p.keepdims, exclude: p.exclude }, _r: PhantomData },
+                    divide_by_count: p.divide_by_count,
+                })));
         }
     };
 }

@@ -1,6 +1,7 @@
 //! Element-wise selection and accumulation: clip, where, add_n.
 
 use super::broadcast::map1;
+use super::grad::{Grad, InputGrads};
 use super::{parallel_chunks, same_dtype, ExecContext, OpDef, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
@@ -32,6 +33,13 @@ impl Operator for Clip {
             map1(&inputs[0], &outputs[0], |v: T| if v < lo { lo } else if v > hi { hi } else { v })
         });
         Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, g) = (d.input(0), d.out_grad(0));
+        let above = d.scalar("_greater_equal_scalar", &x, self.lo)?;
+        let below = d.scalar("_lesser_equal_scalar", &x, self.hi)?;
+        let inside = d.mul(&above, &below)?;
+        Ok(vec![Some(d.mul(&g, &inside)?)])
     }
 }
 
@@ -75,6 +83,13 @@ impl Operator for Where {
         });
         Ok(())
     }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (c, g) = (d.input(0), d.out_grad(0));
+        let zeros = d.unary("zeros_like", &g)?;
+        let gx = d.op("where", &[], &[&c, &g, &zeros])?;
+        let gy = d.op("where", &[], &[&c, &zeros, &g])?;
+        Ok(vec![None, Some(gx), Some(gy)])
+    }
 }
 
 crate::op_params! {
@@ -116,6 +131,10 @@ impl Operator for AddN {
             }
         }
         Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let g = d.out_grad(0);
+        Ok(vec![Some(g); self.num_args])
     }
 }
 

@@ -2,7 +2,8 @@
 //! split and cast. They share one strided-copy kernel that tiles 2-D transposes so that both the
 //! reads and the writes stay in cache.
 
-use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::grad::{tuple_attr, Grad, InputGrads};
+use super::{parallel_chunks, zero_gradient, ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
 
@@ -148,6 +149,19 @@ impl Operator for Transpose {
         crate::dispatch_dtype!(inputs[0].dtype, T => transpose_into::<T>(&inputs[0], &outputs[0], &perm));
         Ok(())
     }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let g = d.out_grad(0);
+        if self.axes.is_empty() {
+            return Ok(vec![Some(d.unary("transpose", &g)?)]);
+        }
+        // The inverse permutation; negative axes are resolved against the (equal) rank.
+        let n = self.axes.len() as i64;
+        let mut inverse = vec![0i64; self.axes.len()];
+        for (i, &a) in self.axes.iter().enumerate() {
+            inverse[(a.rem_euclid(n)) as usize] = i as i64;
+        }
+        Ok(vec![Some(d.op("transpose", &[("axes", tuple_attr(&inverse))], &[&g])?)])
+    }
 }
 
 /// reshape_like: the second input only lends its shape.
@@ -173,6 +187,15 @@ impl Operator for ReshapeLike {
         copy_bytes(&inputs[0], &outputs[0]);
         Ok(())
     }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        Ok(vec![Some(reshape_back(d)?), None])
+    }
+}
+
+/// The output gradient in the shape of the first input (gradient of every relayout).
+fn reshape_back(d: &mut Grad) -> Result<crate::graph::Entry> {
+    let (x, g) = (d.input(0), d.out_grad(0));
+    d.binary("reshape_like", &g, &x)
 }
 
 /// MXNet's reshape codes: 0 copies a dim, -1 infers one, -2 copies the rest, -3 merges two,
@@ -298,6 +321,9 @@ impl Operator for Relayout {
         copy_bytes(&inputs[0], &outputs[0]);
         Ok(())
     }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        Ok(vec![Some(reshape_back(d)?)])
+    }
 }
 
 crate::op_params! {
@@ -351,6 +377,61 @@ impl Operator for Concat {
             let block = x.shape[axis] * inner;
             copy_blocks(x.raw(), block, out.raw(), out_block, offset, outer);
             offset += block;
+        }
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let g = d.out_grad(0);
+        let inputs: Vec<crate::graph::Entry> = (0..d.num_inputs()).map(|i| d.input(i)).collect();
+        let mut args = vec![&g];
+        args.extend(inputs.iter());
+        let attrs = [("num_args", self.num_args.to_string()), ("dim", self.dim.to_string())];
+        Ok(d.op_outputs("_backward_Concat", &attrs, &args)?.into_iter().map(Some).collect())
+    }
+}
+
+/// `_backward_Concat(grad, arg0, ...)`: splits the gradient of a concatenation into parts shaped
+/// like the concatenated inputs.
+struct ConcatBackward {
+    num_args: usize,
+    dim: i64,
+}
+
+impl Operator for ConcatBackward {
+    fn input_names(&self) -> Vec<String> {
+        std::iter::once("grad".to_string()).chain((0..self.num_args).map(|i| format!("arg{i}"))).collect()
+    }
+    fn num_outputs(&self) -> usize {
+        self.num_args
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let concatenated = Concat { num_args: self.num_args, dim: self.dim }.infer_shape(&inputs[1..])?;
+        if concatenated[0] != inputs[0] {
+            crate::bail!(Shape, "_backward_Concat: gradient {} does not match the concatenation {}", inputs[0], concatenated[0]);
+        }
+        Ok(inputs[1..].to_vec())
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]; self.num_args])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let g = &inputs[0];
+        let axis = normalize_axis(self.dim, g.shape.ndim())?;
+        let es = g.dtype.size();
+        let outer: usize = g.shape.dims()[..axis].iter().product();
+        let inner: usize = g.shape.dims()[axis + 1..].iter().product::<usize>() * es;
+        let row = g.shape[axis] * inner;
+        let mut offset = 0;
+        for y in outputs {
+            let part = y.shape[axis] * inner;
+            let (sp, dp) = (SendPtr(g.raw()), SendPtr(y.raw()));
+            parallel_chunks(outer, ((1usize << 17) / part.max(1)).max(1), |rows| {
+                for o in rows {
+                    // SAFETY: this part of row o lies inside the gradient row; output row o is ours.
+                    unsafe { std::ptr::copy_nonoverlapping(sp.get().add(o * row + offset), dp.get().add(o * part), part) };
+                }
+            });
+            offset += part;
         }
         Ok(())
     }
@@ -427,6 +508,17 @@ impl Operator for SliceChannel {
         }
         Ok(())
     }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let x = d.input(0);
+        let mut parts = Vec::with_capacity(self.p.num_outputs);
+        for k in 0..self.p.num_outputs {
+            let g = d.out_grad(k);
+            parts.push(if self.p.squeeze_axis { d.op("expand_dims", &[("axis", self.p.axis.to_string())], &[&g])? } else { g });
+        }
+        let refs: Vec<&crate::graph::Entry> = parts.iter().collect();
+        let joined = d.op("Concat", &[("num_args", parts.len().to_string()), ("dim", self.p.axis.to_string())], &refs)?;
+        Ok(vec![Some(d.binary("reshape_like", &joined, &x)?)])
+    }
 }
 
 crate::op_params! {
@@ -469,6 +561,33 @@ impl Operator for Cast {
         cast_into(&inputs[0], &outputs[0]);
         Ok(())
     }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, g) = (d.input(0), d.out_grad(0));
+        Ok(vec![Some(d.binary("_cast_like", &g, &x)?)])
+    }
+}
+
+/// `_cast_like(data, like)`: `data` cast to the dtype of `like` (the gradient of Cast).
+struct CastLike;
+
+impl Operator for CastLike {
+    fn input_names(&self) -> Vec<String> {
+        vec!["data".into(), "like".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![inputs[0].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[1]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        cast_into(&inputs[0], &outputs[0]);
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, g) = (d.input(0), d.out_grad(0));
+        Ok(vec![Some(d.binary("_cast_like", &g, &x)?), None])
+    }
 }
 
 /// shape_array / size_array: int64 arrays describing the input's shape.
@@ -489,6 +608,9 @@ impl Operator for ShapeInfo {
         // SAFETY: the output is an int64 array of exactly values.len() elements owned by this op.
         unsafe { outputs[0].slice_mut::<i64>() }.copy_from_slice(&values);
         Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        zero_gradient(d)
     }
 }
 
@@ -562,6 +684,13 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         |p: SliceChannelParams| Ok(SliceChannel { p }),
     ));
     add(OpDef::new("Cast", &["cast"], "Casts all elements of the input to a new type.", |p: CastParams| Ok(Cast { dtype: p.dtype })));
+    add(OpDef::new("_cast_like", &[], "Casts data to the dtype of like.", |_: super::params::NoParams| Ok(CastLike)));
+    add(OpDef::new(
+        "_backward_Concat",
+        &[],
+        "Gradient of Concat: splits the gradient into parts shaped like the inputs.",
+        |p: ConcatParams| Ok(ConcatBackward { num_args: p.num_args, dim: p.dim }),
+    ));
 }
 
 #[cfg(test)]

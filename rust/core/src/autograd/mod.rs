@@ -1,0 +1,257 @@
+//! Imperative differentiation (MXNet's `autograd`).
+//!
+//! While recording, every operator call whose inputs belong to a graph (marked variables or
+//! results of recorded calls) adds a [`Node`] holding its outputs; the arrays it returns carry
+//! entries naming that node. `backward` runs the gradient pass on the recorded graph and executes
+//! the result with the graph runner, so gradients are computed by ordinary registered operators.
+
+use std::cell::Cell;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::executor::{self, Source};
+use crate::graph::{node_key, topo_order, Entry, GradReq, Node, NodeOp, Recorded};
+use crate::imperative;
+use crate::ndarray::NDArray;
+use crate::op::{Attrs, Operator};
+use crate::pass::gradient;
+
+thread_local! {
+    // MXNet keeps both flags per thread.
+    static RECORDING: Cell<bool> = const { Cell::new(false) };
+    static TRAINING: Cell<bool> = const { Cell::new(false) };
+}
+
+pub fn is_recording() -> bool {
+    RECORDING.with(Cell::get)
+}
+pub fn is_training() -> bool {
+    TRAINING.with(Cell::get)
+}
+/// Set the recording flag; returns the previous value.
+pub fn set_recording(on: bool) -> bool {
+    RECORDING.with(|c| c.replace(on))
+}
+/// Set the training flag; returns the previous value.
+pub fn set_training(on: bool) -> bool {
+    TRAINING.with(|c| c.replace(on))
+}
+
+/// Restores both flags when dropped, so an error inside backward cannot leave them changed.
+struct FlagsGuard {
+    recording: bool,
+    training: bool,
+}
+
+impl FlagsGuard {
+    fn set(recording: bool, training: bool) -> FlagsGuard {
+        FlagsGuard { recording: set_recording(recording), training: set_training(training) }
+    }
+}
+
+impl Drop for FlagsGuard {
+    fn drop(&mut self) {
+        set_recording(self.recording);
+        set_training(self.training);
+    }
+}
+
+const NOT_IN_GRAPH: &str = "Cannot differentiate node because it is not in a computational graph. You need to set \
+    is_recording to true or use autograd.record() to save computational graphs for backward. If you want to \
+    differentiate the same graph twice, you need to pass retain_graph=True to backward.";
+
+/// Whether this call must be recorded: recording is on and some input belongs to a graph.
+pub fn should_record(inputs: &[NDArray]) -> bool {
+    is_recording() && inputs.iter().any(|a| a.autograd_entry().is_some())
+}
+
+/// Record one operator call; returns its outputs carrying entries of the new node.
+pub fn record(name: &str, operator: Arc<dyn Operator>, attrs: &Attrs, inputs: &[NDArray], outputs: Vec<NDArray>) -> Vec<NDArray> {
+    let input_entries = inputs
+        .iter()
+        .map(|a| match a.autograd_entry() {
+            Some(e) => e.clone(),
+            // A constant: a leaf that keeps its value but takes no gradient.
+            None => Entry::new(Node::leaf("", a.detached(), None, GradReq::Null), 0),
+        })
+        .collect();
+    let saved = outputs.iter().map(NDArray::detached).collect();
+    let op = NodeOp { name: name.to_string(), attrs: attrs.clone(), operator };
+    let node = Node::with_operator(op, input_entries, name, Recorded::Outputs(saved));
+    outputs.into_iter().enumerate().map(|(i, o)| o.with_entry(Entry::new(node.clone(), i))).collect()
+}
+
+/// Record a view (`reshape`, a first-axis slice) of `input` as the operator `op_name` with
+/// `attrs` would compute it, when recording applies; the view keeps sharing `input`'s memory.
+pub fn record_view(op_name: &str, attrs: &Attrs, input: &NDArray, view: NDArray) -> Result<NDArray> {
+    if !should_record(std::slice::from_ref(input)) {
+        return Ok(view);
+    }
+    let operator = crate::op::lookup(op_name)?.instantiate(op_name, attrs)?;
+    Ok(record(op_name, operator, attrs, std::slice::from_ref(input), vec![view]).swap_remove(0))
+}
+
+/// Make `arrays` variables whose gradients go to `grads` (MXNet's `mark_variables`); returns the
+/// arrays carrying their new entries.
+pub fn mark_variables(arrays: &[NDArray], grads: &[NDArray], reqs: &[GradReq]) -> Result<Vec<NDArray>> {
+    if arrays.len() != grads.len() || arrays.len() != reqs.len() {
+        crate::bail!(Value, "mark_variables: {} variables, {} gradients and {} grad_reqs given", arrays.len(), grads.len(), reqs.len());
+    }
+    arrays
+        .iter()
+        .zip(grads)
+        .zip(reqs)
+        .map(|((a, g), &req)| {
+            if a.shape() != g.shape() {
+                crate::bail!(Shape, "mark_variables: gradient shape {} differs from variable shape {}", g.shape(), a.shape());
+            }
+            let node = Node::leaf("var", a.detached(), Some(g.detached()), req);
+            Ok(a.with_entry(Entry::new(node, 0)))
+        })
+        .collect()
+}
+
+/// The gradient buffer of a marked variable.
+pub fn grad_of(array: &NDArray) -> Option<NDArray> {
+    let entry = array.autograd_entry()?;
+    match &*entry.node.recorded() {
+        Recorded::Leaf { grad: Some(g), req, .. } if *req != GradReq::Null => Some(g.clone()),
+        _ => None,
+    }
+}
+
+/// What `backward` differentiates with respect to.
+pub enum Wrt<'a> {
+    /// Every marked variable in the graph; gradients are stored into their buffers.
+    MarkedVariables,
+    /// These arrays; gradients are returned (MXNet's `autograd.grad`).
+    Arrays(&'a [NDArray]),
+}
+
+pub struct BackwardOptions {
+    pub retain_graph: bool,
+    pub create_graph: bool,
+    pub train_mode: bool,
+}
+
+/// Differentiate `heads` (with `head_grads`, ones where `None`). Returns the gradients for
+/// [`Wrt::Arrays`], nothing for [`Wrt::MarkedVariables`].
+pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>, options: BackwardOptions) -> Result<Vec<NDArray>> {
+    if heads.is_empty() {
+        crate::bail!(Value, "backward: no heads given");
+    }
+    if head_grads.len() != heads.len() {
+        crate::bail!(Value, "backward: {} heads but {} head gradients", heads.len(), head_grads.len());
+    }
+    let _flags = FlagsGuard::set(false, options.train_mode);
+    let mut head_entries = Vec::with_capacity(heads.len());
+    let mut grad_entries = Vec::with_capacity(heads.len());
+    for (head, grad) in heads.iter().zip(head_grads) {
+        let Some(entry) = head.autograd_entry() else { crate::bail!(Value, "{NOT_IN_GRAPH}") };
+        let grad = match grad {
+            Some(g) if g.shape() != head.shape() => {
+                crate::bail!(Shape, "backward: head gradient of shape {} for a head of shape {}", g.shape(), head.shape())
+            }
+            Some(g) => g.clone(),
+            None => imperative::invoke("ones_like", &[head.detached()], &Attrs::new(), None, head.context(), None)?.swap_remove(0),
+        };
+        head_entries.push(entry.clone());
+        grad_entries.push(Entry::new(Node::leaf("head_grad", grad, None, GradReq::Null), 0));
+    }
+    let forward = topo_order(&head_entries, |_| false);
+    let forward_keys: HashSet<usize> = forward.iter().map(node_key).collect();
+
+    let (xs, stored): (Vec<Entry>, Vec<(NDArray, GradReq)>) = match wrt {
+        Wrt::Arrays(arrays) => {
+            let xs = arrays
+                .iter()
+                .map(|a| {
+                    a.autograd_entry().cloned().ok_or_else(|| {
+                        crate::err!(Value, "cannot differentiate with respect to an array that is not a marked variable or recorded result; call attach_grad() on it before recording")
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            (xs, Vec::new())
+        }
+        Wrt::MarkedVariables => forward
+            .iter()
+            .filter_map(|n| match &*n.recorded() {
+                Recorded::Leaf { grad: Some(g), req, .. } if *req != GradReq::Null => Some((Entry::new(n.clone(), 0), (g.clone(), *req))),
+                _ => None,
+            })
+            .unzip(),
+    };
+    let grads = gradient::gradient(&head_entries, &grad_entries, &xs)?;
+
+    let targets: Vec<Entry> = grads.iter().flatten().cloned().collect();
+    let ctx = heads[0].context();
+    let values = {
+        let _recording = FlagsGuard::set(options.create_graph, options.train_mode);
+        let create_graph = options.create_graph;
+        executor::run(&targets, ctx, |node| resolve(node, &forward_keys, create_graph))?
+    };
+    let mut values = values.into_iter();
+    let mut results = Vec::with_capacity(xs.len());
+    for (x, grad) in xs.iter().zip(&grads) {
+        let value = match grad {
+            Some(_) => values.next().expect("one value per gradient target"),
+            None => {
+                let x_value = leaf_or_output(x)?;
+                imperative::invoke("zeros_like", &[x_value], &Attrs::new(), None, ctx, None)?.swap_remove(0)
+            }
+        };
+        results.push(value);
+    }
+
+    if !options.retain_graph {
+        for node in &forward {
+            if node.op.is_some() {
+                *node.recorded() = Recorded::Nothing;
+            }
+        }
+    }
+    if stored.is_empty() {
+        return Ok(if options.create_graph { results } else { results.iter().map(NDArray::detached).collect() });
+    }
+    for (value, (buffer, req)) in results.iter().zip(&stored) {
+        match req {
+            GradReq::Write => imperative::copy(value, buffer, None)?,
+            GradReq::Add => {
+                imperative::invoke("elemwise_add", &[buffer.clone(), value.detached()], &Attrs::new(), Some(vec![buffer.clone()]), ctx, None)?;
+            }
+            GradReq::Null => {}
+        }
+    }
+    Ok(Vec::new())
+}
+
+/// Where the graph runner finds a node's values: recorded outputs and leaves are known (with
+/// their entries re-attached when the backward pass is itself recorded); gradient nodes are
+/// computed; a forward node whose values were released is the MXNet error.
+fn resolve(node: &Arc<Node>, forward: &HashSet<usize>, create_graph: bool) -> Result<Source> {
+    let attach = |arrays: Vec<NDArray>| -> Vec<NDArray> {
+        if !create_graph {
+            return arrays;
+        }
+        arrays.into_iter().enumerate().map(|(i, a)| a.with_entry(Entry::new(node.clone(), i))).collect()
+    };
+    let known = match &*node.recorded() {
+        Recorded::Outputs(outputs) => Some(outputs.clone()),
+        Recorded::Leaf { value, .. } => Some(vec![value.clone()]),
+        Recorded::Nothing => None,
+    };
+    match known {
+        Some(arrays) => Ok(Source::Known(attach(arrays))),
+        None if forward.contains(&node_key(node)) => crate::bail!(Value, "{NOT_IN_GRAPH}"),
+        None => Ok(Source::Compute),
+    }
+}
+
+fn leaf_or_output(entry: &Entry) -> Result<NDArray> {
+    match &*entry.node.recorded() {
+        Recorded::Outputs(outputs) => Ok(outputs[entry.index].clone()),
+        Recorded::Leaf { value, .. } => Ok(value.clone()),
+        Recorded::Nothing => crate::bail!(Value, "{NOT_IN_GRAPH}"),
+    }
+}

@@ -1,0 +1,86 @@
+//! Running a graph: each node's operator is pushed onto the engine in dependency order, and
+//! every intermediate value is released right after its last consumer has been pushed (the
+//! engine keeps what a pending kernel still reads alive until it has run).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::base::Context;
+use crate::error::Result;
+use crate::graph::{node_key, topo_order, Entry, EntryKey, Node};
+use crate::imperative;
+use crate::ndarray::NDArray;
+
+/// How the runner obtains a node's values.
+pub enum Source {
+    /// Known values, one per output.
+    Known(Vec<NDArray>),
+    /// Compute the node from its inputs.
+    Compute,
+}
+
+/// Values of `targets`. `resolve` says, once per node, whether its values are known; nodes it
+/// asks to compute must have an operator.
+pub fn run(targets: &[Entry], ctx: Context, mut resolve: impl FnMut(&Arc<Node>) -> Result<Source>) -> Result<Vec<NDArray>> {
+    let mut values: HashMap<EntryKey, NDArray> = HashMap::new();
+    let mut failure = None;
+    let order = topo_order(targets, |node| match resolve(node) {
+        Ok(Source::Known(arrays)) => {
+            for (i, a) in arrays.into_iter().enumerate() {
+                values.insert((node_key(node), i), a);
+            }
+            true
+        }
+        Ok(Source::Compute) => false,
+        Err(e) => {
+            failure.get_or_insert(e);
+            true
+        }
+    });
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let computed = |node: &Arc<Node>| !values.contains_key(&(node_key(node), 0));
+    let to_compute: Vec<&Arc<Node>> = order.iter().filter(|n| computed(n)).collect();
+
+    let mut uses: HashMap<EntryKey, usize> = HashMap::new();
+    for node in &to_compute {
+        for input in &node.inputs {
+            *uses.entry(input.key()).or_default() += 1;
+        }
+    }
+    for t in targets {
+        *uses.entry(t.key()).or_default() += 1;
+    }
+
+    for node in to_compute {
+        let Some(op) = &node.op else {
+            crate::bail!(Value, "variable '{}' has no value", node.name);
+        };
+        let inputs = node
+            .inputs
+            .iter()
+            .map(|e| values.get(&e.key()).cloned().ok_or_else(|| crate::err!(Runtime, "value of an input of node '{}' is missing", node.name)))
+            .collect::<Result<Vec<_>>>()?;
+        let outputs = imperative::invoke_operator(&op.name, op.operator.clone(), &op.attrs, &inputs, None, ctx, None)?;
+        for input in &node.inputs {
+            let key = input.key();
+            if let Some(n) = uses.get_mut(&key) {
+                *n -= 1;
+                if *n == 0 {
+                    values.remove(&key);
+                }
+            }
+        }
+        for (i, out) in outputs.into_iter().enumerate() {
+            let key = (node_key(node), i);
+            if uses.get(&key).is_some_and(|&n| n > 0) {
+                values.insert(key, out);
+            }
+        }
+    }
+    targets
+        .iter()
+        .map(|t| values.get(&t.key()).cloned().ok_or_else(|| crate::err!(Runtime, "graph output of node '{}' was not computed", t.node.name)))
+        .collect()
+}

@@ -1,0 +1,3 @@
+//! Graph passes: each takes a graph (its output entries) and returns a new graph or facts about it.
+
+pub mod gradient;

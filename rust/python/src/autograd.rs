@@ -1,0 +1,99 @@
+//! `mx.autograd` bindings: recording flags, variables, backward.
+
+use oxnet::autograd::{self, BackwardOptions, Wrt};
+use oxnet::graph::GradReq;
+use oxnet::ndarray::NDArray;
+use pyo3::prelude::*;
+
+use crate::errors::IntoPyResult;
+use crate::ndarray::{wrap, NDArrayHandle};
+
+fn arrays(handles: &[PyRef<'_, NDArrayHandle>]) -> Vec<NDArray> {
+    handles.iter().map(|h| h.inner.clone()).collect()
+}
+
+#[pyfunction]
+fn set_recording(on: bool) -> bool {
+    autograd::set_recording(on)
+}
+
+#[pyfunction]
+fn set_training(on: bool) -> bool {
+    autograd::set_training(on)
+}
+
+#[pyfunction]
+fn is_recording() -> bool {
+    autograd::is_recording()
+}
+
+#[pyfunction]
+fn is_training() -> bool {
+    autograd::is_training()
+}
+
+/// New handles for `variables`, marked with gradient buffers `grads` and requests `reqs`.
+#[pyfunction]
+fn mark_variables(
+    py: Python<'_>,
+    variables: Vec<PyRef<'_, NDArrayHandle>>,
+    grads: Vec<PyRef<'_, NDArrayHandle>>,
+    reqs: Vec<String>,
+) -> PyResult<Vec<Py<NDArrayHandle>>> {
+    let reqs = reqs.iter().map(|r| GradReq::parse(r)).collect::<oxnet::Result<Vec<_>>>().py()?;
+    let marked = autograd::mark_variables(&arrays(&variables), &arrays(&grads), &reqs).py()?;
+    marked.into_iter().map(|a| wrap(py, a)).collect()
+}
+
+#[pyfunction]
+fn grad_of(py: Python<'_>, array: &NDArrayHandle) -> PyResult<Option<Py<NDArrayHandle>>> {
+    autograd::grad_of(&array.inner).map(|g| wrap(py, g)).transpose()
+}
+
+#[pyfunction]
+fn detach(py: Python<'_>, array: &NDArrayHandle) -> PyResult<Py<NDArrayHandle>> {
+    wrap(py, array.inner.detached())
+}
+
+#[pyfunction]
+fn in_graph(array: &NDArrayHandle) -> bool {
+    array.inner.autograd_entry().is_some()
+}
+
+/// Gradients of `heads`: into the marked variables' buffers (`variables` None) or returned.
+#[pyfunction]
+#[pyo3(signature = (heads, head_grads, variables, retain_graph, create_graph, train_mode))]
+#[allow(clippy::too_many_arguments)]
+fn backward(
+    py: Python<'_>,
+    heads: Vec<PyRef<'_, NDArrayHandle>>,
+    head_grads: Vec<Option<PyRef<'_, NDArrayHandle>>>,
+    variables: Option<Vec<PyRef<'_, NDArrayHandle>>>,
+    retain_graph: bool,
+    create_graph: bool,
+    train_mode: bool,
+) -> PyResult<Vec<Py<NDArrayHandle>>> {
+    let heads = arrays(&heads);
+    let head_grads: Vec<Option<NDArray>> = head_grads.iter().map(|g| g.as_ref().map(|h| h.inner.clone())).collect();
+    let variables = variables.map(|v| arrays(&v));
+    let options = BackwardOptions { retain_graph, create_graph, train_mode };
+    let wrt = match &variables {
+        Some(v) => Wrt::Arrays(v),
+        None => Wrt::MarkedVariables,
+    };
+    let grads = autograd::backward(&heads, &head_grads, wrt, options).py()?;
+    grads.into_iter().map(|a| wrap(py, a)).collect()
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(set_recording, m)?)?;
+    m.add_function(wrap_pyfunction!(set_training, m)?)?;
+    m.add_function(wrap_pyfunction!(is_recording, m)?)?;
+    m.add_function(wrap_pyfunction!(is_training, m)?)?;
+    m.add_function(wrap_pyfunction!(mark_variables, m)?)?;
+    m.add_function(wrap_pyfunction!(grad_of, m)?)?;
+    m.add_function(wrap_pyfunction!(detach, m)?)?;
+    m.add_function(wrap_pyfunction!(in_graph, m)?)?;
+    m.add_function(wrap_pyfunction!(backward, m)?)?;
+    Ok(())
+}
