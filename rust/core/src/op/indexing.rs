@@ -339,6 +339,11 @@ impl Operator for TakeBackward {
         });
         Ok(())
     }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (idx, g) = (d.input(1), d.out_grad(0));
+        let attrs = [("axis", self.take.axis.to_string()), ("mode", self.take.mode.clone())];
+        Ok(vec![Some(d.op("take", &attrs, &[&g, &idx])?), None, None])
+    }
 }
 
 crate::op_params! {

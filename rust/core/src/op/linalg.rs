@@ -169,10 +169,24 @@ fn product_gradient(d: &mut Grad, op: &str, ta: bool, tb: bool) -> Result<InputG
         let text = |f: bool| if f { "True" } else { "False" }.to_string();
         [("transpose_a", text(x)), ("transpose_b", text(y))]
     };
+    // dot views an N-d lhs as (rows, last axis); reading it transposed would split off the first
+    // axis instead, so dB's product takes lhs and g as explicit matrices.
+    let as_matrix = |d: &mut Grad, x: &crate::graph::Entry| -> Result<crate::graph::Entry> {
+        if op != "dot" {
+            return Ok(x.clone());
+        }
+        d.op("Reshape", &[("shape", "(-1, 0)".to_string()), ("reverse", "True".to_string())], &[x])
+    };
     let (da, db) = match (ta, tb) {
-        (false, false) => (d.op(op, &flags(false, true), &[&g, &b])?, d.op(op, &flags(true, false), &[&a, &g])?),
+        (false, false) => {
+            let (a2, g2) = (as_matrix(d, &a)?, as_matrix(d, &g)?);
+            (d.op(op, &flags(false, true), &[&g, &b])?, d.op(op, &flags(true, false), &[&a2, &g2])?)
+        }
         (true, false) => (d.op(op, &flags(false, true), &[&b, &g])?, d.op(op, &flags(false, false), &[&a, &g])?),
-        (false, true) => (d.op(op, &flags(false, false), &[&g, &b])?, d.op(op, &flags(true, false), &[&g, &a])?),
+        (false, true) => {
+            let (a2, g2) = (as_matrix(d, &a)?, as_matrix(d, &g)?);
+            (d.op(op, &flags(false, false), &[&g, &b])?, d.op(op, &flags(true, false), &[&g2, &a2])?)
+        }
         (true, true) => (d.op(op, &flags(true, true), &[&b, &g])?, d.op(op, &flags(true, true), &[&g, &a])?),
     };
     // N-d operands are viewed as matrices; the products come back in matrix form.

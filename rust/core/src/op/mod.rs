@@ -11,8 +11,10 @@ mod broadcast;
 mod creation;
 mod elemwise_binary;
 mod elemwise_unary;
+mod gather_scatter;
 mod indexing;
 mod linalg;
+mod pad;
 mod rearrange;
 mod reduce;
 mod select;
@@ -223,6 +225,8 @@ pub fn registry() -> &'static Registry {
         rearrange::register(&mut add);
         select::register(&mut add);
         sorting::register(&mut add);
+        gather_scatter::register(&mut add);
+        pad::register(&mut add);
         creation::register(&mut add);
         r
     })

@@ -360,6 +360,10 @@ impl Operator for TileBackward {
         super::reduce::sum_view(&inputs[0], &gather.dims, &mask, &outputs[0]);
         Ok(())
     }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let g = d.out_grad(0);
+        Ok(vec![Some(d.op("tile", &[("reps", tuple_attr(&self.reps))], &[&g])?), None])
+    }
 }
 
 /// `_backward_repeat(grad, data)`: sums the repeated copies of each element.
@@ -387,6 +391,13 @@ impl Operator for RepeatBackward {
         let mask: Vec<bool> = (0..gather.dims.len()).map(|i| i == axis + 1).collect();
         super::reduce::sum_view(&inputs[0], &gather.dims, &mask, &outputs[0]);
         Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let g = d.out_grad(0);
+        let axis = self.params.axis.map_or("None".to_string(), |a| a.to_string());
+        let repeated = d.op("repeat", &[("repeats", self.params.repeats.to_string()), ("axis", axis)], &[&g])?;
+        let grad = d.input(0);
+        Ok(vec![Some(d.binary("reshape_like", &repeated, &grad)?), None])
     }
 }
 

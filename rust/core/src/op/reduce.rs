@@ -175,6 +175,115 @@ impl Reducer for Min {
     }
 }
 
+/// Sum of absolute values (the L1 norm).
+struct L1Norm;
+impl Reducer for L1Norm {
+    const INIT: f64 = 0.0;
+    #[inline(always)]
+    fn step(acc: f64, x: f64) -> f64 {
+        acc + x.abs()
+    }
+    fn merge(a: f64, b: f64) -> f64 {
+        a + b
+    }
+    fn grad(d: &mut Grad, x: &Entry, _y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
+        let full = spread.apply(d, g, x, false)?;
+        let sign = d.unary("sign", x)?;
+        d.mul(&full, &sign)
+    }
+}
+
+/// Square root of the sum of squares (the L2 norm).
+struct L2Norm;
+impl Reducer for L2Norm {
+    const INIT: f64 = 0.0;
+    #[inline(always)]
+    fn step(acc: f64, x: f64) -> f64 {
+        acc + x * x
+    }
+    fn merge(a: f64, b: f64) -> f64 {
+        a + b
+    }
+    fn finish(acc: f64, _count: usize) -> f64 {
+        acc.sqrt()
+    }
+    fn grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
+        let g_over_norm = d.div(g, y)?;
+        let full = spread.apply(d, &g_over_norm, x, false)?;
+        d.mul(&full, x)
+    }
+}
+
+crate::op_params! {
+    pub struct NormParams {
+        /// Order of the norm: 1 or 2.
+        ord: i64 = 2,
+        /// The axis or axes to compute the norm over; by default all.
+        axis: Option<Vec<i64>> = None,
+        /// Output dtype (only the input's dtype is supported).
+        out_dtype: Option<DType> = None,
+        /// Keep the reduced axes with size one.
+        keepdims: bool = false,
+    }
+}
+
+crate::op_params! {
+    pub struct MomentsParams {
+        /// Axes to compute the moments over; by default all.
+        axes: Option<Vec<i64>> = None,
+        /// Keep the reduced axes with size one.
+        keepdims: bool = false,
+    }
+}
+
+/// moments(data): mean and variance over axes, the variance computed from deviations.
+struct Moments {
+    mean: Reduce<Mean>,
+}
+
+impl Operator for Moments {
+    fn num_outputs(&self) -> usize {
+        2
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let s = self.mean.infer_shape(inputs)?.swap_remove(0);
+        Ok(vec![s.clone(), s])
+    }
+    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let x = &inputs[0];
+        self.mean.forward(ctx, inputs, &outputs[..1])?;
+        let mask = self.mean.mask(x.shape.ndim())?;
+        let kept: Vec<usize> = x.shape.dims().iter().zip(&mask).map(|(&d, &m)| if m { 1 } else { d }).collect();
+        crate::dispatch_dtype!(x.dtype, T => {
+            let mut deviations: Vec<T> = vec![T::default(); x.size()];
+            // SAFETY: `deviations` holds x.size() elements of T, the shape of x.
+            let dev = unsafe { Tensor::new(deviations.as_mut_ptr() as *mut u8, x.shape.clone(), x.dtype) };
+            // SAFETY: the mean output holds the reduced elements, the size of `kept`.
+            let mean = unsafe { Tensor::new(outputs[0].raw(), Shape::new(kept), x.dtype) };
+            broadcast_into(&mean, &dev)?;
+            // SAFETY: x is read-only here and `dev` is a private buffer.
+            let (xs, ds) = unsafe { (x.slice::<T>(), dev.slice_mut::<T>()) };
+            ds.iter_mut().zip(xs).for_each(|(d, &v)| {
+                let diff = v.to_f64() - d.to_f64();
+                *d = T::from_f64(diff * diff);
+            });
+            reduce_tensor::<T, Mean>(&dev, &outputs[1], &mask);
+        });
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, mean, g_mean, g_var) = (d.input(0), d.output(0), d.out_grad(0), d.out_grad(1));
+        let spread = Spread::new(&self.mean.params);
+        let from_mean = spread.apply(d, &g_mean, &x, true)?;
+        let mean_full = spread.apply(d, &mean, &x, false)?;
+        let centered = d.binary("elemwise_sub", &x, &mean_full)?;
+        let g_var_full = spread.apply(d, &g_var, &x, true)?;
+        let twice = d.scalar("_mul_scalar", &centered, 2.0)?;
+        let from_var = d.mul(&g_var_full, &twice)?;
+        Ok(vec![Some(d.binary("elemwise_add", &from_mean, &from_var)?)])
+    }
+}
+
 crate::op_params! {
     pub struct ReduceParams {
         /// The axis or axes along which to reduce; the default reduces over all axes.
@@ -239,6 +348,33 @@ impl<R: Reducer> Operator for Reduce<R> {
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, y, g) = (d.input(0), d.output(0), d.out_grad(0));
         Ok(vec![Some(R::grad(d, &x, &y, &g, &Spread::new(&self.params))?)])
+    }
+}
+
+/// The L1 or L2 norm, chosen by `ord` when the operator is created.
+enum Norm {
+    L1(Reduce<L1Norm>),
+    L2(Reduce<L2Norm>),
+}
+
+impl Norm {
+    fn inner(&self) -> &dyn Operator {
+        match self {
+            Norm::L1(r) => r,
+            Norm::L2(r) => r,
+        }
+    }
+}
+
+impl Operator for Norm {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        self.inner().infer_shape(inputs)
+    }
+    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        self.inner().forward(ctx, inputs, outputs)
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        self.inner().gradient(d)
     }
 }
 
@@ -576,6 +712,20 @@ macro_rules! reductions {
                 add(OpDef::new($name, &[$($alias),*], $doc,
                     |params: ReduceParams| Ok(Reduce::<$r> { params, _r: PhantomData })));
             )*
+            add(OpDef::new("norm", &[], "Computes the L1 or L2 norm of the input over axes (all by default).", |p: NormParams| {
+                if p.out_dtype.is_some() {
+                    crate::bail!(Param, "norm: out_dtype is not supported; cast the result instead");
+                }
+                let params = ReduceParams { axis: p.axis, keepdims: p.keepdims, exclude: false };
+                match p.ord {
+                    1 => Ok(Norm::L1(Reduce { params, _r: PhantomData })),
+                    2 => Ok(Norm::L2(Reduce { params, _r: PhantomData })),
+                    other => crate::bail!(Param, "norm: ord must be 1 or 2, got {other}"),
+                }
+            }));
+            add(OpDef::new("moments", &[], "Calculates the mean and variance of the input over axes.", |p: MomentsParams| {
+                Ok(Moments { mean: Reduce { params: ReduceParams { axis: p.axes, keepdims: p.keepdims, exclude: false }, _r: PhantomData } })
+            }));
             add(OpDef::new("_reduce_sum_to_like", &[], "Sums data over the axes along which like broadcasts to it.",
                 |_: NoParams| Ok(SumToLike)));
             add(OpDef::new("_broadcast_reduced_like", &[], "Broadcasts the result of a reduction of like back to like's shape.",

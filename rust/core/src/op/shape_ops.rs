@@ -435,6 +435,12 @@ impl Operator for ConcatBackward {
         }
         Ok(())
     }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let grads: Vec<crate::graph::Entry> = (0..self.num_args).map(|i| d.out_grad(i)).collect();
+        let refs: Vec<&crate::graph::Entry> = grads.iter().collect();
+        let joined = d.op("Concat", &[("num_args", self.num_args.to_string()), ("dim", self.dim.to_string())], &refs)?;
+        Ok(std::iter::once(Some(joined)).chain((0..self.num_args).map(|_| None)).collect())
+    }
 }
 
 /// For each of `outer` rows copy `block` bytes from a packed source to `dst + row*dst_row + offset`.

@@ -102,6 +102,12 @@ impl Operator for Order {
             Returns::Both => vec![inputs[0], self.index_dtype],
         })
     }
+    fn gradient(&self, d: &mut super::grad::Grad) -> Result<super::grad::InputGrads> {
+        if matches!(self.returns, Returns::Indices | Returns::Mask) {
+            return super::zero_gradient(d);
+        }
+        crate::bail!(Value, "gradients of sorted values (sort, topk with values) are not implemented yet")
+    }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let ((outer, r, inner), keep, _) = self.layout(&inputs[0].shape)?;
         let x = &inputs[0];

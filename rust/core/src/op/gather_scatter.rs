@@ -1,0 +1,535 @@
+//! Index-driven selection and placement: pick, batch_take, gather_nd, scatter_nd, slice_like and
+//! diag, each with the scatter (or gather) that is its gradient.
+
+use super::grad::{Grad, InputGrads};
+use super::params::NoParams;
+use super::shape_ops::strided_copy;
+use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use crate::base::{normalize_axis, DType, Elem, Shape};
+use crate::error::Result;
+
+/// Index values of an integer- or float-typed index tensor, as i64.
+fn read_indices(idx: &Tensor) -> Vec<i64> {
+    crate::dispatch_dtype!(idx.dtype, I => {
+        // SAFETY: index tensors are inputs the running op does not write.
+        unsafe { idx.slice::<I>() }.iter().map(|v| v.to_f64() as i64).collect()
+    })
+}
+
+/// Clip or wrap `i` into `0..n` (MXNet's index modes); `raise` reports an out-of-bounds index.
+fn resolve_index(op: &str, i: i64, n: usize, mode: &str) -> Result<usize> {
+    let n = n as i64;
+    Ok(match mode {
+        "wrap" => i.rem_euclid(n.max(1)),
+        "raise" if i < 0 || i >= n => crate::bail!(Index, "{op}: index {i} is out of bounds for an axis of size {n}"),
+        _ => i.clamp(0, (n - 1).max(0)),
+    } as usize)
+}
+
+fn zero_fill(out: &Tensor) {
+    // SAFETY: the output is the running op's alone.
+    unsafe { std::ptr::write_bytes(out.raw(), 0, out.size() * out.dtype.size()) };
+}
+
+crate::op_params! {
+    pub struct PickParams {
+        /// The axis to pick along; None flattens the input first.
+        axis: Option<i64> = Some(-1),
+        /// Keep the picked axis with size 1.
+        keepdims: bool = false,
+        /// How out-of-bound indices behave: 'clip' (default) or 'wrap'.
+        mode: String = "clip".to_string(),
+    }
+}
+
+/// pick(data, index): along `axis`, the element that `index` names for each position.
+struct Pick {
+    p: PickParams,
+}
+
+impl Pick {
+    /// (outer, axis length, inner) of the data and the output shape.
+    fn layout(&self, data: &Shape) -> Result<((usize, usize, usize), Shape)> {
+        let Some(axis) = self.p.axis else {
+            let out = if self.p.keepdims { vec![1; data.ndim().max(1)] } else { vec![1] };
+            return Ok(((1, data.size(), 1), Shape::new(out)));
+        };
+        let axis = normalize_axis(axis, data.ndim())?;
+        let d = data.dims();
+        let mut out = d.to_vec();
+        if self.p.keepdims {
+            out[axis] = 1;
+        } else {
+            out.remove(axis);
+        }
+        Ok(((d[..axis].iter().product(), d[axis], d[axis + 1..].iter().product()), Shape::new(out)))
+    }
+
+    fn positions(&self, index: &Tensor, n: usize) -> Result<Vec<usize>> {
+        read_indices(index).into_iter().map(|i| resolve_index("pick", i, n, &self.p.mode)).collect()
+    }
+}
+
+impl Operator for Pick {
+    fn input_names(&self) -> Vec<String> {
+        vec!["data".into(), "index".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let (_, out) = self.layout(&inputs[0])?;
+        if inputs[1].size() != out.size() {
+            crate::bail!(Shape, "pick: index of shape {} does not match the picked shape {out}", inputs[1]);
+        }
+        Ok(vec![out])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let ((_, n, inner), _) = self.layout(&inputs[0].shape)?;
+        let pos = self.positions(&inputs[1], n)?;
+        crate::dispatch_dtype!(inputs[0].dtype, T => {
+            // SAFETY: data is read-only here; the output is this op's alone.
+            let (x, y) = unsafe { (inputs[0].slice::<T>(), outputs[0].slice_mut::<T>()) };
+            for (cell, v) in y.iter_mut().enumerate() {
+                let (o, j) = (cell / inner, cell % inner);
+                *v = x[(o * n + pos[cell]) * inner + j];
+            }
+        });
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, idx, g) = (d.input(0), d.input(1), d.out_grad(0));
+        let axis = self.p.axis.map_or("None".to_string(), |a| a.to_string());
+        let attrs = [("axis", axis), ("keepdims", if self.p.keepdims { "True" } else { "False" }.to_string()), ("mode", self.p.mode.clone())];
+        Ok(vec![Some(d.op("_backward_pick", &attrs, &[&g, &idx, &x])?), None])
+    }
+}
+
+/// `_backward_pick(grad, index, data)`: zeros shaped like data, with each gradient value placed
+/// where pick took it from.
+struct PickBackward {
+    pick: Pick,
+}
+
+impl Operator for PickBackward {
+    fn input_names(&self) -> Vec<String> {
+        vec!["grad".into(), "index".into(), "data".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![inputs[2].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let out = &outputs[0];
+        let ((_, n, inner), _) = self.pick.layout(&out.shape)?;
+        let pos = self.pick.positions(&inputs[1], n)?;
+        zero_fill(out);
+        crate::dispatch_dtype!(out.dtype, T => {
+            // SAFETY: grad is read-only here; the output is this op's alone.
+            let (g, y) = unsafe { (inputs[0].slice::<T>(), out.slice_mut::<T>()) };
+            for (cell, &v) in g.iter().enumerate() {
+                let (o, j) = (cell / inner, cell % inner);
+                y[(o * n + pos[cell]) * inner + j] = v;
+            }
+        });
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (idx, g) = (d.input(1), d.out_grad(0));
+        let p = &self.pick.p;
+        let axis = p.axis.map_or("None".to_string(), |a| a.to_string());
+        let attrs = [("axis", axis), ("keepdims", if p.keepdims { "True" } else { "False" }.to_string()), ("mode", p.mode.clone())];
+        let picked = d.op("pick", &attrs, &[&g, &idx])?;
+        Ok(vec![Some(picked), None, None])
+    }
+}
+
+/// gather_nd(data, indices): indices of shape (M, ...) address the first M axes of data.
+struct GatherNd;
+
+/// Row offsets (in units of the trailing block) that each index column addresses, with the block
+/// length: data's first M axes are indexed, the rest form the copied block.
+fn nd_offsets(op: &str, data: &Shape, idx_shape: &Shape, idx: &[i64]) -> Result<(Vec<usize>, usize)> {
+    let m = idx_shape.dims().first().copied().unwrap_or(0);
+    if m == 0 || m > data.ndim() {
+        crate::bail!(Shape, "{op}: indices {idx_shape} must have a first axis of length 1..={} for data {data}", data.ndim());
+    }
+    let count = idx_shape.size() / m;
+    let block: usize = data.dims()[m..].iter().product();
+    let mut offsets = Vec::with_capacity(count);
+    for c in 0..count {
+        let mut off = 0usize;
+        for axis in 0..m {
+            let i = idx[axis * count + c];
+            let n = data[axis] as i64;
+            // MXNet's gather_nd wraps negative indices; anything else out of range is an error.
+            let i = if i < 0 { i + n } else { i };
+            if i < 0 || i >= n {
+                crate::bail!(Index, "{op}: index {} is out of bounds for axis {axis} of size {n}", idx[axis * count + c]);
+            }
+            off = off * data[axis] + i as usize;
+        }
+        offsets.push(off);
+    }
+    Ok((offsets, block))
+}
+
+fn gathered_shape(data: &Shape, idx: &Shape) -> Shape {
+    let m = idx.dims().first().copied().unwrap_or(0).min(data.ndim());
+    let mut dims = idx.dims()[1..].to_vec();
+    dims.extend_from_slice(&data.dims()[m..]);
+    Shape::new(if dims.is_empty() { vec![1] } else { dims })
+}
+
+impl Operator for GatherNd {
+    fn input_names(&self) -> Vec<String> {
+        vec!["data".into(), "indices".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let m = inputs[1].dims().first().copied().unwrap_or(0);
+        if m == 0 || m > inputs[0].ndim() {
+            crate::bail!(Shape, "gather_nd: indices {} must have a first axis of length 1..={} for data {}", inputs[1], inputs[0].ndim(), inputs[0]);
+        }
+        Ok(vec![gathered_shape(&inputs[0], &inputs[1])])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (offsets, block) = nd_offsets("gather_nd", &inputs[0].shape, &inputs[1].shape, &read_indices(&inputs[1]))?;
+        let es = inputs[0].dtype.size();
+        let (xp, yp) = (SendPtr(inputs[0].raw()), SendPtr(outputs[0].raw()));
+        parallel_chunks(offsets.len(), ((1usize << 16) / (block * es).max(1)).max(1), |rows| {
+            for r in rows {
+                // SAFETY: offsets were bounds-checked against data; output row r is ours alone.
+                unsafe { std::ptr::copy_nonoverlapping(xp.get().add(offsets[r] * block * es), yp.get().add(r * block * es), block * es) };
+            }
+        });
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, idx, g) = (d.input(0), d.input(1), d.out_grad(0));
+        Ok(vec![Some(d.op("_backward_gather_nd", &[], &[&g, &idx, &x])?), None])
+    }
+}
+
+crate::op_params! {
+    pub struct ScatterNdParams {
+        /// Shape of the output.
+        shape: Vec<i64>,
+    }
+}
+
+/// scatter_nd(data, indices, shape) and `_backward_gather_nd(grad, indices, like)`: place (or,
+/// for the gradient, accumulate) rows of data at the addressed positions of a zero array.
+struct ScatterNd {
+    shape: Option<Shape>,
+    accumulate: bool,
+}
+
+impl Operator for ScatterNd {
+    fn input_names(&self) -> Vec<String> {
+        if self.shape.is_some() {
+            vec!["data".into(), "indices".into()]
+        } else {
+            vec!["grad".into(), "indices".into(), "like".into()]
+        }
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let target = match &self.shape {
+            Some(s) => s.clone(),
+            None => inputs[2].clone(),
+        };
+        let expected = gathered_shape(&target, &inputs[1]);
+        if expected.size() != inputs[0].size() {
+            crate::bail!(Shape, "scatter_nd: data {} does not fit indices {} into shape {target} (expected {expected})", inputs[0], inputs[1]);
+        }
+        Ok(vec![target])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let out = &outputs[0];
+        let (offsets, block) = nd_offsets("scatter_nd", &out.shape, &inputs[1].shape, &read_indices(&inputs[1]))?;
+        zero_fill(out);
+        crate::dispatch_dtype!(out.dtype, T => {
+            // SAFETY: data is read-only here; the output is this op's alone.
+            let (x, y) = unsafe { (inputs[0].slice::<T>(), out.slice_mut::<T>()) };
+            for (r, &off) in offsets.iter().enumerate() {
+                let (src, dst) = (&x[r * block..(r + 1) * block], &mut y[off * block..(off + 1) * block]);
+                if self.accumulate {
+                    dst.iter_mut().zip(src).for_each(|(a, &b)| *a = T::from_f64(a.to_f64() + b.to_f64()));
+                } else {
+                    dst.copy_from_slice(src);
+                }
+            }
+        });
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (idx, g) = (d.input(1), d.out_grad(0));
+        let gathered = d.op("gather_nd", &[], &[&g, &idx])?;
+        Ok(if self.shape.is_some() { vec![Some(gathered), None] } else { vec![Some(gathered), None, None] })
+    }
+}
+
+crate::op_params! {
+    pub struct SliceLikeParams {
+        /// Axes to slice; empty slices every axis of shape_like.
+        axes: Vec<i64> = Vec::new(),
+    }
+}
+
+/// slice_like(data, shape_like): the leading corner of data with shape_like's extent on `axes`.
+struct SliceLike {
+    axes: Vec<i64>,
+}
+
+impl SliceLike {
+    fn extent(&self, data: &Shape, like: &Shape) -> Result<Vec<usize>> {
+        let mut dims = data.dims().to_vec();
+        let axes: Vec<usize> = if self.axes.is_empty() {
+            if like.ndim() > data.ndim() {
+                crate::bail!(Shape, "slice_like: shape_like {like} has more axes than data {data}");
+            }
+            (0..like.ndim()).collect()
+        } else {
+            self.axes.iter().map(|&a| normalize_axis(a, data.ndim())).collect::<Result<_>>()?
+        };
+        for a in axes {
+            if a >= like.ndim() || like[a] > data[a] {
+                crate::bail!(Shape, "slice_like: cannot slice axis {a} of {data} to the extent of {like}");
+            }
+            dims[a] = like[a];
+        }
+        Ok(dims)
+    }
+}
+
+/// Copy the leading-corner region `dims` between a packed array and a larger array of `big`.
+fn corner_copy(dtype: DType, dims: &[usize], big: &Shape, big_ptr: *mut u8, small_ptr: *mut u8, into_big: bool) {
+    let big_strides: Vec<isize> = big.strides().into_iter().map(|s| s as isize).collect();
+    let small_strides: Vec<isize> = Shape::new(dims.to_vec()).strides().into_iter().map(|s| s as isize).collect();
+    crate::dispatch_dtype!(dtype, T => {
+        if into_big {
+            strided_copy::<T>(dims, small_ptr as *const T, 0, &small_strides, big_ptr as *mut T, 0, &big_strides)
+        } else {
+            strided_copy::<T>(dims, big_ptr as *const T, 0, &big_strides, small_ptr as *mut T, 0, &small_strides)
+        }
+    });
+}
+
+impl Operator for SliceLike {
+    fn input_names(&self) -> Vec<String> {
+        vec!["data".into(), "shape_like".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![Shape::new(self.extent(&inputs[0], &inputs[1])?)])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let out = &outputs[0];
+        corner_copy(out.dtype, out.shape.dims(), &inputs[0].shape, inputs[0].raw(), out.raw(), false);
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, g) = (d.input(0), d.out_grad(0));
+        Ok(vec![Some(d.op("_backward_slice_like", &[], &[&g, &x])?), None])
+    }
+}
+
+/// `_backward_slice_like(grad, data)`: zeros shaped like data with grad in the leading corner.
+struct SliceLikeBackward;
+
+impl Operator for SliceLikeBackward {
+    fn input_names(&self) -> Vec<String> {
+        vec!["grad".into(), "data".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        if inputs[0].ndim() != inputs[1].ndim() || inputs[0].dims().iter().zip(inputs[1].dims()).any(|(g, x)| g > x) {
+            crate::bail!(Shape, "_backward_slice_like: gradient {} does not fit inside {}", inputs[0], inputs[1]);
+        }
+        Ok(vec![inputs[1].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let out = &outputs[0];
+        zero_fill(out);
+        corner_copy(out.dtype, inputs[0].shape.dims(), &out.shape, out.raw(), inputs[0].raw(), true);
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (g_in, g) = (d.input(0), d.out_grad(0));
+        Ok(vec![Some(d.op("slice_like", &[], &[&g, &g_in])?), None])
+    }
+}
+
+crate::op_params! {
+    pub struct DiagParams {
+        /// Diagonal offset: 0 is the main diagonal, positive above, negative below.
+        k: i64 = 0,
+        /// First axis of the 2-D planes whose diagonals are taken.
+        axis1: i64 = 0,
+        /// Second axis of those planes.
+        axis2: i64 = 1,
+    }
+}
+
+/// diag: a 1-D input becomes a matrix with it on diagonal k; an N-d input gives the diagonals of
+/// its (axis1, axis2) planes, on a new last axis.
+struct Diag {
+    p: DiagParams,
+}
+
+/// Where the diagonal of an N-d array lives: the gather over (kept axes..., diagonal index).
+struct DiagPlan {
+    out: Shape,
+    dims: Vec<usize>,
+    base: isize,
+    strides: Vec<isize>,
+}
+
+impl Diag {
+    fn plan(&self, s: &Shape) -> Result<DiagPlan> {
+        let (a1, a2) = (normalize_axis(self.p.axis1, s.ndim())?, normalize_axis(self.p.axis2, s.ndim())?);
+        if a1 == a2 {
+            crate::bail!(Value, "diag: axis1 and axis2 must differ, both are {a1}");
+        }
+        let k = self.p.k;
+        let (n1, n2) = (s[a1] as i64, s[a2] as i64);
+        let len = if k >= 0 { n1.min(n2 - k) } else { (n1 + k).min(n2) }.max(0) as usize;
+        let st: Vec<isize> = s.strides().into_iter().map(|v| v as isize).collect();
+        let base = if k >= 0 { k as isize * st[a2] } else { -k as isize * st[a1] };
+        let mut dims = Vec::new();
+        let mut strides = Vec::new();
+        for i in 0..s.ndim() {
+            if i != a1 && i != a2 {
+                dims.push(s[i]);
+                strides.push(st[i]);
+            }
+        }
+        dims.push(len);
+        strides.push(st[a1] + st[a2]);
+        Ok(DiagPlan { out: Shape::new(dims.clone()), dims, base, strides })
+    }
+
+    fn matrix_shape(&self, n: usize) -> Shape {
+        let m = n + self.p.k.unsigned_abs() as usize;
+        Shape::new(vec![m, m])
+    }
+}
+
+impl Operator for Diag {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        match inputs[0].ndim() {
+            0 => crate::bail!(Shape, "diag: the input must have at least one dimension"),
+            1 => Ok(vec![self.matrix_shape(inputs[0][0])]),
+            _ => Ok(vec![self.plan(&inputs[0])?.out]),
+        }
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (x, out) = (&inputs[0], &outputs[0]);
+        if x.shape.ndim() == 1 {
+            zero_fill(out);
+            let plan = self.plan(&out.shape)?;
+            crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&plan.dims, x.ptr::<T>(), 0, &[1], out.ptr::<T>(), plan.base, &plan.strides));
+            return Ok(());
+        }
+        let plan = self.plan(&x.shape)?;
+        let dst: Vec<isize> = plan.out.strides().into_iter().map(|v| v as isize).collect();
+        crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&plan.dims, x.ptr::<T>(), plan.base, &plan.strides, out.ptr::<T>(), 0, &dst));
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, g) = (d.input(0), d.out_grad(0));
+        let attrs = [("k", self.p.k.to_string()), ("axis1", self.p.axis1.to_string()), ("axis2", self.p.axis2.to_string())];
+        Ok(vec![Some(d.op("_backward_diag", &attrs, &[&g, &x])?)])
+    }
+}
+
+/// `_backward_diag(grad, data)`: the gradient of diag, shaped like data.
+struct DiagBackward {
+    diag: Diag,
+}
+
+impl Operator for DiagBackward {
+    fn input_names(&self) -> Vec<String> {
+        vec!["grad".into(), "data".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![inputs[1].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (g, out) = (&inputs[0], &outputs[0]);
+        if out.shape.ndim() == 1 {
+            // The input was the diagonal of the gradient matrix.
+            let plan = self.diag.plan(&g.shape)?;
+            crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&plan.dims, g.ptr::<T>(), plan.base, &plan.strides, out.ptr::<T>(), 0, &[1]));
+            return Ok(());
+        }
+        zero_fill(out);
+        let plan = self.diag.plan(&out.shape)?;
+        let src: Vec<isize> = plan.out.strides().into_iter().map(|v| v as isize).collect();
+        crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&plan.dims, g.ptr::<T>(), 0, &src, out.ptr::<T>(), plan.base, &plan.strides));
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let g = d.out_grad(0);
+        let p = &self.diag.p;
+        let attrs = [("k", p.k.to_string()), ("axis1", p.axis1.to_string()), ("axis2", p.axis2.to_string())];
+        Ok(vec![Some(d.op("diag", &attrs, &[&g])?), None])
+    }
+}
+
+crate::op_params! {
+    pub struct BackwardPickParams {
+        /// The axis picked along; None flattens the input first.
+        axis: Option<i64> = Some(-1),
+        /// Whether the picked axis was kept with size 1.
+        keepdims: bool = false,
+        /// How out-of-bound indices behave: 'clip' or 'wrap'.
+        mode: String = "clip".to_string(),
+    }
+}
+
+pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    let check_mode = |mode: &str| -> Result<()> {
+        if !matches!(mode, "clip" | "wrap") {
+            crate::bail!(Param, "pick: mode must be 'clip' or 'wrap', got '{mode}'");
+        }
+        Ok(())
+    };
+    add(OpDef::new("pick", &[], "Picks elements from an input array along an axis, by the indices in `index`.", move |p: PickParams| {
+        check_mode(&p.mode)?;
+        Ok(Pick { p })
+    }));
+    add(OpDef::new("_backward_pick", &[], "Gradient of pick: places grad where pick took its values.", move |p: BackwardPickParams| {
+        check_mode(&p.mode)?;
+        Ok(PickBackward { pick: Pick { p: PickParams { axis: p.axis, keepdims: p.keepdims, mode: p.mode } } })
+    }));
+    add(OpDef::new("batch_take", &[], "Takes a[i, indices[i]] for each row i of a 2-D array.", |_: NoParams| {
+        Ok(Pick { p: PickParams { axis: Some(-1), keepdims: false, mode: "clip".to_string() } })
+    }));
+    add(OpDef::new("gather_nd", &[], "Gathers elements or slices of data at the N-d positions given by indices (M, ...).", |_: NoParams| Ok(GatherNd)));
+    add(OpDef::new("scatter_nd", &[], "Scatters data into a new zero array of `shape` at the N-d positions given by indices.", |p: ScatterNdParams| {
+        let dims = p.shape.iter().map(|&d| usize::try_from(d).map_err(|_| crate::err!(Param, "scatter_nd: negative dimension in shape {:?}", p.shape))).collect::<Result<Vec<_>>>()?;
+        Ok(ScatterNd { shape: Some(Shape::new(dims)), accumulate: false })
+    }));
+    add(OpDef::new("_backward_gather_nd", &[], "Gradient of gather_nd: accumulates grad at the gathered positions of a zero array like `like`.", |_: NoParams| {
+        Ok(ScatterNd { shape: None, accumulate: true })
+    }));
+    add(OpDef::new("slice_like", &[], "Slices data to the shape of shape_like along the given axes (all by default).", |p: SliceLikeParams| Ok(SliceLike { axes: p.axes })));
+    add(OpDef::new("_backward_slice_like", &[], "Gradient of slice_like: zeros like data with grad in the leading corner.", |_: NoParams| Ok(SliceLikeBackward)));
+    add(OpDef::new("diag", &[], "Extracts a diagonal (N-d input) or builds a diagonal matrix (1-D input).", |p: DiagParams| Ok(Diag { p })));
+    add(OpDef::new("_backward_diag", &[], "Gradient of diag.", |p: DiagParams| Ok(DiagBackward { diag: Diag { p } })));
+}
