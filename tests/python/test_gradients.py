@@ -212,6 +212,19 @@ SHAPE_CASES = {
     "clip": (lambda x: nd.clip(x, a_min=-0.5, a_max=0.5), [(3, 4)]),
     "add_n": (lambda a, b, c: nd.add_n(a, b, c), [(2, 3), (2, 3), (2, 3)]),
     "cast": (lambda x: nd.cast(x, dtype="float64") * 2, [(2, 3)]),
+    "slice_like": (lambda x, y: nd.slice_like(x, y, axes=(0, 2)), [(3, 4, 5), (2, 1, 3)]),
+    "diag_extract": (lambda x: nd.diag(x, k=1, axis1=0, axis2=2), [(3, 2, 4)]),
+    "diag_build": (lambda x: nd.diag(x, k=-1), [(3,)]),
+    "pad_constant": (lambda x: nd.pad(x, mode="constant", pad_width=(0, 0, 1, 2, 2, 1), constant_value=3), [(2, 3, 3)]),
+    "pad_edge": (lambda x: nd.pad(x, mode="edge", pad_width=(0, 0, 1, 2, 2, 1)), [(2, 3, 3)]),
+    "pad_reflect": (lambda x: nd.pad(x, mode="reflect", pad_width=(0, 0, 1, 2, 2, 1)), [(2, 3, 3)]),
+    "norm_l2": (lambda x: nd.norm(x, axis=1), [(2, 3, 4)]),
+    "norm_l2_all": (lambda x: nd.norm(x), [(2, 3)]),
+    "norm_l1": (lambda x: nd.norm(x, ord=1, axis=(0, 2), keepdims=True), [(2, 3, 4)]),
+    "moments": (lambda x: nd.moments(x, axes=(0, 2)), [(2, 3, 4)]),
+    "moments_keepdims": (lambda x: nd.moments(x, axes=1, keepdims=True), [(2, 3, 4)]),
+    "depth_to_space": (lambda x: nd.depth_to_space(x, block_size=2), [(1, 8, 2, 3)]),
+    "space_to_depth": (lambda x: nd.space_to_depth(x, block_size=2), [(1, 2, 4, 2)]),
 }
 
 
@@ -229,6 +242,17 @@ def test_take_and_where_gradients(ctx):
     check_gradient(lambda x, y: nd.where(cond, x, y), [(2, 3), (2, 3)], ctx)
     rows = mx.nd.array([1, 0], ctx=ctx)
     check_gradient(lambda x, y: nd.where(rows, x, y), [(2, 3), (2, 3)], ctx)
+
+
+def test_index_driven_op_gradients(ctx):
+    index = mx.nd.array([[0, 3, 1], [2, 2, 0]], ctx=ctx)
+    check_gradient(lambda x: nd.pick(x, index, axis=1), [(2, 4, 3)], ctx)
+    check_gradient(lambda x: nd.batch_take(x, mx.nd.array([2, 0], ctx=ctx)), [(2, 4)], ctx)
+    positions = mx.nd.array([[0, 1, 0], [2, 0, 2]], ctx=ctx)
+    check_gradient(lambda x: nd.gather_nd(x, positions), [(2, 3, 4)], ctx)
+    check_gradient(lambda v: nd.scatter_nd(v, mx.nd.array([[0, 1], [2, 0]], ctx=ctx), shape=(2, 3, 4)), [(2, 4)], ctx)
+    mask = mx.nd.array([1, 0, 1], ctx=ctx)
+    check_gradient(lambda x: nd.boolean_mask(x, mask), [(3, 2)], ctx)
 
 
 def test_tile_and_concat_second_order(ctx):

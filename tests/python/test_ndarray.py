@@ -197,7 +197,7 @@ def test_generated_functions_have_docs_and_names():
     assert "broadcasting" in mx.nd.broadcast_add.__doc__
     assert "keepdims" in mx.nd.sum.__doc__ and "axis" in mx.nd.sum.__doc__
     assert mx.nd.elemwise_add is not None and mx.nd._internal._plus is not None
-    assert mx.nd.random.uniform.__name__ == "_random_uniform"
+    assert mx.nd._internal._random_uniform.__name__ == "_random_uniform" and mx.nd.random.uniform.__doc__
 
 
 def test_out_argument_returns_out(ctx):

@@ -520,7 +520,7 @@ def test_one_hot_shape_array_reshape_like(ctx):
 SAMPLERS = [
     # (function, kwargs, expected mean, expected variance, dtype)
     ("randint", dict(low=-3, high=7), 1.5, (10 ** 2 - 1) / 12, "int32"),
-    ("exponential", dict(lam=2.0), 0.5, 0.25, "float32"),
+    ("exponential", dict(scale=0.5), 0.5, 0.25, "float32"),
     ("gamma", dict(alpha=3.0, beta=2.0), 6.0, 12.0, "float32"),
     ("gamma", dict(alpha=0.5, beta=1.0), 0.5, 0.5, "float32"),
     ("poisson", dict(lam=4.0), 4.0, 4.0, "float32"),
@@ -579,3 +579,120 @@ def test_eye_linspace_stop_gradient(ctx):
     x = _data((2, 3), "float32")
     _check(mx.nd.BlockGrad(mx.nd.array(x, ctx=ctx)), x, "float32")
     _check(mx.nd.stop_gradient(mx.nd.array(x, ctx=ctx)), x, "float32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "float16"])
+def test_pick_batch_take_gather_scatter(dtype, ctx):
+    x = _data((3, 4, 5), dtype)
+    arr = mx.nd.array(x, ctx=ctx, dtype=dtype)
+    idx = np.array([[0, 3, 1, 2, 9], [1, 1, 0, 3, -2], [2, 0, 3, 3, 0]])
+    expected = np.take_along_axis(x, np.clip(idx, 0, 3)[:, None, :], axis=1)[:, 0, :]
+    _check(mx.nd.pick(arr, mx.nd.array(idx, ctx=ctx), axis=1), expected, dtype)
+    wrapped = np.take_along_axis(x, np.mod(idx, 4)[:, None, :], axis=1)
+    _check(mx.nd.pick(arr, mx.nd.array(idx, ctx=ctx), axis=1, keepdims=True, mode="wrap"), wrapped, dtype)
+    m = x[:, :, 0]
+    rows = np.array([3, 0, 2])
+    _check(mx.nd.batch_take(mx.nd.array(m, ctx=ctx, dtype=dtype), mx.nd.array(rows, ctx=ctx, dtype="int32")),
+           m[np.arange(3), rows], dtype)
+    gidx = np.array([[0, 2, 1], [3, 0, 1]])
+    _check(mx.nd.gather_nd(arr, mx.nd.array(gidx, ctx=ctx, dtype="int32")), x[gidx[0], gidx[1]], dtype)
+    vals = _data((3, 5), dtype)
+    scattered = np.zeros((3, 4, 5), dtype=_np_dtype(dtype))
+    scattered[gidx[0], gidx[1]] = vals
+    _check(mx.nd.scatter_nd(mx.nd.array(vals, ctx=ctx, dtype=dtype), mx.nd.array(gidx, ctx=ctx, dtype="int32"),
+                            shape=(3, 4, 5)), scattered, dtype)
+    # Index values are only seen by the kernel: the error surfaces at the next sync point.
+    with pytest.raises(mx.MXNetError, match="out of bounds"):
+        mx.nd.gather_nd(arr, mx.nd.array([[5], [0]], ctx=ctx)).asnumpy()
+
+
+def test_slice_like_diag_boolean_mask(ctx):
+    x = _data((4, 5, 6), "float32")
+    arr = mx.nd.array(x, ctx=ctx)
+    like = mx.nd.zeros((2, 3), ctx=ctx)
+    _check(mx.nd.slice_like(arr, like), x[:2, :3], "float32")
+    _check(mx.nd.slice_like(arr, mx.nd.zeros((3, 1, 2), ctx=ctx), axes=(0, 2)), x[:3, :, :2], "float32")
+    for k in (0, 1, -2):
+        _check(mx.nd.diag(arr, k=k), np.diagonal(x, offset=k, axis1=0, axis2=1), "float32")
+        _check(mx.nd.diag(arr, k=k, axis1=1, axis2=2), np.diagonal(x, offset=k, axis1=1, axis2=2), "float32")
+        v = x[0, 0, :4]
+        _check(mx.nd.diag(mx.nd.array(v, ctx=ctx), k=k), np.diag(v, k), "float32")
+    mask = np.array([1, 0, 1, 1])
+    _check(mx.nd.boolean_mask(arr, mx.nd.array(mask, ctx=ctx)), x[mask == 1], "float32")
+    _check(mx.nd.contrib.boolean_mask(arr, mx.nd.array([0, 1, 0, 0, 1], ctx=ctx), axis=1), x[:, [1, 4]], "float32")
+    assert mx.nd.boolean_mask(arr, mx.nd.zeros((4,), ctx=ctx)).shape == (0, 5, 6)
+    with pytest.raises(mx.MXNetError, match="index must be 1-D"):
+        mx.nd.boolean_mask(arr, mx.nd.ones((3,), ctx=ctx))
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect"])
+def test_pad(mode, ctx):
+    x = _data((2, 3, 4, 5), "float32")
+    width = (0, 0, 1, 0, 2, 1, 1, 3)
+    kwargs = {"constant_values": 1.5} if mode == "constant" else {}
+    expected = np.pad(x, [(0, 0), (1, 0), (2, 1), (1, 3)], mode=mode, **kwargs)
+    out = mx.nd.pad(mx.nd.array(x, ctx=ctx), mode=mode, pad_width=width, constant_value=1.5)
+    _check(out, expected, "float32")
+    with pytest.raises(mx.MXNetError, match="pad_width"):
+        mx.nd.pad(mx.nd.array(x, ctx=ctx), mode=mode, pad_width=(1, 1))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_norm_and_moments(dtype, ctx):
+    x = _data((3, 4, 5), dtype)
+    arr = mx.nd.array(x, ctx=ctx, dtype=dtype)
+    ref = x.astype(np.float64)
+    _check(mx.nd.norm(arr), np.array([np.sqrt((ref ** 2).sum())]), dtype)
+    for axis in (0, (1, 2), -1):
+        _check(mx.nd.norm(arr, axis=axis), np.sqrt((ref ** 2).sum(axis=axis)), dtype)
+        _check(mx.nd.norm(arr, ord=1, axis=axis, keepdims=True), np.abs(ref).sum(axis=axis, keepdims=True), dtype)
+        mean, var = mx.nd.moments(arr, axes=axis)
+        _check(mean, ref.mean(axis=axis), dtype)
+        _check(var, ref.var(axis=axis), dtype)
+    with pytest.raises(mx.MXNetError, match="ord"):
+        mx.nd.norm(arr, ord=3)
+
+
+def test_depth_to_space_and_back(ctx):
+    x = _data((2, 8, 3, 5), "float32")
+    b = 2
+    n, c, h, w = x.shape
+    expected = x.reshape(n, b, b, c // 4, h, w).transpose(0, 3, 4, 1, 5, 2).reshape(n, c // 4, h * b, w * b)
+    d2s = mx.nd.depth_to_space(mx.nd.array(x, ctx=ctx), block_size=b)
+    _check(d2s, expected, "float32")
+    _check(mx.nd.space_to_depth(d2s, block_size=b), x, "float32")
+    with pytest.raises(mx.MXNetError, match="block_size"):
+        mx.nd.depth_to_space(mx.nd.array(x, ctx=ctx), block_size=3)
+
+
+def test_array_parameter_samplers_multinomial_shuffle(ctx):
+    mx.random.seed(3)
+    low = mx.nd.array([0.0, 10.0], ctx=ctx)
+    high = mx.nd.array([1.0, 20.0], ctx=ctx)
+    u = mx.nd.random.uniform(low, high, shape=(5000,)).asnumpy()
+    assert u.shape == (2, 5000)
+    assert 0 <= u[0].min() and u[0].max() < 1 and 10 <= u[1].min() and u[1].max() < 20
+    assert abs(u[1].mean() - 15) < 0.2
+    n = mx.nd.random.normal(mx.nd.array([0.0, 5.0], ctx=ctx), mx.nd.array([1.0, 0.1], ctx=ctx), shape=4000).asnumpy()
+    assert abs(n[1].mean() - 5) < 0.01 and abs(n[0].std() - 1) < 0.05
+    for fn, args, mean in [(mx.nd.random.gamma, (mx.nd.array([2.0], ctx=ctx), mx.nd.array([3.0], ctx=ctx)), 6.0),
+                           (mx.nd.random.poisson, (mx.nd.array([7.0], ctx=ctx),), 7.0),
+                           (mx.nd.random.exponential, (mx.nd.array([0.5], ctx=ctx),), 0.5),
+                           (mx.nd.random.negative_binomial, (mx.nd.array([3.0], ctx=ctx), mx.nd.array([0.5], ctx=ctx)), 3.0),
+                           (mx.nd.random.generalized_negative_binomial,
+                            (mx.nd.array([4.0], ctx=ctx), mx.nd.array([0.3], ctx=ctx)), 4.0)]:
+        s = fn(*args, shape=20000).asnumpy()
+        assert abs(s.mean() - mean) < 0.05 * mean, (fn.__name__, s.mean())
+    probs = mx.nd.array([[0.1, 0.0, 0.9], [0.5, 0.5, 0.0]], ctx=ctx)
+    draws, logp = mx.nd.random.multinomial(probs, shape=3000, get_prob=True)
+    d = draws.asnumpy()
+    assert d.shape == (2, 3000) and d.dtype == np.int32
+    assert abs((d[0] == 2).mean() - 0.9) < 0.03 and not (d[0] == 1).any() and not (d[1] == 2).any()
+    assert_almost_equal(logp.asnumpy()[0][d[0] == 2], np.full((d[0] == 2).sum(), np.log(0.9)), rtol=1e-5)
+    x = mx.nd.arange(20, ctx=ctx).reshape((10, 2))
+    y = mx.nd.random.shuffle(x).asnumpy()
+    assert sorted(y[:, 0].tolist()) == list(range(0, 20, 2)) and (y[:, 1] == y[:, 0] + 1).all()
+    mx.random.seed(5)
+    a = mx.nd.random.shuffle(x).asnumpy()
+    mx.random.seed(5)
+    assert np.array_equal(a, mx.nd.random.shuffle(x).asnumpy())

@@ -1,6 +1,7 @@
 """Imperative NDArray API (MXNet's ``mxnet.ndarray``); operator functions come from the registry."""
 
 import os
+import sys
 import types
 
 from .. import _core
@@ -9,9 +10,12 @@ from . import register as _register
 from .utils import save, load, load_frombuffer, save_tobuffer
 
 _internal = types.ModuleType(__name__ + "._internal", "Internal operators (names with a leading underscore).")
-random = types.ModuleType(__name__ + ".random", "Random sampling operators.")
-_register.generate(globals(), _internal.__dict__, random.__dict__)
+contrib = types.ModuleType(__name__ + ".contrib", "Contributed operators (MXNet's _contrib_ names).")
+for _module in (_internal, contrib):
+    sys.modules[_module.__name__] = _module
+_register.generate(globals(), _internal.__dict__, contrib.__dict__)
 _core._register_python(NDArray, os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+from . import random  # noqa: E402 (uses the generated operators)
 
 
 def concatenate(arrays, axis=0, always_copy=True):

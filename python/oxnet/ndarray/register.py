@@ -29,14 +29,15 @@ def _make_function(op_name, doc):
     return op_function
 
 
-def generate(public, internal, random):
-    """Install every registered operator (and alias) into the given namespaces (dicts)."""
+def generate(public, internal, contrib):
+    """Install every registered operator (and alias) into the given namespaces (dicts):
+    ``_contrib_<name>`` also becomes ``contrib.<name>``."""
     for name, aliases, doc, _variadic, params in _core.list_ops():
         full_doc = _docstring(name, doc, params, aliases)
         for callable_name in [name] + list(aliases):
             fn = _make_function(callable_name, full_doc)
-            if callable_name.startswith("_random_"):
-                random[callable_name[len("_random_"):]] = fn
+            if callable_name.startswith("_contrib_"):
+                contrib[callable_name[len("_contrib_"):]] = fn
             if callable_name.startswith("_"):
                 internal[callable_name] = fn
             public.setdefault(callable_name, fn)

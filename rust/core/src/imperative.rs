@@ -100,7 +100,16 @@ pub fn invoke_operator(
     }
     let in_shapes: Vec<Shape> = inputs.iter().map(|a| a.shape().clone()).collect();
     let in_types: Vec<DType> = described.iter().map(|d| d.1).collect();
-    let out_shapes = operator.infer_shape(&in_shapes).map_err(fail)?;
+    let out_shapes = if operator.shape_depends_on_values() {
+        operator.infer_shape(&in_shapes).map_err(fail)?;
+        for a in inputs {
+            a.wait_to_read().map_err(fail)?;
+        }
+        let tensors: Vec<_> = inputs.iter().map(NDArray::tensor).collect();
+        operator.infer_shape_from_values(&tensors).map_err(fail)?
+    } else {
+        operator.infer_shape(&in_shapes).map_err(fail)?
+    };
     let out_types = operator.infer_type(&in_types).map_err(fail)?;
 
     let outputs: Vec<NDArray> = match out {

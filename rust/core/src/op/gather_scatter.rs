@@ -492,6 +492,115 @@ impl Operator for DiagBackward {
 }
 
 crate::op_params! {
+    pub struct BooleanMaskParams {
+        /// The axis along which rows are kept or dropped.
+        axis: i64 = 0,
+    }
+}
+
+/// boolean_mask(data, index): the rows of data (along `axis`) where index is non-zero. The
+/// output's length depends on the mask's values.
+struct BooleanMask {
+    axis: i64,
+}
+
+impl BooleanMask {
+    /// (outer, axis length, inner) of data and the kept rows.
+    fn kept(&self, data: &Shape, index: &Tensor) -> Result<((usize, usize, usize), Vec<usize>)> {
+        let axis = normalize_axis(self.axis, data.ndim())?;
+        let d = data.dims();
+        if index.shape.ndim() != 1 || index.shape[0] != d[axis] {
+            crate::bail!(Shape, "boolean_mask: index must be 1-D of length {} (axis {axis} of {data}), got {}", d[axis], index.shape);
+        }
+        let rows = read_indices(index).iter().enumerate().filter(|(_, &v)| v != 0).map(|(i, _)| i).collect();
+        Ok(((d[..axis].iter().product(), d[axis], d[axis + 1..].iter().product()), rows))
+    }
+}
+
+/// Copy (or, for the gradient, place) the kept rows between packed and full layouts.
+fn move_rows(t: DType, (outer, n, inner): (usize, usize, usize), rows: &[usize], full: *mut u8, packed: *mut u8, into_full: bool) {
+    let es = t.size();
+    let k = rows.len();
+    for o in 0..outer {
+        for (j, &r) in rows.iter().enumerate() {
+            // SAFETY: r < n and j < k, so both blocks lie inside their (outer, n|k, inner) arrays.
+            unsafe {
+                let f = full.add((o * n + r) * inner * es);
+                let p = packed.add((o * k + j) * inner * es);
+                if into_full {
+                    std::ptr::copy_nonoverlapping(p, f, inner * es);
+                } else {
+                    std::ptr::copy_nonoverlapping(f, p, inner * es);
+                }
+            }
+        }
+    }
+}
+
+impl Operator for BooleanMask {
+    fn input_names(&self) -> Vec<String> {
+        vec!["data".into(), "index".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        normalize_axis(self.axis, inputs[0].ndim())?;
+        Ok(vec![inputs[0].clone()])
+    }
+    fn shape_depends_on_values(&self) -> bool {
+        true
+    }
+    fn infer_shape_from_values(&self, inputs: &[Tensor]) -> Result<Vec<Shape>> {
+        let (_, rows) = self.kept(&inputs[0].shape, &inputs[1])?;
+        let axis = normalize_axis(self.axis, inputs[0].shape.ndim())?;
+        let mut dims = inputs[0].shape.dims().to_vec();
+        dims[axis] = rows.len();
+        Ok(vec![Shape::new(dims)])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (layout, rows) = self.kept(&inputs[0].shape, &inputs[1])?;
+        move_rows(inputs[0].dtype, layout, &rows, inputs[0].raw(), outputs[0].raw(), false);
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, idx, g) = (d.input(0), d.input(1), d.out_grad(0));
+        Ok(vec![Some(d.op("_backward_boolean_mask", &[("axis", self.axis.to_string())], &[&g, &idx, &x])?), None])
+    }
+}
+
+/// `_backward_boolean_mask(grad, index, data)`: zeros like data with grad's rows put back.
+struct BooleanMaskBackward {
+    mask: BooleanMask,
+}
+
+impl Operator for BooleanMaskBackward {
+    fn input_names(&self) -> Vec<String> {
+        vec!["grad".into(), "index".into(), "data".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![inputs[2].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let out = &outputs[0];
+        let (layout, rows) = self.mask.kept(&out.shape, &inputs[1])?;
+        if rows.len() * layout.0 * layout.2 != inputs[0].size() {
+            crate::bail!(Shape, "_backward_boolean_mask: gradient {} does not match the {} kept rows", inputs[0].shape, rows.len());
+        }
+        zero_fill(out);
+        move_rows(out.dtype, layout, &rows, out.raw(), inputs[0].raw(), true);
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (idx, g) = (d.input(1), d.out_grad(0));
+        Ok(vec![Some(d.op("boolean_mask", &[("axis", self.mask.axis.to_string())], &[&g, &idx])?), None, None])
+    }
+}
+
+crate::op_params! {
     pub struct BackwardPickParams {
         /// The axis picked along; None flattens the input first.
         axis: Option<i64> = Some(-1),
@@ -530,6 +639,12 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     }));
     add(OpDef::new("slice_like", &[], "Slices data to the shape of shape_like along the given axes (all by default).", |p: SliceLikeParams| Ok(SliceLike { axes: p.axes })));
     add(OpDef::new("_backward_slice_like", &[], "Gradient of slice_like: zeros like data with grad in the leading corner.", |_: NoParams| Ok(SliceLikeBackward)));
+    add(OpDef::new("boolean_mask", &["_contrib_boolean_mask"], "Keeps the rows of data (along axis) where index is non-zero.", |p: BooleanMaskParams| {
+        Ok(BooleanMask { axis: p.axis })
+    }));
+    add(OpDef::new("_backward_boolean_mask", &[], "Gradient of boolean_mask: puts grad's rows back in place.", |p: BooleanMaskParams| {
+        Ok(BooleanMaskBackward { mask: BooleanMask { axis: p.axis } })
+    }));
     add(OpDef::new("diag", &[], "Extracts a diagonal (N-d input) or builds a diagonal matrix (1-D input).", |p: DiagParams| Ok(Diag { p })));
     add(OpDef::new("_backward_diag", &[], "Gradient of diag.", |p: DiagParams| Ok(DiagBackward { diag: Diag { p } })));
 }

@@ -17,6 +17,7 @@ mod linalg;
 mod pad;
 mod rearrange;
 mod reduce;
+mod sampling;
 mod select;
 mod shape_ops;
 mod sorting;
@@ -99,6 +100,15 @@ pub trait Operator: Send + Sync + 'static {
     }
     /// Output shapes from input shapes.
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>>;
+    /// Whether output shapes depend on input values (`boolean_mask`): the caller then waits for
+    /// the inputs and asks [`Operator::infer_shape_from_values`].
+    fn shape_depends_on_values(&self) -> bool {
+        false
+    }
+    /// Output shapes from the inputs' values, for operators whose shapes depend on them.
+    fn infer_shape_from_values(&self, _inputs: &[Tensor]) -> Result<Vec<Shape>> {
+        crate::bail!(Runtime, "the operator's output shape does not depend on input values")
+    }
     /// Output dtypes from input dtypes; by default every input and output share one dtype.
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         same_dtype(inputs, self.num_outputs())
@@ -227,6 +237,7 @@ pub fn registry() -> &'static Registry {
         sorting::register(&mut add);
         gather_scatter::register(&mut add);
         pad::register(&mut add);
+        sampling::register(&mut add);
         creation::register(&mut add);
         r
     })

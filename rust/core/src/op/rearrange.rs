@@ -63,7 +63,7 @@ fn unbroadcast_grad() -> GradFn {
     })
 }
 
-/// Gradient of an operator that is its own inverse permutation given the same attributes.
+/// Gradient of a permutation: the inverse permutation, `op` with `attrs`.
 fn self_inverse_grad(op: &'static str, attrs: Vec<(&'static str, String)>) -> GradFn {
     Box::new(move |d| {
         let g = d.out_grad(0);
@@ -200,6 +200,47 @@ fn repeat_plan(p: RepeatParams) -> impl Fn(&Shape) -> Result<(Shape, Gather)> + 
         out[axis] *= p.repeats;
         Ok((Shape::new(out), Gather { dims: space, base: 0, strides }))
     }
+}
+
+crate::op_params! {
+    pub struct BlockSizeParams {
+        /// Side of the square blocks moved between depth and space.
+        block_size: i64,
+    }
+}
+
+/// depth_to_space on NCHW: (N, C, H, W) -> (N, C/b^2, H*b, W*b), MXNet's DCR element order.
+fn depth_to_space_plan(b: usize) -> impl Fn(&Shape) -> Result<(Shape, Gather)> + Send + Sync {
+    move |s| {
+        if s.ndim() != 4 || b == 0 || s[1] % (b * b) != 0 {
+            crate::bail!(Shape, "depth_to_space: needs a 4-D NCHW input whose channels divide by block_size^2 = {}, got {s}", b * b);
+        }
+        let (n, c, h, w) = (s[0], s[1] / (b * b), s[2], s[3]);
+        let plane = (h * w) as isize;
+        let dims = vec![n, c, h, b, w, b];
+        let strides = vec![(s[1] * h * w) as isize, plane, w as isize, (b * c) as isize * plane, 1, c as isize * plane];
+        Ok((Shape::new(vec![n, c, h * b, w * b]), Gather { dims, base: 0, strides }))
+    }
+}
+
+/// space_to_depth on NCHW: (N, C, H, W) -> (N, C*b^2, H/b, W/b), the inverse of depth_to_space.
+fn space_to_depth_plan(b: usize) -> impl Fn(&Shape) -> Result<(Shape, Gather)> + Send + Sync {
+    move |s| {
+        if s.ndim() != 4 || b == 0 || s[2] % b != 0 || s[3] % b != 0 {
+            crate::bail!(Shape, "space_to_depth: needs a 4-D NCHW input whose height and width divide by block_size {b}, got {s}");
+        }
+        let (n, c, h, w) = (s[0], s[1], s[2] / b, s[3] / b);
+        let dims = vec![n, b, b, c, h, w];
+        let strides = vec![(c * s[2] * s[3]) as isize, s[3] as isize, 1, (s[2] * s[3]) as isize, (b * s[3]) as isize, b as isize];
+        Ok((Shape::new(vec![n, c * b * b, h, w]), Gather { dims, base: 0, strides }))
+    }
+}
+
+fn block_size(op: &str, b: i64) -> Result<usize> {
+    if b < 1 {
+        crate::bail!(Param, "{op}: block_size must be >= 1, got {b}");
+    }
+    Ok(b as usize)
 }
 
 crate::op_params! {
@@ -461,6 +502,14 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             Ok(vec![Some(d.op("_backward_repeat", &attrs, &[&g, &x])?)])
         });
         Ok((repeat_plan(p), grad))
+    }));
+    add(rearrange("depth_to_space", &[], "Moves blocks of channel data into spatial blocks (NCHW).", |p: BlockSizeParams| {
+        let b = block_size("depth_to_space", p.block_size)?;
+        Ok((depth_to_space_plan(b), self_inverse_grad("space_to_depth", vec![("block_size", b.to_string())])))
+    }));
+    add(rearrange("space_to_depth", &[], "Moves spatial blocks into the channel dimension (NCHW).", |p: BlockSizeParams| {
+        let b = block_size("space_to_depth", p.block_size)?;
+        Ok((space_to_depth_plan(b), self_inverse_grad("depth_to_space", vec![("block_size", b.to_string())])))
     }));
     add(OpDef::new("_backward_tile", &[], "Gradient of tile: sums the tiled copies.", |p: TileParams| Ok(TileBackward { reps: p.reps })));
     add(OpDef::new("_backward_repeat", &[], "Gradient of repeat: sums the repeated copies.", |params: RepeatParams| Ok(RepeatBackward { params })));
