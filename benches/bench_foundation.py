@@ -3,7 +3,7 @@ a reduction and matmul, for oxnet, MXNet 1.9.1 and PyTorch, plus NumPy's BLAS as
 
     python benches/bench_foundation.py --framework oxnet|mxnet|torch [--quick]
 
-Prints one JSON line of medians. `benches/run_foundation.sh` runs all three and writes the table.
+Prints one JSON line of medians. `benches/run_side_by_side.sh benches/bench_foundation.py` runs all three and writes the table.
 """
 import argparse
 import importlib

@@ -6,12 +6,11 @@
 //! the result with the graph runner, so gradients are computed by ordinary registered operators.
 
 use std::cell::Cell;
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::error::Result;
 use crate::executor::{self, Source};
-use crate::graph::{node_key, topo_order, Entry, GradReq, Node, NodeOp, Recorded};
+use crate::graph::{node_key, topo_order, AddressSet, Entry, GradReq, Node, NodeOp, Recorded};
 use crate::imperative;
 use crate::ndarray::NDArray;
 use crate::op::{Attrs, Operator};
@@ -160,7 +159,7 @@ pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>,
         grad_entries.push(Entry::new(Node::leaf("head_grad", grad, None, GradReq::Null), 0));
     }
     let forward = topo_order(&head_entries, |_| false);
-    let forward_keys: HashSet<usize> = forward.iter().map(node_key).collect();
+    let forward_keys: AddressSet<usize> = forward.iter().map(node_key).collect();
 
     let (xs, stored): (Vec<Entry>, Vec<(NDArray, GradReq)>) = match wrt {
         Wrt::Arrays(arrays) => {
@@ -229,7 +228,7 @@ pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>,
 /// Where the graph runner finds a node's values: recorded outputs and leaves are known (with
 /// their entries re-attached when the backward pass is itself recorded); gradient nodes are
 /// computed; a forward node whose values were released is the MXNet error.
-fn resolve(node: &Arc<Node>, forward: &HashSet<usize>, create_graph: bool) -> Result<Source> {
+fn resolve(node: &Arc<Node>, forward: &AddressSet<usize>, create_graph: bool) -> Result<Source> {
     let attach = |arrays: Vec<NDArray>| -> Vec<NDArray> {
         if !create_graph {
             return arrays;

@@ -147,19 +147,9 @@ pub fn push(
     // The naive engine serializes pushes, so every earlier op has finished when this one
     // registers: it is always ready and runs right here.
     let _serial = (eng.kind == EngineKind::Naive).then(|| eng.naive_serial.lock().unwrap());
-    let mut writes_dedup: Vec<Arc<Var>> = Vec::with_capacity(writes.len());
-    for w in writes {
-        if !writes_dedup.iter().any(|x| Arc::ptr_eq(x, w)) {
-            writes_dedup.push(w.clone());
-        }
-    }
+    let writes_dedup = unique_vars(writes, &[]);
     // A var that is both read and written is only a write dependency.
-    let mut reads_dedup: Vec<Arc<Var>> = Vec::with_capacity(reads.len());
-    for r in reads {
-        if !writes_dedup.iter().chain(reads_dedup.iter()).any(|x| Arc::ptr_eq(x, r)) {
-            reads_dedup.push(r.clone());
-        }
-    }
+    let reads_dedup = unique_vars(reads, &writes_dedup);
     let blk = Arc::new(OprBlock {
         wait: AtomicUsize::new(reads_dedup.len() + writes_dedup.len() + 1),
         func: Mutex::new(Some(func)),
@@ -170,6 +160,16 @@ pub fn push(
         marker: false,
     });
     register(blk);
+}
+
+/// `vars` without repeats and without those in `exclude`, ordered by address (sorting keeps this
+/// linear-logarithmic for ops with thousands of inputs, such as a gradient sum).
+fn unique_vars(vars: &[Arc<Var>], exclude: &[Arc<Var>]) -> Vec<Arc<Var>> {
+    let mut unique: Vec<Arc<Var>> = vars.to_vec();
+    unique.sort_unstable_by_key(|v| Arc::as_ptr(v) as usize);
+    unique.dedup_by(|a, b| Arc::ptr_eq(a, b));
+    unique.retain(|v| !exclude.iter().any(|x| Arc::ptr_eq(x, v)));
+    unique
 }
 
 /// Enqueue `blk` on its vars and start it if every dependency was granted at once.

@@ -2,12 +2,11 @@
 //! every intermediate value is released right after its last consumer has been pushed (the
 //! engine keeps what a pending kernel still reads alive until it has run).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::base::Context;
 use crate::error::Result;
-use crate::graph::{node_key, topo_order, Entry, EntryKey, Node};
+use crate::graph::{node_key, topo_order, AddressMap, Entry, EntryKey, Node};
 use crate::imperative;
 use crate::ndarray::NDArray;
 
@@ -22,7 +21,7 @@ pub enum Source {
 /// Values of `targets`. `resolve` says, once per node, whether its values are known; nodes it
 /// asks to compute must have an operator.
 pub fn run(targets: &[Entry], ctx: Context, mut resolve: impl FnMut(&Arc<Node>) -> Result<Source>) -> Result<Vec<NDArray>> {
-    let mut values: HashMap<EntryKey, NDArray> = HashMap::new();
+    let mut values: AddressMap<EntryKey, NDArray> = AddressMap::default();
     let mut failure = None;
     let order = topo_order(targets, |node| match resolve(node) {
         Ok(Source::Known(arrays)) => {
@@ -43,7 +42,7 @@ pub fn run(targets: &[Entry], ctx: Context, mut resolve: impl FnMut(&Arc<Node>) 
     let computed = |node: &Arc<Node>| !values.contains_key(&(node_key(node), 0));
     let to_compute: Vec<&Arc<Node>> = order.iter().filter(|n| computed(n)).collect();
 
-    let mut uses: HashMap<EntryKey, usize> = HashMap::new();
+    let mut uses: AddressMap<EntryKey, usize> = AddressMap::default();
     for node in &to_compute {
         for input in &node.inputs {
             *uses.entry(input.key()).or_default() += 1;

@@ -5,7 +5,8 @@
 //! the set of nodes reachable from its output entries; autograd's recorded values hang off the
 //! nodes that produced them.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::Result;
@@ -100,6 +101,44 @@ impl Node {
     }
 }
 
+impl Drop for Node {
+    fn drop(&mut self) {
+        // A recorded chain of a million ops would recurse a million frames deep if each node
+        // dropped its inputs in turn: unlink the nodes this one solely owns iteratively.
+        let mut orphans: Vec<Arc<Node>> = self.inputs.drain(..).map(|e| e.node).collect();
+        while let Some(node) = orphans.pop() {
+            if let Ok(mut owned) = Arc::try_unwrap(node) {
+                orphans.extend(owned.inputs.drain(..).map(|e| e.node));
+            }
+        }
+    }
+}
+
+/// Hashes node addresses and entry keys: they are already well distributed, so one multiply per
+/// word suffices (the default SipHash costs more than the graph walk around it).
+#[derive(Default)]
+pub struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn write_usize(&mut self, word: usize) {
+        self.write_u64(word as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+pub type AddressMap<K, V> = HashMap<K, V, BuildHasherDefault<AddressHasher>>;
+pub type AddressSet<K> = HashSet<K, BuildHasherDefault<AddressHasher>>;
+
 /// One output of a node.
 #[derive(Clone)]
 pub struct Entry {
@@ -127,7 +166,7 @@ pub fn node_key(node: &Arc<Node>) -> usize {
 /// once per node whether to leave its inputs unvisited (their values are known).
 pub fn topo_order(outputs: &[Entry], mut stop: impl FnMut(&Arc<Node>) -> bool) -> Vec<Arc<Node>> {
     let mut order = Vec::new();
-    let mut seen = HashSet::new();
+    let mut seen = AddressSet::default();
     // Iterative post-order DFS: deep recorded chains must not overflow the stack.
     let mut stack: Vec<(Arc<Node>, usize, bool)> = Vec::new();
     for out in outputs {

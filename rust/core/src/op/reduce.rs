@@ -17,6 +17,16 @@ use crate::graph::Entry;
 
 pub trait Reducer: Send + Sync + 'static {
     const INIT: f64;
+    /// Whether the accumulator is a plain sum of the elements (sum, mean), which float32 runs
+    /// may accumulate in float32 lanes within short blocks.
+    const PLAIN_SUM: bool = false;
+    /// Whether `step` is exact in float32 (max, min), so float32 runs need no widening.
+    const EXACT_IN_F32: bool = false;
+    /// `step` in float32, used where `PLAIN_SUM` or `EXACT_IN_F32` holds.
+    #[inline(always)]
+    fn step_f32(acc: f32, x: f32) -> f32 {
+        Self::step(acc as f64, x as f64) as f32
+    }
     fn step(acc: f64, x: f64) -> f64;
     /// Combine two partial accumulators (for most reducers, one more step).
     fn merge(a: f64, b: f64) -> f64 {
@@ -74,6 +84,10 @@ fn mask_nan(d: &mut Grad, x: &Entry, grad: &Entry) -> Result<Entry> {
 
 struct Sum;
 impl Reducer for Sum {
+    #[inline(always)]
+    fn step_f32(acc: f32, x: f32) -> f32 {
+        acc + x
+    }
     fn grad(d: &mut Grad, x: &Entry, _y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
         spread.apply(d, g, x, false)
     }
@@ -85,6 +99,10 @@ impl Reducer for Sum {
 }
 struct Mean;
 impl Reducer for Mean {
+    #[inline(always)]
+    fn step_f32(acc: f32, x: f32) -> f32 {
+        acc + x
+    }
     fn grad(d: &mut Grad, x: &Entry, _y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
         spread.apply(d, g, x, true)
     }
@@ -146,6 +164,15 @@ impl Reducer for NanProd {
 }
 struct Max;
 impl Reducer for Max {
+    const EXACT_IN_F32: bool = true;
+    #[inline(always)]
+    fn step_f32(acc: f32, x: f32) -> f32 {
+        if x > acc || x.is_nan() {
+            x
+        } else {
+            acc
+        }
+    }
     fn grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
         extreme_grad(d, x, y, g, spread)
     }
@@ -161,6 +188,15 @@ impl Reducer for Max {
 }
 struct Min;
 impl Reducer for Min {
+    const EXACT_IN_F32: bool = true;
+    #[inline(always)]
+    fn step_f32(acc: f32, x: f32) -> f32 {
+        if x < acc || x.is_nan() {
+            x
+        } else {
+            acc
+        }
+    }
     fn grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
         extreme_grad(d, x, y, g, spread)
     }
@@ -542,9 +578,136 @@ fn reduce_tensor<T: Elem, R: Reducer>(x: &Tensor, out: &Tensor, mask: &[bool]) {
     reduce_blocks::<T, R>(tmp.as_ptr(), out.ptr::<T>(), x.size() / r.max(1), r, 1);
 }
 
+/// Sum float32 values in sixteen float32 lanes (vectorizes at the input's width) over blocks
+/// short enough that float32 accumulation stays accurate, adding each block's total in f64.
+fn sum_f32_blocked(x: &[f32]) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        return unsafe { sum_f32_blocked_avx2(x) };
+    }
+    sum_f32_blocked_portable(x)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn sum_f32_blocked_avx2(x: &[f32]) -> f64 {
+    sum_f32_blocked_portable(x)
+}
+
+#[inline(always)]
+fn sum_f32_blocked_portable(x: &[f32]) -> f64 {
+    const LANES: usize = 32;
+    let mut wide = [0f64; LANES];
+    for block in x.chunks(F32_SUM_BLOCK) {
+        let mut lanes = [0f32; LANES];
+        let mut chunks = block.chunks_exact(LANES);
+        for c in &mut chunks {
+            for l in 0..LANES {
+                lanes[l] += c[l];
+            }
+        }
+        for l in 0..LANES {
+            wide[l] += lanes[l] as f64;
+        }
+        for &v in chunks.remainder() {
+            wide[0] += v as f64;
+        }
+    }
+    wide.iter().sum()
+}
+
+/// Elements a float32 sum accumulates before its partial sums move to f64.
+const F32_SUM_BLOCK: usize = 1024;
+
+/// Reduce float32 values with `R::step_f32` in independent lanes, compiled for AVX2 where the
+/// CPU has it (the crate itself targets baseline x86-64).
+fn lanes_f32<R: Reducer>(x: &[f32], init: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        return unsafe { lanes_f32_avx2::<R>(x, init) };
+    }
+    lanes_f32_portable::<R>(x, init)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn lanes_f32_avx2<R: Reducer>(x: &[f32], init: f32) -> f32 {
+    lanes_f32_portable::<R>(x, init)
+}
+
+/// Thirty-two lanes: enough independent accumulators to hide the add latency at any width.
+#[inline(always)]
+fn lanes_f32_portable<R: Reducer>(x: &[f32], init: f32) -> f32 {
+    const LANES: usize = 32;
+    let mut lanes = [init; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            lanes[l] = R::step_f32(lanes[l], c[l]);
+        }
+    }
+    let mut acc = init;
+    for &l in &lanes {
+        acc = R::step_f32(acc, l);
+    }
+    for &v in chunks.remainder() {
+        acc = R::step_f32(acc, v);
+    }
+    acc
+}
+
+/// Column-wise reduction of `count` float32 rows of `width` values: one f64 per column,
+/// accumulated in float32 (in blocks of rows for sums); AVX2 where the CPU has it.
+fn columns_f32<R: Reducer>(rows: impl Fn(usize) -> *const f32, count: usize, width: usize) -> Vec<f64> {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        return unsafe { columns_f32_avx2::<R>(rows, count, width) };
+    }
+    columns_f32_portable::<R>(rows, count, width)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn columns_f32_avx2<R: Reducer>(rows: impl Fn(usize) -> *const f32, count: usize, width: usize) -> Vec<f64> {
+    columns_f32_portable::<R>(rows, count, width)
+}
+
+#[inline(always)]
+fn columns_f32_portable<R: Reducer>(rows: impl Fn(usize) -> *const f32, count: usize, width: usize) -> Vec<f64> {
+    let mut wide = vec![R::INIT; width];
+    let mut narrow = vec![R::INIT as f32; width];
+    let block = if R::PLAIN_SUM { F32_SUM_BLOCK / 4 } else { usize::MAX };
+    for k in 0..count {
+        // SAFETY: the caller's `rows(k)` addresses `width` readable floats for k < count.
+        let row = unsafe { std::slice::from_raw_parts(rows(k), width) };
+        for (a, &v) in narrow.iter_mut().zip(row) {
+            *a = R::step_f32(*a, v);
+        }
+        if (k + 1) % block == 0 {
+            for (w, n) in wide.iter_mut().zip(narrow.iter_mut()) {
+                *w += *n as f64;
+                *n = 0.0;
+            }
+        }
+    }
+    if R::PLAIN_SUM {
+        wide.iter().zip(&narrow).map(|(&w, &n)| w + n as f64).collect()
+    } else {
+        narrow.iter().map(|&n| n as f64).collect()
+    }
+}
+
 /// Reduce `r` contiguous elements into an accumulator with eight independent lanes.
 #[inline]
 fn reduce_run<T: Elem, R: Reducer>(x: &[T]) -> f64 {
+    if T::DTYPE == DType::F32 && (R::PLAIN_SUM || R::EXACT_IN_F32) {
+        // SAFETY: T's dtype is float32, so T is f32 and the slice reinterprets in place.
+        let xs = unsafe { std::slice::from_raw_parts(x.as_ptr() as *const f32, x.len()) };
+        return if R::PLAIN_SUM { sum_f32_blocked(xs) } else { lanes_f32::<R>(xs, R::INIT as f32) as f64 };
+    }
     let mut lanes = [R::INIT; 8];
     let mut chunks = x.chunks_exact(8);
     for c in &mut chunks {
@@ -598,25 +761,51 @@ fn reduce_blocks<T: Elem, R: Reducer>(x: *const T, out: *mut T, outer: usize, r:
         return;
     }
     // Reduce over the middle axis: accumulate whole inner rows, which vectorizes over `inner`.
-    let reduce_columns = |o: usize, cols: std::ops::Range<usize>| {
+    // `partial` gives the unfinished accumulators of rows `rows` for columns `cols` of block o.
+    let partial = |o: usize, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| -> Vec<f64> {
+        let row_ptr = |k: usize| {
+            // SAFETY (of the pointer arithmetic): (o, k, cols) indexes inside the (outer, r, inner) input.
+            unsafe { xp.get().add((o * r + rows.start + k) * inner + cols.start) }
+        };
+        if T::DTYPE == DType::F32 && (R::PLAIN_SUM || R::EXACT_IN_F32) {
+            return columns_f32::<R>(|k| row_ptr(k) as *const f32, rows.len(), cols.len());
+        }
         let mut acc = vec![R::INIT; cols.len()];
-        for k in 0..r {
-            // SAFETY: (o, k, cols) indexes inside the (outer, r, inner) input.
-            let row = unsafe { std::slice::from_raw_parts(xp.get().add((o * r + k) * inner + cols.start), cols.len()) };
+        for k in 0..rows.len() {
+            // SAFETY: row_ptr(k) addresses cols.len() elements of the input.
+            let row = unsafe { std::slice::from_raw_parts(row_ptr(k), cols.len()) };
             for (a, &v) in acc.iter_mut().zip(row) {
                 *a = R::step(*a, v.to_f64());
             }
         }
-        for (j, a) in cols.clone().zip(acc) {
-            // SAFETY: output (o, j) is written by this task only.
+        acc
+    };
+    let write = |o: usize, cols: std::ops::Range<usize>, acc: Vec<f64>| {
+        for (j, a) in cols.zip(acc) {
+            // SAFETY: output (o, j) is written by one task only.
             unsafe { *op.get().add(o * inner + j) = T::from_f64(R::finish(a, r)) };
         }
     };
-    if outer >= rayon::current_num_threads() {
-        parallel_chunks(outer, (GRAIN / (r * inner).max(1)).max(1), |os| os.for_each(|o| reduce_columns(o, 0..inner)));
+    let threads = rayon::current_num_threads();
+    if outer >= threads {
+        parallel_chunks(outer, (GRAIN / (r * inner).max(1)).max(1), |os| os.for_each(|o| write(o, 0..inner, partial(o, 0..r, 0..inner))));
+    } else if r >= 8 * threads && inner <= 1 << 16 {
+        // Few blocks of many rows: split the rows across threads (each streams whole rows), then
+        // merge the per-thread accumulators.
+        use rayon::prelude::*;
+        let pieces = threads * 2;
+        let step = r.div_ceil(pieces);
+        for o in 0..outer {
+            let parts: Vec<Vec<f64>> = (0..pieces)
+                .into_par_iter()
+                .map(|p| partial(o, (p * step).min(r)..((p + 1) * step).min(r), 0..inner))
+                .collect();
+            let merged = parts.into_iter().reduce(|a, b| a.into_iter().zip(b).map(|(x, y)| R::merge(x, y)).collect()).unwrap_or_default();
+            write(o, 0..inner, merged);
+        }
     } else {
         for o in 0..outer {
-            parallel_chunks(inner, (GRAIN / r.max(1)).max(64), |cols| reduce_columns(o, cols));
+            parallel_chunks(inner, (GRAIN / r.max(1)).max(64), |cols| write(o, cols.clone(), partial(o, 0..r, cols)));
         }
     }
 }
@@ -675,6 +864,20 @@ impl Operator for ArgReduce {
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let ((outer, r, inner), _) = self.layout(&inputs[0].shape)?;
         let max = self.max;
+        if inner == 1 && inputs[0].dtype == DType::F32 {
+            // Contiguous float32 rows: find the extreme with vector lanes, then its first position.
+            let (xp, op) = (SendPtr(inputs[0].ptr::<f32>()), SendPtr(outputs[0].ptr::<f32>()));
+            parallel_chunks(outer, ((1usize << 15) / r.max(1)).max(1), |rows| {
+                for o in rows {
+                    // SAFETY: row o spans [o*r, (o+1)*r) of the input; output o is ours alone.
+                    let row = unsafe { std::slice::from_raw_parts(xp.get().add(o * r), r) };
+                    let best = if max { lanes_f32::<Max>(row, f32::NEG_INFINITY) } else { lanes_f32::<Min>(row, f32::INFINITY) };
+                    let at = row.iter().position(|&v| v == best || (best.is_nan() && v.is_nan())).unwrap_or(0);
+                    unsafe { *op.get().add(o) = at as f32 };
+                }
+            });
+            return Ok(());
+        }
         crate::dispatch_dtype!(inputs[0].dtype, T => {
             let (xp, op) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
             parallel_chunks(outer * inner, (1 << 14) / r.max(1) + 1, |cells| {

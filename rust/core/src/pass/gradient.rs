@@ -6,10 +6,9 @@
 //! differentiated. The result references forward entries, so whoever runs it supplies their
 //! values: recorded ones (autograd) or those the executor computed (Symbol).
 
-use std::collections::{HashMap, HashSet};
 
 use crate::error::Result;
-use crate::graph::{node_key, topo_order, Entry, EntryKey, Node};
+use crate::graph::{node_key, topo_order, AddressMap, AddressSet, Entry, EntryKey, Node};
 use crate::op::grad::Grad;
 use crate::op::Attrs;
 
@@ -17,8 +16,8 @@ use crate::op::Attrs;
 /// variable does not influence the heads (its gradient is zero).
 pub fn gradient(heads: &[Entry], head_grads: &[Entry], xs: &[Entry]) -> Result<Vec<Option<Entry>>> {
     let order = topo_order(heads, |_| false);
-    let wanted: HashSet<usize> = xs.iter().map(|x| node_key(&x.node)).collect();
-    let mut leads_to_x: HashSet<usize> = HashSet::new();
+    let wanted: AddressSet<usize> = xs.iter().map(|x| node_key(&x.node)).collect();
+    let mut leads_to_x: AddressSet<usize> = AddressSet::default();
     for node in &order {
         let key = node_key(node);
         if wanted.contains(&key) || node.inputs.iter().any(|e| leads_to_x.contains(&node_key(&e.node))) {
@@ -26,7 +25,7 @@ pub fn gradient(heads: &[Entry], head_grads: &[Entry], xs: &[Entry]) -> Result<V
         }
     }
 
-    let mut contributions: HashMap<EntryKey, Vec<Entry>> = HashMap::new();
+    let mut contributions: AddressMap<EntryKey, Vec<Entry>> = AddressMap::default();
     for (head, grad) in heads.iter().zip(head_grads) {
         contributions.entry(head.key()).or_default().push(grad.clone());
     }
