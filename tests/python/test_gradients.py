@@ -224,6 +224,10 @@ SHAPE_CASES = {
     "moments": (lambda x: nd.moments(x, axes=(0, 2)), [(2, 3, 4)]),
     "moments_keepdims": (lambda x: nd.moments(x, axes=1, keepdims=True), [(2, 3, 4)]),
     "depth_to_space": (lambda x: nd.depth_to_space(x, block_size=2), [(1, 8, 2, 3)]),
+    "sort": (lambda x: nd.sort(x, axis=1, is_ascend=False), [(2, 4, 3)]),
+    "sort_flat": (lambda x: nd.sort(x, axis=None), [(2, 3)]),
+    "topk_value": (lambda x: nd.topk(x, axis=-1, k=2, ret_typ="value"), [(3, 4)]),
+    "topk_both": (lambda x: nd.topk(x, axis=0, k=2, ret_typ="both")[0], [(3, 4)]),
     "space_to_depth": (lambda x: nd.space_to_depth(x, block_size=2), [(1, 2, 4, 2)]),
 }
 

@@ -181,7 +181,7 @@ pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>,
             })
             .unzip(),
     };
-    let grads = gradient::gradient(&head_entries, &grad_entries, &xs)?;
+    let grads = gradient::gradient(&head_entries, &grad_entries, &xs, &recorded_shape)?;
 
     let targets: Vec<Entry> = grads.iter().flatten().cloned().collect();
     let ctx = heads[0].context();
@@ -244,6 +244,15 @@ fn resolve(node: &Arc<Node>, forward: &AddressSet<usize>, create_graph: bool) ->
         Some(arrays) => Ok(Source::Known(attach(arrays))),
         None if forward.contains(&node_key(node)) => crate::bail!(Value, "{NOT_IN_GRAPH}"),
         None => Ok(Source::Compute),
+    }
+}
+
+/// The shape of a recorded value, if it is still held.
+fn recorded_shape(entry: &Entry) -> Option<crate::base::Shape> {
+    match &*entry.node.recorded() {
+        Recorded::Outputs(outputs) => outputs.get(entry.index).map(|a| a.shape().clone()),
+        Recorded::Leaf { value, .. } => Some(value.shape().clone()),
+        Recorded::Nothing => None,
     }
 }
 

@@ -132,7 +132,9 @@ impl Hasher for AddressHasher {
         self.write_u64(word as u64);
     }
     fn finish(&self) -> u64 {
-        self.0
+        // The multiply leaves the entropy of aligned addresses in the high bits; tables index
+        // buckets with the low bits, so fold the high half down.
+        self.0 ^ (self.0 >> 32)
     }
 }
 

@@ -110,8 +110,10 @@ impl<M: BinaryMath> Operator for Binary<M> {
         if !self.broadcast {
             return Ok(vec![ga, gb]);
         }
-        let ga = ga.map(|e| d.sum_to_like(&e, &a)).transpose()?;
-        let gb = gb.map(|e| d.sum_to_like(&e, &b)).transpose()?;
+        // An operand already of the output's shape was not broadcast: nothing to sum.
+        let (a_full, b_full) = (d.known_same_shape(&a, &y), d.known_same_shape(&b, &y));
+        let ga = ga.map(|e| if a_full { Ok(e) } else { d.sum_to_like(&e, &a) }).transpose()?;
+        let gb = gb.map(|e| if b_full { Ok(e) } else { d.sum_to_like(&e, &b) }).transpose()?;
         Ok(vec![ga, gb])
     }
 }

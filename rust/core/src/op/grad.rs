@@ -5,6 +5,7 @@
 //! the same definition serves autograd, symbolic backward, hybridized blocks and higher-order
 //! gradients (differentiating the gradient graph again).
 
+use crate::base::Shape;
 use crate::error::Result;
 use crate::graph::{Entry, Node};
 use crate::op::Attrs;
@@ -16,14 +17,27 @@ pub struct Grad<'a> {
     out_grads: &'a [Entry],
     prefix: &'a str,
     created: usize,
+    shapes: &'a dyn Fn(&Entry) -> Option<Shape>,
 }
 
 /// Input gradients: `None` is an input whose gradient is zero (or not needed).
 pub type InputGrads = Vec<Option<Entry>>;
 
 impl<'a> Grad<'a> {
-    pub fn new(inputs: &'a [Entry], outputs: &'a [Entry], out_grads: &'a [Entry], prefix: &'a str) -> Self {
-        Grad { inputs, outputs, out_grads, prefix, created: 0 }
+    /// `shapes` knows the shapes of forward entries where they are already known (autograd's
+    /// recorded values, an inferred symbolic graph), letting definitions skip no-op nodes.
+    pub fn new(
+        inputs: &'a [Entry],
+        outputs: &'a [Entry],
+        out_grads: &'a [Entry],
+        prefix: &'a str,
+        shapes: &'a dyn Fn(&Entry) -> Option<Shape>,
+    ) -> Self {
+        Grad { inputs, outputs, out_grads, prefix, created: 0, shapes }
+    }
+    /// Whether two forward entries are known to have the same shape.
+    pub fn known_same_shape(&self, a: &Entry, b: &Entry) -> bool {
+        matches!(((self.shapes)(a), (self.shapes)(b)), (Some(x), Some(y)) if x == y)
     }
     pub fn input(&self, i: usize) -> Entry {
         self.inputs[i].clone()

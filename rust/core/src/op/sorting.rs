@@ -106,7 +106,20 @@ impl Operator for Order {
         if matches!(self.returns, Returns::Indices | Returns::Mask) {
             return super::zero_gradient(d);
         }
-        crate::bail!(Value, "gradients of sorted values (sort, topk with values) are not implemented yet")
+        let (x, g) = (d.input(0), d.out_grad(0));
+        let axis = self.axis.map_or("None".to_string(), |a| a.to_string());
+        let indices = if self.returns == Returns::Both {
+            d.output(1)
+        } else {
+            let attrs = [
+                ("axis", axis.clone()),
+                ("k", self.k.unwrap_or(0).to_string()),
+                ("ret_typ", "indices".to_string()),
+                ("is_ascend", if self.ascending { "True" } else { "False" }.to_string()),
+            ];
+            d.op("topk", &attrs, &[&x])?
+        };
+        Ok(vec![Some(d.op("_backward_order", &[("axis", axis)], &[&g, &indices, &x])?)])
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let ((outer, r, inner), keep, _) = self.layout(&inputs[0].shape)?;
@@ -171,7 +184,66 @@ impl Operator for Order {
     }
 }
 
+crate::op_params! {
+    pub struct OrderBackwardParams {
+        /// The axis that was sorted; None for the flattened array.
+        axis: Option<i64> = Some(-1),
+    }
+}
+
+/// `_backward_order(grad, indices, data)`: zeros like data with each gradient value put back at
+/// the position its sorted element came from (the gradient of sort and topk values).
+struct OrderBackward {
+    axis: Option<i64>,
+}
+
+impl Operator for OrderBackward {
+    fn input_names(&self) -> Vec<String> {
+        vec!["grad".into(), "indices".into(), "data".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        if inputs[0] != inputs[1] {
+            crate::bail!(Shape, "_backward_order: grad {} and indices {} must have one shape", inputs[0], inputs[1]);
+        }
+        Ok(vec![inputs[2].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (g, idx, out) = (&inputs[0], &inputs[1], &outputs[0]);
+        let order = Order { axis: self.axis, ascending: true, k: None, returns: Returns::Values, index_dtype: DType::F32 };
+        let ((outer, r, inner), _, _) = order.layout(&out.shape)?;
+        let keep = g.size() / (outer * inner).max(1);
+        let positions: Vec<usize> = crate::dispatch_dtype!(idx.dtype, I => {
+            // SAFETY: indices are an input this op does not write.
+            unsafe { idx.slice::<I>() }.iter().map(|v| v.to_f64() as usize).collect()
+        });
+        crate::dispatch_dtype!(out.dtype, T => {
+            // SAFETY: grad is read-only here; the output is this op's alone.
+            let (gv, o) = unsafe { (g.slice::<T>(), out.slice_mut::<T>()) };
+            o.iter_mut().for_each(|v| *v = T::from_f64(0.0));
+            for oi in 0..outer {
+                for p in 0..keep {
+                    for j in 0..inner {
+                        let at = (oi * keep + p) * inner + j;
+                        let k = positions[at];
+                        if k >= r {
+                            crate::bail!(Index, "_backward_order: index {k} is out of bounds for an axis of size {r}");
+                        }
+                        o[(oi * r + k) * inner + j] = gv[at];
+                    }
+                }
+            }
+        });
+        Ok(())
+    }
+}
+
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    add(OpDef::new("_backward_order", &[], "Gradient of sort and topk values: puts grad back where each value came from.", |p: OrderBackwardParams| {
+        Ok(OrderBackward { axis: p.axis })
+    }));
     add(OpDef::new("sort", &[], "Returns a sorted copy of the input along an axis.", |p: SortParams| {
         Ok(Order { axis: p.axis, ascending: p.is_ascend, k: None, returns: Returns::Values, index_dtype: DType::F32 })
     }));

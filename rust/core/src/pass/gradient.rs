@@ -7,14 +7,21 @@
 //! values: recorded ones (autograd) or those the executor computed (Symbol).
 
 
+use crate::base::Shape;
 use crate::error::Result;
 use crate::graph::{node_key, topo_order, AddressMap, AddressSet, Entry, EntryKey, Node};
 use crate::op::grad::Grad;
 use crate::op::Attrs;
 
 /// Gradients of `heads` (weighted by `head_grads`) with respect to each of `xs`; `None` where a
-/// variable does not influence the heads (its gradient is zero).
-pub fn gradient(heads: &[Entry], head_grads: &[Entry], xs: &[Entry]) -> Result<Vec<Option<Entry>>> {
+/// variable does not influence the heads (its gradient is zero). `shapes` tells the shapes of
+/// forward entries where they are known.
+pub fn gradient(
+    heads: &[Entry],
+    head_grads: &[Entry],
+    xs: &[Entry],
+    shapes: &dyn Fn(&Entry) -> Option<Shape>,
+) -> Result<Vec<Option<Entry>>> {
     let order = topo_order(heads, |_| false);
     let wanted: AddressSet<usize> = xs.iter().map(|x| node_key(&x.node)).collect();
     let mut leads_to_x: AddressSet<usize> = AddressSet::default();
@@ -45,7 +52,7 @@ pub fn gradient(heads: &[Entry], head_grads: &[Entry], xs: &[Entry]) -> Result<V
                 None => zeros_like(o, &node.name),
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut g = Grad::new(&node.inputs, &outputs, &out_grads, &node.name);
+        let mut g = Grad::new(&node.inputs, &outputs, &out_grads, &node.name, shapes);
         let input_grads = op
             .operator
             .gradient(&mut g)
