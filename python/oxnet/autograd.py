@@ -114,3 +114,42 @@ def grad(heads, variables, head_grads=None, retain_graph=None, create_graph=Fals
                              [v.handle for v in variables], bool(retain_graph), bool(create_graph),
                              bool(train_mode))
     return [NDArray(h) for h in handles]
+
+
+def to_dot(heads, title="autograd"):
+    """Graphviz DOT text of the graph recorded for ``heads`` (an oxnet extension for teaching:
+    render it with ``dot -Tsvg``, or view it as a tape of recorded operators)."""
+    return _core.graph_dot([h.handle for h in _as_list(heads)], title)
+
+
+class Function:
+    """A differentiable operation with forward and backward written in Python (MXNet's
+    ``autograd.Function``). Subclass it, implement ``forward`` and ``backward``, and call an
+    instance once; ``save_for_backward`` keeps arrays for ``backward`` in ``saved_tensors``."""
+
+    def __init__(self):
+        self._used = False
+        self.saved_tensors = ()
+
+    def save_for_backward(self, *args):
+        self.saved_tensors = args
+
+    def __call__(self, *inputs):
+        if self._used:
+            raise RuntimeError("Each Function instance can only be called once. Please create another instance.")
+        self._used = True
+        with pause(train_mode=is_training()):
+            outputs = self.forward(*inputs)
+        single = isinstance(outputs, NDArray)
+        outs = [outputs] if single else list(outputs)
+        if is_recording():
+            handles = _core.record_function(self, [x.handle for x in inputs], [o.handle for o in outs])
+            for out, handle in zip(outs, handles):
+                out.handle = handle
+        return outs[0] if single else outs
+
+    def forward(self, *inputs):
+        raise NotImplementedError
+
+    def backward(self, *output_grads):
+        raise NotImplementedError

@@ -113,6 +113,15 @@ pub fn invoke_operator(
     let out_types = operator.infer_type(&in_types).map_err(fail)?;
 
     let outputs: Vec<NDArray> = match out {
+        Some(given) if autograd::is_recording() && given.iter().any(autograd::is_marked_variable) => {
+            return Err(fail(crate::err!(
+                Value,
+                "Assigning to NDArrays that are already in a computational graph will cause undefined behavior when \
+                 evaluating gradients. Please call backward first to clear the graph or do this out side of a record \
+                 section. Also note that you cannot use inplace operations like +=, *=, relu(x, out=x), y[idx]=x, etc \
+                 inside a record section."
+            )));
+        }
         Some(given) => {
             if given.len() != out_shapes.len() {
                 return Err(fail(crate::err!(Value, "has {} output(s), {} given as out", out_shapes.len(), given.len())));

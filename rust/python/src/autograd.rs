@@ -85,7 +85,49 @@ fn backward(
     grads.into_iter().map(|a| wrap(py, a)).collect()
 }
 
+/// Record an `autograd.Function` call: `function.backward(*out_grads)` computes its gradients.
+#[pyfunction]
+fn record_function(
+    py: Python<'_>,
+    function: Py<PyAny>,
+    inputs: Vec<PyRef<'_, NDArrayHandle>>,
+    outputs: Vec<PyRef<'_, NDArrayHandle>>,
+) -> PyResult<Vec<Py<NDArrayHandle>>> {
+    let backward: autograd::HostBackward = std::sync::Arc::new(move |out_grads: &[NDArray]| {
+        Python::attach(|py| call_backward(py, &function, out_grads)).map_err(|e| oxnet::err!(Runtime, "autograd.Function backward failed: {e}"))
+    });
+    let recorded = autograd::record_function(&arrays(&inputs), arrays(&outputs), backward);
+    recorded.into_iter().map(|a| wrap(py, a)).collect()
+}
+
+/// `function.backward(*out_grads)` with NDArrays in and out.
+fn call_backward(py: Python<'_>, function: &Py<PyAny>, out_grads: &[NDArray]) -> PyResult<Vec<NDArray>> {
+    let grads = out_grads.iter().map(|g| crate::ops::python_ndarray(py, g.clone())).collect::<PyResult<Vec<_>>>()?;
+    let result = function.bind(py).call_method1("backward", pyo3::types::PyTuple::new(py, grads)?)?;
+    let items: Vec<Bound<'_, PyAny>> = match crate::ops::as_array(&result)? {
+        Some(_) => vec![result],
+        None => result.try_iter()?.collect::<PyResult<_>>()?,
+    };
+    items
+        .iter()
+        .map(|i| crate::ops::as_array(i)?.ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("autograd.Function backward must return NDArrays")))
+        .collect()
+}
+
+/// Graphviz DOT text of the graph recorded for `heads`.
+#[pyfunction]
+fn graph_dot(heads: Vec<PyRef<'_, NDArrayHandle>>, title: &str) -> PyResult<String> {
+    let entries = heads
+        .iter()
+        .map(|h| h.inner.autograd_entry().cloned())
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| crate::errors::to_py(oxnet::err!(Value, "to_dot: an array was not recorded (call it inside autograd.record())")))?;
+    Ok(oxnet::graph::to_dot(&entries, title))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(record_function, m)?)?;
+    m.add_function(wrap_pyfunction!(graph_dot, m)?)?;
     m.add_function(wrap_pyfunction!(set_recording, m)?)?;
     m.add_function(wrap_pyfunction!(set_training, m)?)?;
     m.add_function(wrap_pyfunction!(is_recording, m)?)?;

@@ -37,6 +37,15 @@ pub fn as_array(obj: &Bound<'_, PyAny>) -> PyResult<Option<NDArray>> {
     }
 }
 
+/// A Python `NDArray` object around a core array.
+pub fn python_ndarray(py: Python<'_>, array: NDArray) -> PyResult<Bound<'_, PyAny>> {
+    let handle = wrap(py, array)?;
+    match NDARRAY_CLASS.get(py) {
+        Some(cls) => cls.bind(py).call1((handle,)),
+        None => Ok(handle.into_bound(py).into_any()),
+    }
+}
+
 /// MXNet's textual form of a parameter value: `True`, `(2, 3)`, `0.5`, `float32`.
 fn attr_string(v: &Bound<'_, PyAny>) -> PyResult<String> {
     if v.is_none() {

@@ -111,6 +111,12 @@ pub fn mark_variables(arrays: &[NDArray], grads: &[NDArray], reqs: &[GradReq]) -
         .collect()
 }
 
+/// Whether `array` is a variable marked for differentiation (writing into it while recording
+/// would invalidate the graph).
+pub fn is_marked_variable(array: &NDArray) -> bool {
+    array.autograd_entry().is_some_and(|e| matches!(&*e.node.recorded(), Recorded::Leaf { grad: Some(_), .. }))
+}
+
 /// The gradient buffer of a marked variable.
 pub fn grad_of(array: &NDArray) -> Option<NDArray> {
     let entry = array.autograd_entry()?;
@@ -148,6 +154,10 @@ pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>,
     let mut grad_entries = Vec::with_capacity(heads.len());
     for (head, grad) in heads.iter().zip(head_grads) {
         let Some(entry) = head.autograd_entry() else { crate::bail!(Value, "{NOT_IN_GRAPH}") };
+        // A graph already differentiated without retain_graph has released its values.
+        if entry.node.op.is_some() && matches!(&*entry.node.recorded(), Recorded::Nothing) {
+            crate::bail!(Value, "{NOT_IN_GRAPH}");
+        }
         let grad = match grad {
             Some(g) if g.shape() != head.shape() => {
                 crate::bail!(Shape, "backward: head gradient of shape {} for a head of shape {}", g.shape(), head.shape())
@@ -262,4 +272,77 @@ fn leaf_or_output(entry: &Entry) -> Result<NDArray> {
         Recorded::Leaf { value, .. } => Ok(value.clone()),
         Recorded::Nothing => crate::bail!(Value, "{NOT_IN_GRAPH}"),
     }
+}
+
+/// The backward of an `autograd.Function`, supplied by the host language: input gradients from
+/// output gradients.
+pub type HostBackward = Arc<dyn Fn(&[NDArray]) -> Result<Vec<NDArray>> + Send + Sync>;
+
+/// A recorded `autograd.Function` call: its outputs were computed by the host, its gradient
+/// calls the host's backward.
+struct HostFunction {
+    num_inputs: usize,
+    num_outputs: usize,
+    backward: HostBackward,
+}
+
+impl Operator for HostFunction {
+    fn input_names(&self) -> Vec<String> {
+        (0..self.num_inputs).map(|i| format!("arg{i}")).collect()
+    }
+    fn num_outputs(&self) -> usize {
+        self.num_outputs
+    }
+    fn infer_shape(&self, _inputs: &[crate::base::Shape]) -> Result<Vec<crate::base::Shape>> {
+        crate::bail!(Value, "an autograd.Function node has no shape inference: it only exists in recorded graphs")
+    }
+    fn forward(&self, _ctx: &crate::op::ExecContext, _inputs: &[crate::op::Tensor], _outputs: &[crate::op::Tensor]) -> Result<()> {
+        crate::bail!(Value, "an autograd.Function is computed by its Python forward, not by the engine")
+    }
+    fn gradient(&self, d: &mut crate::op::grad::Grad) -> Result<crate::op::grad::InputGrads> {
+        let backward = Arc::new(HostFunctionBackward { num_inputs: self.num_inputs, num_outputs: self.num_outputs, backward: self.backward.clone() });
+        let out_grads = d.out_grads().to_vec();
+        Ok(d.instance_outputs("_backward_Function", backward, &out_grads).into_iter().map(Some).collect())
+    }
+}
+
+/// The gradient node of a [`HostFunction`]: runs the host's backward on whole arrays.
+struct HostFunctionBackward {
+    num_inputs: usize,
+    num_outputs: usize,
+    backward: HostBackward,
+}
+
+impl Operator for HostFunctionBackward {
+    fn input_names(&self) -> Vec<String> {
+        (0..self.num_outputs).map(|i| format!("out_grad{i}")).collect()
+    }
+    fn num_outputs(&self) -> usize {
+        self.num_inputs
+    }
+    fn infer_shape(&self, _inputs: &[crate::base::Shape]) -> Result<Vec<crate::base::Shape>> {
+        crate::bail!(Value, "the backward of an autograd.Function has no shape inference")
+    }
+    fn forward(&self, _ctx: &crate::op::ExecContext, _inputs: &[crate::op::Tensor], _outputs: &[crate::op::Tensor]) -> Result<()> {
+        crate::bail!(Value, "the backward of an autograd.Function runs in Python, not as a kernel")
+    }
+    fn run_on_host(&self, inputs: &[NDArray]) -> Option<Result<Vec<NDArray>>> {
+        let grads = inputs.iter().map(NDArray::detached).collect::<Vec<_>>();
+        Some((self.backward)(&grads).and_then(|g| {
+            if g.len() != self.num_inputs {
+                crate::bail!(Value, "autograd.Function backward returned {} gradient(s) for {} input(s)", g.len(), self.num_inputs);
+            }
+            Ok(g.iter().map(NDArray::detached).collect())
+        }))
+    }
+}
+
+/// Record an `autograd.Function` call whose `outputs` the host computed from `inputs`; returns
+/// the outputs carrying entries of the new node (unchanged when nothing is recorded).
+pub fn record_function(inputs: &[NDArray], outputs: Vec<NDArray>, backward: HostBackward) -> Vec<NDArray> {
+    if !should_record(inputs) {
+        return outputs;
+    }
+    let operator = Arc::new(HostFunction { num_inputs: inputs.len(), num_outputs: outputs.len(), backward });
+    record("Function", operator, &Attrs::new(), inputs, outputs)
 }

@@ -61,7 +61,10 @@ pub fn run(targets: &[Entry], ctx: Context, mut resolve: impl FnMut(&Arc<Node>) 
             .iter()
             .map(|e| values.get(&e.key()).cloned().ok_or_else(|| crate::err!(Runtime, "value of an input of node '{}' is missing", node.name)))
             .collect::<Result<Vec<_>>>()?;
-        let outputs = imperative::invoke_operator(&op.name, op.operator.clone(), &op.attrs, &inputs, None, ctx, None)?;
+        let outputs = match op.operator.run_on_host(&inputs) {
+            Some(result) => result.map_err(|e| e.context(format!("node '{}' ({})", node.name, op.name)))?,
+            None => imperative::invoke_operator(&op.name, op.operator.clone(), &op.attrs, &inputs, None, ctx, None)?,
+        };
         for input in &node.inputs {
             let key = input.key();
             if let Some(n) = uses.get_mut(&key) {

@@ -5,6 +5,10 @@
 //! the set of nodes reachable from its output entries; autograd's recorded values hang off the
 //! nodes that produced them.
 
+mod dot;
+
+pub use dot::to_dot;
+
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -48,6 +48,9 @@ impl<'a> Grad<'a> {
     pub fn out_grad(&self, i: usize) -> Entry {
         self.out_grads[i].clone()
     }
+    pub fn out_grads(&self) -> &[Entry] {
+        self.out_grads
+    }
     pub fn num_inputs(&self) -> usize {
         self.inputs.len()
     }
@@ -61,6 +64,13 @@ impl<'a> Grad<'a> {
         self.created += 1;
         let node = Node::apply(name, attrs, inputs.iter().map(|e| (*e).clone()).collect(), format!("{}_backward{}", self.prefix, self.created))?;
         Ok((0..node.num_outputs()).map(|i| Entry::new(node.clone(), i)).collect())
+    }
+    /// Every output of an operator instance that is not in the registry (a host callback).
+    pub fn instance_outputs(&mut self, name: &str, operator: std::sync::Arc<dyn super::Operator>, inputs: &[Entry]) -> Vec<Entry> {
+        self.created += 1;
+        let op = crate::graph::NodeOp { name: name.to_string(), attrs: Attrs::new(), operator };
+        let node = Node::with_operator(op, inputs.to_vec(), format!("{}_backward{}", self.prefix, self.created), crate::graph::Recorded::Nothing);
+        (0..node.num_outputs()).map(|i| Entry::new(node.clone(), i)).collect()
     }
     /// The first output of `name` applied to `inputs`.
     pub fn op(&mut self, name: &str, attrs: &[(&str, String)], inputs: &[&Entry]) -> Result<Entry> {

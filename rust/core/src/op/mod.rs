@@ -128,6 +128,11 @@ pub trait Operator: Send + Sync + 'static {
     }
     /// The kernel. Errors are reported on the outputs at the next sync point.
     fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()>;
+    /// Operators computed by calling back into the host language (`autograd.Function`) take
+    /// whole arrays instead of running a kernel: `Some` result means the runner used this.
+    fn run_on_host(&self, _inputs: &[crate::ndarray::NDArray]) -> Option<Result<Vec<crate::ndarray::NDArray>>> {
+        None
+    }
     /// Input gradients as graph nodes of registered operators (see [`grad`]).
     fn gradient(&self, _g: &mut grad::Grad) -> Result<grad::InputGrads> {
         crate::bail!(Value, "the operator is non-differentiable: it has no gradient definition")

@@ -1,0 +1,275 @@
+"""mx.autograd: recording scopes, variables, backward/grad, higher order, Function, and three
+reference networks checked against gradients derived by hand in NumPy."""
+
+import numpy as np
+import pytest
+
+import oxnet as mx
+from oxnet import autograd
+from oxnet.test_utils import assert_almost_equal
+
+
+def test_scopes_and_flags():
+    assert not autograd.is_recording() and not autograd.is_training()
+    with autograd.record():
+        assert autograd.is_recording() and autograd.is_training()
+        with autograd.pause():
+            assert not autograd.is_recording() and not autograd.is_training()
+        with autograd.predict_mode():
+            assert autograd.is_recording() and not autograd.is_training()
+    with autograd.record(train_mode=False):
+        assert autograd.is_recording() and not autograd.is_training()
+    with autograd.train_mode():
+        assert autograd.is_training() and not autograd.is_recording()
+    assert autograd.set_recording(True) is False
+    assert autograd.set_recording(False) is True
+    assert autograd.set_training(True) is False
+    assert autograd.set_training(False) is True
+
+
+def test_grad_req_write_add_null(ctx):
+    x = mx.nd.array([1.0, 2.0, 3.0], ctx=ctx)
+    x.attach_grad()
+    for _ in range(2):
+        with autograd.record():
+            y = (x * x).sum()
+        y.backward()
+    assert_almost_equal(x.grad.asnumpy(), 2 * x.asnumpy())
+    z = mx.nd.array([1.0, 2.0], ctx=ctx)
+    z.attach_grad(grad_req="add")
+    for _ in range(3):
+        with autograd.record():
+            y = (z * 3).sum()
+        y.backward()
+    assert_almost_equal(z.grad.asnumpy(), np.array([9.0, 9.0]))
+    n = mx.nd.array([1.0], ctx=ctx)
+    n.attach_grad(grad_req="null")
+    assert n.grad is None
+
+
+def test_multiple_uses_aggregate_and_head_grads(ctx):
+    x = mx.nd.array([[0.5, -1.0], [2.0, 0.25]], ctx=ctx)
+    x.attach_grad()
+    with autograd.record():
+        y = x * x + mx.nd.exp(x) * x + x
+    head = mx.nd.array([[1.0, 2.0], [0.5, -1.0]], ctx=ctx)
+    y.backward(head)
+    xn = x.asnumpy()
+    expected = (2 * xn + np.exp(xn) * xn + np.exp(xn) + 1) * head.asnumpy()
+    assert_almost_equal(x.grad.asnumpy(), expected, rtol=1e-5)
+
+
+def test_errors_for_unrecorded_and_freed_graphs(ctx):
+    x = mx.nd.ones((2,), ctx=ctx)
+    x.attach_grad()
+    y = x * 2
+    with pytest.raises(mx.MXNetError, match="not in a computational graph"):
+        y.backward()
+    with autograd.record():
+        y = x * 2
+    y.backward()
+    with pytest.raises(mx.MXNetError, match="retain_graph=True"):
+        y.backward()
+    with autograd.record():
+        y = x * 2
+    y.backward(retain_graph=True)
+    y.backward()
+    assert_almost_equal(x.grad.asnumpy(), np.array([2.0, 2.0]))
+    with autograd.record():
+        y = x * 2
+    with pytest.raises(mx.MXNetError, match="head gradient"):
+        y.backward(mx.nd.ones((3,), ctx=ctx))
+
+
+def test_inplace_on_a_variable_while_recording_is_refused(ctx):
+    x = mx.nd.ones((2,), ctx=ctx)
+    x.attach_grad()
+    with autograd.record():
+        with pytest.raises(mx.MXNetError, match="already in a computational graph"):
+            x += 1
+
+
+def test_detach_and_block_grad_stop_gradients(ctx):
+    x = mx.nd.array([1.0, 2.0], ctx=ctx)
+    x.attach_grad()
+    with autograd.record():
+        y = x * x.detach() + mx.nd.BlockGrad(x) * 10
+    y.backward()
+    assert_almost_equal(x.grad.asnumpy(), x.asnumpy())
+
+
+def test_grad_returns_gradients_without_touching_buffers(ctx):
+    x = mx.nd.array([0.3, -0.7], ctx=ctx)
+    x.attach_grad()
+    with autograd.record():
+        y = mx.nd.sin(x) * 2
+    (g,) = autograd.grad(y, [x])
+    assert_almost_equal(g.asnumpy(), 2 * np.cos(x.asnumpy()), rtol=1e-6)
+    assert (x.grad.asnumpy() == 0).all()
+
+
+@pytest.mark.parametrize("name", ["tanh", "sigmoid", "log", "mul"])
+def test_second_order_gradients_match_analytic(name, ctx):
+    xn = np.array([0.4, 1.3, 2.1])
+    x = mx.nd.array(xn, ctx=ctx, dtype="float64")
+    x.attach_grad()
+    fn = {"tanh": mx.nd.tanh, "sigmoid": mx.nd.sigmoid, "log": mx.nd.log, "mul": lambda v: v * v * v}[name]
+    with autograd.record():
+        y = fn(x)
+        (dy,) = autograd.grad(y, [x], create_graph=True)
+    dy.backward()
+    t, s = np.tanh(xn), 1 / (1 + np.exp(-xn))
+    first, second = {
+        "tanh": (1 - t ** 2, -2 * t * (1 - t ** 2)),
+        "sigmoid": (s * (1 - s), s * (1 - s) * (1 - 2 * s)),
+        "log": (1 / xn, -1 / xn ** 2),
+        "mul": (3 * xn ** 2, 6 * xn),
+    }[name]
+    assert_almost_equal(dy.asnumpy(), first, rtol=1e-10)
+    assert_almost_equal(x.grad.asnumpy(), second, rtol=1e-10)
+
+
+def test_mark_variables(ctx):
+    x = mx.nd.array([1.0, 2.0], ctx=ctx)
+    gx = mx.nd.zeros((2,), ctx=ctx)
+    autograd.mark_variables([x], [gx])
+    with autograd.record():
+        y = (x ** 3).sum()
+    y.backward()
+    assert_almost_equal(gx.asnumpy(), 3 * x.asnumpy() ** 2)
+
+
+def test_custom_function(ctx):
+    class Sigmoid(autograd.Function):
+        def forward(self, x):
+            y = 1 / (1 + mx.nd.exp(-x))
+            self.save_for_backward(y)
+            return y
+
+        def backward(self, dy):
+            (y,) = self.saved_tensors
+            return dy * y * (1 - y)
+
+    xn = np.array([-1.0, 0.0, 2.0])
+    x = mx.nd.array(xn, ctx=ctx)
+    x.attach_grad()
+    with autograd.record():
+        z = Sigmoid()(x) * 3
+    z.backward()
+    s = 1 / (1 + np.exp(-xn))
+    assert_almost_equal(x.grad.asnumpy(), 3 * s * (1 - s), rtol=1e-5)
+    f = Sigmoid()
+    f(x)
+    with pytest.raises(RuntimeError, match="only be called once"):
+        f(x)
+
+
+def test_recorded_graph_as_dot(ctx):
+    x = mx.nd.ones((2,), ctx=ctx)
+    x.attach_grad()
+    with autograd.record():
+        y = mx.nd.tanh(x * 2) + x
+    dot = autograd.to_dot(y)
+    assert dot.startswith("digraph") and "tanh" in dot and "_mul_scalar" in dot and "->" in dot
+
+
+def test_training_flag_reaches_kernels(ctx):
+    x = mx.nd.ones((2,), ctx=ctx)
+    with autograd.record():
+        assert autograd.is_training()
+    with autograd.record(train_mode=False):
+        assert not autograd.is_training()
+
+
+# ---- three reference networks, gradients derived by hand ---------------------------------------
+
+def _log_softmax(z):
+    return z - mx.nd.log(mx.nd.sum(mx.nd.exp(z), axis=1, keepdims=True))
+
+
+def test_softmax_regression_matches_hand_derivation(ctx):
+    rng = np.random.RandomState(0)
+    xn, wn, bn = rng.randn(5, 4), rng.randn(4, 3) * 0.5, rng.randn(3) * 0.1
+    labels = np.array([0, 2, 1, 1, 0])
+    onehot = np.eye(3)[labels]
+    x = mx.nd.array(xn, ctx=ctx, dtype="float64")
+    w, b = mx.nd.array(wn, ctx=ctx, dtype="float64"), mx.nd.array(bn, ctx=ctx, dtype="float64")
+    w.attach_grad()
+    b.attach_grad()
+    with autograd.record():
+        z = mx.nd.broadcast_add(mx.nd.dot(x, w), b)
+        loss = -(mx.nd.array(onehot, ctx=ctx, dtype="float64") * _log_softmax(z)).sum() / 5
+    loss.backward()
+    zn = xn @ wn + bn
+    p = np.exp(zn - zn.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    dz = (p - onehot) / 5
+    assert_almost_equal(loss.asnumpy(), np.array([-(onehot * np.log(p)).sum() / 5]), rtol=1e-10)
+    assert_almost_equal(w.grad.asnumpy(), xn.T @ dz, rtol=1e-5, atol=1e-10)
+    assert_almost_equal(b.grad.asnumpy(), dz.sum(0), rtol=1e-5, atol=1e-10)
+
+
+def test_tanh_mlp_matches_hand_derivation(ctx):
+    rng = np.random.RandomState(1)
+    xn, yn = rng.randn(6, 3), rng.randn(6, 2)
+    w1n, b1n, w2n, b2n = rng.randn(3, 5) * 0.5, rng.randn(5) * 0.1, rng.randn(5, 2) * 0.5, rng.randn(2) * 0.1
+    params = [mx.nd.array(p, ctx=ctx, dtype="float64") for p in (w1n, b1n, w2n, b2n)]
+    for p in params:
+        p.attach_grad()
+    w1, b1, w2, b2 = params
+    x, y = mx.nd.array(xn, ctx=ctx, dtype="float64"), mx.nd.array(yn, ctx=ctx, dtype="float64")
+    with autograd.record():
+        h = mx.nd.tanh(mx.nd.broadcast_add(mx.nd.dot(x, w1), b1))
+        out = mx.nd.broadcast_add(mx.nd.dot(h, w2), b2)
+        loss = ((out - y) ** 2).sum() * 0.5
+    loss.backward()
+    hn = np.tanh(xn @ w1n + b1n)
+    dout = hn @ w2n + b2n - yn
+    dh = dout @ w2n.T * (1 - hn ** 2)
+    for got, want in zip(params, (xn.T @ dh, dh.sum(0), hn.T @ dout, dout.sum(0))):
+        assert_almost_equal(got.grad.asnumpy(), want, rtol=1e-5, atol=1e-10)
+
+
+def test_rnn_unrolled_with_concat_matches_hand_derivation(ctx):
+    rng = np.random.RandomState(2)
+    steps, batch, nin, nh = 3, 2, 3, 4
+    xs = [rng.randn(batch, nin) for _ in range(steps)]
+    wn, bn, vn = rng.randn(nin + nh, nh) * 0.4, rng.randn(nh) * 0.1, rng.randn(nh, 1)
+    w, b, v = (mx.nd.array(p, ctx=ctx, dtype="float64") for p in (wn, bn, vn))
+    for p in (w, b, v):
+        p.attach_grad()
+    with autograd.record():
+        h = mx.nd.zeros((batch, nh), ctx=ctx, dtype="float64")
+        for t in range(steps):
+            xh = mx.nd.concat(mx.nd.array(xs[t], ctx=ctx, dtype="float64"), h, dim=1)
+            h = mx.nd.tanh(mx.nd.broadcast_add(mx.nd.dot(xh, w), b))
+        loss = mx.nd.dot(h, v).sum()
+    loss.backward()
+    # Forward and backpropagation through time by hand.
+    hs, xhs = [np.zeros((batch, nh))], []
+    for t in range(steps):
+        xhs.append(np.concatenate([xs[t], hs[-1]], axis=1))
+        hs.append(np.tanh(xhs[-1] @ wn + bn))
+    dv = hs[-1].T @ np.ones((batch, 1))
+    dh = np.ones((batch, 1)) @ vn.T
+    dw, db = np.zeros_like(wn), np.zeros_like(bn)
+    for t in reversed(range(steps)):
+        da = dh * (1 - hs[t + 1] ** 2)
+        dw += xhs[t].T @ da
+        db += da.sum(0)
+        dh = (da @ wn.T)[:, nin:]
+    assert_almost_equal(w.grad.asnumpy(), dw, rtol=1e-5, atol=1e-10)
+    assert_almost_equal(b.grad.asnumpy(), db, rtol=1e-5, atol=1e-10)
+    assert_almost_equal(v.grad.asnumpy(), dv, rtol=1e-5, atol=1e-10)
+
+
+def test_deep_chain_backward_and_release_do_not_recurse(ctx):
+    x = mx.nd.ones((1,), ctx=ctx)
+    x.attach_grad()
+    with autograd.record():
+        y = x
+        for _ in range(100000):
+            y = y * 1.0
+    y.backward()
+    del y
+    assert_almost_equal(x.grad.asnumpy(), np.array([1.0]))
