@@ -123,8 +123,9 @@ pub fn invoke_operator(
             )));
         }
         Some(given) => {
-            if given.len() != out_shapes.len() {
-                return Err(fail(crate::err!(Value, "has {} output(s), {} given as out", out_shapes.len(), given.len())));
+            let visible = operator.num_visible_outputs();
+            if given.len() != visible {
+                return Err(fail(crate::err!(Value, "has {visible} output(s), {} given as out", given.len())));
             }
             for (i, g) in given.iter().enumerate() {
                 if g.shape() != &out_shapes[i] || g.dtype() != out_types[i] {
@@ -141,7 +142,8 @@ pub fn invoke_operator(
                     return Err(fail(crate::err!(Device, "out[{i}] lives on {}, the inputs on {ctx}", g.context())));
                 }
             }
-            given
+            let hidden = (visible..out_shapes.len()).map(|i| NDArray::empty(out_shapes[i].clone(), out_types[i], ctx));
+            given.into_iter().map(Ok).chain(hidden).collect::<Result<Vec<_>>>().map_err(fail)?
         }
         None => out_shapes
             .iter()
@@ -165,8 +167,9 @@ pub fn invoke_operator(
 
     let seed = if operator.needs_rng() { crate::random::next_op_seed() } else { 0 };
     let exec = ExecContext { seed, is_train: autograd::is_training() };
+    let mutated = operator.mutated_inputs();
     let reads: Vec<_> = inputs.iter().map(|a| a.var().clone()).collect();
-    let writes: Vec<_> = targets.iter().map(|a| a.var().clone()).collect();
+    let writes: Vec<_> = targets.iter().chain(mutated.iter().filter_map(|&i| inputs.get(i))).map(|a| a.var().clone()).collect();
     let work_items: usize = targets.iter().map(NDArray::size).sum::<usize>().max(inputs.iter().map(NDArray::size).max().unwrap_or(0));
     let kernel_inputs: Vec<NDArray> = inputs.iter().map(NDArray::detached).collect();
     let kernel_outputs: Vec<NDArray> = targets.iter().map(NDArray::detached).collect();

@@ -216,8 +216,10 @@ fn invoke<'py>(
                 .collect::<PyResult<Vec<_>>>()
         })
         .transpose()?;
-    let single = instance.num_outputs() == 1;
-    let outputs = oxnet::imperative::invoke_operator(name, instance, &attrs, &inputs, out_arrays, current_context(), push_site()).py()?;
+    let visible = instance.num_visible_outputs();
+    let single = visible == 1;
+    let mut outputs = oxnet::imperative::invoke_operator(name, instance, &attrs, &inputs, out_arrays, current_context(), push_site()).py()?;
+    outputs.truncate(visible);
     if let Some(objs) = &out_objects {
         // A recorded call gives its `out` arrays new graph entries: the Python objects the caller
         // holds must now carry them (MXNet updates the handles in place the same way).

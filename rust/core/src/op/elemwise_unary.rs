@@ -250,6 +250,9 @@ unary_ops! {
         grad |d, x, y, g| Ok(None);
     IsFinite "isfinite" [] "Returns 1 where the input is finite, else 0 (in the input dtype)." => |x| truth(x.is_finite()),
         grad |d, x, y, g| Ok(None);
+    SoftRelu "_softrelu" [] "Computes log(1 + exp(x)) element-wise (Activation's softrelu)." =>
+        |x| if x > lit(20.0) { x } else { x.exp().ln_1p() },
+        grad |d, x, y, g| { let s = d.unary("sigmoid", x)?; d.mul(g, &s) }.map(Some);
     Digamma "_digamma" [] "Returns the digamma function (derivative of gammaln) of the input, element-wise." => |x| via_f64(x, digamma),
         grad |d, x, y, g| Err(crate::err!(Value, "the gradient of _digamma (second derivative of gamma/gammaln) is not implemented"));
     Identity "_copy" ["identity"] "Returns a copy of the input." => |x| x,

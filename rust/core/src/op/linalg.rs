@@ -41,6 +41,12 @@ impl Mat {
 
 /// `dst (m x n) = a (m x k) * b (k x n)`, overwriting dst.
 unsafe fn matmul(dtype: DType, dst: *mut u8, a: *const u8, am: Mat, b: *const u8, bm: Mat, threads: usize) {
+    matmul_into(dtype, dst, false, a, am, b, bm, threads)
+}
+
+/// `dst (m x n) (+)= a (m x k) * b (k x n)`: adds to dst when `accumulate`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a: *const u8, am: Mat, b: *const u8, bm: Mat, threads: usize) {
     let (m, k, n) = (am.rows, am.cols, bm.cols);
     let flops = m * n * k;
     let par = if flops < 64 * 64 * 64 || threads <= 1 {
@@ -51,9 +57,9 @@ unsafe fn matmul(dtype: DType, dst: *mut u8, a: *const u8, am: Mat, b: *const u8
     macro_rules! fast {
         ($t:ty, $one:expr, $zero:expr) => {
             gemm::gemm::<$t>(
-                m, n, k, dst as *mut $t, 1, n as isize, false,
+                m, n, k, dst as *mut $t, 1, n as isize, accumulate,
                 a as *const $t, am.cs, am.rs, b as *const $t, bm.cs, bm.rs,
-                $zero, $one, false, false, false, par,
+                if accumulate { $one } else { $zero }, $one, false, false, false, par,
             )
         };
     }
@@ -61,12 +67,12 @@ unsafe fn matmul(dtype: DType, dst: *mut u8, a: *const u8, am: Mat, b: *const u8
         DType::F32 => fast!(f32, 1.0f32, 0.0f32),
         DType::F64 => fast!(f64, 1.0f64, 0.0f64),
         DType::F16 => fast!(f16, f16::ONE, f16::ZERO),
-        other => crate::dispatch_dtype!(other, T => naive_matmul::<T>(dst as *mut T, a as *const T, am, b as *const T, bm)),
+        other => crate::dispatch_dtype!(other, T => naive_matmul::<T>(dst as *mut T, accumulate, a as *const T, am, b as *const T, bm)),
     }
 }
 
 /// Reference loop for dtypes the SIMD kernels do not cover (bfloat16 and integers).
-unsafe fn naive_matmul<T: Elem>(dst: *mut T, a: *const T, am: Mat, b: *const T, bm: Mat) {
+unsafe fn naive_matmul<T: Elem>(dst: *mut T, accumulate: bool, a: *const T, am: Mat, b: *const T, bm: Mat) {
     let (m, k, n) = (am.rows, am.cols, bm.cols);
     let dp = SendPtr(dst);
     let (ap, bp) = (SendPtr(a as *mut T), SendPtr(b as *mut T));
@@ -81,7 +87,8 @@ unsafe fn naive_matmul<T: Elem>(dst: *mut T, a: *const T, am: Mat, b: *const T, 
                 }
             }
             for (j, v) in acc.iter().enumerate() {
-                *dp.get().add(i * n + j) = T::from_f64(*v);
+                let prior = if accumulate { (*dp.get().add(i * n + j)).to_f64() } else { 0.0 };
+                *dp.get().add(i * n + j) = T::from_f64(prior + *v);
             }
         }
     });
@@ -258,6 +265,108 @@ impl Operator for BatchDot {
     }
 }
 
+crate::op_params! {
+    pub struct FullyConnectedParams {
+        /// Number of hidden units (output features).
+        num_hidden: usize,
+        /// Whether to disable the bias.
+        no_bias: bool = false,
+        /// Whether to collapse all but the first axis of the input into one feature axis.
+        flatten: bool = true,
+    }
+}
+
+/// FullyConnected: `out = data . weight^T + bias`, weight (num_hidden, features).
+struct FullyConnected {
+    p: FullyConnectedParams,
+}
+
+impl FullyConnected {
+    /// (rows, features) of the input as a matrix, and the output shape.
+    fn layout(&self, data: &Shape) -> Result<((usize, usize), Shape)> {
+        let d = data.dims();
+        if d.is_empty() {
+            crate::bail!(Shape, "FullyConnected: data must have at least one dimension");
+        }
+        let (rows, features, mut out) = if self.p.flatten {
+            (d[0], d[1..].iter().product(), vec![d[0]])
+        } else {
+            (data.size() / d[d.len() - 1].max(1), d[d.len() - 1], d[..d.len() - 1].to_vec())
+        };
+        out.push(self.p.num_hidden);
+        Ok(((rows, features), Shape::new(out)))
+    }
+}
+
+impl Operator for FullyConnected {
+    fn input_names(&self) -> Vec<String> {
+        let mut names = vec!["data".to_string(), "weight".to_string()];
+        if !self.p.no_bias {
+            names.push("bias".to_string());
+        }
+        names
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let ((_, features), out) = self.layout(&inputs[0])?;
+        let expected = Shape::new(vec![self.p.num_hidden, features]);
+        if inputs[1] != expected {
+            crate::bail!(Shape, "FullyConnected: weight has shape {}, expected {expected} for data {} and num_hidden={}", inputs[1], inputs[0], self.p.num_hidden);
+        }
+        if let Some(bias) = inputs.get(2) {
+            if bias.size() != self.p.num_hidden || bias.ndim() != 1 {
+                crate::bail!(Shape, "FullyConnected: bias has shape {bias}, expected ({},)", self.p.num_hidden);
+            }
+        }
+        Ok(vec![out])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let ((rows, features), _) = self.layout(&inputs[0].shape)?;
+        let (out, hidden) = (&outputs[0], self.p.num_hidden);
+        let accumulate = match inputs.get(2) {
+            Some(bias) => {
+                // Every output row starts as the bias; the product is added on top.
+                let es = out.dtype.size();
+                for r in 0..rows {
+                    // SAFETY: row r of the (rows, hidden) output is inside it; bias holds hidden elements.
+                    unsafe { std::ptr::copy_nonoverlapping(bias.raw(), out.raw().add(r * hidden * es), hidden * es) };
+                }
+                true
+            }
+            None => false,
+        };
+        let threads = rayon::current_num_threads();
+        // SAFETY: data is (rows, features), weight (hidden, features) read transposed, and the
+        // output holds rows * hidden elements.
+        unsafe {
+            matmul_into(
+                out.dtype,
+                out.raw(),
+                accumulate,
+                inputs[0].raw(),
+                Mat::stored(rows, features, false),
+                inputs[1].raw(),
+                Mat::stored(hidden, features, true),
+                threads,
+            )
+        };
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, w, g) = (d.input(0), d.input(1), d.out_grad(0));
+        let matrix = [("shape", "(-1, 0)".to_string()), ("reverse", "True".to_string())];
+        let x2 = if self.p.flatten { d.unary("Flatten", &x)? } else { d.op("Reshape", &matrix, &[&x])? };
+        let g2 = if self.p.flatten { g.clone() } else { d.op("Reshape", &matrix, &[&g])? };
+        let dx = d.binary("dot", &g, &w)?;
+        let dx = d.binary("reshape_like", &dx, &x)?;
+        let dw = d.op("dot", &[("transpose_a", "True".to_string())], &[&g2, &x2])?;
+        let mut grads = vec![Some(dx), Some(dw)];
+        if !self.p.no_bias {
+            grads.push(Some(d.op("sum", &[("axis", "0".to_string())], &[&g2])?));
+        }
+        Ok(grads)
+    }
+}
+
 fn check_dense(p: &DotParams) -> Result<()> {
     match p.forward_stype.as_deref() {
         None | Some("default") => Ok(()),
@@ -266,6 +375,12 @@ fn check_dense(p: &DotParams) -> Result<()> {
 }
 
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    add(OpDef::new(
+        "FullyConnected",
+        &[],
+        "Applies a linear transformation: out = data . weight^T + bias (data flattened to 2-D unless flatten=False).",
+        |p: FullyConnectedParams| Ok(FullyConnected { p }),
+    ));
     add(OpDef::new(
         "dot",
         &[],

@@ -7,13 +7,17 @@
 pub mod grad;
 pub mod params;
 
+mod activation;
 mod broadcast;
 mod creation;
+mod dropout;
 mod elemwise_binary;
 mod elemwise_unary;
 mod gather_scatter;
 mod indexing;
 mod linalg;
+mod optimizer_updates;
+mod output_layers;
 mod pad;
 mod rearrange;
 mod reduce;
@@ -97,6 +101,15 @@ pub trait Operator: Send + Sync + 'static {
     }
     fn num_outputs(&self) -> usize {
         1
+    }
+    /// Outputs a caller sees; the rest (Dropout's mask) exist for the gradient.
+    fn num_visible_outputs(&self) -> usize {
+        self.num_outputs()
+    }
+    /// Inputs the kernel updates in place (optimizer states such as momentum): the engine
+    /// orders them as writes.
+    fn mutated_inputs(&self) -> &'static [usize] {
+        &[]
     }
     /// Output shapes from input shapes.
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>>;
@@ -243,6 +256,10 @@ pub fn registry() -> &'static Registry {
         gather_scatter::register(&mut add);
         pad::register(&mut add);
         sampling::register(&mut add);
+        activation::register(&mut add);
+        output_layers::register(&mut add);
+        dropout::register(&mut add);
+        optimizer_updates::register(&mut add);
         creation::register(&mut add);
         r
     })

@@ -1,0 +1,410 @@
+//! Activation layers: Activation, LeakyReLU (leaky, elu, selu, gelu, prelu), and the softmax
+//! family (softmax, log_softmax, softmin, SoftmaxActivation), one pass per row.
+
+use std::sync::Arc;
+
+use super::grad::{Grad, InputGrads};
+use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use crate::base::{normalize_axis, DType, Elem, Shape};
+use crate::error::Result;
+use crate::graph::Entry;
+
+crate::op_params! {
+    pub struct ActivationParams {
+        /// Activation function: 'relu', 'sigmoid', 'tanh', 'softrelu' or 'softsign'.
+        act_type: String,
+    }
+}
+
+/// Activation: the element-wise operator its act_type names, under MXNet's layer name.
+struct Activation {
+    inner: Arc<dyn Operator>,
+}
+
+impl Operator for Activation {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        self.inner.infer_shape(inputs)
+    }
+    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+        self.inner.inplace_pairs()
+    }
+    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        self.inner.forward(ctx, inputs, outputs)
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        self.inner.gradient(d)
+    }
+}
+
+crate::op_params! {
+    /// The rrelu bounds are accepted for every act_type, as MXNet does; rrelu itself is not
+    /// implemented yet, so nothing reads them.
+    #[allow(dead_code)]
+    pub struct LeakyReLUParams {
+        /// 'leaky', 'elu', 'selu', 'gelu' or 'prelu'.
+        act_type: String = "leaky".to_string(),
+        /// Negative slope (leaky) or scale of the negative part (elu).
+        slope: f64 = 0.25,
+        /// Lower bound of the random slope ('rrelu').
+        lower_bound: f64 = 0.125,
+        /// Upper bound of the random slope ('rrelu').
+        upper_bound: f64 = 0.334,
+    }
+}
+
+const SELU_ALPHA: f64 = 1.673_263_242_354_377_3;
+const SELU_LAMBDA: f64 = 1.050_700_987_355_480_5;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Leaky {
+    Leaky,
+    Elu,
+    Selu,
+    Gelu,
+    Prelu,
+}
+
+impl Leaky {
+    fn parse(name: &str) -> Result<Leaky> {
+        Ok(match name {
+            "leaky" => Leaky::Leaky,
+            "elu" => Leaky::Elu,
+            "selu" => Leaky::Selu,
+            "gelu" => Leaky::Gelu,
+            "prelu" => Leaky::Prelu,
+            "rrelu" => crate::bail!(Param, "LeakyReLU: act_type 'rrelu' is not implemented yet"),
+            other => crate::bail!(Param, "LeakyReLU: act_type must be 'leaky', 'elu', 'selu', 'gelu' or 'prelu', got '{other}'"),
+        })
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Leaky::Leaky => "leaky",
+            Leaky::Elu => "elu",
+            Leaky::Selu => "selu",
+            Leaky::Gelu => "gelu",
+            Leaky::Prelu => "prelu",
+        }
+    }
+    #[inline(always)]
+    fn value(self, x: f64, slope: f64) -> f64 {
+        match self {
+            Leaky::Leaky | Leaky::Prelu => if x > 0.0 { x } else { slope * x },
+            Leaky::Elu => if x > 0.0 { x } else { slope * x.exp_m1() },
+            Leaky::Selu => SELU_LAMBDA * if x > 0.0 { x } else { SELU_ALPHA * x.exp_m1() },
+            Leaky::Gelu => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
+        }
+    }
+    #[inline(always)]
+    fn derivative(self, x: f64, slope: f64) -> f64 {
+        match self {
+            Leaky::Leaky | Leaky::Prelu => if x > 0.0 { 1.0 } else { slope },
+            Leaky::Elu => if x > 0.0 { 1.0 } else { slope * x.exp() },
+            Leaky::Selu => SELU_LAMBDA * if x > 0.0 { 1.0 } else { SELU_ALPHA * x.exp() },
+            Leaky::Gelu => {
+                let cdf = 0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2));
+                cdf + x * (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt()
+            }
+        }
+    }
+}
+
+/// The per-element slope of prelu: gamma has one value per channel (axis 1), or one in all.
+fn channel_of(i: usize, shape: &Shape, gamma_len: usize) -> usize {
+    if gamma_len == 1 || shape.ndim() < 2 {
+        return 0;
+    }
+    let inner: usize = shape.dims()[2..].iter().product();
+    (i / inner.max(1)) % shape[1]
+}
+
+struct LeakyReLU {
+    kind: Leaky,
+    slope: f64,
+}
+
+impl Operator for LeakyReLU {
+    fn input_names(&self) -> Vec<String> {
+        if self.kind == Leaky::Prelu {
+            vec!["data".into(), "gamma".into()]
+        } else {
+            vec!["data".into()]
+        }
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        if let Some(gamma) = inputs.get(1) {
+            let channels = if inputs[0].ndim() >= 2 { inputs[0][1] } else { 1 };
+            if gamma.size() != channels && gamma.size() != 1 {
+                crate::bail!(Shape, "LeakyReLU(prelu): gamma {gamma} must hold one value per channel ({channels}) of {}", inputs[0]);
+            }
+        }
+        Ok(vec![inputs[0].clone()])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (x, out) = (&inputs[0], &outputs[0]);
+        let slopes: Vec<f64> = match inputs.get(1) {
+            Some(gamma) => crate::dispatch_dtype!(gamma.dtype, T => {
+                // SAFETY: gamma is an input this op does not write.
+                unsafe { gamma.slice::<T>() }.iter().map(|v| v.to_f64()).collect()
+            }),
+            None => vec![self.slope],
+        };
+        let (kind, shape) = (self.kind, x.shape.clone());
+        crate::dispatch_dtype!(x.dtype, T => {
+            let (xp, op) = (SendPtr(x.ptr::<T>()), SendPtr(out.ptr::<T>()));
+            parallel_chunks(x.size(), super::PARALLEL_GRAIN, |range| {
+                for i in range {
+                    let slope = slopes[channel_of(i, &shape, slopes.len())];
+                    // SAFETY: i < size; the output is ours (and may alias x element-wise).
+                    unsafe { *op.get().add(i) = T::from_f64(kind.value((*xp.get().add(i)).to_f64(), slope)) };
+                }
+            });
+        });
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, g) = (d.input(0), d.out_grad(0));
+        let attrs = [("act_type", self.kind.name().to_string()), ("slope", format!("{:?}", self.slope))];
+        if self.kind == Leaky::Prelu {
+            let gamma = d.input(1);
+            let grads = d.op_outputs("_backward_LeakyReLU", &attrs, &[&g, &x, &gamma])?;
+            return Ok(grads.into_iter().map(Some).collect());
+        }
+        Ok(vec![Some(d.op("_backward_LeakyReLU", &attrs, &[&g, &x])?)])
+    }
+}
+
+/// `_backward_LeakyReLU(grad, data[, gamma])`: the input gradient (and prelu's gamma gradient).
+struct LeakyReLUBackward {
+    forward: LeakyReLU,
+}
+
+impl Operator for LeakyReLUBackward {
+    fn input_names(&self) -> Vec<String> {
+        let mut names = vec!["grad".to_string(), "data".to_string()];
+        if self.forward.kind == Leaky::Prelu {
+            names.push("gamma".into());
+        }
+        names
+    }
+    fn num_outputs(&self) -> usize {
+        if self.forward.kind == Leaky::Prelu {
+            2
+        } else {
+            1
+        }
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(inputs[1..].to_vec())
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (g, x) = (&inputs[0], &inputs[1]);
+        let slopes: Vec<f64> = match inputs.get(2) {
+            Some(gamma) => crate::dispatch_dtype!(gamma.dtype, T => {
+                // SAFETY: gamma is an input this op does not write.
+                unsafe { gamma.slice::<T>() }.iter().map(|v| v.to_f64()).collect()
+            }),
+            None => vec![self.forward.slope],
+        };
+        let kind = self.forward.kind;
+        let mut gamma_grad = vec![0f64; slopes.len()];
+        crate::dispatch_dtype!(x.dtype, T => {
+            // SAFETY: grad and data are inputs; the first output is this op's alone.
+            let (gv, xv, dx) = unsafe { (g.slice::<T>(), x.slice::<T>(), outputs[0].slice_mut::<T>()) };
+            for i in 0..xv.len() {
+                let c = channel_of(i, &x.shape, slopes.len());
+                let (xi, gi) = (xv[i].to_f64(), gv[i].to_f64());
+                dx[i] = T::from_f64(gi * kind.derivative(xi, slopes[c]));
+                if xi <= 0.0 {
+                    gamma_grad[c] += gi * xi;
+                }
+            }
+        });
+        if let Some(dgamma) = outputs.get(1) {
+            crate::dispatch_dtype!(dgamma.dtype, T => {
+                // SAFETY: the second output is this op's alone.
+                let o = unsafe { dgamma.slice_mut::<T>() };
+                o.iter_mut().zip(&gamma_grad).for_each(|(v, &s)| *v = T::from_f64(s));
+            });
+        }
+        Ok(())
+    }
+}
+
+crate::op_params! {
+    pub struct SoftmaxParams {
+        /// The axis along which to normalize.
+        axis: i64 = -1,
+        /// Temperature: the input is divided by it first.
+        temperature: Option<f64> = None,
+        /// Output dtype (only the input's dtype is supported).
+        dtype: Option<DType> = None,
+        /// Whether a length input masks each row (not supported yet).
+        use_length: bool = false,
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum SoftmaxKind {
+    Softmax,
+    LogSoftmax,
+    Softmin,
+}
+
+struct Softmax {
+    kind: SoftmaxKind,
+    /// Requested output dtype; only the input's own dtype is supported.
+    dtype: Option<DType>,
+    axis: i64,
+    temperature: f64,
+    /// SoftmaxActivation's 'instance' mode: each instance's features, all axes but the first.
+    per_instance: bool,
+}
+
+impl Softmax {
+    fn layout(&self, s: &Shape) -> Result<(usize, usize, usize, usize)> {
+        if self.per_instance {
+            let rows = s.dims().first().copied().unwrap_or(1);
+            return Ok((1, rows, s.size() / rows.max(1), 1));
+        }
+        let axis = normalize_axis(self.axis, s.ndim())?;
+        let d = s.dims();
+        Ok((axis, d[..axis].iter().product(), d[axis], d[axis + 1..].iter().product()))
+    }
+}
+
+/// Softmax of one lane of `n` values at `stride`, written the same way (one read for the max,
+/// one pass for the exponentials and their sum, one scaling pass).
+#[inline]
+fn softmax_lane<T: Elem>(x: *const T, y: *mut T, n: usize, stride: usize, scale: f64, kind: SoftmaxKind) {
+    // SAFETY (all pointer reads/writes below): the caller passes a lane of n elements at `stride`
+    // inside the input and output.
+    let at = |k: usize| unsafe { (*x.add(k * stride)).to_f64() * scale };
+    let mut max = f64::NEG_INFINITY;
+    for k in 0..n {
+        max = max.max(at(k));
+    }
+    let mut sum = 0.0;
+    for k in 0..n {
+        let e = (at(k) - max).exp();
+        sum += e;
+        if kind != SoftmaxKind::LogSoftmax {
+            unsafe { *y.add(k * stride) = T::from_f64(e) };
+        }
+    }
+    if kind == SoftmaxKind::LogSoftmax {
+        let log_sum = sum.ln() + max;
+        for k in 0..n {
+            unsafe { *y.add(k * stride) = T::from_f64(at(k) - log_sum) };
+        }
+    } else {
+        let inv = 1.0 / sum;
+        for k in 0..n {
+            unsafe { *y.add(k * stride) = T::from_f64((*y.add(k * stride)).to_f64() * inv) };
+        }
+    }
+}
+
+impl Operator for Softmax {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        self.layout(&inputs[0])?;
+        Ok(vec![inputs[0].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        match self.dtype {
+            Some(d) if d != inputs[0] => crate::bail!(Type, "softmax: dtype={d} differs from the input's {}; cast the input instead", inputs[0]),
+            _ => Ok(vec![inputs[0]]),
+        }
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (_, outer, n, inner) = self.layout(&inputs[0].shape)?;
+        let scale = if self.kind == SoftmaxKind::Softmin { -1.0 } else { 1.0 } / self.temperature;
+        let kind = self.kind;
+        crate::dispatch_dtype!(inputs[0].dtype, T => {
+            let (xp, yp) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
+            parallel_chunks(outer * inner, ((1usize << 14) / n.max(1)).max(1), |lanes| {
+                for lane in lanes {
+                    let (o, j) = (lane / inner, lane % inner);
+                    let start = o * n * inner + j;
+                    // SAFETY: lane (o, j) spans n elements at stride inner, inside both arrays.
+                    unsafe { softmax_lane::<T>(xp.get().add(start), yp.get().add(start), n, inner, scale, kind) };
+                }
+            });
+        });
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (y, g) = (d.output(0), d.out_grad(0));
+        let keep = if self.per_instance {
+            vec![("axis", "(0,)".to_string()), ("exclude", "True".to_string()), ("keepdims", "True".to_string())]
+        } else {
+            vec![("axis", format!("({},)", self.axis)), ("keepdims", "True".to_string())]
+        };
+        let dx = match self.kind {
+            SoftmaxKind::LogSoftmax => {
+                let total = d.op("sum", &keep, &[&g])?;
+                let p = d.unary("exp", &y)?;
+                let spread = d.binary("broadcast_mul", &p, &total)?;
+                d.binary("elemwise_sub", &g, &spread)?
+            }
+            _ => {
+                let gy = d.mul(&g, &y)?;
+                let total = d.op("sum", &keep, &[&gy])?;
+                let centered = d.binary("broadcast_sub", &g, &total)?;
+                d.mul(&y, &centered)?
+            }
+        };
+        let factor = if self.kind == SoftmaxKind::Softmin { -1.0 } else { 1.0 } / self.temperature;
+        let dx: Entry = if factor == 1.0 { dx } else { d.scalar("_mul_scalar", &dx, factor)? };
+        Ok(vec![Some(dx)])
+    }
+}
+
+crate::op_params! {
+    pub struct SoftmaxActivationParams {
+        /// 'instance' normalizes each row over all its features; 'channel' normalizes axis 1.
+        mode: String = "instance".to_string(),
+    }
+}
+
+pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    add(OpDef::new("Activation", &[], "Applies an activation function element-wise: relu, sigmoid, tanh, softrelu or softsign.", |p: ActivationParams| {
+        let unary = match p.act_type.as_str() {
+            "relu" => "relu",
+            "sigmoid" => "sigmoid",
+            "tanh" => "tanh",
+            "softrelu" => "_softrelu",
+            "softsign" => "softsign",
+            other => crate::bail!(Param, "Activation: act_type must be 'relu', 'sigmoid', 'tanh', 'softrelu' or 'softsign', got '{other}'"),
+        };
+        Ok(Activation { inner: super::lookup(unary)?.instantiate(unary, &Default::default())? })
+    }));
+    add(OpDef::new("LeakyReLU", &[], "Leaky rectified linear units and variants: leaky, elu, selu, gelu, prelu (gamma per channel).", |p: LeakyReLUParams| {
+        Ok(LeakyReLU { kind: Leaky::parse(&p.act_type)?, slope: p.slope })
+    }));
+    add(OpDef::new("_backward_LeakyReLU", &[], "Gradient of LeakyReLU.", |p: LeakyReLUParams| {
+        Ok(LeakyReLUBackward { forward: LeakyReLU { kind: Leaky::parse(&p.act_type)?, slope: p.slope } })
+    }));
+    let softmax = |kind: SoftmaxKind| {
+        move |p: SoftmaxParams| {
+            if p.use_length {
+                crate::bail!(Param, "softmax: use_length is not supported yet");
+            }
+            let temperature = p.temperature.unwrap_or(1.0);
+            if temperature == 0.0 {
+                crate::bail!(Param, "softmax: temperature must be non-zero");
+            }
+            Ok(Softmax { kind, dtype: p.dtype, axis: p.axis, temperature, per_instance: false })
+        }
+    };
+    add(OpDef::new("softmax", &[], "Applies the softmax function along an axis (one pass per row).", softmax(SoftmaxKind::Softmax)));
+    add(OpDef::new("log_softmax", &[], "Computes the log of the softmax along an axis.", softmax(SoftmaxKind::LogSoftmax)));
+    add(OpDef::new("softmin", &[], "Applies the softmin function (softmax of the negated input) along an axis.", softmax(SoftmaxKind::Softmin)));
+    add(OpDef::new("SoftmaxActivation", &[], "Softmax over each instance (mode='instance') or over channels (mode='channel').", |p: SoftmaxActivationParams| {
+        let per_instance = match p.mode.as_str() {
+            "instance" => true,
+            "channel" => false,
+            other => crate::bail!(Param, "SoftmaxActivation: mode must be 'instance' or 'channel', got '{other}'"),
+        };
+        Ok(Softmax { kind: SoftmaxKind::Softmax, dtype: None, axis: 1, temperature: 1.0, per_instance })
+    }));
+}

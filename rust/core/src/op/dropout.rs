@@ -1,0 +1,89 @@
+//! Dropout: zeroes elements with probability p while training (scaling the rest by 1/(1-p)),
+//! identity at inference. The mask is a hidden second output that the gradient multiplies by.
+
+use super::grad::{Grad, InputGrads};
+use super::rearrange::broadcast_into;
+use super::{ExecContext, OpDef, Operator, Tensor};
+use crate::base::{normalize_axis, Elem, Shape};
+use crate::error::Result;
+
+crate::op_params! {
+    /// Some parameters are accepted for compatibility only (see their docs).
+    #[allow(dead_code)]
+    pub struct DropoutParams {
+        /// Fraction of the input that gets dropped out during training.
+        p: f64 = 0.5,
+        /// 'training': active only while training; 'always': active at inference too.
+        mode: String = "training".to_string(),
+        /// Axes along which one mask value is shared (variational dropout).
+        axes: Vec<i64> = Vec::new(),
+        /// Accepted for compatibility (there is no cuDNN path on CPU).
+        cudnn_off: Option<bool> = None,
+    }
+}
+
+struct Dropout {
+    p: f64,
+    always: bool,
+    axes: Vec<i64>,
+}
+
+impl Operator for Dropout {
+    fn num_outputs(&self) -> usize {
+        2
+    }
+    fn num_visible_outputs(&self) -> usize {
+        1
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        for &a in &self.axes {
+            normalize_axis(a, inputs[0].ndim())?;
+        }
+        Ok(vec![inputs[0].clone(), inputs[0].clone()])
+    }
+    fn needs_rng(&self) -> bool {
+        true
+    }
+    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (x, out, mask) = (&inputs[0], &outputs[0], &outputs[1]);
+        let active = (ctx.is_train || self.always) && self.p > 0.0;
+        let mut shared = x.shape.dims().to_vec();
+        for &a in &self.axes {
+            shared[normalize_axis(a, x.shape.ndim())?] = 1;
+        }
+        let shared = Shape::new(shared);
+        let keep_scale = if self.p >= 1.0 { 0.0 } else { 1.0 / (1.0 - self.p) };
+        let (p, seed) = (self.p, ctx.seed);
+        crate::dispatch_dtype!(x.dtype, T => {
+            let draws: Vec<T> = (0..shared.size())
+                .map(|i| {
+                    let keep = !active || crate::random::uniform(seed, i as u64) >= p;
+                    T::from_f64(if !active { 1.0 } else if keep { keep_scale } else { 0.0 })
+                })
+                .collect();
+            // SAFETY: `draws` holds shared.size() elements of T for the duration of the copy.
+            let small = unsafe { Tensor::new(draws.as_ptr() as *mut u8, shared.clone(), x.dtype) };
+            broadcast_into(&small, mask)?;
+            super::broadcast::zip2(x, mask, out, |a: T, m: T| T::from_f64(a.to_f64() * m.to_f64()));
+        });
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (g, mask) = (d.out_grad(0), d.output(1));
+        Ok(vec![Some(d.mul(&g, &mask)?)])
+    }
+}
+
+pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    add(OpDef::new("Dropout", &[], "Applies dropout while training (or always, with mode='always'); identity otherwise.", |p: DropoutParams| {
+        if !(0.0..=1.0).contains(&p.p) {
+            crate::bail!(Param, "Dropout: p must be in [0, 1], got {}", p.p);
+        }
+        let always = match p.mode.as_str() {
+            "training" => false,
+            "always" => true,
+            other => crate::bail!(Param, "Dropout: mode must be 'training' or 'always', got '{other}'"),
+        };
+        Ok(Dropout { p: p.p, always, axes: p.axes })
+    }));
+}

@@ -1,0 +1,69 @@
+"""One helper for gradient checks: autograd's analytic gradient against central finite
+differences in float64, and lower precisions against the float64 analytic gradient."""
+
+import numpy as np
+
+import oxnet as mx
+from oxnet import autograd
+from oxnet.test_utils import assert_almost_equal
+
+FLOAT_DTYPES = ["float64", "float32", "float16"]
+
+
+def _as_list(x):
+    return x if isinstance(x, (list, tuple)) else [x]
+
+
+def _analytic(fn, arrays, head_seed, ctx, dtype):
+    xs = [mx.nd.array(a, ctx=ctx, dtype=dtype) for a in arrays]
+    for x in xs:
+        x.attach_grad()
+    with autograd.record():
+        outs = _as_list(fn(*xs))
+    rng = np.random.RandomState(head_seed)
+    heads = [rng.uniform(-1, 1, size=o.shape) for o in outs]
+    autograd.backward(outs, [mx.nd.array(h, ctx=ctx, dtype=dtype) for h in heads])
+    return [x.grad.asnumpy().astype(np.float64) for x in xs], heads
+
+
+def _numeric(fn, arrays, heads, ctx, eps=1e-6):
+    def objective(values):
+        outs = _as_list(fn(*[mx.nd.array(v, ctx=ctx, dtype="float64") for v in values]))
+        return sum(float((o.asnumpy() * h).sum()) for o, h in zip(outs, heads))
+
+    grads = []
+    for i, a in enumerate(arrays):
+        g = np.zeros(a.shape)
+        for idx in np.ndindex(*a.shape):
+            values = [v.copy() for v in arrays]
+            values[i][idx] += eps
+            up = objective(values)
+            values[i][idx] -= 2 * eps
+            down = objective(values)
+            g[idx] = (up - down) / (2 * eps)
+        grads.append(g)
+    return grads
+
+
+def check_gradient(fn, shapes, ctx, domain=(-1.0, 1.0), dtypes=FLOAT_DTYPES, seed=0, make=None):
+    """Check ``fn``'s input gradients for inputs of ``shapes`` drawn from ``domain``."""
+    rng = np.random.RandomState(seed)
+    arrays = make(rng) if make else [rng.uniform(*domain, size=s) for s in shapes]
+    reference, heads = _analytic(fn, arrays, seed + 1, ctx, "float64")
+    numeric = _numeric(fn, arrays, heads, ctx)
+    for r, n in zip(reference, numeric):
+        assert_almost_equal(r, n, rtol=1e-5, atol=1e-6)
+    tolerances = {"float32": (1e-4, 1e-5), "float16": (3e-2, 3e-2)}
+    for dtype in dtypes:
+        if dtype == "float64":
+            continue
+        if dtype == "float16":
+            # Inputs on the float16 grid so both precisions differentiate at the same point.
+            arrays16 = [a.astype(np.float16).astype(np.float64) for a in arrays]
+            reference, heads = _analytic(fn, arrays16, seed + 1, ctx, "float64")
+            got, _ = _analytic(fn, arrays16, seed + 1, ctx, dtype)
+        else:
+            got, _ = _analytic(fn, arrays, seed + 1, ctx, dtype)
+        rtol, atol = tolerances[dtype]
+        for r, g in zip(reference, got):
+            assert_almost_equal(g, r, rtol=rtol, atol=atol * max(1.0, np.abs(r).max()))

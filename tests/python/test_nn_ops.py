@@ -1,0 +1,261 @@
+"""Neural-network operators and optimizer updates against NumPy references, with gradient checks."""
+
+import math
+
+import numpy as np
+import pytest
+
+import oxnet as mx
+from oxnet import autograd
+from oxnet.test_utils import assert_almost_equal
+from gradcheck import check_gradient
+
+nd = mx.nd
+
+
+def _softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+@pytest.mark.parametrize("flatten", [True, False])
+@pytest.mark.parametrize("no_bias", [True, False])
+def test_fully_connected(flatten, no_bias, ctx):
+    rng = np.random.RandomState(0)
+    x = rng.randn(4, 3, 5)
+    features = 15 if flatten else 5
+    w, b = rng.randn(6, features), rng.randn(6)
+    args = [nd.array(x, ctx=ctx), nd.array(w, ctx=ctx)] + ([] if no_bias else [nd.array(b, ctx=ctx)])
+    out = nd.FullyConnected(*args, num_hidden=6, no_bias=no_bias, flatten=flatten)
+    xm = x.reshape(4, 15) if flatten else x
+    expected = xm @ w.T + (0 if no_bias else b)
+    assert_almost_equal(out.asnumpy(), expected, rtol=1e-4, atol=1e-5)
+    shapes = [(4, 3, 5), (6, features)] + ([] if no_bias else [(6,)])
+    check_gradient(lambda *a: nd.FullyConnected(*a, num_hidden=6, no_bias=no_bias, flatten=flatten), shapes, ctx)
+    with pytest.raises(mx.MXNetError, match="weight has shape"):
+        nd.FullyConnected(nd.ones((4, 15), ctx=ctx), nd.ones((6, 14), ctx=ctx), num_hidden=6, no_bias=True)
+
+
+ACTIVATIONS = {
+    "relu": lambda x: np.maximum(x, 0), "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "tanh": np.tanh,
+    "softrelu": lambda x: np.log1p(np.exp(x)), "softsign": lambda x: x / (1 + np.abs(x)),
+}
+
+
+@pytest.mark.parametrize("act", sorted(ACTIVATIONS))
+def test_activation(act, ctx):
+    x = np.random.RandomState(1).uniform(-2, 2, size=(3, 4))
+    x[np.abs(x) < 0.1] = 0.5
+    assert_almost_equal(nd.Activation(nd.array(x, ctx=ctx), act_type=act).asnumpy(), ACTIVATIONS[act](x), rtol=1e-5, atol=1e-6)
+    check_gradient(lambda v: nd.Activation(v, act_type=act), [(3, 4)], ctx, (0.2, 2.0))
+    with pytest.raises(mx.MXNetError, match="act_type"):
+        nd.Activation(nd.array(x, ctx=ctx), act_type="swish")
+
+
+LEAKY = {
+    "leaky": lambda x, s: np.where(x > 0, x, s * x),
+    "elu": lambda x, s: np.where(x > 0, x, s * np.expm1(x)),
+    "selu": lambda x, s: 1.0507009873554805 * np.where(x > 0, x, 1.6732632423543772 * np.expm1(x)),
+    "gelu": lambda x, s: 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2))),
+}
+
+
+@pytest.mark.parametrize("act", sorted(LEAKY))
+def test_leaky_relu(act, ctx):
+    x = np.random.RandomState(2).uniform(-2, 2, size=(3, 4))
+    out = nd.LeakyReLU(nd.array(x, ctx=ctx, dtype="float64"), act_type=act, slope=0.3)
+    assert_almost_equal(out.asnumpy(), LEAKY[act](x, 0.3), rtol=1e-10)
+    make = lambda rng: [np.where(np.abs(v) < 0.1, 0.5, v) for v in [rng.uniform(-2, 2, size=(3, 4))]]
+    check_gradient(lambda v: nd.LeakyReLU(v, act_type=act, slope=0.3), None, ctx, make=make, dtypes=["float64", "float32"])
+
+
+def test_prelu(ctx):
+    rng = np.random.RandomState(3)
+    x, gamma = rng.uniform(-2, 2, size=(2, 3, 4)), np.array([0.1, 0.2, 0.3])
+    out = nd.LeakyReLU(nd.array(x, ctx=ctx), nd.array(gamma, ctx=ctx), act_type="prelu")
+    assert_almost_equal(out.asnumpy(), np.where(x > 0, x, gamma[None, :, None] * x), rtol=1e-5)
+    make = lambda rng: [np.where(np.abs(v) < 0.1, 0.5, v) for v in [rng.uniform(-2, 2, size=(2, 3, 4))]] + [np.array([0.1, 0.2, 0.3])]
+    check_gradient(lambda v, g: nd.LeakyReLU(v, g, act_type="prelu"), None, ctx, make=make, dtypes=["float64"])
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_softmax_family(axis, ctx):
+    x = np.random.RandomState(4).randn(3, 4, 5)
+    a = nd.array(x, ctx=ctx, dtype="float64")
+    assert_almost_equal(nd.softmax(a, axis=axis).asnumpy(), _softmax(x, axis), rtol=1e-10)
+    assert_almost_equal(nd.softmax(a, axis=axis, temperature=2.0).asnumpy(), _softmax(x / 2, axis), rtol=1e-10)
+    assert_almost_equal(nd.log_softmax(a, axis=axis).asnumpy(), np.log(_softmax(x, axis)), rtol=1e-10)
+    assert_almost_equal(nd.softmin(a, axis=axis).asnumpy(), _softmax(-x, axis), rtol=1e-10)
+    for op, kwargs in ((nd.softmax, {}), (nd.softmax, {"temperature": 2.0}), (nd.log_softmax, {}), (nd.softmin, {})):
+        check_gradient(lambda v: op(v, axis=axis, **kwargs), [(3, 4, 5)], ctx, dtypes=["float64", "float32"])
+    big = nd.array([[1000.0, 0.0]], ctx=ctx)
+    assert np.isfinite(nd.softmax(big).asnumpy()).all() and np.isfinite(nd.log_softmax(big).asnumpy()).all()
+
+
+def test_softmax_activation(ctx):
+    x = np.random.RandomState(5).randn(2, 3, 4)
+    a = nd.array(x, ctx=ctx, dtype="float64")
+    assert_almost_equal(nd.SoftmaxActivation(a).asnumpy(), _softmax(x.reshape(2, -1), 1).reshape(2, 3, 4), rtol=1e-10)
+    assert_almost_equal(nd.SoftmaxActivation(a, mode="channel").asnumpy(), _softmax(x, 1), rtol=1e-10)
+    check_gradient(lambda v: nd.SoftmaxActivation(v), [(2, 3, 4)], ctx, dtypes=["float64"])
+
+
+def _softmax_output_grad(data, label, normalization="null", grad_scale=1.0, use_ignore=False, ignore_label=-1):
+    p = _softmax(data.reshape(data.shape[0], -1), 1)
+    target = np.eye(p.shape[1])[label.astype(int).clip(0)]
+    g = (p - target) * grad_scale
+    keep = ~(use_ignore & (label == ignore_label))
+    g *= keep[:, None]
+    norm = {"null": 1.0, "batch": data.shape[0], "valid": max(keep.sum(), 1)}[normalization]
+    return p, g / norm
+
+
+@pytest.mark.parametrize("normalization", ["null", "batch", "valid"])
+def test_softmax_output(normalization, ctx):
+    rng = np.random.RandomState(6)
+    x, label = rng.randn(5, 4), np.array([0, 3, -1, 2, 1], dtype=np.float64)
+    data = nd.array(x, ctx=ctx, dtype="float64")
+    data.attach_grad()
+    with autograd.record():
+        out = nd.SoftmaxOutput(data, nd.array(label, ctx=ctx, dtype="float64"), normalization=normalization,
+                               grad_scale=2.0, use_ignore=True, ignore_label=-1)
+    out.backward()
+    p, g = _softmax_output_grad(x, label, normalization, 2.0, True, -1)
+    assert_almost_equal(out.asnumpy(), p, rtol=1e-10)
+    assert_almost_equal(data.grad.asnumpy(), g, rtol=1e-10)
+
+
+def test_softmax_output_multi_output_and_preserve_shape(ctx):
+    rng = np.random.RandomState(7)
+    x, label = rng.randn(2, 3, 4), rng.randint(0, 3, size=(2, 4)).astype(np.float64)
+    data = nd.array(x, ctx=ctx, dtype="float64")
+    data.attach_grad()
+    with autograd.record():
+        out = nd.SoftmaxOutput(data, nd.array(label, ctx=ctx, dtype="float64"), multi_output=True)
+    out.backward()
+    p = _softmax(x, 1)
+    target = np.moveaxis(np.eye(3)[label.astype(int)], -1, 1)
+    assert_almost_equal(out.asnumpy(), p, rtol=1e-10)
+    assert_almost_equal(data.grad.asnumpy(), p - target, rtol=1e-10)
+    out = nd.SoftmaxOutput(data, nd.array(label[:, :3], ctx=ctx), preserve_shape=True)
+    assert_almost_equal(out.asnumpy(), _softmax(x, -1), rtol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["LinearRegressionOutput", "LogisticRegressionOutput", "MAERegressionOutput"])
+def test_regression_outputs(name, ctx):
+    rng = np.random.RandomState(8)
+    x, label = rng.randn(4, 3), rng.randn(4, 3)
+    data = nd.array(x, ctx=ctx, dtype="float64")
+    data.attach_grad()
+    with autograd.record():
+        out = getattr(nd, name)(data, nd.array(label, ctx=ctx, dtype="float64"), grad_scale=3.0)
+    out.backward()
+    pred = 1 / (1 + np.exp(-x)) if name.startswith("Logistic") else x
+    diff = np.sign(pred - label) if name.startswith("MAE") else pred - label
+    assert_almost_equal(out.asnumpy(), pred, rtol=1e-10)
+    assert_almost_equal(data.grad.asnumpy(), 3.0 * diff / 3, rtol=1e-10)
+
+
+def test_make_loss(ctx):
+    x = nd.array([[1.0, -2.0], [3.0, 0.5]], ctx=ctx)
+    x.attach_grad()
+    with autograd.record():
+        loss = nd.MakeLoss(x * 2, grad_scale=0.5, normalization="batch")
+    loss.backward()
+    assert_almost_equal(x.grad.asnumpy(), np.full((2, 2), 0.5))
+
+
+def test_dropout_training_inference_and_axes(ctx):
+    x = nd.ones((200, 300), ctx=ctx)
+    assert (nd.Dropout(x, p=0.5).asnumpy() == 1).all()
+    mx.random.seed(11)
+    x.attach_grad()
+    with autograd.record():
+        y = nd.Dropout(x, p=0.4)
+    y.backward()
+    out = y.asnumpy()
+    kept = out != 0
+    assert abs(kept.mean() - 0.6) < 0.01 and np.allclose(out[kept], 1 / 0.6)
+    assert_almost_equal(x.grad.asnumpy(), out)
+    with autograd.record():
+        shared = nd.Dropout(x, p=0.5, axes=(1,)).asnumpy()
+    assert ((shared == 0).all(axis=1) | (shared != 0).all(axis=1)).all()
+    assert not (nd.Dropout(x, p=0.5, mode="always").asnumpy() == 1).all()
+    with pytest.raises(mx.MXNetError, match="p must be"):
+        nd.Dropout(x, p=1.5)
+
+
+# ---- optimizer updates against NumPy re-implementations of MXNet's rules ------------------------
+
+def _clip(g, c):
+    return np.clip(g, -c, c) if c >= 0 else g
+
+
+def test_sgd_family_updates(ctx):
+    rng = np.random.RandomState(9)
+    w, g, m = rng.randn(5), rng.randn(5) * 3, rng.randn(5)
+    lr, wd, rs, clip, mom = 0.1, 0.01, 0.5, 1.0, 0.9
+    weight = nd.array(w, ctx=ctx, dtype="float64")
+    nd.sgd_update(weight, nd.array(g, ctx=ctx, dtype="float64"), lr=lr, wd=wd, rescale_grad=rs, clip_gradient=clip, out=weight)
+    assert_almost_equal(weight.asnumpy(), w - lr * (_clip(g * rs, clip) + wd * w), rtol=1e-12)
+
+    weight, state = nd.array(w, ctx=ctx, dtype="float64"), nd.array(m, ctx=ctx, dtype="float64")
+    nd.sgd_mom_update(weight, nd.array(g, ctx=ctx, dtype="float64"), state, lr=lr, momentum=mom, wd=wd,
+                      rescale_grad=rs, clip_gradient=clip, out=weight)
+    m_ref = mom * m - lr * wd * w - lr * _clip(g * rs, clip)
+    assert_almost_equal(state.asnumpy(), m_ref, rtol=1e-12)
+    assert_almost_equal(weight.asnumpy(), w + m_ref, rtol=1e-12)
+
+    weight, state = nd.array(w, ctx=ctx, dtype="float64"), nd.array(m, ctx=ctx, dtype="float64")
+    nd.nag_mom_update(weight, nd.array(g, ctx=ctx, dtype="float64"), state, lr=lr, momentum=mom, wd=wd, out=weight)
+    gr = g + wd * w
+    m_ref = mom * m + gr
+    assert_almost_equal(weight.asnumpy(), w - lr * (gr + mom * m_ref), rtol=1e-12)
+
+    weight = nd.array(w, ctx=ctx, dtype="float64")
+    nd.signsgd_update(weight, nd.array(g, ctx=ctx, dtype="float64"), lr=lr, wd=wd, out=weight)
+    assert_almost_equal(weight.asnumpy(), (1 - lr * wd) * w - lr * np.sign(g), rtol=1e-12)
+
+    weight, state = nd.array(w, ctx=ctx, dtype="float64"), nd.array(m, ctx=ctx, dtype="float64")
+    nd.signum_update(weight, nd.array(g, ctx=ctx, dtype="float64"), state, lr=lr, momentum=mom, wd=wd, wd_lh=0.01, out=weight)
+    m_ref = mom * m - (1 - mom) * (wd * w + g)
+    assert_almost_equal(weight.asnumpy(), (1 - lr * 0.01) * w + lr * np.sign(m_ref), rtol=1e-12)
+
+
+def test_adaptive_updates(ctx):
+    rng = np.random.RandomState(10)
+    w, g = rng.randn(6), rng.randn(6)
+    s1, s2, s3 = np.abs(rng.randn(6)), np.abs(rng.randn(6)), rng.randn(6)
+    arr = lambda v: nd.array(v, ctx=ctx, dtype="float64")  # noqa: E731
+    lr, wd, eps = 0.01, 0.1, 1e-8
+
+    weight, mean, var = arr(w), arr(s3), arr(s1)
+    nd.adam_update(weight, arr(g), mean, var, lr=lr, beta1=0.9, beta2=0.99, epsilon=eps, wd=wd, out=weight)
+    gr = g + wd * w
+    m_ref, v_ref = 0.9 * s3 + 0.1 * gr, 0.99 * s1 + 0.01 * gr ** 2
+    assert_almost_equal(weight.asnumpy(), w - lr * m_ref / (np.sqrt(v_ref) + eps), rtol=1e-12)
+    assert_almost_equal(mean.asnumpy(), m_ref, rtol=1e-12)
+
+    weight, n = arr(w), arr(s1)
+    nd.rmsprop_update(weight, arr(g), n, lr=lr, gamma1=0.9, wd=wd, out=weight)
+    n_ref = 0.1 * gr ** 2 + 0.9 * s1
+    assert_almost_equal(weight.asnumpy(), w - lr * gr / np.sqrt(n_ref + eps), rtol=1e-12)
+
+    weight, n, gs, delta = arr(w), arr(s1), arr(s3 * 0.1), arr(s2)
+    nd.rmspropalex_update(weight, arr(g), n, gs, delta, lr=lr, gamma1=0.9, gamma2=0.8, wd=wd, out=weight)
+    n_ref = 0.1 * gr ** 2 + 0.9 * s1
+    g_ref = 0.1 * gr + 0.9 * s3 * 0.1
+    d_ref = 0.8 * s2 - lr * gr / np.sqrt(n_ref - g_ref ** 2 + eps)
+    assert_almost_equal(weight.asnumpy(), w + d_ref, rtol=1e-12)
+
+    weight, z, n = arr(w), arr(s3), arr(s1)
+    nd.ftrl_update(weight, arr(g), z, n, lr=lr, lamda1=0.01, beta=1.0, wd=wd, out=weight)
+    z_ref = s3 + g - (np.sqrt(s1 + g ** 2) - np.sqrt(s1)) * w / lr
+    n_ref = s1 + g ** 2
+    w_ref = np.where(np.abs(z_ref) > 0.01, (np.sign(z_ref) * 0.01 - z_ref) / ((1 + np.sqrt(n_ref)) / lr + wd), 0)
+    assert_almost_equal(weight.asnumpy(), w_ref, rtol=1e-12)
+
+
+def test_update_shape_mismatch_is_an_error(ctx):
+    with pytest.raises(mx.MXNetError, match="sgd_update"):
+        nd.sgd_update(nd.ones((3,), ctx=ctx), nd.ones((4,), ctx=ctx), lr=0.1)
