@@ -259,3 +259,121 @@ def test_adaptive_updates(ctx):
 def test_update_shape_mismatch_is_an_error(ctx):
     with pytest.raises(mx.MXNetError, match="sgd_update"):
         nd.sgd_update(nd.ones((3,), ctx=ctx), nd.ones((4,), ctx=ctx), lr=0.1)
+
+
+# ---- convolution and pooling --------------------------------------------------------------------
+
+def _conv_reference(x, w, b, stride, pad, dilate, groups):
+    """Direct N-d convolution (channels first) by explicit summation over windows."""
+    rank = x.ndim - 2
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in pad])
+    n, c = x.shape[:2]
+    f = w.shape[0]
+    k = w.shape[2:]
+    out_sp = [(xp.shape[2 + a] - (dilate[a] * (k[a] - 1) + 1)) // stride[a] + 1 for a in range(rank)]
+    out = np.zeros((n, f) + tuple(out_sp))
+    cpg, fpg = c // groups, f // groups
+    for o in np.ndindex(*out_sp):
+        window = tuple(slice(o[a] * stride[a], o[a] * stride[a] + dilate[a] * (k[a] - 1) + 1, dilate[a]) for a in range(rank))
+        for grp in range(groups):
+            patch = xp[(slice(None), slice(grp * cpg, (grp + 1) * cpg)) + window]
+            wg = w[grp * fpg:(grp + 1) * fpg]
+            out[(slice(None), slice(grp * fpg, (grp + 1) * fpg)) + o] = np.tensordot(patch, wg, axes=(list(range(1, rank + 2)), list(range(1, rank + 2))))
+    if b is not None:
+        out += b.reshape((1, f) + (1,) * rank)
+    return out
+
+
+CONV_CASES = [
+    # (data shape, num_filter, kernel, stride, pad, dilate, groups, no_bias)
+    ((2, 3, 7, 6), 4, (3, 3), (1, 1), (0, 0), (1, 1), 1, False),
+    ((2, 4, 8, 7), 6, (3, 2), (2, 1), (1, 2), (1, 1), 2, False),
+    ((1, 2, 9, 9), 2, (3, 3), (1, 2), (2, 1), (2, 2), 1, True),
+    ((2, 3, 10), 5, (4,), (2,), (1,), (1,), 1, False),
+    ((1, 2, 5, 4, 6), 3, (2, 3, 2), (1, 1, 2), (1, 0, 1), (1, 1, 1), 1, False),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CONV_CASES)))
+def test_convolution(case, ctx):
+    shape, nf, kernel, stride, pad, dilate, groups, no_bias = CONV_CASES[case]
+    rng = np.random.RandomState(case)
+    x = rng.randn(*shape)
+    w = rng.randn(nf, shape[1] // groups, *kernel) * 0.3
+    b = None if no_bias else rng.randn(nf)
+    kwargs = dict(kernel=kernel, stride=stride, pad=pad, dilate=dilate, num_filter=nf, num_group=groups, no_bias=no_bias)
+    args = [nd.array(x, ctx=ctx), nd.array(w, ctx=ctx)] + ([] if no_bias else [nd.array(b, ctx=ctx)])
+    out = nd.Convolution(*args, **kwargs)
+    assert_almost_equal(out.asnumpy(), _conv_reference(x, w, b, stride, pad, dilate, groups), rtol=1e-4, atol=1e-4)
+    small = [(1,) + shape[1:], w.shape] + ([] if no_bias else [(nf,)])
+    check_gradient(lambda *a: nd.Convolution(*a, **kwargs), small, ctx, dtypes=["float64", "float32"])
+
+
+def test_convolution_errors(ctx):
+    x = nd.ones((1, 3, 5, 5), ctx=ctx)
+    with pytest.raises(mx.MXNetError, match="weight has shape"):
+        nd.Convolution(x, nd.ones((4, 2, 3, 3), ctx=ctx), kernel=(3, 3), num_filter=4, no_bias=True)
+    with pytest.raises(mx.MXNetError, match="4-D data"):
+        nd.Convolution(nd.ones((3, 5, 5), ctx=ctx), nd.ones((4, 3, 3, 3), ctx=ctx), kernel=(3, 3), num_filter=4, no_bias=True)
+    with pytest.raises(mx.MXNetError, match="larger than"):
+        nd.Convolution(x, nd.ones((4, 3, 7, 7), ctx=ctx), kernel=(7, 7), num_filter=4, no_bias=True)
+
+
+def _pool_reference(x, kernel, stride, pad, pool_type, convention="valid", count_include_pad=True):
+    rank = x.ndim - 2
+    sp = x.shape[2:]
+    if convention == "full":
+        out_sp = [int(np.ceil((sp[a] + 2 * pad[a] - kernel[a]) / stride[a])) + 1 for a in range(rank)]
+    else:
+        out_sp = [(sp[a] + 2 * pad[a] - kernel[a]) // stride[a] + 1 for a in range(rank)]
+    out = np.zeros(x.shape[:2] + tuple(out_sp))
+    for o in np.ndindex(*out_sp):
+        starts = [o[a] * stride[a] - pad[a] for a in range(rank)]
+        ends = [min(starts[a] + kernel[a], sp[a] + pad[a]) for a in range(rank)]
+        padded = np.prod([ends[a] - starts[a] for a in range(rank)])
+        window = tuple(slice(max(starts[a], 0), min(ends[a], sp[a])) for a in range(rank))
+        patch = x[(slice(None), slice(None)) + window].reshape(x.shape[0], x.shape[1], -1)
+        if pool_type == "max":
+            v = patch.max(-1)
+        elif pool_type == "sum":
+            v = patch.sum(-1)
+        else:
+            v = patch.sum(-1) / (padded if count_include_pad else patch.shape[-1])
+        out[(slice(None), slice(None)) + o] = v
+    return out
+
+
+POOL_CASES = [
+    ((2, 3, 7, 6), (2, 2), (2, 2), (0, 0), "valid"),
+    ((2, 2, 7, 7), (3, 3), (2, 2), (1, 1), "valid"),
+    ((1, 2, 7, 6), (3, 2), (2, 2), (0, 0), "full"),
+    ((2, 3, 9), (3,), (2,), (1,), "valid"),
+    ((1, 2, 4, 5, 6), (2, 2, 3), (2, 1, 3), (0, 1, 0), "valid"),
+]
+
+
+@pytest.mark.parametrize("pool_type", ["max", "avg", "sum"])
+@pytest.mark.parametrize("case", range(len(POOL_CASES)))
+def test_pooling(pool_type, case, ctx):
+    shape, kernel, stride, pad, convention = POOL_CASES[case]
+    x = np.random.RandomState(case).randn(*shape)
+    kwargs = dict(kernel=kernel, stride=stride, pad=pad, pool_type=pool_type, pooling_convention=convention)
+    out = nd.Pooling(nd.array(x, ctx=ctx, dtype="float64"), **kwargs)
+    assert_almost_equal(out.asnumpy(), _pool_reference(x, kernel, stride, pad, pool_type, convention), rtol=1e-10)
+    check_gradient(lambda v: nd.Pooling(v, **kwargs), [shape], ctx, dtypes=["float64", "float32"])
+
+
+def test_global_and_lp_pooling_and_pad_counting(ctx):
+    x = np.random.RandomState(3).randn(2, 3, 5, 4)
+    a = nd.array(x, ctx=ctx, dtype="float64")
+    assert_almost_equal(nd.Pooling(a, global_pool=True, pool_type="avg").asnumpy(), x.mean(axis=(2, 3), keepdims=True), rtol=1e-10)
+    assert_almost_equal(nd.Pooling(a, global_pool=True, kernel=(1, 1), pool_type="max").asnumpy(), x.max(axis=(2, 3), keepdims=True), rtol=1e-10)
+    lp = nd.Pooling(a, kernel=(2, 2), stride=(2, 2), pool_type="lp", p_value=2).asnumpy()
+    ref = np.sqrt(_pool_reference(x ** 2, (2, 2), (2, 2), (0, 0), "sum"))
+    assert_almost_equal(lp, ref, rtol=1e-10)
+    excl = nd.Pooling(a, kernel=(3, 3), stride=(1, 1), pad=(1, 1), pool_type="avg", count_include_pad=False).asnumpy()
+    assert_almost_equal(excl, _pool_reference(x, (3, 3), (1, 1), (1, 1), "avg", count_include_pad=False), rtol=1e-10)
+    check_gradient(lambda v: nd.Pooling(v, kernel=(2, 2), stride=(2, 2), pool_type="lp", p_value=2), [(1, 2, 4, 4)], ctx,
+                   dtypes=["float64"])
+    with pytest.raises(mx.MXNetError, match="pool_type"):
+        nd.Pooling(a, kernel=(2, 2), pool_type="median")

@@ -21,7 +21,7 @@ crate::op_params! {
 
 /// A row-major matrix operand: pointer, logical (rows, cols), and its (row, col) strides.
 #[derive(Clone, Copy)]
-struct Mat {
+pub(super) struct Mat {
     rows: usize,
     cols: usize,
     rs: isize,
@@ -30,7 +30,7 @@ struct Mat {
 
 impl Mat {
     /// A stored `rows x cols` matrix, read transposed when `t`.
-    fn stored(rows: usize, cols: usize, t: bool) -> Mat {
+    pub(super) fn stored(rows: usize, cols: usize, t: bool) -> Mat {
         if t {
             Mat { rows: cols, cols: rows, rs: 1, cs: cols as isize }
         } else {
@@ -46,7 +46,7 @@ unsafe fn matmul(dtype: DType, dst: *mut u8, a: *const u8, am: Mat, b: *const u8
 
 /// `dst (m x n) (+)= a (m x k) * b (k x n)`: adds to dst when `accumulate`.
 #[allow(clippy::too_many_arguments)]
-unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a: *const u8, am: Mat, b: *const u8, bm: Mat, threads: usize) {
+pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a: *const u8, am: Mat, b: *const u8, bm: Mat, threads: usize) {
     let (m, k, n) = (am.rows, am.cols, bm.cols);
     let flops = m * n * k;
     let par = if flops < 64 * 64 * 64 || threads <= 1 {

@@ -9,6 +9,7 @@ pub mod params;
 
 mod activation;
 mod broadcast;
+mod convolution;
 mod creation;
 mod dropout;
 mod elemwise_binary;
@@ -19,6 +20,7 @@ mod linalg;
 mod optimizer_updates;
 mod output_layers;
 mod pad;
+mod pooling;
 mod rearrange;
 mod reduce;
 mod sampling;
@@ -257,6 +259,8 @@ pub fn registry() -> &'static Registry {
         pad::register(&mut add);
         sampling::register(&mut add);
         activation::register(&mut add);
+        convolution::register(&mut add);
+        pooling::register(&mut add);
         output_layers::register(&mut add);
         dropout::register(&mut add);
         optimizer_updates::register(&mut add);

@@ -1,0 +1,394 @@
+//! Convolution (1-D, 2-D, 3-D; NCW/NCHW/NCDHW) as im2col + GEMM per image and group, and its
+//! gradients: col2im of W^T g for the data, g col^T summed over the batch for the weight.
+//!
+//! Spatial work is done in three dimensions: 1-D and 2-D problems get leading axes of size one,
+//! so one set of loops serves every rank.
+
+use super::grad::{tuple_attr, Grad, InputGrads};
+use super::linalg::{matmul_into, Mat};
+use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
+use crate::base::{DType, Elem, Shape};
+use crate::error::Result;
+
+crate::op_params! {
+    /// workspace, cudnn_tune and cudnn_off only steer MXNet's GPU algorithms: accepted, unused.
+    #[allow(dead_code)]
+    pub struct ConvolutionParams {
+        /// Kernel size: (w,), (h, w) or (d, h, w).
+        kernel: Vec<i64>,
+        /// Stride per spatial axis (default 1).
+        stride: Vec<i64> = Vec::new(),
+        /// Dilation per spatial axis (default 1).
+        dilate: Vec<i64> = Vec::new(),
+        /// Zero padding per spatial axis (default 0).
+        pad: Vec<i64> = Vec::new(),
+        /// Number of output channels.
+        num_filter: usize,
+        /// Number of groups the channels are split into.
+        num_group: usize = 1,
+        /// Maximum temporary workspace in MB (accepted for compatibility).
+        workspace: i64 = 1024,
+        /// Whether to disable the bias.
+        no_bias: bool = false,
+        /// cuDNN algorithm selection (accepted for compatibility).
+        cudnn_tune: Option<String> = None,
+        /// Disable cuDNN (accepted for compatibility).
+        cudnn_off: bool = false,
+        /// Data layout: None, 'NCW', 'NCHW' or 'NCDHW' (channels first).
+        layout: Option<String> = None,
+    }
+}
+
+/// A convolution's geometry in three spatial dimensions.
+#[derive(Clone, Debug)]
+pub(super) struct Geometry {
+    pub batch: usize,
+    pub channels: usize,
+    pub filters: usize,
+    pub groups: usize,
+    pub input: [usize; 3],
+    pub kernel: [usize; 3],
+    pub stride: [usize; 3],
+    pub dilate: [usize; 3],
+    pub pad: [usize; 3],
+    pub output: [usize; 3],
+    /// Number of spatial axes the caller sees (1, 2 or 3).
+    pub rank: usize,
+}
+
+impl Geometry {
+    fn input_size(&self) -> usize {
+        self.input.iter().product()
+    }
+    fn output_size(&self) -> usize {
+        self.output.iter().product()
+    }
+    fn kernel_size(&self) -> usize {
+        self.kernel.iter().product()
+    }
+    /// Rows of the column matrix of one group: channels per group times kernel positions.
+    fn col_rows(&self) -> usize {
+        self.channels / self.groups * self.kernel_size()
+    }
+    pub fn output_shape(&self) -> Shape {
+        let mut dims = vec![self.batch, self.filters];
+        dims.extend_from_slice(&self.output[3 - self.rank..]);
+        Shape::new(dims)
+    }
+}
+
+/// A per-axis parameter padded to three axes (leading axes take `fill`).
+fn spatial(op: &str, name: &str, values: &[i64], rank: usize, default: usize, fill: usize) -> Result<[usize; 3]> {
+    let mut out = [fill; 3];
+    if values.is_empty() {
+        out[3 - rank..].iter_mut().for_each(|v| *v = default);
+        return Ok(out);
+    }
+    if values.len() != rank {
+        crate::bail!(Param, "{op}: {name} has {} values for a {rank}-D kernel", values.len());
+    }
+    for (slot, &v) in out[3 - rank..].iter_mut().zip(values) {
+        if v < 0 {
+            crate::bail!(Param, "{op}: {name} must be non-negative, got {values:?}");
+        }
+        *slot = v as usize;
+    }
+    Ok(out)
+}
+
+impl ConvolutionParams {
+    pub(super) fn geometry(&self, op: &str, data: &Shape) -> Result<Geometry> {
+        let rank = self.kernel.len();
+        if !(1..=3).contains(&rank) {
+            crate::bail!(Param, "{op}: kernel must have 1, 2 or 3 values, got {:?}", self.kernel);
+        }
+        if let Some(layout) = &self.layout {
+            let expected = ["NCW", "NCHW", "NCDHW"][rank - 1];
+            if layout != expected {
+                crate::bail!(Param, "{op}: layout {layout} is not supported; use {expected} (channels first)");
+            }
+        }
+        if data.ndim() != rank + 2 {
+            crate::bail!(Shape, "{op}: a {rank}-D kernel needs {}-D data (batch, channel, spatial...), got {data}", rank + 2);
+        }
+        let kernel = spatial(op, "kernel", &self.kernel, rank, 1, 1)?;
+        let stride = spatial(op, "stride", &self.stride, rank, 1, 1)?;
+        let dilate = spatial(op, "dilate", &self.dilate, rank, 1, 1)?;
+        let pad = spatial(op, "pad", &self.pad, rank, 0, 0)?;
+        if kernel.contains(&0) || stride.contains(&0) || dilate.contains(&0) {
+            crate::bail!(Param, "{op}: kernel, stride and dilate must be positive");
+        }
+        let mut input = [1; 3];
+        input[3 - rank..].copy_from_slice(&data.dims()[2..]);
+        let mut output = [1; 3];
+        for a in 0..3 {
+            let extent = dilate[a] * (kernel[a] - 1) + 1;
+            let padded = input[a] + 2 * pad[a];
+            if padded < extent {
+                crate::bail!(Shape, "{op}: kernel {:?} (dilated) is larger than the padded input {data}", self.kernel);
+            }
+            output[a] = (padded - extent) / stride[a] + 1;
+        }
+        let (channels, groups) = (data[1], self.num_group);
+        if groups == 0 || channels % groups != 0 || self.num_filter % groups != 0 {
+            crate::bail!(Param, "{op}: channels ({channels}) and num_filter ({}) must divide by num_group ({groups})", self.num_filter);
+        }
+        Ok(Geometry { batch: data[0], channels, filters: self.num_filter, groups, input, kernel, stride, dilate, pad, output, rank })
+    }
+
+    pub(super) fn attrs(&self) -> Vec<(&'static str, String)> {
+        let flag = |b: bool| if b { "True" } else { "False" }.to_string();
+        let mut attrs = vec![
+            ("kernel", tuple_attr(&self.kernel)),
+            ("num_filter", self.num_filter.to_string()),
+            ("num_group", self.num_group.to_string()),
+            ("no_bias", flag(self.no_bias)),
+        ];
+        for (name, v) in [("stride", &self.stride), ("dilate", &self.dilate), ("pad", &self.pad)] {
+            if !v.is_empty() {
+                attrs.push((name, tuple_attr(v)));
+            }
+        }
+        attrs
+    }
+}
+
+/// For each kernel position (kd, kh, kw) and output position, the input offset it reads (or
+/// None in the padding), for one channel plane.
+fn gather_plan(g: &Geometry) -> Vec<Option<usize>> {
+    let mut plan = Vec::with_capacity(g.kernel_size() * g.output_size());
+    let [id, ih, iw] = g.input;
+    for kd in 0..g.kernel[0] {
+        for kh in 0..g.kernel[1] {
+            for kw in 0..g.kernel[2] {
+                for od in 0..g.output[0] {
+                    let d = (od * g.stride[0] + kd * g.dilate[0]) as isize - g.pad[0] as isize;
+                    for oh in 0..g.output[1] {
+                        let h = (oh * g.stride[1] + kh * g.dilate[1]) as isize - g.pad[1] as isize;
+                        for ow in 0..g.output[2] {
+                            let w = (ow * g.stride[2] + kw * g.dilate[2]) as isize - g.pad[2] as isize;
+                            let inside = (0..id as isize).contains(&d) && (0..ih as isize).contains(&h) && (0..iw as isize).contains(&w);
+                            plan.push(inside.then(|| (d as usize * ih + h as usize) * iw + w as usize));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    plan
+}
+
+/// im2col of one image's channels `c0..c0+cs`: col[(c, k), o] = plane_c[plan[k, o]] or 0.
+fn im2col<T: Elem>(image: &[T], plan: &[Option<usize>], plane: usize, c0: usize, cs: usize, col: &mut [T]) {
+    for c in 0..cs {
+        let src = &image[(c0 + c) * plane..(c0 + c + 1) * plane];
+        let dst = &mut col[c * plan.len()..(c + 1) * plan.len()];
+        for (d, p) in dst.iter_mut().zip(plan) {
+            *d = p.map_or(T::default(), |i| src[i]);
+        }
+    }
+}
+
+/// col2im, accumulating: plane_c[plan[k, o]] += col[(c, k), o].
+fn col2im<T: Elem>(col: &[T], plan: &[Option<usize>], plane: usize, c0: usize, cs: usize, image: &mut [T]) {
+    for c in 0..cs {
+        let dst = &mut image[(c0 + c) * plane..(c0 + c + 1) * plane];
+        for (v, p) in col[c * plan.len()..(c + 1) * plan.len()].iter().zip(plan) {
+            if let Some(i) = p {
+                dst[*i] = T::from_f64(dst[*i].to_f64() + v.to_f64());
+            }
+        }
+    }
+}
+
+struct Convolution {
+    p: ConvolutionParams,
+}
+
+impl Operator for Convolution {
+    fn input_names(&self) -> Vec<String> {
+        let mut names = vec!["data".to_string(), "weight".to_string()];
+        if !self.p.no_bias {
+            names.push("bias".into());
+        }
+        names
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let g = self.p.geometry("Convolution", &inputs[0])?;
+        let mut weight = vec![g.filters, g.channels / g.groups];
+        weight.extend_from_slice(&g.kernel[3 - g.rank..]);
+        let weight = Shape::new(weight);
+        if inputs[1] != weight {
+            crate::bail!(Shape, "Convolution: weight has shape {}, expected {weight} for data {}", inputs[1], inputs[0]);
+        }
+        if let Some(bias) = inputs.get(2) {
+            if bias.ndim() != 1 || bias[0] != g.filters {
+                crate::bail!(Shape, "Convolution: bias has shape {bias}, expected ({},)", g.filters);
+            }
+        }
+        Ok(vec![g.output_shape()])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let g = self.p.geometry("Convolution", &inputs[0].shape)?;
+        let plan = gather_plan(&g);
+        let (x, w, out) = (&inputs[0], &inputs[1], &outputs[0]);
+        let (plane, outs, rows) = (g.input_size(), g.output_size(), g.col_rows());
+        let fpg = g.filters / g.groups;
+        let cpg = g.channels / g.groups;
+        let threads = rayon::current_num_threads();
+        // Images in parallel when there are enough of them; otherwise GEMM uses the threads.
+        let (outer_threads, gemm_threads) = if g.batch >= threads { (threads, 1) } else { (1, threads) };
+        let es = x.dtype.size();
+        let (xp, wp, op) = (SendPtr(x.raw()), SendPtr(w.raw()), SendPtr(out.raw()));
+        let bias = inputs.get(2).map(|b| SendPtr(b.raw()));
+        crate::dispatch_dtype!(x.dtype, T => {
+            let run = |images: std::ops::Range<usize>| -> Result<()> {
+                let mut col: Vec<T> = vec![T::default(); rows * outs];
+                for n in images {
+                    // SAFETY: image n spans channels * plane elements of the input.
+                    let image = unsafe { std::slice::from_raw_parts(xp.get().add(n * g.channels * plane * es) as *const T, g.channels * plane) };
+                    for grp in 0..g.groups {
+                        im2col(image, &plan, plane, grp * cpg, cpg, &mut col);
+                        let dst = unsafe { op.get().add(((n * g.filters + grp * fpg) * outs) * es) };
+                        let accumulate = match bias {
+                            Some(b) => {
+                                for f in 0..fpg {
+                                    // SAFETY: filter row f of this group's output block; bias holds filters values.
+                                    unsafe {
+                                        let v = *(b.get() as *const T).add(grp * fpg + f);
+                                        std::slice::from_raw_parts_mut((dst as *mut T).add(f * outs), outs).fill(v);
+                                    }
+                                }
+                                true
+                            }
+                            None => false,
+                        };
+                        // SAFETY: weight group block is (fpg, rows); col is (rows, outs); the
+                        // destination block is (fpg, outs) inside this image's output.
+                        unsafe {
+                            matmul_into(
+                                x.dtype,
+                                dst,
+                                accumulate,
+                                wp.get().add(grp * fpg * rows * es),
+                                Mat::stored(fpg, rows, false),
+                                col.as_ptr() as *const u8,
+                                Mat::stored(rows, outs, false),
+                                gemm_threads,
+                            )
+                        };
+                    }
+                }
+                Ok(())
+            };
+            split_images(g.batch, outer_threads, run)?;
+        });
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, w, g) = (d.input(0), d.input(1), d.out_grad(0));
+        let attrs = self.p.attrs();
+        let grads = d.op_outputs("_backward_Convolution", &attrs, &[&g, &x, &w])?;
+        let mut out: InputGrads = grads.into_iter().map(Some).collect();
+        if self.p.no_bias {
+            out.truncate(2);
+        }
+        Ok(out)
+    }
+}
+
+/// Run `work` over `0..batch` split into `parts` contiguous ranges on the thread pool.
+fn split_images(batch: usize, parts: usize, work: impl Fn(std::ops::Range<usize>) -> Result<()> + Sync) -> Result<()> {
+    if parts <= 1 {
+        return work(0..batch);
+    }
+    use rayon::prelude::*;
+    let step = batch.div_ceil(parts);
+    (0..parts).into_par_iter().map(|p| work((p * step).min(batch)..((p + 1) * step).min(batch))).collect()
+}
+
+/// `_backward_Convolution(grad, data, weight)`: gradients of data, weight and bias.
+struct ConvolutionBackward {
+    p: ConvolutionParams,
+}
+
+impl Operator for ConvolutionBackward {
+    fn input_names(&self) -> Vec<String> {
+        vec!["grad".into(), "data".into(), "weight".into()]
+    }
+    fn num_outputs(&self) -> usize {
+        3
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![inputs[1].clone(), inputs[2].clone(), Shape::new(vec![self.p.num_filter])])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]; 3])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (gt, x, w) = (&inputs[0], &inputs[1], &inputs[2]);
+        let g = self.p.geometry("Convolution", &x.shape)?;
+        let plan = gather_plan(&g);
+        let (plane, outs, rows) = (g.input_size(), g.output_size(), g.col_rows());
+        let (fpg, cpg) = (g.filters / g.groups, g.channels / g.groups);
+        let (dx, dw, db) = (&outputs[0], &outputs[1], &outputs[2]);
+        let es = x.dtype.size();
+        let threads = rayon::current_num_threads();
+        crate::dispatch_dtype!(x.dtype, T => {
+            // SAFETY: inputs are read-only here; each output is this op's alone.
+            let (gv, xv) = unsafe { (gt.slice::<T>(), x.slice::<T>()) };
+            let (dxv, dwv, dbv) = unsafe { (dx.slice_mut::<T>(), dw.slice_mut::<T>(), db.slice_mut::<T>()) };
+            dxv.fill(T::default());
+            dwv.fill(T::default());
+            let mut bias_acc = vec![0f64; g.filters];
+            let mut col: Vec<T> = vec![T::default(); rows * outs];
+            let mut dcol: Vec<T> = vec![T::default(); rows * outs];
+            for n in 0..g.batch {
+                let image = &xv[n * g.channels * plane..(n + 1) * g.channels * plane];
+                for grp in 0..g.groups {
+                    im2col(image, &plan, plane, grp * cpg, cpg, &mut col);
+                    let gblock = &gv[(n * g.filters + grp * fpg) * outs..][..fpg * outs];
+                    for f in 0..fpg {
+                        bias_acc[grp * fpg + f] += gblock[f * outs..(f + 1) * outs].iter().map(|v| v.to_f64()).sum::<f64>();
+                    }
+                    // SAFETY: g block (fpg, outs), col (rows, outs) read transposed, weight block
+                    // (fpg, rows) read transposed, and the destinations sized to match.
+                    unsafe {
+                        matmul_into(
+                            x.dtype,
+                            dw.raw().add(grp * fpg * rows * es),
+                            true,
+                            gblock.as_ptr() as *const u8,
+                            Mat::stored(fpg, outs, false),
+                            col.as_ptr() as *const u8,
+                            Mat::stored(rows, outs, true),
+                            threads,
+                        );
+                        matmul_into(
+                            x.dtype,
+                            dcol.as_mut_ptr() as *mut u8,
+                            false,
+                            w.raw().add(grp * fpg * rows * es),
+                            Mat::stored(fpg, rows, true),
+                            gblock.as_ptr() as *const u8,
+                            Mat::stored(fpg, outs, false),
+                            threads,
+                        );
+                    }
+                    col2im(&dcol, &plan, plane, grp * cpg, cpg, &mut dxv[n * g.channels * plane..(n + 1) * g.channels * plane]);
+                }
+            }
+            dbv.iter_mut().zip(&bias_acc).for_each(|(v, &a)| *v = T::from_f64(a));
+        });
+        Ok(())
+    }
+}
+
+pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    add(OpDef::new("Convolution", &[], "Computes 1-D, 2-D or 3-D convolution (channels-first layouts), im2col + GEMM.", |p: ConvolutionParams| {
+        Ok(Convolution { p })
+    }));
+    add(OpDef::new("_backward_Convolution", &[], "Gradients of Convolution for data, weight and bias.", |p: ConvolutionParams| {
+        Ok(ConvolutionBackward { p })
+    }));
+}

@@ -1,0 +1,304 @@
+//! Pooling (max, avg, sum, lp; 1-D to 3-D, channels first; valid/full/same conventions; global),
+//! parallel over (image, channel) planes, and its gradient.
+
+use super::grad::{tuple_attr, Grad, InputGrads};
+use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use crate::base::{DType, Elem, Shape};
+use crate::error::Result;
+
+crate::op_params! {
+    /// cudnn_off only steers MXNet's GPU path: accepted, unused.
+    #[allow(dead_code)]
+    pub struct PoolingParams {
+        /// Pooling window: (w,), (h, w) or (d, h, w); ignored with global_pool.
+        kernel: Vec<i64> = Vec::new(),
+        /// 'max', 'avg', 'sum' or 'lp'.
+        pool_type: String = "max".to_string(),
+        /// Pool over the whole spatial extent.
+        global_pool: bool = false,
+        /// Disable cuDNN (accepted for compatibility).
+        cudnn_off: bool = false,
+        /// Output size rounding: 'valid' (floor), 'full' (ceil) or 'same'.
+        pooling_convention: String = "valid".to_string(),
+        /// Stride per spatial axis (default 1).
+        stride: Vec<i64> = Vec::new(),
+        /// Padding per spatial axis (default 0).
+        pad: Vec<i64> = Vec::new(),
+        /// The p of lp pooling.
+        p_value: Option<i64> = None,
+        /// Whether avg pooling counts padded positions.
+        count_include_pad: Option<bool> = None,
+        /// Data layout: None, 'NCW', 'NCHW' or 'NCDHW'.
+        layout: Option<String> = None,
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum PoolType {
+    Max,
+    Avg,
+    Sum,
+    Lp(i32),
+}
+
+/// One pooling problem in three spatial dimensions.
+struct Window {
+    planes: usize,
+    input: [usize; 3],
+    kernel: [usize; 3],
+    stride: [usize; 3],
+    pad: [usize; 3],
+    output: [usize; 3],
+    out_shape: Shape,
+}
+
+struct Pooling {
+    p: PoolingParams,
+    kind: PoolType,
+}
+
+fn three(values: &[i64], rank: usize, default: usize) -> Result<[usize; 3]> {
+    let mut out = [if default == 0 { 0 } else { 1 }; 3];
+    if values.is_empty() {
+        out[3 - rank..].iter_mut().for_each(|v| *v = default);
+        return Ok(out);
+    }
+    if values.len() != rank || values.iter().any(|&v| v < 0) {
+        crate::bail!(Param, "Pooling: {values:?} must hold {rank} non-negative values");
+    }
+    for (slot, &v) in out[3 - rank..].iter_mut().zip(values) {
+        *slot = v as usize;
+    }
+    Ok(out)
+}
+
+impl Pooling {
+    fn window(&self, data: &Shape) -> Result<Window> {
+        let rank = data.ndim().checked_sub(2).filter(|r| (1..=3).contains(r)).ok_or_else(|| {
+            crate::err!(Shape, "Pooling: data must be 3-D, 4-D or 5-D (batch, channel, spatial...), got {data}")
+        })?;
+        let mut input = [1; 3];
+        input[3 - rank..].copy_from_slice(&data.dims()[2..]);
+        let (kernel, stride, pad) = if self.p.global_pool {
+            (input, [1; 3], [0; 3])
+        } else {
+            if self.p.kernel.len() != rank {
+                crate::bail!(Param, "Pooling: kernel {:?} must have {rank} values for data {data}", self.p.kernel);
+            }
+            (three(&self.p.kernel, rank, 1)?, three(&self.p.stride, rank, 1)?, three(&self.p.pad, rank, 0)?)
+        };
+        if kernel.contains(&0) || stride.contains(&0) {
+            crate::bail!(Param, "Pooling: kernel and stride must be positive");
+        }
+        let mut output = [1; 3];
+        for a in 0..3 {
+            let padded = input[a] + 2 * pad[a];
+            if padded < kernel[a] && self.p.pooling_convention != "same" {
+                crate::bail!(Shape, "Pooling: kernel {:?} is larger than the padded input {data}", self.p.kernel);
+            }
+            output[a] = match self.p.pooling_convention.as_str() {
+                "full" => (padded - kernel[a]).div_ceil(stride[a]) + 1,
+                "same" => input[a].div_ceil(stride[a]),
+                _ => (padded - kernel[a]) / stride[a] + 1,
+            };
+        }
+        let mut dims = data.dims()[..2].to_vec();
+        dims.extend_from_slice(&output[3 - rank..]);
+        Ok(Window { planes: data[0] * data[1], input, kernel, stride, pad, output, out_shape: Shape::new(dims) })
+    }
+
+    fn include_pad(&self) -> bool {
+        self.p.count_include_pad.unwrap_or(true)
+    }
+}
+
+/// The window of output position `o` on one axis: its clipped [start, end) and the size of the
+/// part inside the padded input (what avg pooling divides by when padding counts).
+#[inline]
+fn span(o: usize, a: usize, w: &Window) -> (usize, usize, usize) {
+    let start = (o * w.stride[a]) as isize - w.pad[a] as isize;
+    let end = (start + w.kernel[a] as isize).min((w.input[a] + w.pad[a]) as isize);
+    let padded_len = (end - start).max(0) as usize;
+    let (s, e) = (start.max(0) as usize, end.clamp(0, w.input[a] as isize) as usize);
+    (s, e.max(s), padded_len)
+}
+
+/// Visit each output position of one plane with its window's element offsets and pad-inclusive size.
+fn for_each_window(w: &Window, mut visit: impl FnMut(usize, &mut dyn Iterator<Item = usize>, usize)) {
+    let [_, ih, iw] = w.input;
+    let mut o = 0;
+    for od in 0..w.output[0] {
+        let (d0, d1, dn) = span(od, 0, w);
+        for oh in 0..w.output[1] {
+            let (h0, h1, hn) = span(oh, 1, w);
+            for ow in 0..w.output[2] {
+                let (w0, w1, wn) = span(ow, 2, w);
+                let mut cells = (d0..d1).flat_map(move |d| (h0..h1).flat_map(move |h| (w0..w1).map(move |x| (d * ih + h) * iw + x)));
+                visit(o, &mut cells, dn * hn * wn);
+                o += 1;
+            }
+        }
+    }
+}
+
+impl Operator for Pooling {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![self.window(&inputs[0])?.out_shape])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let w = self.window(&inputs[0].shape)?;
+        let (plane, outs) = (w.input.iter().product::<usize>(), w.output.iter().product::<usize>());
+        let (kind, include_pad) = (self.kind, self.include_pad());
+        crate::dispatch_dtype!(inputs[0].dtype, T => {
+            let (xp, op) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
+            parallel_chunks(w.planes, ((1usize << 14) / plane.max(1)).max(1), |planes| {
+                for pl in planes {
+                    // SAFETY: plane pl of the input and of the output belong to this task.
+                    let (x, y) = unsafe {
+                        (std::slice::from_raw_parts(xp.get().add(pl * plane), plane), std::slice::from_raw_parts_mut(op.get().add(pl * outs), outs))
+                    };
+                    for_each_window(&w, |o, cells, padded| {
+                        let value = match kind {
+                            PoolType::Max => cells.map(|i| x[i].to_f64()).fold(f64::NEG_INFINITY, |a, b| if b > a || b.is_nan() { b } else { a }),
+                            PoolType::Sum => cells.map(|i| x[i].to_f64()).sum(),
+                            PoolType::Avg => {
+                                let (mut sum, mut count) = (0.0, 0usize);
+                                for i in cells {
+                                    sum += x[i].to_f64();
+                                    count += 1;
+                                }
+                                sum / (if include_pad { padded } else { count }).max(1) as f64
+                            }
+                            PoolType::Lp(p) => cells.map(|i| x[i].to_f64().abs().powi(p)).sum::<f64>().powf(1.0 / p as f64),
+                        };
+                        y[o] = T::from_f64(value);
+                    });
+                }
+            });
+        });
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, y, g) = (d.input(0), d.output(0), d.out_grad(0));
+        Ok(vec![Some(d.op("_backward_Pooling", &self.attrs(), &[&g, &x, &y])?)])
+    }
+}
+
+impl Pooling {
+    fn attrs(&self) -> Vec<(&'static str, String)> {
+        let p = &self.p;
+        let flag = |b: bool| if b { "True" } else { "False" }.to_string();
+        let mut attrs = vec![
+            ("pool_type", p.pool_type.clone()),
+            ("global_pool", flag(p.global_pool)),
+            ("pooling_convention", p.pooling_convention.clone()),
+        ];
+        for (name, v) in [("kernel", &p.kernel), ("stride", &p.stride), ("pad", &p.pad)] {
+            if !v.is_empty() {
+                attrs.push((name, tuple_attr(v)));
+            }
+        }
+        if let Some(pv) = p.p_value {
+            attrs.push(("p_value", pv.to_string()));
+        }
+        if let Some(c) = p.count_include_pad {
+            attrs.push(("count_include_pad", flag(c)));
+        }
+        attrs
+    }
+}
+
+/// `_backward_Pooling(grad, data, out)`: routes each output gradient back through its window.
+struct PoolingBackward {
+    pool: Pooling,
+}
+
+impl Operator for PoolingBackward {
+    fn input_names(&self) -> Vec<String> {
+        vec!["grad".into(), "data".into(), "out".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![inputs[1].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let w = self.pool.window(&inputs[1].shape)?;
+        let (plane, outs) = (w.input.iter().product::<usize>(), w.output.iter().product::<usize>());
+        let (kind, include_pad) = (self.pool.kind, self.pool.include_pad());
+        crate::dispatch_dtype!(inputs[1].dtype, T => {
+            let (gp, xp, yp, dp) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(inputs[1].ptr::<T>()), SendPtr(inputs[2].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
+            parallel_chunks(w.planes, ((1usize << 14) / plane.max(1)).max(1), |planes| {
+                let mut acc = vec![0f64; plane];
+                for pl in planes {
+                    // SAFETY: plane pl of every array belongs to this task; inputs are read-only.
+                    let (g, x, y, dx) = unsafe {
+                        (
+                            std::slice::from_raw_parts(gp.get().add(pl * outs), outs),
+                            std::slice::from_raw_parts(xp.get().add(pl * plane), plane),
+                            std::slice::from_raw_parts(yp.get().add(pl * outs), outs),
+                            std::slice::from_raw_parts_mut(dp.get().add(pl * plane), plane),
+                        )
+                    };
+                    acc.iter_mut().for_each(|v| *v = 0.0);
+                    for_each_window(&w, |o, mut cells, padded| {
+                        let (go, yo) = (g[o].to_f64(), y[o].to_f64());
+                        match kind {
+                            PoolType::Max => {
+                                // The first element equal to the maximum takes the gradient.
+                                if let Some(i) = Iterator::find(&mut cells, |&i| x[i].to_f64() == yo || (yo.is_nan() && x[i].to_f64().is_nan())) {
+                                    acc[i] += go;
+                                }
+                            }
+                            PoolType::Sum => cells.for_each(|i| acc[i] += go),
+                            PoolType::Avg => {
+                                let members: Vec<usize> = cells.collect();
+                                let count = if include_pad { padded } else { members.len() }.max(1) as f64;
+                                members.into_iter().for_each(|i| acc[i] += go / count);
+                            }
+                            PoolType::Lp(p) => cells.for_each(|i| {
+                                let xi = x[i].to_f64();
+                                if yo != 0.0 {
+                                    acc[i] += go * (xi.abs() / yo).powi(p - 1) * xi.signum();
+                                }
+                            }),
+                        }
+                    });
+                    dx.iter_mut().zip(&acc).for_each(|(v, &a)| *v = T::from_f64(a));
+                }
+            });
+        });
+        Ok(())
+    }
+}
+
+fn build(p: PoolingParams) -> Result<Pooling> {
+    let kind = match p.pool_type.as_str() {
+        "max" => PoolType::Max,
+        "avg" => PoolType::Avg,
+        "sum" => PoolType::Sum,
+        "lp" => match p.p_value {
+            Some(v) if v >= 1 => PoolType::Lp(v as i32),
+            _ => crate::bail!(Param, "Pooling: lp pooling needs p_value >= 1, got {:?}", p.p_value),
+        },
+        other => crate::bail!(Param, "Pooling: pool_type must be 'max', 'avg', 'sum' or 'lp', got '{other}'"),
+    };
+    if !matches!(p.pooling_convention.as_str(), "valid" | "full" | "same") {
+        crate::bail!(Param, "Pooling: pooling_convention must be 'valid', 'full' or 'same', got '{}'", p.pooling_convention);
+    }
+    if let Some(layout) = &p.layout {
+        if !matches!(layout.as_str(), "NCW" | "NCHW" | "NCDHW") {
+            crate::bail!(Param, "Pooling: layout {layout} is not supported; use a channels-first layout");
+        }
+    }
+    if !p.global_pool && p.kernel.is_empty() {
+        crate::bail!(Param, "Pooling: kernel is required unless global_pool=True");
+    }
+    Ok(Pooling { p, kind })
+}
+
+pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    add(OpDef::new("Pooling", &[], "Performs max, average, sum or Lp pooling over 1-D, 2-D or 3-D windows.", |p: PoolingParams| build(p)));
+    add(OpDef::new("_backward_Pooling", &[], "Gradient of Pooling.", |p: PoolingParams| Ok(PoolingBackward { pool: build(p)? })));
+}
