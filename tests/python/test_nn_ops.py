@@ -377,3 +377,59 @@ def test_global_and_lp_pooling_and_pad_counting(ctx):
                    dtypes=["float64"])
     with pytest.raises(mx.MXNetError, match="pool_type"):
         nd.Pooling(a, kernel=(2, 2), pool_type="median")
+
+
+# ---- normalization and embedding ----------------------------------------------------------------
+
+@pytest.mark.parametrize("fix_gamma", [True, False])
+def test_batch_norm_training_and_inference(fix_gamma, ctx):
+    rng = np.random.RandomState(12)
+    x, gamma, beta = rng.randn(4, 3, 5), rng.rand(3) + 0.5, rng.randn(3)
+    mm, mv = rng.randn(3), rng.rand(3) + 0.5
+    arr = lambda v: nd.array(v, ctx=ctx, dtype="float64")  # noqa: E731
+    data, moving_mean, moving_var = arr(x), arr(mm), arr(mv)
+    g = 1.0 if fix_gamma else gamma[None, :, None]
+    with autograd.record():
+        out = nd.BatchNorm(data, arr(gamma), arr(beta), moving_mean, moving_var, fix_gamma=fix_gamma, eps=1e-3, momentum=0.8)
+    mean, var = x.mean(axis=(0, 2)), x.var(axis=(0, 2))
+    expected = (x - mean[None, :, None]) / np.sqrt(var[None, :, None] + 1e-3) * g + beta[None, :, None]
+    assert_almost_equal(out.asnumpy(), expected, rtol=1e-10)
+    assert_almost_equal(moving_mean.asnumpy(), 0.8 * mm + 0.2 * mean, rtol=1e-10)
+    assert_almost_equal(moving_var.asnumpy(), 0.8 * mv + 0.2 * var, rtol=1e-10)
+    infer = nd.BatchNorm(data, arr(gamma), arr(beta), arr(mm), arr(mv), fix_gamma=fix_gamma, eps=1e-3)
+    expected = (x - mm[None, :, None]) / np.sqrt(mv[None, :, None] + 1e-3) * g + beta[None, :, None]
+    assert_almost_equal(infer.asnumpy(), expected, rtol=1e-10)
+    outs = nd.BatchNorm(data, arr(gamma), arr(beta), arr(mm), arr(mv), output_mean_var=True)
+    assert len(outs) == 3
+
+    def train_bn(v, gm, bt):
+        with autograd.train_mode():
+            return nd.BatchNorm(v, gm, bt, arr(mm), arr(mv), fix_gamma=fix_gamma)
+    check_gradient(train_bn, [(4, 3, 5), (3,), (3,)], ctx, dtypes=["float64"])
+
+
+def test_layer_norm(ctx):
+    rng = np.random.RandomState(13)
+    x, gamma, beta = rng.randn(3, 4, 5), rng.rand(5) + 0.5, rng.randn(5)
+    out = nd.LayerNorm(nd.array(x, ctx=ctx, dtype="float64"), nd.array(gamma, ctx=ctx, dtype="float64"),
+                       nd.array(beta, ctx=ctx, dtype="float64"), eps=1e-5)
+    mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    assert_almost_equal(out.asnumpy(), (x - mean) / np.sqrt(var + 1e-5) * gamma + beta, rtol=1e-10)
+    check_gradient(lambda v, gm, bt: nd.LayerNorm(v, gm, bt), [(3, 4, 5), (5,), (5,)], ctx, dtypes=["float64"])
+    check_gradient(lambda v, gm, bt: nd.LayerNorm(v, gm, bt, axis=1), [(3, 4, 5), (4,), (4,)], ctx, dtypes=["float64"])
+
+
+def test_embedding(ctx):
+    rng = np.random.RandomState(14)
+    weight = rng.randn(6, 3)
+    idx = np.array([[0, 5, 2], [2, 2, 1]])
+    out = nd.Embedding(nd.array(idx, ctx=ctx), nd.array(weight, ctx=ctx), input_dim=6, output_dim=3)
+    assert_almost_equal(out.asnumpy(), weight[idx], rtol=1e-6)
+    w = nd.array(weight, ctx=ctx, dtype="float64")
+    w.attach_grad()
+    with autograd.record():
+        y = nd.Embedding(nd.array(idx, ctx=ctx), w, input_dim=6, output_dim=3)
+    y.backward()
+    expected = np.zeros((6, 3))
+    np.add.at(expected, idx.reshape(-1), np.ones(3))
+    assert_almost_equal(w.grad.asnumpy(), expected)

@@ -454,11 +454,63 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         },
     ));
     add(OpDef::new(
+        "Embedding",
+        &[],
+        "Maps integer indices to rows of a weight matrix (input_dim, output_dim).",
+        |p: EmbeddingParams| Ok(Embedding { take: Take { axis: 0, mode: "clip".to_string() }, input_dim: p.input_dim, output_dim: p.output_dim }),
+    ));
+    add(OpDef::new(
         "_backward_take",
         &[],
         "Gradient of take: scatter-adds grad rows back to the rows they were taken from.",
         |p: TakeParams| Ok(TakeBackward { take: Take { axis: p.axis, mode: p.mode } }),
     ));
+}
+
+crate::op_params! {
+    /// sparse_grad is accepted (gradients are dense here); dtype only names the weight's type.
+    #[allow(dead_code)]
+    pub struct EmbeddingParams {
+        /// Vocabulary size: rows of the weight.
+        input_dim: usize,
+        /// Dimension of each embedding vector.
+        output_dim: usize,
+        /// Data type of the weight.
+        dtype: DType = DType::F32,
+        /// Compute a row-sparse weight gradient (accepted; the gradient is dense).
+        sparse_grad: bool = false,
+    }
+}
+
+/// Embedding(data, weight): the weight rows the indices in data name (take along axis 0).
+struct Embedding {
+    take: Take,
+    input_dim: usize,
+    output_dim: usize,
+}
+
+impl Operator for Embedding {
+    fn input_names(&self) -> Vec<String> {
+        vec!["data".into(), "weight".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let expected = Shape::new(vec![self.input_dim, self.output_dim]);
+        if inputs[1] != expected {
+            crate::bail!(Shape, "Embedding: weight has shape {}, expected {expected}", inputs[1]);
+        }
+        self.take.infer_shape(&[inputs[1].clone(), inputs[0].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[1]])
+    }
+    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        self.take.forward(ctx, &[inputs[1].clone(), inputs[0].clone()], outputs)
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (data, weight, g) = (d.input(0), d.input(1), d.out_grad(0));
+        let attrs = [("axis", "0".to_string()), ("mode", self.take.mode.clone())];
+        Ok(vec![None, Some(d.op("_backward_take", &attrs, &[&g, &data, &weight])?)])
+    }
 }
 
 /// `slice_axis` is a `slice` whose leading axes before `axis` take everything.

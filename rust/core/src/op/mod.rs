@@ -17,6 +17,7 @@ mod elemwise_unary;
 mod gather_scatter;
 mod indexing;
 mod linalg;
+mod normalization;
 mod optimizer_updates;
 mod output_layers;
 mod pad;
@@ -261,6 +262,7 @@ pub fn registry() -> &'static Registry {
         activation::register(&mut add);
         convolution::register(&mut add);
         pooling::register(&mut add);
+        normalization::register(&mut add);
         output_layers::register(&mut add);
         dropout::register(&mut add);
         optimizer_updates::register(&mut add);

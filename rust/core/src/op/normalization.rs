@@ -1,0 +1,372 @@
+//! Normalization layers: BatchNorm (batch statistics while training, moving statistics updated
+//! in place; the moving ones at inference) and LayerNorm, with their gradients.
+
+use super::grad::{Grad, InputGrads};
+use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use crate::base::{normalize_axis, DType, Elem, Shape};
+use crate::error::Result;
+
+crate::op_params! {
+    /// cudnn_off and the calibration ranges only matter to MXNet's GPU and quantized paths.
+    #[allow(dead_code)]
+    pub struct BatchNormParams {
+        /// Added to the variance for numerical stability.
+        eps: f64 = 1e-3,
+        /// Decay of the moving statistics.
+        momentum: f64 = 0.9,
+        /// Treat gamma as 1 (and give it no gradient).
+        fix_gamma: bool = true,
+        /// Use the moving statistics even while training.
+        use_global_stats: bool = false,
+        /// Also output the mean and variance used.
+        output_mean_var: bool = false,
+        /// The channel axis.
+        axis: i64 = 1,
+        /// Disable cuDNN (accepted for compatibility).
+        cudnn_off: bool = false,
+        /// Quantization calibration (accepted for compatibility).
+        min_calib_range: Option<f64> = None,
+        /// Quantization calibration (accepted for compatibility).
+        max_calib_range: Option<f64> = None,
+    }
+}
+
+/// (outer, channels, inner) around the channel axis.
+fn channel_layout(s: &Shape, axis: i64) -> Result<(usize, usize, usize)> {
+    let a = normalize_axis(axis, s.ndim())?;
+    let d = s.dims();
+    Ok((d[..a].iter().product(), d[a], d[a + 1..].iter().product()))
+}
+
+fn to_f64(t: &Tensor) -> Vec<f64> {
+    crate::dispatch_dtype!(t.dtype, T => {
+        // SAFETY: read-only use of an input (or of an output this op already wrote).
+        unsafe { t.slice::<T>() }.iter().map(|v| v.to_f64()).collect()
+    })
+}
+
+fn write_f64(t: &Tensor, values: &[f64]) {
+    crate::dispatch_dtype!(t.dtype, T => {
+        // SAFETY: `t` is an output (or mutated input) this op owns while it runs.
+        unsafe { t.slice_mut::<T>() }.iter_mut().zip(values).for_each(|(v, &x)| *v = T::from_f64(x));
+    });
+}
+
+/// Per-channel mean and (biased) variance of an (outer, channels, inner) array.
+fn channel_stats(x: &[f64], (outer, c, inner): (usize, usize, usize)) -> (Vec<f64>, Vec<f64>) {
+    let count = (outer * inner).max(1) as f64;
+    let mut mean = vec![0.0; c];
+    for o in 0..outer {
+        for (ch, m) in mean.iter_mut().enumerate() {
+            *m += x[(o * c + ch) * inner..][..inner].iter().sum::<f64>();
+        }
+    }
+    mean.iter_mut().for_each(|m| *m /= count);
+    let mut var = vec![0.0; c];
+    for o in 0..outer {
+        for (ch, v) in var.iter_mut().enumerate() {
+            *v += x[(o * c + ch) * inner..][..inner].iter().map(|&e| (e - mean[ch]) * (e - mean[ch])).sum::<f64>();
+        }
+    }
+    var.iter_mut().for_each(|v| *v /= count);
+    (mean, var)
+}
+
+struct BatchNorm {
+    p: BatchNormParams,
+}
+
+impl BatchNorm {
+    fn batch_stats(&self, ctx: &ExecContext) -> bool {
+        ctx.is_train && !self.p.use_global_stats
+    }
+}
+
+impl Operator for BatchNorm {
+    fn input_names(&self) -> Vec<String> {
+        ["data", "gamma", "beta", "moving_mean", "moving_var"].iter().map(|s| s.to_string()).collect()
+    }
+    fn num_outputs(&self) -> usize {
+        3
+    }
+    fn num_visible_outputs(&self) -> usize {
+        if self.p.output_mean_var {
+            3
+        } else {
+            1
+        }
+    }
+    fn mutated_inputs(&self) -> &'static [usize] {
+        &[3, 4]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let (_, c, _) = channel_layout(&inputs[0], self.p.axis)?;
+        for (name, s) in ["gamma", "beta", "moving_mean", "moving_var"].iter().zip(&inputs[1..]) {
+            if s.size() != c || s.ndim() != 1 {
+                crate::bail!(Shape, "BatchNorm: {name} has shape {s}, expected ({c},) for data {}", inputs[0]);
+            }
+        }
+        let stats = Shape::new(vec![c]);
+        Ok(vec![inputs[0].clone(), stats.clone(), stats])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0], inputs[1], inputs[1]])
+    }
+    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let layout = channel_layout(&inputs[0].shape, self.p.axis)?;
+        let (outer, c, inner) = layout;
+        let x = to_f64(&inputs[0]);
+        let gamma = if self.p.fix_gamma { vec![1.0; c] } else { to_f64(&inputs[1]) };
+        let beta = to_f64(&inputs[2]);
+        let (mean, var) = if self.batch_stats(ctx) {
+            let (mean, var) = channel_stats(&x, layout);
+            let m = self.p.momentum;
+            let moving_mean: Vec<f64> = to_f64(&inputs[3]).iter().zip(&mean).map(|(&old, &b)| m * old + (1.0 - m) * b).collect();
+            let moving_var: Vec<f64> = to_f64(&inputs[4]).iter().zip(&var).map(|(&old, &b)| m * old + (1.0 - m) * b).collect();
+            write_f64(&inputs[3], &moving_mean);
+            write_f64(&inputs[4], &moving_var);
+            (mean, var)
+        } else {
+            (to_f64(&inputs[3]), to_f64(&inputs[4]))
+        };
+        let scale: Vec<f64> = (0..c).map(|ch| gamma[ch] / (var[ch] + self.p.eps).sqrt()).collect();
+        let out = &outputs[0];
+        crate::dispatch_dtype!(out.dtype, T => {
+            let op = SendPtr(out.ptr::<T>());
+            parallel_chunks(outer * c, ((1usize << 15) / inner.max(1)).max(1), |rows| {
+                for row in rows {
+                    let ch = row % c;
+                    for k in 0..inner {
+                        let i = row * inner + k;
+                        // SAFETY: row `row` of the output belongs to this task.
+                        unsafe { *op.get().add(i) = T::from_f64((x[i] - mean[ch]) * scale[ch] + beta[ch]) };
+                    }
+                }
+            });
+        });
+        write_f64(&outputs[1], &mean);
+        write_f64(&outputs[2], &var);
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, gamma, g, mean, var) = (d.input(0), d.input(1), d.out_grad(0), d.output(1), d.output(2));
+        let flag = |b: bool| if b { "True" } else { "False" }.to_string();
+        let attrs = [
+            ("eps", format!("{:?}", self.p.eps)),
+            ("fix_gamma", flag(self.p.fix_gamma)),
+            ("use_global_stats", flag(self.p.use_global_stats)),
+            ("axis", self.p.axis.to_string()),
+        ];
+        let grads = d.op_outputs("_backward_BatchNorm", &attrs, &[&g, &x, &gamma, &mean, &var])?;
+        let mut out: InputGrads = grads.into_iter().map(Some).collect();
+        out.extend([None, None]);
+        Ok(out)
+    }
+}
+
+/// `_backward_BatchNorm(grad, data, gamma, mean, var)`: gradients of data, gamma and beta. With
+/// batch statistics (training) the statistics' own dependence on the data is included.
+struct BatchNormBackward {
+    p: BatchNormParams,
+}
+
+impl Operator for BatchNormBackward {
+    fn input_names(&self) -> Vec<String> {
+        ["grad", "data", "gamma", "mean", "var"].iter().map(|s| s.to_string()).collect()
+    }
+    fn num_outputs(&self) -> usize {
+        3
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![inputs[1].clone(), inputs[2].clone(), inputs[2].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[1], inputs[2], inputs[2]])
+    }
+    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let layout = channel_layout(&inputs[1].shape, self.p.axis)?;
+        let (outer, c, inner) = layout;
+        let (g, x) = (to_f64(&inputs[0]), to_f64(&inputs[1]));
+        let gamma = if self.p.fix_gamma { vec![1.0; c] } else { to_f64(&inputs[2]) };
+        let (mean, var) = (to_f64(&inputs[3]), to_f64(&inputs[4]));
+        let invstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + self.p.eps).sqrt()).collect();
+        let (mut dgamma, mut dbeta) = (vec![0.0; c], vec![0.0; c]);
+        for o in 0..outer {
+            for ch in 0..c {
+                for k in 0..inner {
+                    let i = (o * c + ch) * inner + k;
+                    dbeta[ch] += g[i];
+                    dgamma[ch] += g[i] * (x[i] - mean[ch]) * invstd[ch];
+                }
+            }
+        }
+        let count = (outer * inner).max(1) as f64;
+        let batch_stats = ctx.is_train && !self.p.use_global_stats;
+        let mut dx = vec![0.0; x.len()];
+        for o in 0..outer {
+            for ch in 0..c {
+                for k in 0..inner {
+                    let i = (o * c + ch) * inner + k;
+                    dx[i] = if batch_stats {
+                        let xhat = (x[i] - mean[ch]) * invstd[ch];
+                        gamma[ch] * invstd[ch] * (g[i] - dbeta[ch] / count - xhat * dgamma[ch] / count)
+                    } else {
+                        g[i] * gamma[ch] * invstd[ch]
+                    };
+                }
+            }
+        }
+        if self.p.fix_gamma {
+            dgamma.iter_mut().for_each(|v| *v = 0.0);
+        }
+        write_f64(&outputs[0], &dx);
+        write_f64(&outputs[1], &dgamma);
+        write_f64(&outputs[2], &dbeta);
+        Ok(())
+    }
+}
+
+crate::op_params! {
+    pub struct LayerNormParams {
+        /// The axis normalized over.
+        axis: i64 = -1,
+        /// Added to the variance for numerical stability.
+        eps: f64 = 1e-5,
+        /// Also output the mean and standard deviation.
+        output_mean_var: bool = false,
+    }
+}
+
+/// LayerNorm: normalize each lane along `axis`, then scale by gamma and shift by beta.
+struct LayerNorm {
+    p: LayerNormParams,
+}
+
+impl LayerNorm {
+    /// (outer, n, inner) around the normalized axis.
+    fn layout(&self, s: &Shape) -> Result<(usize, usize, usize)> {
+        channel_layout(s, self.p.axis)
+    }
+}
+
+impl Operator for LayerNorm {
+    fn input_names(&self) -> Vec<String> {
+        vec!["data".into(), "gamma".into(), "beta".into()]
+    }
+    fn num_outputs(&self) -> usize {
+        3
+    }
+    fn num_visible_outputs(&self) -> usize {
+        if self.p.output_mean_var {
+            3
+        } else {
+            1
+        }
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let (_, n, _) = self.layout(&inputs[0])?;
+        for (name, s) in ["gamma", "beta"].iter().zip(&inputs[1..]) {
+            if s.size() != n || s.ndim() != 1 {
+                crate::bail!(Shape, "LayerNorm: {name} has shape {s}, expected ({n},) for data {}", inputs[0]);
+            }
+        }
+        let axis = normalize_axis(self.p.axis, inputs[0].ndim())?;
+        let mut stats = inputs[0].dims().to_vec();
+        stats[axis] = 1;
+        Ok(vec![inputs[0].clone(), Shape::new(stats.clone()), Shape::new(stats)])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (outer, n, inner) = self.layout(&inputs[0].shape)?;
+        let (x, gamma, beta) = (to_f64(&inputs[0]), to_f64(&inputs[1]), to_f64(&inputs[2]));
+        let mut y = vec![0.0; x.len()];
+        let mut means = vec![0.0; outer * inner];
+        let mut stds = vec![0.0; outer * inner];
+        for o in 0..outer {
+            for j in 0..inner {
+                let at = |k: usize| (o * n + k) * inner + j;
+                let mean = (0..n).map(|k| x[at(k)]).sum::<f64>() / n as f64;
+                let var = (0..n).map(|k| (x[at(k)] - mean).powi(2)).sum::<f64>() / n as f64;
+                let std = (var + self.p.eps).sqrt();
+                for k in 0..n {
+                    y[at(k)] = (x[at(k)] - mean) / std * gamma[k] + beta[k];
+                }
+                means[o * inner + j] = mean;
+                stds[o * inner + j] = std;
+            }
+        }
+        write_f64(&outputs[0], &y);
+        write_f64(&outputs[1], &means);
+        write_f64(&outputs[2], &stds);
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, gamma, g, mean, std) = (d.input(0), d.input(1), d.out_grad(0), d.output(1), d.output(2));
+        let attrs = [("axis", self.p.axis.to_string()), ("eps", format!("{:?}", self.p.eps))];
+        Ok(d.op_outputs("_backward_LayerNorm", &attrs, &[&g, &x, &gamma, &mean, &std])?.into_iter().map(Some).collect())
+    }
+}
+
+/// `_backward_LayerNorm(grad, data, gamma, mean, std)`: gradients of data, gamma and beta.
+struct LayerNormBackward {
+    norm: LayerNorm,
+}
+
+impl Operator for LayerNormBackward {
+    fn input_names(&self) -> Vec<String> {
+        ["grad", "data", "gamma", "mean", "std"].iter().map(|s| s.to_string()).collect()
+    }
+    fn num_outputs(&self) -> usize {
+        3
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![inputs[1].clone(), inputs[2].clone(), inputs[2].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[1], inputs[2], inputs[2]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (outer, n, inner) = self.norm.layout(&inputs[1].shape)?;
+        let (g, x, gamma) = (to_f64(&inputs[0]), to_f64(&inputs[1]), to_f64(&inputs[2]));
+        let (means, stds) = (to_f64(&inputs[3]), to_f64(&inputs[4]));
+        let mut dx = vec![0.0; x.len()];
+        let (mut dgamma, mut dbeta) = (vec![0.0; n], vec![0.0; n]);
+        for o in 0..outer {
+            for j in 0..inner {
+                let at = |k: usize| (o * n + k) * inner + j;
+                let (mean, std) = (means[o * inner + j], stds[o * inner + j]);
+                let xhat = |k: usize| (x[at(k)] - mean) / std;
+                let mut sum_dxhat = 0.0;
+                let mut sum_dxhat_xhat = 0.0;
+                for k in 0..n {
+                    let dxhat = g[at(k)] * gamma[k];
+                    sum_dxhat += dxhat;
+                    sum_dxhat_xhat += dxhat * xhat(k);
+                    dgamma[k] += g[at(k)] * xhat(k);
+                    dbeta[k] += g[at(k)];
+                }
+                for k in 0..n {
+                    let dxhat = g[at(k)] * gamma[k];
+                    dx[at(k)] = (dxhat - sum_dxhat / n as f64 - xhat(k) * sum_dxhat_xhat / n as f64) / std;
+                }
+            }
+        }
+        write_f64(&outputs[0], &dx);
+        write_f64(&outputs[1], &dgamma);
+        write_f64(&outputs[2], &dbeta);
+        Ok(())
+    }
+}
+
+pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    add(OpDef::new(
+        "BatchNorm",
+        &[],
+        "Batch normalization: batch statistics while training (updating moving_mean/moving_var in place), the moving ones otherwise.",
+        |p: BatchNormParams| Ok(BatchNorm { p }),
+    ));
+    add(OpDef::new("_backward_BatchNorm", &[], "Gradient of BatchNorm.", |p: BatchNormParams| Ok(BatchNormBackward { p })));
+    add(OpDef::new("LayerNorm", &[], "Layer normalization over one axis, then gamma scale and beta shift.", |p: LayerNormParams| Ok(LayerNorm { p })));
+    add(OpDef::new("_backward_LayerNorm", &[], "Gradient of LayerNorm.", |p: LayerNormParams| {
+        Ok(LayerNormBackward { norm: LayerNorm { p } })
+    }));
+}
