@@ -433,3 +433,20 @@ def test_embedding(ctx):
     expected = np.zeros((6, 3))
     np.add.at(expected, idx.reshape(-1), np.ones(3))
     assert_almost_equal(w.grad.asnumpy(), expected)
+
+
+def test_convolution_weight_gradient_without_data_gradient(ctx):
+    rng = np.random.RandomState(15)
+    x, w = nd.array(rng.randn(2, 3, 6, 6), ctx=ctx, dtype="float64"), rng.randn(4, 3, 3, 3)
+    grads = []
+    for attach_data in (False, True):
+        weight = nd.array(w, ctx=ctx, dtype="float64")
+        weight.attach_grad()
+        data = x.copy()
+        if attach_data:
+            data.attach_grad()
+        with autograd.record():
+            y = nd.Convolution(data, weight, kernel=(3, 3), num_filter=4, no_bias=True)
+        y.backward()
+        grads.append(weight.grad.asnumpy())
+    assert_almost_equal(grads[0], grads[1], rtol=1e-12)

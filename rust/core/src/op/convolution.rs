@@ -6,7 +6,7 @@
 
 use super::grad::{tuple_attr, Grad, InputGrads};
 use super::linalg::{matmul_into, Mat};
-use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::{ExecContext, OpDef, Operator, Scratch, SendPtr, Tensor};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 
@@ -36,6 +36,27 @@ crate::op_params! {
         cudnn_off: bool = false,
         /// Data layout: None, 'NCW', 'NCHW' or 'NCDHW' (channels first).
         layout: Option<String> = None,
+    }
+}
+
+crate::op_params! {
+    pub struct ConvolutionBackwardParams {
+        /// The forward convolution's parameters are passed through as well.
+        kernel: Vec<i64>,
+        /// Stride per spatial axis.
+        stride: Vec<i64> = Vec::new(),
+        /// Dilation per spatial axis.
+        dilate: Vec<i64> = Vec::new(),
+        /// Zero padding per spatial axis.
+        pad: Vec<i64> = Vec::new(),
+        /// Number of output channels.
+        num_filter: usize,
+        /// Number of groups.
+        num_group: usize = 1,
+        /// Whether the forward had no bias.
+        no_bias: bool = false,
+        /// Whether the data gradient is used (when not, it is left as zeros and not computed).
+        data_grad: bool = true,
     }
 }
 
@@ -153,52 +174,88 @@ impl ConvolutionParams {
     }
 }
 
-/// For each kernel position (kd, kh, kw) and output position, the input offset it reads (or
-/// None in the padding), for one channel plane.
-fn gather_plan(g: &Geometry) -> Vec<Option<usize>> {
-    let mut plan = Vec::with_capacity(g.kernel_size() * g.output_size());
-    let [id, ih, iw] = g.input;
-    for kd in 0..g.kernel[0] {
-        for kh in 0..g.kernel[1] {
-            for kw in 0..g.kernel[2] {
-                for od in 0..g.output[0] {
-                    let d = (od * g.stride[0] + kd * g.dilate[0]) as isize - g.pad[0] as isize;
-                    for oh in 0..g.output[1] {
-                        let h = (oh * g.stride[1] + kh * g.dilate[1]) as isize - g.pad[1] as isize;
-                        for ow in 0..g.output[2] {
-                            let w = (ow * g.stride[2] + kw * g.dilate[2]) as isize - g.pad[2] as isize;
-                            let inside = (0..id as isize).contains(&d) && (0..ih as isize).contains(&h) && (0..iw as isize).contains(&w);
-                            plan.push(inside.then(|| (d as usize * ih + h as usize) * iw + w as usize));
+/// For one kernel offset along an axis: the output positions whose input index lies inside the
+/// input, as a range, and the input index of output position 0 (possibly negative).
+#[inline]
+fn valid_outputs(kernel_pos: usize, axis: usize, g: &Geometry) -> (std::ops::Range<usize>, isize) {
+    let (s, n) = (g.stride[axis] as isize, g.input[axis] as isize);
+    let offset = (kernel_pos * g.dilate[axis]) as isize - g.pad[axis] as isize;
+    // First o with o*s + offset >= 0, and one past the last with o*s + offset < n.
+    let lo = if offset >= 0 { 0 } else { ((-offset) + s - 1) / s };
+    let hi = if n - offset <= 0 { 0 } else { (n - offset + s - 1) / s };
+    let out = g.output[axis] as isize;
+    (lo.clamp(0, out) as usize..hi.clamp(0, out).max(lo.clamp(0, out)) as usize, offset)
+}
+
+/// Visit every (row of the column matrix, output line) of channels `c0..c0+cs` of one image:
+/// `visit(column_line, input_line_or_none, valid_width_range, w_offset)` where an output line is
+/// the run of output positions along the last axis.
+fn for_each_line(g: &Geometry, cs: usize, mut visit: impl FnMut(usize, usize, Option<usize>, std::ops::Range<usize>, isize)) {
+    let [_, ih, iw] = g.input;
+    let [od, oh, ow] = g.output;
+    let mut row = 0;
+    for c in 0..cs {
+        for kd in 0..g.kernel[0] {
+            let (d_range, d_off) = valid_outputs(kd, 0, g);
+            for kh in 0..g.kernel[1] {
+                let (h_range, h_off) = valid_outputs(kh, 1, g);
+                for kw in 0..g.kernel[2] {
+                    let (w_range, w_off) = valid_outputs(kw, 2, g);
+                    for o_d in 0..od {
+                        for o_h in 0..oh {
+                            let line = (row * od + o_d) * oh + o_h;
+                            let inside = d_range.contains(&o_d) && h_range.contains(&o_h);
+                            let src = inside.then(|| {
+                                let d = (o_d as isize * g.stride[0] as isize + d_off) as usize;
+                                let h = (o_h as isize * g.stride[1] as isize + h_off) as usize;
+                                (c * g.input[0] + d) * ih * iw + h * iw
+                            });
+                            visit(line * ow, c, src, w_range.clone(), w_off);
                         }
                     }
+                    row += 1;
                 }
             }
         }
     }
-    plan
 }
 
-/// im2col of one image's channels `c0..c0+cs`: col[(c, k), o] = plane_c[plan[k, o]] or 0.
-fn im2col<T: Elem>(image: &[T], plan: &[Option<usize>], plane: usize, c0: usize, cs: usize, col: &mut [T]) {
-    for c in 0..cs {
-        let src = &image[(c0 + c) * plane..(c0 + c + 1) * plane];
-        let dst = &mut col[c * plan.len()..(c + 1) * plan.len()];
-        for (d, p) in dst.iter_mut().zip(plan) {
-            *d = p.map_or(T::default(), |i| src[i]);
-        }
-    }
-}
-
-/// col2im, accumulating: plane_c[plan[k, o]] += col[(c, k), o].
-fn col2im<T: Elem>(col: &[T], plan: &[Option<usize>], plane: usize, c0: usize, cs: usize, image: &mut [T]) {
-    for c in 0..cs {
-        let dst = &mut image[(c0 + c) * plane..(c0 + c + 1) * plane];
-        for (v, p) in col[c * plan.len()..(c + 1) * plan.len()].iter().zip(plan) {
-            if let Some(i) = p {
-                dst[*i] = T::from_f64(dst[*i].to_f64() + v.to_f64());
+/// im2col of one image's channels `c0..c0+cs` into the column matrix (rows = channel x kernel
+/// position, columns = output positions): contiguous runs are copied, padding is zero.
+fn im2col<T: Elem>(image: &[T], g: &Geometry, c0: usize, cs: usize, col: &mut [T]) {
+    let (plane, ow, sw) = (g.input_size(), g.output[2], g.stride[2] as isize);
+    let base = &image[c0 * plane..(c0 + cs) * plane];
+    for_each_line(g, cs, |start, _c, src, w, w_off| {
+        let dst = &mut col[start..start + ow];
+        let Some(src) = src else {
+            dst.fill(T::default());
+            return;
+        };
+        dst[..w.start].fill(T::default());
+        dst[w.end..].fill(T::default());
+        let first = (w.start as isize * sw + w_off) as usize + src;
+        if sw == 1 {
+            dst[w.clone()].copy_from_slice(&base[first..first + w.len()]);
+        } else {
+            for (k, d) in dst[w.clone()].iter_mut().enumerate() {
+                *d = base[first + k * sw as usize];
             }
         }
-    }
+    });
+}
+
+/// col2im, accumulating the column matrix back into the image's channels `c0..c0+cs`.
+fn col2im<T: Elem>(col: &[T], g: &Geometry, c0: usize, cs: usize, image: &mut [T]) {
+    let (plane, sw) = (g.input_size(), g.stride[2] as usize);
+    let base = &mut image[c0 * plane..(c0 + cs) * plane];
+    for_each_line(g, cs, |start, _c, src, w, w_off| {
+        let Some(src) = src else { return };
+        let first = (w.start as isize * sw as isize + w_off) as usize + src;
+        for (k, v) in col[start + w.start..start + w.end].iter().enumerate() {
+            let at = first + k * sw;
+            base[at] = T::from_f64(base[at].to_f64() + v.to_f64());
+        }
+    });
 }
 
 struct Convolution {
@@ -230,7 +287,6 @@ impl Operator for Convolution {
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let g = self.p.geometry("Convolution", &inputs[0].shape)?;
-        let plan = gather_plan(&g);
         let (x, w, out) = (&inputs[0], &inputs[1], &outputs[0]);
         let (plane, outs, rows) = (g.input_size(), g.output_size(), g.col_rows());
         let fpg = g.filters / g.groups;
@@ -243,12 +299,13 @@ impl Operator for Convolution {
         let bias = inputs.get(2).map(|b| SendPtr(b.raw()));
         crate::dispatch_dtype!(x.dtype, T => {
             let run = |images: std::ops::Range<usize>| -> Result<()> {
-                let mut col: Vec<T> = vec![T::default(); rows * outs];
+                let mut col_buffer = Scratch::<T>::zeroed(rows * outs)?;
+                let col = col_buffer.as_mut_slice();
                 for n in images {
                     // SAFETY: image n spans channels * plane elements of the input.
                     let image = unsafe { std::slice::from_raw_parts(xp.get().add(n * g.channels * plane * es) as *const T, g.channels * plane) };
                     for grp in 0..g.groups {
-                        im2col(image, &plan, plane, grp * cpg, cpg, &mut col);
+                        im2col(image, &g, grp * cpg, cpg, col);
                         let dst = unsafe { op.get().add(((n * g.filters + grp * fpg) * outs) * es) };
                         let accumulate = match bias {
                             Some(b) => {
@@ -287,7 +344,8 @@ impl Operator for Convolution {
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, w, g) = (d.input(0), d.input(1), d.out_grad(0));
-        let attrs = self.p.attrs();
+        let mut attrs = self.p.attrs();
+        attrs.push(("data_grad", if d.input_needed(0) { "True" } else { "False" }.to_string()));
         let grads = d.op_outputs("_backward_Convolution", &attrs, &[&g, &x, &w])?;
         let mut out: InputGrads = grads.into_iter().map(Some).collect();
         if self.p.no_bias {
@@ -310,6 +368,7 @@ fn split_images(batch: usize, parts: usize, work: impl Fn(std::ops::Range<usize>
 /// `_backward_Convolution(grad, data, weight)`: gradients of data, weight and bias.
 struct ConvolutionBackward {
     p: ConvolutionParams,
+    data_grad: bool,
 }
 
 impl Operator for ConvolutionBackward {
@@ -328,7 +387,6 @@ impl Operator for ConvolutionBackward {
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let (gt, x, w) = (&inputs[0], &inputs[1], &inputs[2]);
         let g = self.p.geometry("Convolution", &x.shape)?;
-        let plan = gather_plan(&g);
         let (plane, outs, rows) = (g.input_size(), g.output_size(), g.col_rows());
         let (fpg, cpg) = (g.filters / g.groups, g.channels / g.groups);
         let (dx, dw, db) = (&outputs[0], &outputs[1], &outputs[2]);
@@ -341,12 +399,12 @@ impl Operator for ConvolutionBackward {
             dxv.fill(T::default());
             dwv.fill(T::default());
             let mut bias_acc = vec![0f64; g.filters];
-            let mut col: Vec<T> = vec![T::default(); rows * outs];
-            let mut dcol: Vec<T> = vec![T::default(); rows * outs];
+            let (mut col_buffer, mut dcol_buffer) = (Scratch::<T>::zeroed(rows * outs)?, Scratch::<T>::zeroed(rows * outs)?);
+            let (col, dcol) = (col_buffer.as_mut_slice(), dcol_buffer.as_mut_slice());
             for n in 0..g.batch {
                 let image = &xv[n * g.channels * plane..(n + 1) * g.channels * plane];
                 for grp in 0..g.groups {
-                    im2col(image, &plan, plane, grp * cpg, cpg, &mut col);
+                    im2col(image, &g, grp * cpg, cpg, col);
                     let gblock = &gv[(n * g.filters + grp * fpg) * outs..][..fpg * outs];
                     for f in 0..fpg {
                         bias_acc[grp * fpg + f] += gblock[f * outs..(f + 1) * outs].iter().map(|v| v.to_f64()).sum::<f64>();
@@ -364,6 +422,12 @@ impl Operator for ConvolutionBackward {
                             Mat::stored(rows, outs, true),
                             threads,
                         );
+                    }
+                    if !self.data_grad {
+                        continue;
+                    }
+                    // SAFETY: as above.
+                    unsafe {
                         matmul_into(
                             x.dtype,
                             dcol.as_mut_ptr() as *mut u8,
@@ -375,7 +439,7 @@ impl Operator for ConvolutionBackward {
                             threads,
                         );
                     }
-                    col2im(&dcol, &plan, plane, grp * cpg, cpg, &mut dxv[n * g.channels * plane..(n + 1) * g.channels * plane]);
+                    col2im(dcol, &g, grp * cpg, cpg, &mut dxv[n * g.channels * plane..(n + 1) * g.channels * plane]);
                 }
             }
             dbv.iter_mut().zip(&bias_acc).for_each(|(v, &a)| *v = T::from_f64(a));
@@ -388,7 +452,20 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     add(OpDef::new("Convolution", &[], "Computes 1-D, 2-D or 3-D convolution (channels-first layouts), im2col + GEMM.", |p: ConvolutionParams| {
         Ok(Convolution { p })
     }));
-    add(OpDef::new("_backward_Convolution", &[], "Gradients of Convolution for data, weight and bias.", |p: ConvolutionParams| {
-        Ok(ConvolutionBackward { p })
+    add(OpDef::new("_backward_Convolution", &[], "Gradients of Convolution for data, weight and bias.", |p: ConvolutionBackwardParams| {
+        let forward = ConvolutionParams {
+            kernel: p.kernel,
+            stride: p.stride,
+            dilate: p.dilate,
+            pad: p.pad,
+            num_filter: p.num_filter,
+            num_group: p.num_group,
+            workspace: 1024,
+            no_bias: p.no_bias,
+            cudnn_tune: None,
+            cudnn_off: false,
+            layout: None,
+        };
+        Ok(ConvolutionBackward { p: forward, data_grad: p.data_grad })
     }));
 }

@@ -18,6 +18,7 @@ pub struct Grad<'a> {
     prefix: &'a str,
     created: usize,
     shapes: &'a dyn Fn(&Entry) -> Option<Shape>,
+    needed: Vec<bool>,
 }
 
 /// Input gradients: `None` is an input whose gradient is zero (or not needed).
@@ -33,7 +34,16 @@ impl<'a> Grad<'a> {
         prefix: &'a str,
         shapes: &'a dyn Fn(&Entry) -> Option<Shape>,
     ) -> Self {
-        Grad { inputs, outputs, out_grads, prefix, created: 0, shapes }
+        Grad { inputs, outputs, out_grads, prefix, created: 0, shapes, needed: vec![true; inputs.len()] }
+    }
+    /// Tell which inputs' gradients anyone uses, so definitions can skip expensive unused ones.
+    pub fn with_needed(mut self, needed: Vec<bool>) -> Self {
+        self.needed = needed;
+        self
+    }
+    /// Whether input `i`'s gradient is used (a definition may return anything for it otherwise).
+    pub fn input_needed(&self, i: usize) -> bool {
+        self.needed.get(i).copied().unwrap_or(true)
     }
     /// Whether two forward entries are known to have the same shape.
     pub fn known_same_shape(&self, a: &Entry, b: &Entry) -> bool {

@@ -293,6 +293,30 @@ pub(crate) fn parallel_chunks(n: usize, min_chunk: usize, f: impl Fn(std::ops::R
     });
 }
 
+/// Zeroed temporary memory for a kernel, from the pooled host allocator: large scratch buffers
+/// (im2col columns, per-channel partials) reuse already-touched pages instead of faulting in fresh
+/// ones on every call.
+pub(crate) struct Scratch<T> {
+    buffer: crate::storage::Buffer,
+    len: usize,
+    _elements: std::marker::PhantomData<T>,
+}
+
+impl<T: crate::base::Elem> Scratch<T> {
+    pub(crate) fn zeroed(len: usize) -> Result<Scratch<T>> {
+        let bytes = len * std::mem::size_of::<T>();
+        let buffer = crate::storage::alloc(Context::cpu(0), bytes)?;
+        // SAFETY: the buffer holds at least `bytes` bytes and nobody else can reach it yet; all
+        // element types are plain data for which all-zero bytes are a valid value.
+        unsafe { std::ptr::write_bytes(buffer.as_ptr(), 0, bytes) };
+        Ok(Scratch { buffer, len, _elements: std::marker::PhantomData })
+    }
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
+        // SAFETY: `len` initialized elements of T live in the buffer, which this value owns.
+        unsafe { std::slice::from_raw_parts_mut(self.buffer.as_ptr() as *mut T, self.len) }
+    }
+}
+
 /// Elements below which element-wise kernels stay on one thread.
 pub(crate) const PARALLEL_GRAIN: usize = 1 << 15;
 

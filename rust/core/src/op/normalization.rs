@@ -52,26 +52,6 @@ fn write_f64(t: &Tensor, values: &[f64]) {
     });
 }
 
-/// Per-channel mean and (biased) variance of an (outer, channels, inner) array.
-fn channel_stats(x: &[f64], (outer, c, inner): (usize, usize, usize)) -> (Vec<f64>, Vec<f64>) {
-    let count = (outer * inner).max(1) as f64;
-    let mut mean = vec![0.0; c];
-    for o in 0..outer {
-        for (ch, m) in mean.iter_mut().enumerate() {
-            *m += x[(o * c + ch) * inner..][..inner].iter().sum::<f64>();
-        }
-    }
-    mean.iter_mut().for_each(|m| *m /= count);
-    let mut var = vec![0.0; c];
-    for o in 0..outer {
-        for (ch, v) in var.iter_mut().enumerate() {
-            *v += x[(o * c + ch) * inner..][..inner].iter().map(|&e| (e - mean[ch]) * (e - mean[ch])).sum::<f64>();
-        }
-    }
-    var.iter_mut().for_each(|v| *v /= count);
-    (mean, var)
-}
-
 struct BatchNorm {
     p: BatchNormParams,
 }
@@ -113,37 +93,52 @@ impl Operator for BatchNorm {
         Ok(vec![inputs[0], inputs[1], inputs[1]])
     }
     fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        let layout = channel_layout(&inputs[0].shape, self.p.axis)?;
-        let (outer, c, inner) = layout;
-        let x = to_f64(&inputs[0]);
+        let (outer, c, inner) = channel_layout(&inputs[0].shape, self.p.axis)?;
         let gamma = if self.p.fix_gamma { vec![1.0; c] } else { to_f64(&inputs[1]) };
         let beta = to_f64(&inputs[2]);
-        let (mean, var) = if self.batch_stats(ctx) {
-            let (mean, var) = channel_stats(&x, layout);
+        let batch_stats = self.batch_stats(ctx);
+        let (mut mean, mut var) = (to_f64(&inputs[3]), to_f64(&inputs[4]));
+        let eps = self.p.eps;
+        crate::dispatch_dtype!(inputs[0].dtype, T => {
+            let (xp, op) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
+            let (mp, vp) = (SendPtr(mean.as_mut_ptr()), SendPtr(var.as_mut_ptr()));
+            // One task per group of channels: each reads and writes only its channels' elements.
+            parallel_chunks(c, 1, |channels| {
+                for ch in channels {
+                    // SAFETY (all accesses below): block o of channel ch spans `inner` elements of
+                    // the (outer, c, inner) input and output; channel ch belongs to this task, and
+                    // so do mean[ch] and var[ch].
+                    let block = |o: usize| unsafe { std::slice::from_raw_parts(xp.get().add((o * c + ch) * inner), inner) };
+                    let (m, v) = if batch_stats {
+                        let count = (outer * inner).max(1) as f64;
+                        let m = (0..outer).map(|o| block(o).iter().map(|e| e.to_f64()).sum::<f64>()).sum::<f64>() / count;
+                        let v = (0..outer).map(|o| block(o).iter().map(|e| (e.to_f64() - m).powi(2)).sum::<f64>()).sum::<f64>() / count;
+                        unsafe {
+                            *mp.get().add(ch) = m;
+                            *vp.get().add(ch) = v;
+                        }
+                        (m, v)
+                    } else {
+                        unsafe { (*mp.get().add(ch), *vp.get().add(ch)) }
+                    };
+                    let scale = gamma[ch] / (v + eps).sqrt();
+                    let shift = beta[ch] - m * scale;
+                    for o in 0..outer {
+                        let out = unsafe { std::slice::from_raw_parts_mut(op.get().add((o * c + ch) * inner), inner) };
+                        for (y, e) in out.iter_mut().zip(block(o)) {
+                            *y = T::from_f64(e.to_f64() * scale + shift);
+                        }
+                    }
+                }
+            });
+        });
+        if batch_stats {
             let m = self.p.momentum;
             let moving_mean: Vec<f64> = to_f64(&inputs[3]).iter().zip(&mean).map(|(&old, &b)| m * old + (1.0 - m) * b).collect();
             let moving_var: Vec<f64> = to_f64(&inputs[4]).iter().zip(&var).map(|(&old, &b)| m * old + (1.0 - m) * b).collect();
             write_f64(&inputs[3], &moving_mean);
             write_f64(&inputs[4], &moving_var);
-            (mean, var)
-        } else {
-            (to_f64(&inputs[3]), to_f64(&inputs[4]))
-        };
-        let scale: Vec<f64> = (0..c).map(|ch| gamma[ch] / (var[ch] + self.p.eps).sqrt()).collect();
-        let out = &outputs[0];
-        crate::dispatch_dtype!(out.dtype, T => {
-            let op = SendPtr(out.ptr::<T>());
-            parallel_chunks(outer * c, ((1usize << 15) / inner.max(1)).max(1), |rows| {
-                for row in rows {
-                    let ch = row % c;
-                    for k in 0..inner {
-                        let i = row * inner + k;
-                        // SAFETY: row `row` of the output belongs to this task.
-                        unsafe { *op.get().add(i) = T::from_f64((x[i] - mean[ch]) * scale[ch] + beta[ch]) };
-                    }
-                }
-            });
-        });
+        }
         write_f64(&outputs[1], &mean);
         write_f64(&outputs[2], &var);
         Ok(())
@@ -184,42 +179,52 @@ impl Operator for BatchNormBackward {
         Ok(vec![inputs[1], inputs[2], inputs[2]])
     }
     fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        let layout = channel_layout(&inputs[1].shape, self.p.axis)?;
-        let (outer, c, inner) = layout;
-        let (g, x) = (to_f64(&inputs[0]), to_f64(&inputs[1]));
+        let (outer, c, inner) = channel_layout(&inputs[1].shape, self.p.axis)?;
         let gamma = if self.p.fix_gamma { vec![1.0; c] } else { to_f64(&inputs[2]) };
         let (mean, var) = (to_f64(&inputs[3]), to_f64(&inputs[4]));
-        let invstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + self.p.eps).sqrt()).collect();
         let (mut dgamma, mut dbeta) = (vec![0.0; c], vec![0.0; c]);
-        for o in 0..outer {
-            for ch in 0..c {
-                for k in 0..inner {
-                    let i = (o * c + ch) * inner + k;
-                    dbeta[ch] += g[i];
-                    dgamma[ch] += g[i] * (x[i] - mean[ch]) * invstd[ch];
-                }
-            }
-        }
         let count = (outer * inner).max(1) as f64;
         let batch_stats = ctx.is_train && !self.p.use_global_stats;
-        let mut dx = vec![0.0; x.len()];
-        for o in 0..outer {
-            for ch in 0..c {
-                for k in 0..inner {
-                    let i = (o * c + ch) * inner + k;
-                    dx[i] = if batch_stats {
-                        let xhat = (x[i] - mean[ch]) * invstd[ch];
-                        gamma[ch] * invstd[ch] * (g[i] - dbeta[ch] / count - xhat * dgamma[ch] / count)
-                    } else {
-                        g[i] * gamma[ch] * invstd[ch]
-                    };
+        let eps = self.p.eps;
+        crate::dispatch_dtype!(inputs[1].dtype, T => {
+            let (gp, xp, dp) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(inputs[1].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
+            let (dgp, dbp) = (SendPtr(dgamma.as_mut_ptr()), SendPtr(dbeta.as_mut_ptr()));
+            parallel_chunks(c, 1, |channels| {
+                for ch in channels {
+                    // SAFETY (all accesses below): channel ch's blocks of grad, data and the data
+                    // gradient, and dgamma[ch]/dbeta[ch], belong to this task.
+                    let at = |p: SendPtr<T>, o: usize| unsafe { std::slice::from_raw_parts(p.get().add((o * c + ch) * inner), inner) };
+                    let invstd = 1.0 / (var[ch] + eps).sqrt();
+                    let (mut sum_g, mut sum_gx) = (0.0, 0.0);
+                    for o in 0..outer {
+                        for (g, x) in at(gp, o).iter().zip(at(xp, o)) {
+                            sum_g += g.to_f64();
+                            sum_gx += g.to_f64() * (x.to_f64() - mean[ch]) * invstd;
+                        }
+                    }
+                    unsafe {
+                        *dgp.get().add(ch) = sum_gx;
+                        *dbp.get().add(ch) = sum_g;
+                    }
+                    let k = gamma[ch] * invstd;
+                    for o in 0..outer {
+                        let dx = unsafe { std::slice::from_raw_parts_mut(dp.get().add((o * c + ch) * inner), inner) };
+                        for ((d, g), x) in dx.iter_mut().zip(at(gp, o)).zip(at(xp, o)) {
+                            let g = g.to_f64();
+                            *d = T::from_f64(if batch_stats {
+                                let xhat = (x.to_f64() - mean[ch]) * invstd;
+                                k * (g - sum_g / count - xhat * sum_gx / count)
+                            } else {
+                                g * k
+                            });
+                        }
+                    }
                 }
-            }
-        }
+            });
+        });
         if self.p.fix_gamma {
             dgamma.iter_mut().for_each(|v| *v = 0.0);
         }
-        write_f64(&outputs[0], &dx);
         write_f64(&outputs[1], &dgamma);
         write_f64(&outputs[2], &dbeta);
         Ok(())

@@ -52,7 +52,8 @@ pub fn gradient(
                 None => zeros_like(o, &node.name),
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut g = Grad::new(&node.inputs, &outputs, &out_grads, &node.name, shapes);
+        let needed = node.inputs.iter().map(|e| leads_to_x.contains(&node_key(&e.node))).collect();
+        let mut g = Grad::new(&node.inputs, &outputs, &out_grads, &node.name, shapes).with_needed(needed);
         let input_grads = op
             .operator
             .gradient(&mut g)
