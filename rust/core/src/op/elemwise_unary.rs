@@ -19,6 +19,12 @@ pub trait UnaryMath: Send + Sync + 'static {
     fn float<F: Float>(x: F) -> F;
     /// The input gradient from input `x`, output `y` and output gradient `dy`.
     fn grad(d: &mut Grad, x: &Entry, y: &Entry, dy: &Entry) -> Result<Option<Entry>>;
+    /// The float32 kernel: `float` unless a vectorizable approximation exists (exp, tanh,
+    /// sigmoid: libm's scalar calls cost several times the memory traffic).
+    #[inline(always)]
+    fn float_f32(x: f32) -> f32 {
+        Self::float(x)
+    }
 }
 
 struct Unary<M>(PhantomData<M>);
@@ -45,7 +51,7 @@ impl<M: UnaryMath> Operator for Unary<M> {
 
 fn apply_unary<M: UnaryMath>(x: &Tensor, y: &Tensor) {
     match x.dtype {
-        DType::F32 => map1(x, y, M::float::<f32>),
+        DType::F32 => map1(x, y, M::float_f32),
         DType::F64 => map1(x, y, M::float::<f64>),
         DType::F16 => map1(x, y, |v: f16| f16::from_f32(M::float(v.to_f32()))),
         DType::BF16 => map1(x, y, |v: bf16| bf16::from_f32(M::float(v.to_f32()))),
@@ -131,7 +137,7 @@ fn digamma(mut x: f64) -> f64 {
 
 macro_rules! unary_ops {
     ($( $ty:ident $name:literal [$($alias:literal),*] $doc:literal => |$x:ident| $body:expr,
-        grad |$d:ident, $gx:ident, $gy:ident, $dy:ident| $grad:expr; )*) => {
+        grad |$d:ident, $gx:ident, $gy:ident, $dy:ident| $grad:expr $(, f32 $fast:path)?; )*) => {
         $(
             struct $ty;
             impl UnaryMath for $ty {
@@ -144,6 +150,12 @@ macro_rules! unary_ops {
                 fn grad($d: &mut Grad, $gx: &Entry, $gy: &Entry, $dy: &Entry) -> Result<Option<Entry>> {
                     $grad
                 }
+                $(
+                    #[inline(always)]
+                    fn float_f32(x: f32) -> f32 {
+                        $fast(x)
+                    }
+                )?
             }
         )*
         pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
@@ -184,7 +196,7 @@ unary_ops! {
     Rcbrt "rcbrt" [] "Returns element-wise inverse cube root of the input." => |x| F::one() / x.cbrt(),
         grad |d, x, y, g| { let t = d.div(y, x)?; let t = d.scalar("_mul_scalar", &t, -1.0 / 3.0)?; d.mul(g, &t) }.map(Some);
     Exp "exp" [] "Returns element-wise exponential value of the input." => |x| x.exp(),
-        grad |d, x, y, g| d.mul(g, y).map(Some);
+        grad |d, x, y, g| d.mul(g, y).map(Some), f32 super::fast_math::exp_f32;
     Expm1 "expm1" [] "Returns exp(x) - 1 computed element-wise." => |x| x.exp_m1(),
         grad |d, x, y, g| { let t = d.scalar("_plus_scalar", y, 1.0)?; d.mul(g, &t) }.map(Some);
     Log "log" [] "Returns element-wise natural logarithmic value of the input." => |x| x.ln(),
@@ -212,7 +224,7 @@ unary_ops! {
     Cosh "cosh" [] "Returns the hyperbolic cosine of the input array, computed element-wise." => |x| x.cosh(),
         grad |d, x, y, g| { let t = d.unary("sinh", x)?; d.mul(g, &t) }.map(Some);
     Tanh "tanh" [] "Returns the hyperbolic tangent of the input array, computed element-wise." => |x| x.tanh(),
-        grad |d, x, y, g| { let t = d.unary("square", y)?; let t = d.scalar("_rminus_scalar", &t, 1.0)?; d.mul(g, &t) }.map(Some);
+        grad |d, x, y, g| { let t = d.unary("square", y)?; let t = d.scalar("_rminus_scalar", &t, 1.0)?; d.mul(g, &t) }.map(Some), f32 super::fast_math::tanh_f32;
     Arcsinh "arcsinh" [] "Returns the element-wise inverse hyperbolic sine of the input array." => |x| x.asinh(),
         grad |d, x, y, g| { let t = d.unary("square", x)?; let t = d.scalar("_plus_scalar", &t, 1.0)?; let t = d.unary("rsqrt", &t)?; d.mul(g, &t) }.map(Some);
     Arccosh "arccosh" [] "Returns the element-wise inverse hyperbolic cosine of the input array." => |x| x.acosh(),
@@ -224,7 +236,7 @@ unary_ops! {
     Radians "radians" [] "Converts each element of the input array from degrees to radians." => |x| x.to_radians(),
         grad |d, x, y, g| d.scalar("_mul_scalar", g, std::f64::consts::PI / 180.0).map(Some);
     Sigmoid "sigmoid" [] "Computes sigmoid of x element-wise: 1 / (1 + exp(-x))." => |x| F::one() / (F::one() + (-x).exp()),
-        grad |d, x, y, g| { let t = d.scalar("_rminus_scalar", y, 1.0)?; let t = d.mul(y, &t)?; d.mul(g, &t) }.map(Some);
+        grad |d, x, y, g| { let t = d.scalar("_rminus_scalar", y, 1.0)?; let t = d.mul(y, &t)?; d.mul(g, &t) }.map(Some), f32 super::fast_math::sigmoid_f32;
     Relu "relu" [] "Computes rectified linear activation: max(x, 0)." => |x| if x > F::zero() { x } else { F::zero() },
         grad |d, x, y, g| { let t = d.scalar("_greater_scalar", y, 0.0)?; d.mul(g, &t) }.map(Some);
     Softsign "softsign" [] "Computes softsign of x element-wise: x / (1 + abs(x))." => |x| x / (F::one() + x.abs()),

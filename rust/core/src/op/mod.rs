@@ -14,6 +14,7 @@ mod creation;
 mod dropout;
 mod elemwise_binary;
 mod elemwise_unary;
+mod fast_math;
 mod gather_scatter;
 mod indexing;
 mod linalg;
