@@ -91,18 +91,20 @@ def numpy_anchors(quick):
     return res
 
 
-def main():
+def bench_main(mx_like, torch_like, anchors=None):
+    """Parse --framework/--quick, run the framework's half of a benchmark and print its JSON line."""
     p = argparse.ArgumentParser()
     p.add_argument("--framework", default="oxnet")
     p.add_argument("--quick", action="store_true")
     args = p.parse_args()
     mod = importlib.import_module(args.framework)
     res = torch_like(mod, args.quick) if args.framework == "torch" else mx_like(mod, args.quick)
-    res.update(numpy_anchors(args.quick))
+    if anchors is not None:
+        res.update(anchors(args.quick))
     res["framework"] = args.framework
     res["version"] = getattr(mod, "__version__", "?")
     print(json.dumps(res))
 
 
 if __name__ == "__main__":
-    main()
+    bench_main(mx_like, torch_like, numpy_anchors)

@@ -7,13 +7,9 @@ PyTorch (eager).
 Prints one JSON line of samples/s; `benches/run_side_by_side.sh benches/bench_nn_ops.py` runs all
 three frameworks and prints the table.
 """
-import argparse
-import importlib
-import json
-
 import numpy as np
 
-from bench_foundation import timeit
+from bench_foundation import bench_main, timeit
 
 LENET_BATCH = 64
 BLOCK_BATCH, BLOCK_CHANNELS, BLOCK_SIDE = 16, 64, 16
@@ -117,17 +113,5 @@ def torch_like(torch, quick):
     return res
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--framework", default="oxnet")
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    mod = importlib.import_module(args.framework)
-    res = torch_like(mod, args.quick) if args.framework == "torch" else mx_like(mod, args.quick)
-    res["framework"] = args.framework
-    res["version"] = getattr(mod, "__version__", "?")
-    print(json.dumps(res))
-
-
 if __name__ == "__main__":
-    main()
+    bench_main(mx_like, torch_like)

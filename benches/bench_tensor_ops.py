@@ -6,13 +6,9 @@ transpose and gather throughput, and autograd's per-op costs, for oxnet, MXNet 1
 Prints one JSON line of medians; `benches/run_side_by_side.sh benches/bench_tensor_ops.py` runs all
 three frameworks and prints the table. Bandwidth counts each array read or written once.
 """
-import argparse
-import importlib
-import json
-
 import numpy as np
 
-from bench_foundation import timeit
+from bench_foundation import bench_main, timeit
 
 N_BIG = 1 << 24
 SIDE = 4096
@@ -117,17 +113,5 @@ def torch_like(torch, quick):
     return res
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--framework", default="oxnet")
-    p.add_argument("--quick", action="store_true")
-    args = p.parse_args()
-    mod = importlib.import_module(args.framework)
-    res = torch_like(mod, args.quick) if args.framework == "torch" else mx_like(mod, args.quick)
-    res["framework"] = args.framework
-    res["version"] = getattr(mod, "__version__", "?")
-    print(json.dumps(res))
-
-
 if __name__ == "__main__":
-    main()
+    bench_main(mx_like, torch_like)

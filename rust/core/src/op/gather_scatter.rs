@@ -65,6 +65,12 @@ impl Pick {
         Ok(((d[..axis].iter().product(), d[axis], d[axis + 1..].iter().product()), Shape::new(out)))
     }
 
+    /// The parameters as attribute strings, shared by pick and its gradient.
+    fn attrs(&self) -> Vec<(&'static str, String)> {
+        let axis = self.p.axis.map_or("None".to_string(), |a| a.to_string());
+        vec![("axis", axis), ("keepdims", if self.p.keepdims { "True" } else { "False" }.to_string()), ("mode", self.p.mode.clone())]
+    }
+
     fn positions(&self, index: &Tensor, n: usize) -> Result<Vec<usize>> {
         read_indices(index).into_iter().map(|i| resolve_index("pick", i, n, &self.p.mode)).collect()
     }
@@ -99,9 +105,7 @@ impl Operator for Pick {
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, idx, g) = (d.input(0), d.input(1), d.out_grad(0));
-        let axis = self.p.axis.map_or("None".to_string(), |a| a.to_string());
-        let attrs = [("axis", axis), ("keepdims", if self.p.keepdims { "True" } else { "False" }.to_string()), ("mode", self.p.mode.clone())];
-        Ok(vec![Some(d.op("_backward_pick", &attrs, &[&g, &idx, &x])?), None])
+        Ok(vec![Some(d.op("_backward_pick", &self.attrs(), &[&g, &idx, &x])?), None])
     }
 }
 
@@ -138,10 +142,7 @@ impl Operator for PickBackward {
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (idx, g) = (d.input(1), d.out_grad(0));
-        let p = &self.pick.p;
-        let axis = p.axis.map_or("None".to_string(), |a| a.to_string());
-        let attrs = [("axis", axis), ("keepdims", if p.keepdims { "True" } else { "False" }.to_string()), ("mode", p.mode.clone())];
-        let picked = d.op("pick", &attrs, &[&g, &idx])?;
+        let picked = d.op("pick", &self.pick.attrs(), &[&g, &idx])?;
         Ok(vec![Some(picked), None, None])
     }
 }
