@@ -123,8 +123,47 @@ fn span(o: usize, a: usize, w: &Window) -> (usize, usize, usize) {
     (s, e.max(s), padded_len)
 }
 
-/// Visit each output position of one plane with its window's element offsets and pad-inclusive size.
-fn for_each_window(w: &Window, mut visit: impl FnMut(usize, &mut dyn Iterator<Item = usize>, usize)) {
+/// The input elements of one window (clipped to the input), as nested ranges.
+struct Cells {
+    d: std::ops::Range<usize>,
+    h: std::ops::Range<usize>,
+    w: std::ops::Range<usize>,
+    ih: usize,
+    iw: usize,
+}
+
+impl Cells {
+    #[inline(always)]
+    fn for_each(&self, mut f: impl FnMut(usize)) {
+        for d in self.d.clone() {
+            for h in self.h.clone() {
+                let row = (d * self.ih + h) * self.iw;
+                for x in self.w.clone() {
+                    f(row + x);
+                }
+            }
+        }
+    }
+    #[inline(always)]
+    fn find(&self, mut hit: impl FnMut(usize) -> bool) -> Option<usize> {
+        for d in self.d.clone() {
+            for h in self.h.clone() {
+                let row = (d * self.ih + h) * self.iw;
+                if let Some(x) = self.w.clone().find(|&x| hit(row + x)) {
+                    return Some(row + x);
+                }
+            }
+        }
+        None
+    }
+    fn count(&self) -> usize {
+        self.d.len() * self.h.len() * self.w.len()
+    }
+}
+
+/// Visit each output position of one plane with its window's cells and pad-inclusive size.
+#[inline(always)]
+fn for_each_window(w: &Window, mut visit: impl FnMut(usize, &Cells, usize)) {
     let [_, ih, iw] = w.input;
     let mut o = 0;
     for od in 0..w.output[0] {
@@ -133,8 +172,7 @@ fn for_each_window(w: &Window, mut visit: impl FnMut(usize, &mut dyn Iterator<It
             let (h0, h1, hn) = span(oh, 1, w);
             for ow in 0..w.output[2] {
                 let (w0, w1, wn) = span(ow, 2, w);
-                let mut cells = (d0..d1).flat_map(move |d| (h0..h1).flat_map(move |h| (w0..w1).map(move |x| (d * ih + h) * iw + x)));
-                visit(o, &mut cells, dn * hn * wn);
+                visit(o, &Cells { d: d0..d1, h: h0..h1, w: w0..w1, ih, iw }, dn * hn * wn);
                 o += 1;
             }
         }
@@ -159,17 +197,30 @@ impl Operator for Pooling {
                     };
                     for_each_window(&w, |o, cells, padded| {
                         let value = match kind {
-                            PoolType::Max => cells.map(|i| x[i].to_f64()).fold(f64::NEG_INFINITY, |a, b| if b > a || b.is_nan() { b } else { a }),
-                            PoolType::Sum => cells.map(|i| x[i].to_f64()).sum(),
-                            PoolType::Avg => {
-                                let (mut sum, mut count) = (0.0, 0usize);
-                                for i in cells {
-                                    sum += x[i].to_f64();
-                                    count += 1;
-                                }
-                                sum / (if include_pad { padded } else { count }).max(1) as f64
+                            PoolType::Max => {
+                                let mut best = f64::NEG_INFINITY;
+                                cells.for_each(|i| {
+                                    let v = x[i].to_f64();
+                                    if v > best || v.is_nan() {
+                                        best = v;
+                                    }
+                                });
+                                best
                             }
-                            PoolType::Lp(p) => cells.map(|i| x[i].to_f64().abs().powi(p)).sum::<f64>().powf(1.0 / p as f64),
+                            PoolType::Sum | PoolType::Avg => {
+                                let mut sum = 0.0;
+                                cells.for_each(|i| sum += x[i].to_f64());
+                                if kind == PoolType::Avg {
+                                    sum / (if include_pad { padded } else { cells.count() }).max(1) as f64
+                                } else {
+                                    sum
+                                }
+                            }
+                            PoolType::Lp(p) => {
+                                let mut sum = 0.0;
+                                cells.for_each(|i| sum += x[i].to_f64().abs().powi(p));
+                                sum.powf(1.0 / p as f64)
+                            }
                         };
                         y[o] = T::from_f64(value);
                     });
@@ -242,20 +293,19 @@ impl Operator for PoolingBackward {
                         )
                     };
                     acc.iter_mut().for_each(|v| *v = 0.0);
-                    for_each_window(&w, |o, mut cells, padded| {
+                    for_each_window(&w, |o, cells, padded| {
                         let (go, yo) = (g[o].to_f64(), y[o].to_f64());
                         match kind {
                             PoolType::Max => {
                                 // The first element equal to the maximum takes the gradient.
-                                if let Some(i) = Iterator::find(&mut cells, |&i| x[i].to_f64() == yo || (yo.is_nan() && x[i].to_f64().is_nan())) {
+                                if let Some(i) = cells.find(|i| x[i].to_f64() == yo || (yo.is_nan() && x[i].to_f64().is_nan())) {
                                     acc[i] += go;
                                 }
                             }
                             PoolType::Sum => cells.for_each(|i| acc[i] += go),
                             PoolType::Avg => {
-                                let members: Vec<usize> = cells.collect();
-                                let count = if include_pad { padded } else { members.len() }.max(1) as f64;
-                                members.into_iter().for_each(|i| acc[i] += go / count);
+                                let share = go / if include_pad { padded } else { cells.count() }.max(1) as f64;
+                                cells.for_each(|i| acc[i] += share);
                             }
                             PoolType::Lp(p) => cells.for_each(|i| {
                                 let xi = x[i].to_f64();
