@@ -19,6 +19,7 @@ pub mod op;
 pub mod pass;
 pub mod random;
 pub mod storage;
+pub mod symbol;
 
 pub use base::{Context, DType, DeviceType, Shape};
 pub use error::{Error, ErrorKind, Result};

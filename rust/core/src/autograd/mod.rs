@@ -38,13 +38,13 @@ pub fn set_training(on: bool) -> bool {
 }
 
 /// Restores both flags when dropped, so an error inside backward cannot leave them changed.
-struct FlagsGuard {
+pub(crate) struct FlagsGuard {
     recording: bool,
     training: bool,
 }
 
 impl FlagsGuard {
-    fn set(recording: bool, training: bool) -> FlagsGuard {
+    pub(crate) fn set(recording: bool, training: bool) -> FlagsGuard {
         FlagsGuard { recording: set_recording(recording), training: set_training(training) }
     }
 }

@@ -2,11 +2,15 @@
 //! every intermediate value is released right after its last consumer has been pushed (the
 //! engine keeps what a pending kernel still reads alive until it has run).
 
+mod bound;
+
+pub use bound::BoundExecutor;
+
 use std::sync::Arc;
 
 use crate::base::Context;
 use crate::error::Result;
-use crate::graph::{node_key, topo_order, AddressMap, Entry, EntryKey, Node};
+use crate::graph::{node_key, topo_order, AddressMap, AddressSet, Entry, EntryKey, Node};
 use crate::imperative;
 use crate::ndarray::NDArray;
 
@@ -20,7 +24,22 @@ pub enum Source {
 
 /// Values of `targets`. `resolve` says, once per node, whether its values are known; nodes it
 /// asks to compute must have an operator.
-pub fn run(targets: &[Entry], ctx: Context, mut resolve: impl FnMut(&Arc<Node>) -> Result<Source>) -> Result<Vec<NDArray>> {
+pub fn run(targets: &[Entry], ctx: Context, resolve: impl FnMut(&Arc<Node>) -> Result<Source>) -> Result<Vec<NDArray>> {
+    Ok(run_keeping(targets, ctx, resolve, &AddressSet::default())?.0)
+}
+
+/// Every output of the computed nodes in `keep`, by node.
+pub type Kept = AddressMap<usize, Vec<NDArray>>;
+
+/// [`run`], also returning the outputs of the computed nodes in `keep` (the forward values a
+/// later backward pass reads).
+pub fn run_keeping(
+    targets: &[Entry],
+    ctx: Context,
+    mut resolve: impl FnMut(&Arc<Node>) -> Result<Source>,
+    keep: &AddressSet<usize>,
+) -> Result<(Vec<NDArray>, Kept)> {
+    let mut kept = Kept::default();
     let mut values: AddressMap<EntryKey, NDArray> = AddressMap::default();
     let mut failure = None;
     let order = topo_order(targets, |node| match resolve(node) {
@@ -63,7 +82,8 @@ pub fn run(targets: &[Entry], ctx: Context, mut resolve: impl FnMut(&Arc<Node>) 
             .collect::<Result<Vec<_>>>()?;
         let outputs = match op.operator.run_on_host(&inputs) {
             Some(result) => result.map_err(|e| e.context(format!("node '{}' ({})", node.name, op.name)))?,
-            None => imperative::invoke_operator(&op.name, op.operator.clone(), &op.attrs, &inputs, None, ctx, None)?,
+            None => imperative::invoke_operator(&op.name, op.operator.clone(), &op.attrs, &inputs, None, ctx, None)
+                .map_err(|e| e.context(format!("node '{}'", node.name)))?,
         };
         for input in &node.inputs {
             let key = input.key();
@@ -74,6 +94,9 @@ pub fn run(targets: &[Entry], ctx: Context, mut resolve: impl FnMut(&Arc<Node>) 
                 }
             }
         }
+        if keep.contains(&node_key(node)) {
+            kept.insert(node_key(node), outputs.clone());
+        }
         for (i, out) in outputs.into_iter().enumerate() {
             let key = (node_key(node), i);
             if uses.get(&key).is_some_and(|&n| n > 0) {
@@ -81,8 +104,9 @@ pub fn run(targets: &[Entry], ctx: Context, mut resolve: impl FnMut(&Arc<Node>) 
             }
         }
     }
-    targets
+    let results = targets
         .iter()
         .map(|t| values.get(&t.key()).cloned().ok_or_else(|| crate::err!(Runtime, "graph output of node '{}' was not computed", t.node.name)))
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    Ok((results, kept))
 }

@@ -61,14 +61,24 @@ pub struct Node {
     pub op: Option<NodeOp>,
     pub name: String,
     pub inputs: Vec<Entry>,
+    /// Symbol attributes that are not operator parameters: a variable's `__shape__`,
+    /// `__lr_mult__`, `ctx_group`, ... (MXNet keeps both kinds in one JSON `attrs` object).
+    // Lock invariant: held only to read or update the map, never across another lock.
+    annotations: Mutex<Attrs>,
     // Lock invariant: held only to read or replace the recorded values, never across a call
     // that could record (and so lock another node).
     recorded: Mutex<Recorded>,
 }
 
 impl Node {
-    pub fn variable(name: impl Into<String>) -> Arc<Node> {
-        Arc::new(Node { op: None, name: name.into(), inputs: Vec::new(), recorded: Mutex::new(Recorded::Nothing) })
+    pub fn variable(name: impl Into<String>, annotations: Attrs) -> Arc<Node> {
+        Arc::new(Node {
+            op: None,
+            name: name.into(),
+            inputs: Vec::new(),
+            annotations: Mutex::new(annotations),
+            recorded: Mutex::new(Recorded::Nothing),
+        })
     }
 
     pub fn leaf(name: impl Into<String>, value: NDArray, grad: Option<NDArray>, req: GradReq) -> Arc<Node> {
@@ -76,6 +86,7 @@ impl Node {
             op: None,
             name: name.into(),
             inputs: Vec::new(),
+            annotations: Mutex::new(Attrs::new()),
             recorded: Mutex::new(Recorded::Leaf { value, grad, req }),
         })
     }
@@ -87,7 +98,17 @@ impl Node {
     }
 
     pub fn with_operator(op: NodeOp, inputs: Vec<Entry>, name: impl Into<String>, recorded: Recorded) -> Arc<Node> {
-        Arc::new(Node { op: Some(op), name: name.into(), inputs, recorded: Mutex::new(recorded) })
+        Arc::new(Node { op: Some(op), name: name.into(), inputs, annotations: Mutex::new(Attrs::new()), recorded: Mutex::new(recorded) })
+    }
+
+    /// A node applying `op` with symbol annotations.
+    pub fn annotated(op: NodeOp, inputs: Vec<Entry>, name: impl Into<String>, annotations: Attrs) -> Arc<Node> {
+        Arc::new(Node { op: Some(op), name: name.into(), inputs, annotations: Mutex::new(annotations), recorded: Mutex::new(Recorded::Nothing) })
+    }
+
+    pub fn annotations(&self) -> MutexGuard<'_, Attrs> {
+        // As for `recorded`: a poisoned map is still a valid map.
+        self.annotations.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn is_variable(&self) -> bool {

@@ -130,6 +130,12 @@ impl Operator for LeakyReLU {
             vec!["data".into()]
         }
     }
+    fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
+        if let (Some(data), Some(gamma @ None)) = (inputs[0].clone(), inputs.get_mut(1)) {
+            *gamma = Some(Shape::new(vec![if data.ndim() >= 2 { data[1] } else { 1 }]));
+        }
+        Ok(())
+    }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         if let Some(gamma) = inputs.get(1) {
             let channels = if inputs[0].ndim() >= 2 { inputs[0][1] } else { 1 };

@@ -91,6 +91,11 @@ impl Geometry {
     fn col_rows(&self) -> usize {
         self.channels / self.groups * self.kernel_size()
     }
+    pub fn weight_shape(&self) -> Shape {
+        let mut dims = vec![self.filters, self.channels / self.groups];
+        dims.extend_from_slice(&self.kernel[3 - self.rank..]);
+        Shape::new(dims)
+    }
     pub fn output_shape(&self) -> Shape {
         let mut dims = vec![self.batch, self.filters];
         dims.extend_from_slice(&self.output[3 - self.rank..]);
@@ -270,11 +275,19 @@ impl Operator for Convolution {
         }
         names
     }
+    fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
+        if let Some(data) = &inputs[0] {
+            let g = self.p.geometry("Convolution", data)?;
+            inputs[1].get_or_insert_with(|| g.weight_shape());
+            if let Some(bias) = inputs.get_mut(2) {
+                bias.get_or_insert_with(|| Shape::new(vec![g.filters]));
+            }
+        }
+        Ok(())
+    }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         let g = self.p.geometry("Convolution", &inputs[0])?;
-        let mut weight = vec![g.filters, g.channels / g.groups];
-        weight.extend_from_slice(&g.kernel[3 - g.rank..]);
-        let weight = Shape::new(weight);
+        let weight = g.weight_shape();
         if inputs[1] != weight {
             crate::bail!(Shape, "Convolution: weight has shape {}, expected {weight} for data {}", inputs[1], inputs[0]);
         }

@@ -493,6 +493,10 @@ impl Operator for Embedding {
     fn input_names(&self) -> Vec<String> {
         vec!["data".into(), "weight".into()]
     }
+    fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
+        inputs[1].get_or_insert_with(|| Shape::new(vec![self.input_dim, self.output_dim]));
+        Ok(())
+    }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         let expected = Shape::new(vec![self.input_dim, self.output_dim]);
         if inputs[1] != expected {

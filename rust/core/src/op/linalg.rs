@@ -306,6 +306,16 @@ impl Operator for FullyConnected {
         }
         names
     }
+    fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
+        if let Some(data) = &inputs[0] {
+            let ((_, features), _) = self.layout(data)?;
+            inputs[1].get_or_insert_with(|| Shape::new(vec![self.p.num_hidden, features]));
+            if let Some(bias) = inputs.get_mut(2) {
+                bias.get_or_insert_with(|| Shape::new(vec![self.p.num_hidden]));
+            }
+        }
+        Ok(())
+    }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         let ((_, features), out) = self.layout(&inputs[0])?;
         let expected = Shape::new(vec![self.p.num_hidden, features]);

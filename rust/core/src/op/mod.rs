@@ -117,6 +117,11 @@ pub trait Operator: Send + Sync + 'static {
     }
     /// Output shapes from input shapes.
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>>;
+    /// Fill in the shapes of inputs that are unknown (`None`) from those that are known: a
+    /// layer's weight shape from its data (MXNet infers shapes in both directions this way).
+    fn complete_input_shapes(&self, _inputs: &mut [Option<Shape>]) -> Result<()> {
+        Ok(())
+    }
     /// Whether output shapes depend on input values (`boolean_mask`): the caller then waits for
     /// the inputs and asks [`Operator::infer_shape_from_values`].
     fn shape_depends_on_values(&self) -> bool {
@@ -129,6 +134,14 @@ pub trait Operator: Send + Sync + 'static {
     /// Output dtypes from input dtypes; by default every input and output share one dtype.
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         same_dtype(inputs, self.num_outputs())
+    }
+    /// Fill in unknown input dtypes from known ones; by default they take the first known
+    /// input's dtype (float32 when none is known), as the default dtype rule demands.
+    fn complete_input_types(&self, inputs: &mut [Option<DType>]) {
+        let fill = inputs.iter().flatten().next().copied().unwrap_or(DType::F32);
+        for d in inputs.iter_mut().filter(|d| d.is_none()) {
+            *d = Some(fill);
+        }
     }
     /// Device for operators without inputs (creation ops); `None` means the caller's default.
     fn context(&self) -> Option<Context> {

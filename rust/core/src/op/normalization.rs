@@ -62,6 +62,13 @@ impl BatchNorm {
     }
 }
 
+/// Unknown per-channel parameters (gamma, beta, moving statistics) are vectors of `len`.
+fn fill_vectors(params: &mut [Option<Shape>], len: usize) {
+    for p in params.iter_mut() {
+        p.get_or_insert_with(|| Shape::new(vec![len]));
+    }
+}
+
 impl Operator for BatchNorm {
     fn input_names(&self) -> Vec<String> {
         ["data", "gamma", "beta", "moving_mean", "moving_var"].iter().map(|s| s.to_string()).collect()
@@ -78,6 +85,13 @@ impl Operator for BatchNorm {
     }
     fn mutated_inputs(&self) -> &'static [usize] {
         &[3, 4]
+    }
+    fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
+        if let Some(data) = &inputs[0] {
+            let (_, c, _) = channel_layout(data, self.p.axis)?;
+            fill_vectors(&mut inputs[1..], c);
+        }
+        Ok(())
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         let (_, c, _) = channel_layout(&inputs[0], self.p.axis)?;
@@ -267,6 +281,13 @@ impl Operator for LayerNorm {
         } else {
             1
         }
+    }
+    fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
+        if let Some(data) = &inputs[0] {
+            let (_, n, _) = self.layout(data)?;
+            fill_vectors(&mut inputs[1..], n);
+        }
+        Ok(())
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         let (_, n, _) = self.layout(&inputs[0])?;

@@ -56,6 +56,21 @@ impl Operator for SoftmaxOutput {
     fn input_names(&self) -> Vec<String> {
         vec!["data".into(), "label".into()]
     }
+    /// The label has the data's shape without the class axis (one label per instance).
+    fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
+        if let (Some(data), None) = (&inputs[0], &inputs[1]) {
+            let dims = data.dims();
+            let label = if self.p.preserve_shape {
+                dims[..dims.len().saturating_sub(1)].to_vec()
+            } else if self.p.multi_output && dims.len() > 1 {
+                [&dims[..1], &dims[2..]].concat()
+            } else {
+                dims[..dims.len().min(1)].to_vec()
+            };
+            inputs[1] = Some(Shape::new(label));
+        }
+        Ok(())
+    }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         let (outer, _, inner) = softmax_output_layout(&self.p, &inputs[0])?;
         if inputs[1].size() != outer * inner && inputs[1].size() != inputs[0].size() {
@@ -198,6 +213,12 @@ struct RegressionOutput {
 impl Operator for RegressionOutput {
     fn input_names(&self) -> Vec<String> {
         vec!["data".into(), "label".into()]
+    }
+    fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
+        if let (Some(data), None) = (inputs[0].clone(), &inputs[1]) {
+            inputs[1] = Some(data);
+        }
+        Ok(())
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         if inputs[1].size() != inputs[0].size() {

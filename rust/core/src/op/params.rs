@@ -51,7 +51,7 @@ impl Params for NoParams {
 
 /// Attribute names every operator accepts and ignores: graph annotations such as `__lr_mult__`,
 /// `__shape__`, and the Python-side `name`.
-fn is_annotation(key: &str) -> bool {
+pub fn is_annotation(key: &str) -> bool {
     (key.starts_with("__") && key.ends_with("__")) || key == "name"
 }
 

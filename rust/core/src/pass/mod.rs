@@ -1,3 +1,4 @@
 //! Graph passes: each takes a graph (its output entries) and returns a new graph or facts about it.
 
 pub mod gradient;
+pub mod infer;
