@@ -10,4 +10,10 @@ from . import ndarray
 from . import ndarray as nd
 from . import random
 from . import autograd
+from . import name
+from . import attribute
+from .attribute import AttrScope
+from . import symbol
+from . import symbol as sym
+from .symbol import executor
 from . import test_utils

@@ -6,7 +6,8 @@ import pytest
 import oxnet as mx
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-FIXTURES = REPO.parent / "shared" / "fixtures" / "mxnet-1.9.1"
+# Files written by MXNet 1.9.1 (copied from ../shared/fixtures so that every clone tests against them).
+FIXTURES = REPO / "tests" / "fixtures" / "mxnet-1.9.1"
 
 
 def _contexts():

@@ -5,6 +5,7 @@ mod autograd;
 mod errors;
 mod ndarray;
 mod ops;
+mod symbol;
 
 use pyo3::prelude::*;
 
@@ -20,5 +21,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ndarray::register(m)?;
     ops::register(m)?;
     autograd::register(m)?;
+    symbol::register(m)?;
     Ok(())
 }

@@ -47,7 +47,7 @@ pub fn python_ndarray(py: Python<'_>, array: NDArray) -> PyResult<Bound<'_, PyAn
 }
 
 /// MXNet's textual form of a parameter value: `True`, `(2, 3)`, `0.5`, `float32`.
-fn attr_string(v: &Bound<'_, PyAny>) -> PyResult<String> {
+pub(crate) fn attr_string(v: &Bound<'_, PyAny>) -> PyResult<String> {
     if v.is_none() {
         return Ok("None".into());
     }

@@ -1,0 +1,36 @@
+"""Symbolic API (MXNet's ``mxnet.symbol``); operator functions come from the registry."""
+
+import sys
+import types
+
+from .. import _core
+from .symbol import Symbol, var, Variable, Group, load, load_json, zeros, ones, full, arange, _operator_function
+from .executor import Executor
+from ..ndarray.register import _docstring
+
+_internal = types.ModuleType(__name__ + "._internal", "Internal operators (names with a leading underscore).")
+contrib = types.ModuleType(__name__ + ".contrib", "Contributed operators (MXNet's _contrib_ names).")
+random = types.ModuleType(__name__ + ".random", "Random sampling operators.")
+for _module in (_internal, contrib, random):
+    sys.modules[_module.__name__] = _module
+
+_OPERATORS = {}
+for _name, _aliases, _doc, _variadic, _params in _core.list_ops():
+    _full_doc = _docstring(_name, _doc, _params, _aliases)
+    for _callable_name in [_name] + list(_aliases):
+        _fn = _operator_function(_callable_name, _full_doc)
+        _OPERATORS[_callable_name] = _fn
+        if _callable_name.startswith("_contrib_"):
+            contrib.__dict__[_callable_name[len("_contrib_"):]] = _fn
+        if _callable_name.startswith("_random_"):
+            random.__dict__[_callable_name[len("_random_"):]] = _fn
+        if _callable_name.startswith("_"):
+            _internal.__dict__[_callable_name] = _fn
+        globals().setdefault(_callable_name, _fn)
+
+
+def _fluent_operator(name):
+    """The operator a fluent method ``symbol.<name>(...)`` stands for, if any."""
+    if name.startswith("_"):
+        return None
+    return _OPERATORS.get(name)

@@ -1,0 +1,230 @@
+//! `mx.sym` and `Executor` bindings: symbols and bound executors as opaque handles.
+
+use std::collections::HashMap;
+
+use oxnet::base::Shape;
+use oxnet::executor::BoundExecutor;
+use oxnet::graph::GradReq;
+use oxnet::op::{self, Attrs};
+use oxnet::symbol::{InferResult, Symbol};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+use crate::errors::IntoPyResult;
+use crate::ndarray::{context_from, dtype_from, wrap, NDArrayHandle};
+use crate::ops::attr_string;
+
+#[pyclass(module = "oxnet._core", frozen)]
+pub struct SymbolHandle {
+    inner: Symbol,
+}
+
+fn handle(inner: Symbol) -> SymbolHandle {
+    SymbolHandle { inner }
+}
+
+type Inferred<'py> = (Vec<Option<Bound<'py, PyTuple>>>, Vec<Option<Bound<'py, PyTuple>>>, Vec<Option<Bound<'py, PyTuple>>>);
+
+fn shapes_to_py<'py>(py: Python<'py>, r: InferResult<Shape>) -> PyResult<Inferred<'py>> {
+    let convert = |v: Vec<Option<Shape>>| -> PyResult<Vec<Option<Bound<'py, PyTuple>>>> {
+        v.into_iter().map(|s| s.map(|s| PyTuple::new(py, s.dims())).transpose()).collect()
+    };
+    Ok((convert(r.arguments)?, convert(r.outputs)?, convert(r.auxiliary_states)?))
+}
+
+#[pymethods]
+impl SymbolHandle {
+    #[staticmethod]
+    fn variable(name: &str, attrs: HashMap<String, String>) -> SymbolHandle {
+        handle(Symbol::variable(name, attrs.into_iter().collect()))
+    }
+
+    /// Apply a registered operator: symbols among `args` are inputs in order, other positional
+    /// values fill parameters in order; keyword symbols are inputs by name, other keywords are
+    /// parameters (or `__annotations__`).
+    #[staticmethod]
+    fn create(op_name: &str, name: &str, args: &Bound<'_, PyTuple>, kwargs: &Bound<'_, PyDict>) -> PyResult<SymbolHandle> {
+        let def = op::lookup(op_name).py()?;
+        let mut positional = Vec::new();
+        let mut attrs = Attrs::new();
+        let specs = (def.params)();
+        let mut next_param = specs.iter();
+        for a in args.iter() {
+            if let Ok(s) = a.cast::<SymbolHandle>() {
+                positional.push(s.get().inner.clone());
+            } else {
+                let Some(spec) = next_param.next() else {
+                    return Err(crate::errors::to_py(oxnet::err!(Param, "operator {op_name}: too many positional parameter values")));
+                };
+                attrs.insert(spec.name.to_string(), attr_string(&a)?);
+            }
+        }
+        let mut keyword = Vec::new();
+        for (k, v) in kwargs.iter() {
+            let key: String = k.extract()?;
+            match v.cast::<SymbolHandle>() {
+                Ok(s) => keyword.push((key, s.get().inner.clone())),
+                Err(_) if v.is_none() => {}
+                Err(_) => {
+                    attrs.insert(key, attr_string(&v)?);
+                }
+            }
+        }
+        Symbol::create(op_name, attrs, name, &positional, &keyword).py().map(handle)
+    }
+
+    #[staticmethod]
+    fn group(symbols: Vec<PyRef<'_, SymbolHandle>>) -> SymbolHandle {
+        let inner: Vec<Symbol> = symbols.iter().map(|s| s.inner.clone()).collect();
+        handle(Symbol::group(&inner))
+    }
+
+    #[staticmethod]
+    fn from_json(py: Python<'_>, text: &str) -> PyResult<SymbolHandle> {
+        py.detach(|| Symbol::from_json(text)).py().map(handle)
+    }
+
+    fn tojson(&self) -> String {
+        self.inner.to_json()
+    }
+
+    fn to_dot(&self, title: &str) -> String {
+        self.inner.to_dot(title)
+    }
+
+    fn list_arguments(&self) -> Vec<String> {
+        self.inner.list_arguments()
+    }
+    fn list_outputs(&self) -> Vec<String> {
+        self.inner.list_outputs()
+    }
+    fn list_auxiliary_states(&self) -> Vec<String> {
+        self.inner.list_auxiliary_states()
+    }
+    fn list_inputs(&self) -> Vec<String> {
+        self.inner.list_inputs()
+    }
+    fn num_outputs(&self) -> usize {
+        self.inner.outputs.len()
+    }
+    /// The name of the node behind a single-output symbol.
+    fn name(&self) -> Option<String> {
+        match self.inner.outputs.as_slice() {
+            [one] => Some(one.node.name.clone()),
+            _ => None,
+        }
+    }
+    /// The operator of a single-output symbol's node ("null" for a variable).
+    fn op_name(&self) -> Option<String> {
+        match self.inner.outputs.as_slice() {
+            [one] => Some(one.node.op.as_ref().map_or_else(|| "null".to_string(), |o| o.name.clone())),
+            _ => None,
+        }
+    }
+    fn output(&self, index: usize) -> PyResult<SymbolHandle> {
+        self.inner.output(index).py().map(handle)
+    }
+    fn internals(&self) -> SymbolHandle {
+        handle(self.inner.internals())
+    }
+    fn children(&self) -> PyResult<Option<SymbolHandle>> {
+        Ok(self.inner.children().py()?.map(handle))
+    }
+    fn substitute(&self, replacements: HashMap<String, PyRef<'_, SymbolHandle>>) -> PyResult<SymbolHandle> {
+        let map = replacements.into_iter().map(|(k, v)| (k, v.inner.clone())).collect();
+        self.inner.substitute(&map).py().map(handle)
+    }
+    fn attr(&self, key: &str) -> Option<String> {
+        self.inner.attr(key)
+    }
+    fn set_attr(&self, key: &str, value: &str) -> PyResult<()> {
+        self.inner.set_attr(key, value).py()
+    }
+    fn attr_dict(&self) -> Vec<(String, HashMap<String, String>)> {
+        self.inner.attr_dict().into_iter().map(|(n, a)| (n, a.into_iter().collect())).collect()
+    }
+    /// (node name, operator or "null", [input node names]) for every node, inputs first.
+    fn node_summary(&self) -> Vec<(String, String, Vec<String>)> {
+        self.inner
+            .nodes()
+            .iter()
+            .map(|n| {
+                let op = n.op.as_ref().map_or_else(|| "null".to_string(), |o| o.name.clone());
+                (n.name.clone(), op, n.inputs.iter().map(|e| e.node.name.clone()).collect())
+            })
+            .collect()
+    }
+    fn infer_shape<'py>(&self, py: Python<'py>, known: HashMap<String, Vec<usize>>) -> PyResult<Inferred<'py>> {
+        let known = known.into_iter().map(|(k, v)| (k, Shape::new(v))).collect();
+        shapes_to_py(py, self.inner.infer_shape(&known).py()?)
+    }
+    fn infer_type(&self, known: HashMap<String, String>) -> PyResult<(Vec<Option<String>>, Vec<Option<String>>, Vec<Option<String>>)> {
+        let known = known.into_iter().map(|(k, v)| Ok((k, dtype_from(&v)?))).collect::<PyResult<_>>()?;
+        let r = self.inner.infer_type(&known).py()?;
+        let names = |v: Vec<Option<oxnet::DType>>| v.into_iter().map(|d| d.map(|d| d.name().to_string())).collect();
+        Ok((names(r.arguments), names(r.outputs), names(r.auxiliary_states)))
+    }
+}
+
+#[pyclass(module = "oxnet._core")]
+pub struct ExecutorHandle {
+    inner: BoundExecutor,
+}
+
+fn handles(py: Python<'_>, arrays: &[oxnet::NDArray]) -> PyResult<Vec<Py<NDArrayHandle>>> {
+    arrays.iter().map(|a| wrap(py, a.clone())).collect()
+}
+
+#[pymethods]
+impl ExecutorHandle {
+    #[new]
+    fn bind(
+        symbol: &SymbolHandle,
+        ctx: (i32, i32),
+        args: Vec<PyRef<'_, NDArrayHandle>>,
+        grads: Vec<Option<PyRef<'_, NDArrayHandle>>>,
+        reqs: Vec<String>,
+        aux: Vec<PyRef<'_, NDArrayHandle>>,
+    ) -> PyResult<ExecutorHandle> {
+        let reqs = reqs.iter().map(|r| GradReq::parse(r)).collect::<oxnet::Result<Vec<_>>>().py()?;
+        let inner = BoundExecutor::bind(
+            symbol.inner.clone(),
+            context_from(ctx)?,
+            args.iter().map(|a| a.inner.clone()).collect(),
+            grads.iter().map(|g| g.as_ref().map(|g| g.inner.clone())).collect(),
+            reqs,
+            aux.iter().map(|a| a.inner.clone()).collect(),
+        )
+        .py()?;
+        Ok(ExecutorHandle { inner })
+    }
+
+    fn forward(&mut self, is_train: bool) -> PyResult<()> {
+        self.inner.forward(is_train).py()
+    }
+
+    fn backward(&mut self, head_grads: Vec<Option<PyRef<'_, NDArrayHandle>>>) -> PyResult<()> {
+        let grads: Vec<_> = head_grads.iter().map(|g| g.as_ref().map(|g| g.inner.clone())).collect();
+        self.inner.backward(&grads).py()
+    }
+
+    fn outputs(&self, py: Python<'_>) -> PyResult<Vec<Py<NDArrayHandle>>> {
+        handles(py, &self.inner.outputs)
+    }
+    fn arg_arrays(&self, py: Python<'_>) -> PyResult<Vec<Py<NDArrayHandle>>> {
+        handles(py, &self.inner.args)
+    }
+    fn aux_arrays(&self, py: Python<'_>) -> PyResult<Vec<Py<NDArrayHandle>>> {
+        handles(py, &self.inner.aux)
+    }
+    fn grad_arrays<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let items = self.inner.grads.iter().map(|g| g.as_ref().map(|g| wrap(py, g.clone())).transpose()).collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, items)
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<SymbolHandle>()?;
+    m.add_class::<ExecutorHandle>()?;
+    Ok(())
+}
