@@ -16,4 +16,6 @@ from .attribute import AttrScope
 from . import symbol
 from . import symbol as sym
 from .symbol import executor
+from . import visualization
+from . import visualization as viz
 from . import test_utils

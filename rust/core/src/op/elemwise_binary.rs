@@ -229,9 +229,20 @@ macro_rules! binary_ops {
     };
     (@reverse $add:ident, $ty:ident, none, $doc:literal) => {};
     (@reverse $add:ident, $ty:ident, $rname:literal, $doc:literal) => {
-        $add(OpDef::new($rname, &[], concat!($doc, " The left operand is a scalar."),
+        $add(OpDef::new($rname, legacy_reverse_aliases($rname), concat!($doc, " The left operand is a scalar."),
             |p: ScalarParams| Ok(Scalar::<$ty> { scalar: p.scalar, reverse: true, _m: PhantomData })));
     };
+}
+
+/// The pre-1.0 names of the reversed scalar operators, which old Symbol JSON files use.
+fn legacy_reverse_aliases(name: &str) -> &'static [&'static str] {
+    match name {
+        "_rminus_scalar" => &["_RMinusScalar"],
+        "_rdiv_scalar" => &["_RDivScalar"],
+        "_rmod_scalar" => &["_RModScalar"],
+        "_rpower_scalar" => &["_RPowerScalar"],
+        _ => &[],
+    }
 }
 
 binary_ops! {
@@ -259,7 +270,7 @@ binary_ops! {
         grad: |d, a, b, y, g| { let q = d.binary("broadcast_div", a, b)?; let q = d.unary("floor", &q)?; let t = d.binary("broadcast_mul", g, &q)?; let gb = d.negative(&t)?; Ok((Some(g.clone()), Some(gb))) },
         scalar_grad: |d, x, y, g, s, rev| if rev { let q = d.scalar("_rdiv_scalar", x, s)?; let q = d.unary("floor", &q)?; let t = d.mul(g, &q)?; d.negative(&t).map(Some) } else { Ok(Some(g.clone())) },
         broadcast: "broadcast_mod" [], elemwise: "_mod" ["_Mod"],
-        scalar: "_mod_scalar" [], rscalar: "_rmod_scalar", doc: "Element-wise modulo, with the sign of the divisor.";
+        scalar: "_mod_scalar" ["_ModScalar"], rscalar: "_rmod_scalar", doc: "Element-wise modulo, with the sign of the divisor.";
     Power { float: |a, b| a.powf(b), int: |a, b| int_pow(a, b) }
         grad: |d, a, b, y, g| { let bm1 = d.scalar("_minus_scalar", b, 1.0)?; let t = d.binary("broadcast_power", a, &bm1)?; let t = d.binary("broadcast_mul", &t, b)?; let ga = d.binary("broadcast_mul", g, &t)?; let la = d.unary("log", a)?; let t = d.binary("broadcast_mul", y, &la)?; let gb = d.binary("broadcast_mul", g, &t)?; Ok((Some(ga), Some(gb))) },
         scalar_grad: |d, x, y, g, s, rev| if rev { let t = d.scalar("_mul_scalar", y, s.ln())?; d.mul(g, &t).map(Some) } else { let t = d.scalar("_power_scalar", x, s - 1.0)?; let t = d.scalar("_mul_scalar", &t, s)?; d.mul(g, &t).map(Some) },

@@ -1,0 +1,230 @@
+"""mx.sym: composition, naming, listing, inference, operators, JSON and executors."""
+
+import json
+
+import numpy as np
+import pytest
+
+import oxnet as mx
+
+
+def mlp(num_hidden=8, classes=3):
+    data = mx.sym.var("data")
+    fc1 = mx.sym.FullyConnected(data, num_hidden=num_hidden, name="fc1")
+    act = mx.sym.Activation(fc1, act_type="relu", name="relu1")
+    fc2 = mx.sym.FullyConnected(act, num_hidden=classes, name="fc2")
+    return mx.sym.SoftmaxOutput(fc2, name="softmax")
+
+
+def test_listing_and_automatic_names():
+    net = mlp()
+    assert net.list_arguments() == ["data", "fc1_weight", "fc1_bias", "fc2_weight", "fc2_bias", "softmax_label"]
+    assert net.list_outputs() == ["softmax_output"]
+    assert net.name == "softmax"
+    with mx.name.NameManager():
+        a = mx.sym.FullyConnected(mx.sym.var("x"), num_hidden=2)
+        b = mx.sym.FullyConnected(a, num_hidden=2)
+    assert (a.name, b.name) == ("fullyconnected0", "fullyconnected1")
+    with mx.name.Prefix("net_"):
+        c = mx.sym.Activation(mx.sym.var("y"), act_type="tanh", name="act")
+    assert c.name == "net_act"
+
+
+def test_internals_children_indexing_and_group():
+    net = mlp()
+    internals = net.get_internals()
+    assert "relu1_output" in internals.list_outputs()
+    relu = internals["relu1_output"]
+    assert relu.list_outputs() == ["relu1_output"]
+    assert [s.name for s in net.get_children()] == ["fc2", "softmax_label"]
+    assert mx.sym.var("x").get_children() is None
+    group = mx.sym.Group([relu, net])
+    assert len(group) == 2 and group[1].name == "softmax" and group[-1].name == "softmax"
+    with pytest.raises(ValueError):
+        internals["nope"]
+    with pytest.raises(IndexError):
+        group[5]
+
+
+def test_calling_a_symbol_composes():
+    net = mlp()
+    x = mx.sym.var("x")
+    pre = mx.sym.Activation(x, act_type="tanh", name="pre")
+    composed = net(data=pre)
+    assert composed.list_arguments()[0] == "x"
+    assert net.list_arguments()[0] == "data"
+    with pytest.raises(mx.MXNetError):
+        net(nope=pre)
+
+
+def test_attributes_scopes_and_variables():
+    v = mx.sym.var("w", shape=(3, 4), lr_mult=2.0, dtype="float16", attr={"mood": "calm"})
+    assert v.attr("__shape__") == "(3, 4)" and v.attr("__lr_mult__") == "2.0" and v.attr("mood") == "calm"
+    assert v.attr("__dtype__") == "2"
+    with mx.AttrScope(ctx_group="stage1"):
+        fc = mx.sym.FullyConnected(v, num_hidden=2, name="fc")
+    assert fc.attr("ctx_group") == "stage1" and fc.attr("num_hidden") == "2"
+    fc._set_attr(note="x")
+    assert fc.attr_dict()["fc"]["note"] == "x"
+    with pytest.raises(ValueError):
+        mx.sym.var("bad", foo="bar")
+    # A declared shape and dtype take part in inference.
+    arg, out, _ = mx.sym.FullyConnected(mx.sym.var("d", shape=(5, 4)), num_hidden=2, name="f").infer_shape()
+    assert arg == [(5, 4), (2, 4), (2,)] and out == [(5, 2)]
+
+
+def test_infer_shape_both_directions_and_partial():
+    net = mlp()
+    arg, out, aux = net.infer_shape(data=(4, 5))
+    assert arg == [(4, 5), (8, 5), (8,), (3, 8), (3,), (4,)] and out == [(4, 3)] and aux == []
+    assert net.infer_shape() == (None, None, None)
+    arg, out, _ = net.infer_shape_partial()
+    assert arg[0] == () and out == [()]
+    conv = mx.sym.Convolution(mx.sym.var("img"), kernel=(3, 3), num_filter=4, pad=(1, 1), name="c")
+    bn = mx.sym.BatchNorm(conv, name="bn")
+    arg, out, aux = bn.infer_shape(img=(2, 3, 8, 8))
+    assert arg == [(2, 3, 8, 8), (4, 3, 3, 3), (4,), (4,), (4,)] and aux == [(4,), (4,)] and out == [(2, 4, 8, 8)]
+    arg_t, out_t, aux_t = bn.infer_type(img="float64")
+    assert set(arg_t) == {np.float64} and out_t == [np.float64]
+
+
+def test_inconsistent_shapes_name_the_node():
+    a, b = mx.sym.var("a"), mx.sym.var("b")
+    with pytest.raises(mx.MXNetError, match="'bad_add'"):
+        mx.sym.elemwise_add(a, b, name="bad_add").infer_shape(a=(2, 3), b=(3, 2))
+    with pytest.raises(mx.MXNetError, match="num_hidden"):
+        mx.sym.FullyConnected(a, name="fc")
+    with pytest.raises(mx.MXNetError, match="not valid JSON"):
+        mx.sym.load_json("{nodes")
+
+
+def test_operators_and_fluent_methods_evaluate():
+    x, y = mx.sym.var("x"), mx.sym.var("y")
+    xs, ys = np.array([1.0, 2.0, 4.0], np.float32), np.array([3.0, 1.0, 2.0], np.float32)
+    cases = [
+        (x + y, xs + ys), (x - y, xs - ys), (x * y, xs * ys), (x / y, xs / ys), (x ** 2, xs ** 2),
+        (2 - x, 2 - xs), (1 / x, 1 / xs), (-x, -xs), (x + 1, xs + 1), (3 * x, 3 * xs),
+        (x > y, (xs > ys).astype(np.float32)), (x.square().sum(), np.array([np.sum(xs ** 2)], np.float32)),
+        (x.reshape((3, 1)), xs.reshape(3, 1)),
+    ]
+    for sym, expected in cases:
+        args = {n: mx.nd.array(v) for n, v in (("x", xs), ("y", ys)) if n in sym.list_arguments()}
+        got = sym.eval(**args)[0].asnumpy()
+        np.testing.assert_allclose(got.reshape(expected.shape), expected, rtol=1e-6, err_msg=sym.tojson())
+
+
+def test_json_round_trip_is_mxnet_layout():
+    net = mlp()
+    doc = json.loads(net.tojson())
+    assert doc["attrs"]["mxnet_version"] == ["int", 10901]
+    ops = [n["op"] for n in doc["nodes"]]
+    assert ops.count("null") == 6 and "SoftmaxOutput" in ops
+    assert doc["heads"] == [[len(doc["nodes"]) - 1, 0, 0]]
+    again = mx.sym.load_json(net.tojson())
+    assert again.tojson() == net.tojson()
+    legacy = {"nodes": [{"op": "null", "name": "x", "inputs": []},
+                        {"op": "_MulScalar", "name": "m", "param": {"scalar": "3"}, "inputs": [[0, 0]]}],
+              "heads": [[1, 0]], "attrs": {"mxnet_version": ["int", 905]}}
+    out = mx.sym.load_json(json.dumps(legacy)).eval(x=mx.nd.array([1.0, 2.0]))[0]
+    np.testing.assert_allclose(out.asnumpy(), [3.0, 6.0])
+
+
+def _numpy_mlp(args):
+    h = np.maximum(args["data"] @ args["fc1_weight"].T + args["fc1_bias"], 0)
+    z = h @ args["fc2_weight"].T + args["fc2_bias"]
+    e = np.exp(z - z.max(1, keepdims=True))
+    return h, e / e.sum(1, keepdims=True)
+
+
+def test_executor_forward_backward_against_numpy():
+    net = mlp()
+    exe = net.simple_bind(mx.cpu(), data=(4, 5))
+    rng = np.random.RandomState(0)
+    values = {}
+    for name, array in exe.arg_dict.items():
+        values[name] = rng.uniform(-1, 1, array.shape).astype(np.float32)
+        array[:] = values[name]
+    values["softmax_label"] = np.array([0, 1, 2, 1], np.float32)
+    exe.arg_dict["softmax_label"][:] = values["softmax_label"]
+    out = exe.forward(is_train=True)[0].asnumpy()
+    h, p = _numpy_mlp(values)
+    np.testing.assert_allclose(out, p, rtol=1e-5)
+    exe.backward()
+    dz = p.copy()
+    dz[np.arange(4), values["softmax_label"].astype(int)] -= 1
+    np.testing.assert_allclose(exe.grad_dict["fc2_weight"].asnumpy(), dz.T @ h, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(exe.grad_dict["fc2_bias"].asnumpy(), dz.sum(0), rtol=1e-4, atol=1e-6)
+    assert exe.output_dict["softmax_output"] is exe.outputs[0]
+
+
+def test_grad_req_add_and_null():
+    x = mx.sym.var("x")
+    y = mx.sym.var("y")
+    loss = mx.sym.sum(x * y)
+    xv, yv = mx.nd.array([1.0, 2.0]), mx.nd.array([3.0, 5.0])
+    gx, gy = mx.nd.ones((2,)), mx.nd.ones((2,))
+    exe = loss.bind(mx.cpu(), {"x": xv, "y": yv}, args_grad={"x": gx, "y": gy}, grad_req={"x": "add", "y": "null"})
+    for _ in range(2):
+        exe.forward(is_train=True)
+        exe.backward()
+    np.testing.assert_allclose(gx.asnumpy(), 1 + 2 * yv.asnumpy())
+    np.testing.assert_allclose(gy.asnumpy(), [1.0, 1.0])
+
+
+def test_backward_needs_a_training_forward():
+    exe = mlp().simple_bind(mx.cpu(), data=(2, 5))
+    exe.forward(is_train=False)
+    with pytest.raises(mx.MXNetError, match="is_train=True"):
+        exe.backward()
+
+
+def test_forward_kwargs_reshape_and_shared_parameters():
+    net = mlp()
+    exe = net.simple_bind(mx.cpu(), data=(4, 5))
+    exe.arg_dict["fc1_weight"][:] = 0.1
+    small = exe.reshape(data=(2, 5), softmax_label=(2,))
+    assert small.arg_dict["fc1_weight"] is exe.arg_dict["fc1_weight"]
+    out = small.forward(data=mx.nd.ones((2, 5)))[0]
+    assert out.shape == (2, 3)
+    with pytest.raises(mx.MXNetError, match="allow_up_sizing"):
+        exe.reshape(data=(8, 5), softmax_label=(8,))
+    bigger = exe.reshape(allow_up_sizing=True, data=(8, 5), softmax_label=(8,))
+    assert bigger.forward()[0].shape == (8, 3)
+    bucket = net.simple_bind(mx.cpu(), data=(6, 5), shared_exec=exe)
+    assert bucket.arg_dict["fc1_weight"] is exe.arg_dict["fc1_weight"]
+
+
+def test_bind_errors_are_clear():
+    net = mlp()
+    with pytest.raises(ValueError, match="no array given"):
+        net.bind(mx.cpu(), {"data": mx.nd.ones((2, 5))})
+    with pytest.raises(mx.MXNetError, match="cannot infer"):
+        net.simple_bind(mx.cpu())
+
+
+def test_monitor_sees_every_node_output():
+    net = mlp()
+    exe = net.simple_bind(mx.cpu(), data=(2, 5))
+    seen = {}
+    exe.set_monitor_callback(lambda name, arr: seen.setdefault(name, arr.shape))
+    exe.forward()
+    assert seen["fc1_output"] == (2, 8) and seen["softmax_output"] == (2, 3) and "data" not in seen
+
+
+def test_debug_str_and_dot():
+    net = mlp()
+    text = net.debug_str()
+    assert "Op:FullyConnected, Name=fc1" in text and "Variable:data" in text
+    exe = net.simple_bind(mx.cpu(), data=(2, 5))
+    assert "MB allocated" in exe.debug_str()
+    assert net.to_dot().startswith("digraph")
+
+
+def test_viz_summary_and_plot(capsys):
+    net = mlp()
+    mx.viz.print_summary(net, shape={"data": (2, 5)})
+    text = capsys.readouterr().out
+    assert "fc1(FullyConnected)" in text and "Total params: %d" % (8 * 5 + 8 + 3 * 8 + 3) in text
+    dot = mx.viz.plot_network(net, shape={"data": (2, 5)})
+    assert '"fc1" -> "data"' in dot.source and "fc1_weight" not in dot.source and "2x8" in dot.source
+    assert "fc1_weight" in mx.viz.plot_network(net, hide_weights=False).source
