@@ -17,5 +17,11 @@ from . import symbol
 from . import symbol as sym
 from .symbol import executor
 from . import visualization
+from . import initializer
+from . import initializer as init
+from . import optimizer
+from . import lr_scheduler
+from . import metric
+from . import gluon
 from . import visualization as viz
 from . import test_utils

@@ -20,6 +20,8 @@ def _docstring(name, doc, params, aliases):
 
 def _make_function(op_name, doc):
     def op_function(*args, out=None, name=None, **kwargs):
+        if None in args:  # an absent optional input (`bias=None` passed positionally)
+            args = tuple(a for a in args if a is not None)
         result = _invoke(op_name, args, kwargs or None, out)
         return out if out is not None else _wrap(result)
 

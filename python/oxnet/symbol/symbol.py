@@ -433,6 +433,8 @@ def _create(op_name, *args, name=None, attr=None, **kwargs):
 
 def _as_symbol_args(args):
     for a in args:
+        if a is None:  # an absent optional input (`bias=None` passed positionally)
+            continue
         if isinstance(a, Symbol):
             yield a.handle
         elif isinstance(a, (list, tuple)) and a and all(isinstance(s, Symbol) for s in a):

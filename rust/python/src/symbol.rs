@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use oxnet::base::Shape;
-use oxnet::executor::BoundExecutor;
+use oxnet::executor::{BoundExecutor, CachedOp};
 use oxnet::graph::GradReq;
 use oxnet::op::{self, Attrs};
 use oxnet::symbol::{InferResult, Symbol};
@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::errors::IntoPyResult;
-use crate::ndarray::{context_from, dtype_from, wrap, NDArrayHandle};
+use crate::ndarray::{context_from, current_context, dtype_from, wrap, NDArrayHandle};
 use crate::ops::attr_string;
 
 #[pyclass(module = "oxnet._core", frozen)]
@@ -223,8 +223,30 @@ impl ExecutorHandle {
     }
 }
 
+/// A compiled graph called like an operator (a hybridized block's graph).
+#[pyclass(module = "oxnet._core", frozen)]
+pub struct CachedOpHandle {
+    inner: CachedOp,
+}
+
+#[pymethods]
+impl CachedOpHandle {
+    #[new]
+    fn new(symbol: &SymbolHandle) -> PyResult<CachedOpHandle> {
+        Ok(CachedOpHandle { inner: CachedOp::new(symbol.inner.clone()).py()? })
+    }
+
+    /// Outputs for `inputs` given in the symbol's `list_inputs` order.
+    fn __call__(&self, py: Python<'_>, inputs: Vec<PyRef<'_, NDArrayHandle>>) -> PyResult<Vec<Py<NDArrayHandle>>> {
+        let arrays: Vec<_> = inputs.iter().map(|a| a.inner.clone()).collect();
+        let outputs = self.inner.call(&arrays, current_context()).py()?;
+        handles(py, &outputs)
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SymbolHandle>()?;
+    m.add_class::<CachedOpHandle>()?;
     m.add_class::<ExecutorHandle>()?;
     Ok(())
 }

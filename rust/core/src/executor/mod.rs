@@ -3,8 +3,10 @@
 //! engine keeps what a pending kernel still reads alive until it has run).
 
 mod bound;
+mod cached;
 
 pub use bound::BoundExecutor;
+pub use cached::CachedOp;
 
 use std::sync::Arc;
 

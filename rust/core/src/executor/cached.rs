@@ -1,0 +1,195 @@
+//! A whole graph as one operator (MXNet's CachedOp): what a hybridized Gluon block runs.
+//!
+//! Called imperatively it pushes the graph's operators through the shared runner; under autograd
+//! it is recorded as ONE node. Its gradient is one node too: the graph's gradient, built once by
+//! the gradient pass. The forward values that gradient reads leave the forward call as hidden
+//! outputs of the recorded node, so backward does not recompute the forward pass.
+
+use std::sync::Arc;
+
+use super::{run, Source};
+use crate::autograd::{self, FlagsGuard};
+use crate::base::{Context, Shape};
+use crate::error::Result;
+use crate::graph::{node_key, topo_order, AddressMap, AddressSet, Entry, Node};
+use crate::ndarray::NDArray;
+use crate::op::grad::{Grad, InputGrads};
+use crate::op::{Attrs, ExecContext, Operator, Tensor};
+use crate::pass::gradient;
+use crate::symbol::Symbol;
+
+/// The graph's gradient with respect to each input, and the forward values it reads.
+struct GradientPlan {
+    /// One variable per visible output, standing for its head gradient.
+    head_grads: Vec<Arc<Node>>,
+    /// Per graph input: its gradient entry, `None` when no output depends on it.
+    grads: Vec<Option<Entry>>,
+    /// Forward entries the gradient graph reads, exported as hidden outputs.
+    saved: Vec<Entry>,
+}
+
+struct Graph {
+    symbol: Symbol,
+    inputs: Vec<Arc<Node>>,
+    plan: GradientPlan,
+}
+
+/// A graph called like an operator; clones share the compiled graph.
+#[derive(Clone)]
+pub struct CachedOp {
+    graph: Arc<Graph>,
+}
+
+impl CachedOp {
+    /// Compile `symbol`: its inputs are [`Symbol::list_inputs`], in that order.
+    pub fn new(symbol: Symbol) -> Result<CachedOp> {
+        let inputs = symbol.input_nodes();
+        let head_grads: Vec<Arc<Node>> =
+            (0..symbol.outputs.len()).map(|i| Node::variable(format!("head_grad{i}"), Attrs::new())).collect();
+        let head_entries: Vec<Entry> = head_grads.iter().map(|n| Entry::new(n.clone(), 0)).collect();
+        let xs: Vec<Entry> = inputs.iter().map(|n| Entry::new(n.clone(), 0)).collect();
+        let grads = gradient::gradient(&symbol.outputs, &head_entries, &xs, &|_| None)?;
+        let forward: AddressSet<usize> = symbol.nodes().iter().filter(|n| !n.is_variable()).map(node_key).collect();
+        let targets: Vec<Entry> = grads.iter().flatten().cloned().collect();
+        let saved = topo_order(&targets, |n| forward.contains(&node_key(n)))
+            .into_iter()
+            .filter(|n| forward.contains(&node_key(n)))
+            .flat_map(|n| (0..n.num_outputs()).map(move |i| Entry::new(n.clone(), i)))
+            .collect();
+        let plan = GradientPlan { head_grads, grads, saved };
+        Ok(CachedOp { graph: Arc::new(Graph { symbol, inputs, plan }) })
+    }
+
+    pub fn symbol(&self) -> &Symbol {
+        &self.graph.symbol
+    }
+
+    fn visible(&self) -> usize {
+        self.graph.symbol.outputs.len()
+    }
+
+    fn bound_inputs(&self, inputs: &[NDArray]) -> Result<AddressMap<usize, NDArray>> {
+        if inputs.len() != self.graph.inputs.len() {
+            let names: Vec<&str> = self.graph.inputs.iter().map(|n| n.name.as_str()).collect();
+            crate::bail!(Value, "cached graph takes {} input(s) ({}), got {}", names.len(), names.join(", "), inputs.len());
+        }
+        Ok(self.graph.inputs.iter().zip(inputs).map(|(n, a)| (node_key(n), a.detached())).collect())
+    }
+
+    fn compute(&self, inputs: &[NDArray], with_saved: bool, ctx: Context) -> Result<Vec<NDArray>> {
+        let bound = self.bound_inputs(inputs)?;
+        let mut targets = self.graph.symbol.outputs.clone();
+        if with_saved {
+            targets.extend(self.graph.plan.saved.iter().cloned());
+        }
+        let _flags = FlagsGuard::set(false, autograd::is_training());
+        run(&targets, ctx, |node| match bound.get(&node_key(node)) {
+            Some(a) => Ok(Source::Known(vec![a.clone()])),
+            None if node.is_variable() => crate::bail!(Value, "graph input '{}' is not bound", node.name),
+            None => Ok(Source::Compute),
+        })
+    }
+
+    /// Run the graph on `inputs`; when autograd records, the call becomes one recorded node.
+    pub fn call(&self, inputs: &[NDArray], default_ctx: Context) -> Result<Vec<NDArray>> {
+        let ctx = inputs.first().map_or(default_ctx, NDArray::context);
+        if autograd::should_record(inputs) {
+            let outputs = self.compute(inputs, true, ctx)?;
+            let mut recorded = autograd::record("_CachedOp", Arc::new(self.clone()), &Attrs::new(), inputs, outputs);
+            recorded.truncate(self.visible());
+            Ok(recorded)
+        } else {
+            self.compute(inputs, false, ctx)
+        }
+    }
+}
+
+impl Operator for CachedOp {
+    fn input_names(&self) -> Vec<String> {
+        self.graph.inputs.iter().map(|n| n.name.clone()).collect()
+    }
+    fn num_outputs(&self) -> usize {
+        self.visible() + self.graph.plan.saved.len()
+    }
+    fn num_visible_outputs(&self) -> usize {
+        self.visible()
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let given: AddressMap<usize, Shape> = self.graph.inputs.iter().zip(inputs).map(|(n, s)| (node_key(n), s.clone())).collect();
+        let mut targets = self.graph.symbol.outputs.clone();
+        targets.extend(self.graph.plan.saved.iter().cloned());
+        let shapes = crate::pass::infer::infer_shapes(&targets, &|n: &Node| given.get(&(n as *const Node as usize)).cloned())?;
+        targets
+            .iter()
+            .map(|e| shapes.get(&e.key()).cloned().ok_or_else(|| crate::err!(Shape, "cannot infer the shape of node '{}'", e.node.name)))
+            .collect()
+    }
+    fn forward(&self, _ctx: &ExecContext, _inputs: &[Tensor], _outputs: &[Tensor]) -> Result<()> {
+        crate::bail!(Runtime, "a cached graph runs its operators itself, not as one kernel")
+    }
+    fn run_on_host(&self, inputs: &[NDArray]) -> Option<Result<Vec<NDArray>>> {
+        let ctx = inputs.first().map_or(Context::cpu(0), NDArray::context);
+        Some(self.compute(inputs, true, ctx))
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let plan = &self.graph.plan;
+        let visible = self.visible();
+        let mut node_inputs: Vec<Entry> = (0..d.num_inputs()).map(|i| d.input(i)).collect();
+        node_inputs.extend((visible..d.num_outputs()).map(|i| d.output(i)));
+        node_inputs.extend(d.out_grads()[..visible].iter().cloned());
+        let backward = CachedBackward { graph: self.graph.clone() };
+        let mut grads = d.instance_outputs("_backward_CachedOp", Arc::new(backward), &node_inputs).into_iter();
+        Ok(plan.grads.iter().map(|g| g.as_ref().and_then(|_| grads.next())).collect())
+    }
+}
+
+/// The gradient of a cached graph: inputs are the graph's inputs, its saved forward values and
+/// the head gradients; outputs are the gradients of the inputs that have one.
+struct CachedBackward {
+    graph: Arc<Graph>,
+}
+
+impl Operator for CachedBackward {
+    fn input_names(&self) -> Vec<String> {
+        let g = &self.graph;
+        let mut names: Vec<String> = g.inputs.iter().map(|n| n.name.clone()).collect();
+        names.extend((0..g.plan.saved.len()).map(|i| format!("saved{i}")));
+        names.extend((0..g.plan.head_grads.len()).map(|i| format!("head_grad{i}")));
+        names
+    }
+    fn num_outputs(&self) -> usize {
+        self.graph.plan.grads.iter().flatten().count()
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let g = &self.graph;
+        Ok(g.plan.grads.iter().zip(inputs).filter(|(grad, _)| grad.is_some()).map(|(_, s)| s.clone()).collect())
+    }
+    fn forward(&self, _ctx: &ExecContext, _inputs: &[Tensor], _outputs: &[Tensor]) -> Result<()> {
+        crate::bail!(Runtime, "a cached graph's gradient runs its operators itself, not as one kernel")
+    }
+    fn run_on_host(&self, inputs: &[NDArray]) -> Option<Result<Vec<NDArray>>> {
+        let g = &self.graph;
+        let (graph_inputs, rest) = inputs.split_at(g.inputs.len());
+        let (saved, head_grads) = rest.split_at(g.plan.saved.len());
+        let mut known: AddressMap<usize, NDArray> =
+            g.inputs.iter().zip(graph_inputs).map(|(n, a)| (node_key(n), a.detached())).collect();
+        known.extend(g.plan.head_grads.iter().zip(head_grads).map(|(n, a)| (node_key(n), a.detached())));
+        let mut saved_values: AddressMap<usize, Vec<Option<NDArray>>> = AddressMap::default();
+        for (entry, value) in g.plan.saved.iter().zip(saved) {
+            let slots = saved_values.entry(node_key(&entry.node)).or_insert_with(|| vec![None; entry.node.num_outputs()]);
+            slots[entry.index] = Some(value.detached());
+        }
+        let targets: Vec<Entry> = g.plan.grads.iter().flatten().cloned().collect();
+        let ctx = inputs.first().map_or(Context::cpu(0), NDArray::context);
+        Some(run(&targets, ctx, |node| {
+            if let Some(a) = known.get(&node_key(node)) {
+                return Ok(Source::Known(vec![a.clone()]));
+            }
+            match saved_values.get(&node_key(node)) {
+                Some(slots) => Ok(Source::Known(slots.iter().map(|s| s.clone().expect("every output of a saved node is saved")).collect())),
+                None if node.is_variable() => crate::bail!(Value, "graph input '{}' is not bound", node.name),
+                None => Ok(Source::Compute),
+            }
+        }))
+    }
+}
