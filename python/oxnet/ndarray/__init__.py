@@ -14,6 +14,8 @@ contrib = types.ModuleType(__name__ + ".contrib", "Contributed operators (MXNet'
 for _module in (_internal, contrib):
     sys.modules[_module.__name__] = _module
 _register.generate(globals(), _internal.__dict__, contrib.__dict__)
+from . import ndarray as _ndarray_module  # noqa: E402
+globals().update({name: getattr(_ndarray_module, name) for name in _ndarray_module._HELPERS})
 _core._register_python(NDArray, os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
 from . import random  # noqa: E402 (uses the generated operators)
 

@@ -404,3 +404,45 @@ def linspace(start, stop, num, endpoint=True, ctx=None, dtype=mx_real_t):
 def waitall():
     """Wait for every pushed operation; raise the first error any of them hit."""
     _core.waitall()
+
+
+def _elementwise(lhs, rhs, array_op, scalar_op, rscalar_op):
+    """MXNet's two-operand helpers: arrays broadcast, a scalar on either side is folded in."""
+    if isinstance(lhs, numeric_types) and isinstance(rhs, numeric_types):
+        raise TypeError("%s needs at least one NDArray operand" % array_op)
+    if isinstance(lhs, numeric_types):
+        return _op(rscalar_op, rhs, scalar=float(lhs))
+    if isinstance(rhs, numeric_types):
+        return _op(scalar_op, lhs, scalar=float(rhs))
+    return _op(array_op, lhs, rhs)
+
+
+_HELPERS = {
+    # name: (broadcast op, op with a scalar on the right, op with a scalar on the left)
+    "add": ("broadcast_add", "_plus_scalar", "_plus_scalar"),
+    "subtract": ("broadcast_sub", "_minus_scalar", "_rminus_scalar"),
+    "multiply": ("broadcast_mul", "_mul_scalar", "_mul_scalar"),
+    "divide": ("broadcast_div", "_div_scalar", "_rdiv_scalar"),
+    "modulo": ("broadcast_mod", "_mod_scalar", "_rmod_scalar"),
+    "power": ("broadcast_power", "_power_scalar", "_rpower_scalar"),
+    "maximum": ("broadcast_maximum", "_maximum_scalar", "_maximum_scalar"),
+    "minimum": ("broadcast_minimum", "_minimum_scalar", "_minimum_scalar"),
+    "equal": ("broadcast_equal", "_equal_scalar", "_equal_scalar"),
+    "not_equal": ("broadcast_not_equal", "_not_equal_scalar", "_not_equal_scalar"),
+    "greater": ("broadcast_greater", "_greater_scalar", "_lesser_scalar"),
+    "greater_equal": ("broadcast_greater_equal", "_greater_equal_scalar", "_lesser_equal_scalar"),
+    "lesser": ("broadcast_lesser", "_lesser_scalar", "_greater_scalar"),
+    "lesser_equal": ("broadcast_lesser_equal", "_lesser_equal_scalar", "_greater_equal_scalar"),
+}
+
+
+def _make_helper(name, ops):
+    def helper(lhs, rhs):
+        return _elementwise(lhs, rhs, *ops)
+    helper.__name__ = name
+    helper.__doc__ = "Element-wise %s of two arrays (broadcasting) or of an array and a scalar." % name
+    return helper
+
+
+for _name, _ops in _HELPERS.items():
+    globals()[_name] = _make_helper(_name, _ops)

@@ -34,3 +34,23 @@ def _fluent_operator(name):
     if name.startswith("_"):
         return None
     return _OPERATORS.get(name)
+
+
+def _make_helper(name, ops):
+    array_op, scalar_op, rscalar_op = ops
+
+    def helper(lhs, rhs):
+        from .symbol import _create
+        if isinstance(lhs, Symbol) and isinstance(rhs, Symbol):
+            return _create(array_op, lhs, rhs)
+        if isinstance(rhs, Symbol):
+            return _create(rscalar_op, rhs, scalar=float(lhs))
+        return _create(scalar_op, lhs, scalar=float(rhs))
+    helper.__name__ = name
+    return helper
+
+
+from ..ndarray.ndarray import _HELPERS  # noqa: E402
+
+for _helper_name, _helper_ops in _HELPERS.items():
+    globals()[_helper_name] = _make_helper(_helper_name, _helper_ops)

@@ -1,0 +1,188 @@
+"""Gluon: blocks, naming, deferred initialization, hybridize, save/load, the gluon_mlp fixture,
+trainer, data loading."""
+
+import numpy as np
+import pytest
+
+import oxnet as mx
+from oxnet import autograd, gluon
+from oxnet.gluon import nn
+
+
+def fixture_net():
+    net = nn.HybridSequential(prefix="net_")
+    with net.name_scope():
+        net.add(nn.Dense(16, activation="relu"), nn.BatchNorm(), nn.Dropout(0.3), nn.Dense(4))
+    return net
+
+
+def test_names_follow_mxnet_prefixes():
+    net = fixture_net()
+    assert list(net.collect_params()) == [
+        "net_dense0_weight", "net_dense0_bias", "net_batchnorm0_gamma", "net_batchnorm0_beta",
+        "net_batchnorm0_running_mean", "net_batchnorm0_running_var", "net_dense1_weight", "net_dense1_bias"]
+    assert list(net.collect_params(".*weight")) == ["net_dense0_weight", "net_dense1_weight"]
+    with mx.name.NameManager():
+        a, b = nn.Dense(2), nn.Dense(2)
+    assert (a.prefix, b.prefix) == ("dense0_", "dense1_")
+
+
+def test_deferred_initialization_from_the_first_batch():
+    net = nn.Dense(3)
+    net.initialize()
+    with pytest.raises(gluon.DeferredInitializationError):
+        net.weight.data()
+    out = net(mx.nd.ones((2, 7)))
+    assert out.shape == (2, 3) and net.weight.shape == (3, 7)
+    conv = nn.Conv2D(4, kernel_size=3, padding=1)
+    conv.initialize()
+    assert conv(mx.nd.ones((1, 5, 6, 6))).shape == (1, 4, 6, 6) and conv.weight.shape == (4, 5, 3, 3)
+    with pytest.raises(RuntimeError, match="has not been initialized"):
+        nn.Dense(2, in_units=3).weight.data()
+
+
+def test_fixture_loads_by_imports_and_by_save_parameters(fixtures_dir):
+    io = mx.nd.load(str(fixtures_dir / "gluon_mlp-io.params"))
+    imported = gluon.SymbolBlock.imports(str(fixtures_dir / "gluon_mlp-symbol.json"), ["data"],
+                                         str(fixtures_dir / "gluon_mlp-0000.params"))
+    np.testing.assert_allclose(imported(io["data"]).asnumpy(), io["out:0"].asnumpy(), rtol=1e-4, atol=1e-5)
+    net = fixture_net()
+    net.load_parameters(str(fixtures_dir / "gluon_mlp.save_parameters.params"))
+    np.testing.assert_allclose(net(io["data"]).asnumpy(), io["out:0"].asnumpy(), rtol=1e-4, atol=1e-5)
+    net.hybridize()
+    np.testing.assert_allclose(net(io["data"]).asnumpy(), io["out:0"].asnumpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_save_parameters_round_trip_writes_mxnet_layout(fixtures_dir, tmp_path):
+    net = fixture_net()
+    net.load_parameters(str(fixtures_dir / "gluon_mlp.save_parameters.params"))
+    path = tmp_path / "mlp.params"
+    net.save_parameters(str(path))
+    assert path.read_bytes() == (fixtures_dir / "gluon_mlp.save_parameters.params").read_bytes()
+
+
+def test_hybridized_equals_imperative_in_values_and_gradients():
+    mx.random.seed(3)
+    net = nn.HybridSequential()
+    with net.name_scope():
+        net.add(nn.Conv2D(4, 3, padding=1, activation="tanh"), nn.MaxPool2D(), nn.Flatten(), nn.Dense(5))
+    net.initialize(mx.init.Xavier())
+    x = mx.nd.random.uniform(shape=(3, 2, 6, 6))
+    label = mx.nd.array([0, 3, 4])
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+
+    def run():
+        with autograd.record():
+            loss = loss_fn(net(x), label)
+        loss.backward()
+        return loss.asnumpy(), {n: p.grad().asnumpy().copy() for n, p in net.collect_params().items()}
+
+    loss_imperative, grads_imperative = run()
+    net.hybridize()
+    loss_hybrid, grads_hybrid = run()
+    np.testing.assert_allclose(loss_hybrid, loss_imperative, rtol=1e-5, atol=1e-6)
+    for name in grads_imperative:
+        np.testing.assert_allclose(grads_hybrid[name], grads_imperative[name], rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_hybridized_block_is_one_recorded_node():
+    net = nn.HybridSequential()
+    with net.name_scope():
+        net.add(nn.Dense(4, activation="relu"), nn.Dense(2))
+    net.initialize()
+    net.hybridize()
+    x = mx.nd.ones((2, 3))
+    with autograd.record():
+        out = net(x)
+    dot = mx.autograd.to_dot(out)
+    assert "_CachedOp" in dot and "FullyConnected" not in dot
+
+
+def test_export_and_imports_round_trip(tmp_path):
+    net = fixture_net()
+    net.initialize()
+    net.hybridize()
+    x = mx.nd.random.uniform(shape=(3, 8))
+    expected = net(x).asnumpy()
+    sym_file, params_file = net.export(str(tmp_path / "m"), epoch=7)
+    assert params_file.endswith("m-0007.params")
+    keys = set(mx.nd.load(params_file))
+    assert "aux:net_batchnorm0_running_mean" in keys and "arg:net_dense0_weight" in keys
+    back = gluon.SymbolBlock.imports(sym_file, ["data"], params_file)
+    np.testing.assert_allclose(back(x).asnumpy(), expected, rtol=1e-5)
+    with pytest.raises(RuntimeError, match="hybridize"):
+        fixture_net().export(str(tmp_path / "x"))
+
+
+def test_trainer_sgd_momentum_matches_numpy():
+    net = nn.Dense(1, in_units=2, use_bias=False)
+    net.initialize(mx.init.Constant(0.5))
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01})
+    x = mx.nd.array([[1.0, 2.0], [3.0, 4.0]])
+    w = np.full((1, 2), 0.5, np.float32)
+    mom = np.zeros_like(w)
+    for _ in range(3):
+        with autograd.record():
+            loss = (net(x) ** 2).sum()
+        loss.backward()
+        trainer.step(2)
+        grad = (2 * (x.asnumpy() @ w.T) * x.asnumpy()).sum(0, keepdims=True) / 2
+        mom = 0.9 * mom - 0.1 * (grad + 0.01 * w)
+        w = w + mom
+    np.testing.assert_allclose(net.weight.data().asnumpy(), w, rtol=1e-5)
+
+
+def test_trainer_states_round_trip(tmp_path):
+    net = nn.Dense(2, in_units=2)
+    net.initialize()
+    trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": 0.01})
+    with autograd.record():
+        loss = net(mx.nd.ones((1, 2))).sum()
+    loss.backward()
+    trainer.step(1)
+    trainer.save_states(str(tmp_path / "t.states"))
+    other = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": 0.5})
+    other.load_states(str(tmp_path / "t.states"))
+    assert other.learning_rate == pytest.approx(0.01)
+    trainer.set_learning_rate(0.2)
+    assert trainer.learning_rate == pytest.approx(0.2)
+
+
+def test_dataloader_batches_shuffles_and_uses_workers():
+    data = np.arange(20, dtype=np.float32).reshape(10, 2)
+    labels = np.arange(10, dtype=np.float32)
+    dataset = gluon.data.ArrayDataset(data, labels)
+    batches = list(gluon.data.DataLoader(dataset, batch_size=4))
+    assert [b[0].shape for b in batches] == [(4, 2), (4, 2), (2, 2)]
+    np.testing.assert_array_equal(batches[0][1].asnumpy(), [0, 1, 2, 3])
+    assert len(gluon.data.DataLoader(dataset, batch_size=4, last_batch="discard")) == 2
+    seen = np.concatenate([b[1].asnumpy() for b in gluon.data.DataLoader(dataset, batch_size=3, shuffle=True)])
+    assert sorted(seen.tolist()) == labels.tolist()
+    loader = gluon.data.DataLoader(dataset, batch_size=4, num_workers=2)
+    worker_batches = list(loader)
+    loader.close()
+    for got, expected in zip(worker_batches, batches):
+        np.testing.assert_array_equal(got[0].asnumpy(), expected[0].asnumpy())
+
+
+def test_split_and_load_and_clip_global_norm():
+    parts = gluon.utils.split_and_load(mx.nd.arange(12).reshape((6, 2)), [mx.cpu(0), mx.cpu(1)])
+    assert [p.shape for p in parts] == [(3, 2), (3, 2)] and parts[1].context == mx.cpu(1)
+    arrays = [mx.nd.array([3.0, 0.0]), mx.nd.array([4.0])]
+    norm = gluon.utils.clip_global_norm(arrays, 1.0)
+    assert norm == pytest.approx(5.0)
+    np.testing.assert_allclose(arrays[0].asnumpy(), [0.6, 0.0], rtol=1e-5)
+
+
+def test_block_repr_summary_and_hooks(capsys):
+    net = fixture_net()
+    net.initialize()
+    seen = []
+    handle = net.register_forward_hook(lambda block, inputs, out: seen.append(out.shape))
+    net(mx.nd.ones((2, 8)))
+    handle.detach()
+    net(mx.nd.ones((2, 8)))
+    assert seen == [(2, 4)]
+    assert "Dense(8 -> 16, Activation(relu))" in repr(net)
+    net.summary(mx.nd.ones((2, 8)))
+    assert "Total params" in capsys.readouterr().out
