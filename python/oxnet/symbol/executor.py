@@ -132,8 +132,12 @@ class Executor:
             if monitor_all or name not in arguments:
                 callback(name, array)
 
+    @property
+    def planned_bytes(self):
+        """Bytes of the static memory plan for intermediate values, gradients and outputs
+        (parameters and gradient arrays not included): the exact figure behind ``debug_str``."""
+        return self.handle.planned_bytes()
+
     def debug_str(self):
-        """The symbol's debug text, then the bound arrays' total size."""
-        arrays = [a for a in self.arg_arrays + self.grad_arrays + self.aux_arrays + self.outputs if a is not None]
-        total = sum(a.size * np.dtype(a.dtype).itemsize for a in arrays)
-        return self._symbol.debug_str() + "Total %d MB allocated\n" % (total >> 20)
+        """The symbol's debug text, then the planned memory in whole MB, as MXNet prints it."""
+        return self._symbol.debug_str() + "Total %d MB allocated\n" % (self.planned_bytes >> 20)

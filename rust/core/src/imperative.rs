@@ -123,8 +123,9 @@ pub fn invoke_operator(
             )));
         }
         Some(given) => {
+            // Callers may give the visible outputs (hidden ones are then allocated here) or all.
             let visible = operator.num_visible_outputs();
-            if given.len() != visible {
+            if given.len() != visible && given.len() != out_shapes.len() {
                 return Err(fail(crate::err!(Value, "has {visible} output(s), {} given as out", given.len())));
             }
             for (i, g) in given.iter().enumerate() {
@@ -142,7 +143,7 @@ pub fn invoke_operator(
                     return Err(fail(crate::err!(Device, "out[{i}] lives on {}, the inputs on {ctx}", g.context())));
                 }
             }
-            let hidden = (visible..out_shapes.len()).map(|i| NDArray::empty(out_shapes[i].clone(), out_types[i], ctx));
+            let hidden = (given.len()..out_shapes.len()).map(|i| NDArray::empty(out_shapes[i].clone(), out_types[i], ctx));
             given.into_iter().map(Ok).chain(hidden).collect::<Result<Vec<_>>>().map_err(fail)?
         }
         None => out_shapes

@@ -211,6 +211,10 @@ impl ExecutorHandle {
     fn outputs(&self, py: Python<'_>) -> PyResult<Vec<Py<NDArrayHandle>>> {
         handles(py, &self.inner.outputs)
     }
+    /// Bytes of the static memory plan for intermediate values.
+    fn planned_bytes(&self) -> usize {
+        self.inner.planned_bytes()
+    }
     fn arg_arrays(&self, py: Python<'_>) -> PyResult<Vec<Py<NDArrayHandle>>> {
         handles(py, &self.inner.args)
     }

@@ -1,32 +1,36 @@
 //! A symbol bound to arrays (MXNet's `Executor`): forward fills the outputs, backward the
-//! gradient arrays, both by running graphs through the shared runner.
+//! gradient arrays.
 //!
-//! At bind time the gradient graph is built once from the operators' gradient definitions (the
-//! same pass autograd uses), and the forward nodes it reads are noted: a training forward keeps
-//! exactly those values for backward and releases every other intermediate as soon as its last
-//! consumer has been pushed.
+//! Binding compiles the run once: the gradient graph (the same pass autograd uses), the order of
+//! forward and backward operators, and a static memory plan over both, so every intermediate
+//! lives in a block allocated at bind time and blocks are shared by values whose lifetimes do not
+//! overlap (in place where an operator allows it). Gradients for `grad_req='write'` are written
+//! straight into the gradient arrays.
 
 use std::sync::Arc;
 
-use super::{run_keeping, Kept, Source};
+use super::run_steps;
 use crate::autograd::FlagsGuard;
-use crate::base::{Context, Shape};
+use crate::base::{Context, DType, Shape};
 use crate::error::Result;
-use crate::graph::{node_key, topo_order, AddressMap, AddressSet, Entry, GradReq, Node};
+use crate::graph::{node_key, topo_order, AddressMap, AddressSet, Entry, EntryKey, GradReq, Node};
 use crate::imperative;
 use crate::ndarray::NDArray;
 use crate::op::Attrs;
+use crate::pass::plan_memory::{inplace_enabled, plan_memory, PlanRequest};
 use crate::pass::{gradient, infer};
 use crate::symbol::Symbol;
 
-/// The gradient graph of a bound symbol and what its forward pass must keep for it.
+/// The gradient graph of a bound symbol.
 struct BackwardPlan {
     /// One variable per symbol output, standing for that output's head gradient.
     head_grads: Vec<Arc<Node>>,
     /// For each argument: its gradient entry (`None`: no gradient wanted, or zero).
     grads: Vec<Option<Entry>>,
-    /// Forward operator nodes whose outputs the gradient graph reads.
-    keep: AddressSet<usize>,
+    /// Gradient operators in execution order.
+    steps: Vec<Arc<Node>>,
+    /// Arguments whose gradient node writes straight into the gradient array.
+    direct: Vec<bool>,
 }
 
 pub struct BoundExecutor {
@@ -39,9 +43,14 @@ pub struct BoundExecutor {
     pub grad_reqs: Vec<GradReq>,
     pub aux: Vec<NDArray>,
     pub outputs: Vec<NDArray>,
+    forward_steps: Vec<Arc<Node>>,
     plan: Option<BackwardPlan>,
-    /// Forward values kept by the last training forward pass, for backward.
-    kept: Option<Kept>,
+    /// Planned storage of every intermediate value (views into the blocks).
+    storage: AddressMap<EntryKey, NDArray>,
+    planned_bytes: usize,
+    /// Values of the last forward pass, which backward reads.
+    values: AddressMap<EntryKey, NDArray>,
+    trained: bool,
 }
 
 impl BoundExecutor {
@@ -57,54 +66,93 @@ impl BoundExecutor {
     ) -> Result<BoundExecutor> {
         let arg_nodes = symbol.argument_nodes();
         let aux_nodes = symbol.auxiliary_nodes();
-        let names = |nodes: &[Arc<Node>]| nodes.iter().map(|n| n.name.clone()).collect::<Vec<_>>().join(", ");
-        if args.len() != arg_nodes.len() {
-            crate::bail!(Value, "bind: {} argument array(s) given, the symbol has {} ({})", args.len(), arg_nodes.len(), names(&arg_nodes));
-        }
-        if aux.len() != aux_nodes.len() {
-            crate::bail!(Value, "bind: {} auxiliary array(s) given, the symbol has {} ({})", aux.len(), aux_nodes.len(), names(&aux_nodes));
-        }
-        if grads.len() != args.len() || grad_reqs.len() != args.len() {
-            crate::bail!(Value, "bind: need one gradient array and request per argument ({})", args.len());
-        }
-        for (node, array) in arg_nodes.iter().chain(&aux_nodes).zip(args.iter().chain(&aux)) {
-            if array.context() != ctx {
-                crate::bail!(Device, "bind: array for '{}' lives on {}, the executor on {ctx}", node.name, array.context());
-            }
-        }
-        for ((node, grad), req) in arg_nodes.iter().zip(&grads).zip(&grad_reqs) {
-            match grad {
-                None if *req != GradReq::Null => {
-                    crate::bail!(Value, "bind: argument '{}' has grad_req {req:?} but no gradient array", node.name)
-                }
-                Some(g) if g.shape() != args[arg_index(&arg_nodes, node)].shape() => crate::bail!(
-                    Shape,
-                    "bind: gradient array for '{}' has shape {}, the argument {}",
-                    node.name,
-                    g.shape(),
-                    args[arg_index(&arg_nodes, node)].shape()
-                ),
-                _ => {}
-            }
-        }
+        check_arrays(&arg_nodes, &aux_nodes, &args, &grads, &grad_reqs, &aux, ctx)?;
 
-        let known = value_map(&arg_nodes, &args, &aux_nodes, &aux);
-        let shapes = infer::infer_shapes(&symbol.outputs, &|n: &Node| known.get(&(n as *const Node as usize)).map(|a| a.shape().clone()))?;
-        let types = infer::infer_types(&symbol.outputs, &|n: &Node| known.get(&(n as *const Node as usize)).map(NDArray::dtype))?;
-        let mut outputs = Vec::with_capacity(symbol.outputs.len());
+        let bound = value_map(&arg_nodes, &args, &aux_nodes, &aux);
+        let forward_steps: Vec<Arc<Node>> = symbol.nodes().into_iter().filter(|n| !n.is_variable()).collect();
+        let forward_shapes = infer::infer_shapes(&symbol.outputs, &|n: &Node| bound.get(&address(n)).map(|a| a.shape().clone()))?;
+        let forward_types = infer::infer_types(&symbol.outputs, &|n: &Node| bound.get(&address(n)).map(NDArray::dtype))?;
         for (e, name) in symbol.outputs.iter().zip(symbol.list_outputs()) {
-            let (Some(shape), Some(&dtype)) = (shapes.get(&e.key()), types.get(&e.key())) else {
+            if !forward_shapes.contains_key(&e.key()) {
                 crate::bail!(Shape, "bind: the shape of output '{name}' cannot be inferred from the arguments' shapes");
-            };
-            outputs.push(NDArray::from_bytes(shape.clone(), dtype, ctx, &vec![0u8; shape.size() * dtype.size()])?);
+            }
         }
 
         let plan = if grad_reqs.iter().any(|r| *r != GradReq::Null) {
-            Some(plan_backward(&symbol, &arg_nodes, &grad_reqs, &shapes)?)
+            Some(plan_backward(&symbol, &forward_steps, &arg_nodes, &grad_reqs, &forward_shapes)?)
         } else {
             None
         };
-        Ok(BoundExecutor { symbol, ctx, arg_nodes, aux_nodes, args, grads, grad_reqs, aux, outputs, plan, kept: None })
+
+        // Shapes and dtypes of every value of the run, backward included.
+        let mut targets = symbol.outputs.clone();
+        let mut given_shapes: AddressMap<usize, Shape> = bound.iter().map(|(k, a)| (*k, a.shape().clone())).collect();
+        let mut given_types: AddressMap<usize, DType> = bound.iter().map(|(k, a)| (*k, a.dtype())).collect();
+        if let Some(plan) = &plan {
+            targets.extend(plan.grads.iter().flatten().cloned());
+            for (node, out) in plan.head_grads.iter().zip(&symbol.outputs) {
+                given_shapes.insert(node_key(node), forward_shapes[&out.key()].clone());
+                given_types.insert(node_key(node), forward_types[&out.key()]);
+            }
+        }
+        let shapes = infer::infer_shapes(&targets, &|n: &Node| given_shapes.get(&address(n)).cloned())?;
+        let types = infer::infer_types(&targets, &|n: &Node| given_types.get(&address(n)).copied())?;
+
+        let mut steps = forward_steps.clone();
+        let mut external = AddressSet::default();
+        if let Some(plan) = &plan {
+            steps.extend(plan.steps.iter().cloned());
+            for (grad, direct) in plan.grads.iter().zip(&plan.direct) {
+                if let (Some(g), true) = (grad, direct) {
+                    external.insert(g.key());
+                }
+            }
+        }
+        let pinned: AddressSet<EntryKey> = symbol.outputs.iter().map(Entry::key).collect();
+        let bytes = |e: &Entry| Some(shapes.get(&e.key())?.size() * types.get(&e.key())?.size());
+        let memory = plan_memory(&PlanRequest { steps: &steps, bytes: &bytes, pinned: &pinned, external: &external, inplace: inplace_enabled() });
+        let blocks = memory
+            .blocks
+            .iter()
+            .map(|&size| NDArray::empty(Shape::new(vec![size]), DType::U8, ctx))
+            .collect::<Result<Vec<_>>>()?;
+        let mut storage: AddressMap<EntryKey, NDArray> = AddressMap::default();
+        for (key, &block) in &memory.assignment {
+            storage.insert(*key, blocks[block].reinterpret(shapes[key].clone(), types[key])?);
+        }
+        if let Some(plan) = &plan {
+            for ((grad, direct), buffer) in plan.grads.iter().zip(&plan.direct).zip(&grads) {
+                if let (Some(g), true, Some(buffer)) = (grad, direct, buffer) {
+                    storage.insert(g.key(), buffer.clone());
+                }
+            }
+        }
+        let outputs = symbol
+            .outputs
+            .iter()
+            .map(|e| match storage.get(&e.key()) {
+                Some(view) => Ok(view.clone()),
+                None => NDArray::empty(forward_shapes[&e.key()].clone(), forward_types[&e.key()], ctx),
+            })
+            .collect::<Result<Vec<_>>>()?;
+
+        Ok(BoundExecutor {
+            symbol,
+            ctx,
+            arg_nodes,
+            aux_nodes,
+            args,
+            grads,
+            grad_reqs,
+            aux,
+            outputs,
+            forward_steps,
+            plan,
+            storage,
+            planned_bytes: memory.total_bytes(),
+            values: AddressMap::default(),
+            trained: false,
+        })
     }
 
     pub fn symbol(&self) -> &Symbol {
@@ -115,21 +163,27 @@ impl BoundExecutor {
         self.ctx
     }
 
+    /// Bytes of the planned storage for intermediate values (outputs and gradients included,
+    /// parameters and gradient arrays not): MXNet's "Total N MB allocated".
+    pub fn planned_bytes(&self) -> usize {
+        self.planned_bytes
+    }
+
     /// Run the graph; with `is_train` operators such as Dropout and BatchNorm behave as in
-    /// training, and the values backward needs are kept.
+    /// training and backward may follow.
     pub fn forward(&mut self, is_train: bool) -> Result<()> {
         let _flags = FlagsGuard::set(false, is_train);
-        let known = value_map(&self.arg_nodes, &self.args, &self.aux_nodes, &self.aux);
-        let empty = AddressSet::default();
-        let keep = match (&self.plan, is_train) {
-            (Some(plan), true) => &plan.keep,
-            _ => &empty,
-        };
-        let (values, kept) = run_keeping(&self.symbol.outputs, self.ctx, |node| known_or_compute(node, &known), keep)?;
-        for (value, output) in values.iter().zip(&self.outputs) {
-            imperative::copy(value, output, None)?;
+        let mut values: AddressMap<EntryKey, NDArray> =
+            value_map(&self.arg_nodes, &self.args, &self.aux_nodes, &self.aux).into_iter().map(|(k, a)| ((k, 0), a)).collect();
+        run_steps(&self.forward_steps, &mut values, &self.storage, self.ctx)?;
+        for (e, output) in self.symbol.outputs.iter().zip(&self.outputs) {
+            let value = &values[&e.key()];
+            if !value.same_data(output) {
+                imperative::copy(value, output, None)?;
+            }
         }
-        self.kept = is_train.then_some(kept);
+        self.values = values;
+        self.trained = is_train;
         Ok(())
     }
 
@@ -139,13 +193,12 @@ impl BoundExecutor {
         let Some(plan) = &self.plan else {
             return Ok(());
         };
-        let Some(kept) = &self.kept else {
+        if !self.trained {
             crate::bail!(Value, "backward needs a preceding forward(is_train=True): the values gradients read were not kept");
-        };
+        }
         if !head_grads.is_empty() && head_grads.len() != self.outputs.len() {
             crate::bail!(Value, "backward: {} head gradient(s) for {} output(s)", head_grads.len(), self.outputs.len());
         }
-        let mut known = value_map(&self.arg_nodes, &self.args, &self.aux_nodes, &self.aux);
         for (i, (node, output)) in plan.head_grads.iter().zip(&self.outputs).enumerate() {
             let grad = match head_grads.get(i).cloned().flatten() {
                 Some(g) if g.shape() != output.shape() => {
@@ -154,30 +207,21 @@ impl BoundExecutor {
                 Some(g) => g,
                 None => imperative::invoke("ones_like", &[output.clone()], &Attrs::new(), None, self.ctx, None)?.swap_remove(0),
             };
-            known.insert(node_key(node), grad);
+            self.values.insert((node_key(node), 0), grad);
         }
-        let targets: Vec<Entry> = plan.grads.iter().flatten().cloned().collect();
         let _flags = FlagsGuard::set(false, true);
-        let (values, _) = run_keeping(
-            &targets,
-            self.ctx,
-            |node| match kept.get(&node_key(node)) {
-                Some(values) => Ok(Source::Known(values.clone())),
-                None if node.is_variable() => known_or_compute(node, &known),
-                None if plan.keep.contains(&node_key(node)) => {
-                    crate::bail!(Runtime, "forward value of node '{}' was not kept for backward", node.name)
-                }
-                None => Ok(Source::Compute),
-            },
-            &AddressSet::default(),
-        )?;
-        let mut values = values.into_iter();
+        run_steps(&plan.steps, &mut self.values, &self.storage, self.ctx)?;
         for ((grad, buffer), req) in plan.grads.iter().zip(&self.grads).zip(&self.grad_reqs) {
             let (Some(buffer), true) = (buffer, *req != GradReq::Null) else { continue };
             match (grad, req) {
-                (Some(_), GradReq::Write) => imperative::copy(&values.next().expect("one value per target"), buffer, None)?,
-                (Some(_), _) => {
-                    let value = values.next().expect("one value per target");
+                (Some(g), GradReq::Write) => {
+                    let value = &self.values[&g.key()];
+                    if !value.same_data(buffer) {
+                        imperative::copy(value, buffer, None)?;
+                    }
+                }
+                (Some(g), _) => {
+                    let value = self.values[&g.key()].clone();
                     imperative::invoke("elemwise_add", &[buffer.clone(), value], &Attrs::new(), Some(vec![buffer.clone()]), self.ctx, None)?;
                 }
                 (None, GradReq::Write) => {
@@ -190,8 +234,46 @@ impl BoundExecutor {
     }
 }
 
-fn arg_index(nodes: &[Arc<Node>], node: &Arc<Node>) -> usize {
-    nodes.iter().position(|n| Arc::ptr_eq(n, node)).expect("node is an argument")
+fn address(node: &Node) -> usize {
+    node as *const Node as usize
+}
+
+fn check_arrays(
+    arg_nodes: &[Arc<Node>],
+    aux_nodes: &[Arc<Node>],
+    args: &[NDArray],
+    grads: &[Option<NDArray>],
+    grad_reqs: &[GradReq],
+    aux: &[NDArray],
+    ctx: Context,
+) -> Result<()> {
+    let names = |nodes: &[Arc<Node>]| nodes.iter().map(|n| n.name.clone()).collect::<Vec<_>>().join(", ");
+    if args.len() != arg_nodes.len() {
+        crate::bail!(Value, "bind: {} argument array(s) given, the symbol has {} ({})", args.len(), arg_nodes.len(), names(arg_nodes));
+    }
+    if aux.len() != aux_nodes.len() {
+        crate::bail!(Value, "bind: {} auxiliary array(s) given, the symbol has {} ({})", aux.len(), aux_nodes.len(), names(aux_nodes));
+    }
+    if grads.len() != args.len() || grad_reqs.len() != args.len() {
+        crate::bail!(Value, "bind: need one gradient array and request per argument ({})", args.len());
+    }
+    for (node, array) in arg_nodes.iter().chain(aux_nodes).zip(args.iter().chain(aux)) {
+        if array.context() != ctx {
+            crate::bail!(Device, "bind: array for '{}' lives on {}, the executor on {ctx}", node.name, array.context());
+        }
+    }
+    for (((node, grad), req), arg) in arg_nodes.iter().zip(grads).zip(grad_reqs).zip(args) {
+        match grad {
+            None if *req != GradReq::Null => {
+                crate::bail!(Value, "bind: argument '{}' has grad_req {req:?} but no gradient array", node.name)
+            }
+            Some(g) if g.shape() != arg.shape() => {
+                crate::bail!(Shape, "bind: gradient array for '{}' has shape {}, the argument {}", node.name, g.shape(), arg.shape())
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Bound arrays by variable node.
@@ -199,15 +281,13 @@ fn value_map(arg_nodes: &[Arc<Node>], args: &[NDArray], aux_nodes: &[Arc<Node>],
     arg_nodes.iter().zip(args).chain(aux_nodes.iter().zip(aux)).map(|(n, a)| (node_key(n), a.clone())).collect()
 }
 
-fn known_or_compute(node: &Arc<Node>, known: &AddressMap<usize, NDArray>) -> Result<Source> {
-    match known.get(&node_key(node)) {
-        Some(value) => Ok(Source::Known(vec![value.clone()])),
-        None if node.is_variable() => crate::bail!(Value, "variable '{}' is not bound to an array", node.name),
-        None => Ok(Source::Compute),
-    }
-}
-
-fn plan_backward(symbol: &Symbol, arg_nodes: &[Arc<Node>], reqs: &[GradReq], shapes: &infer::Inferred<Shape>) -> Result<BackwardPlan> {
+fn plan_backward(
+    symbol: &Symbol,
+    forward_steps: &[Arc<Node>],
+    arg_nodes: &[Arc<Node>],
+    reqs: &[GradReq],
+    shapes: &infer::Inferred<Shape>,
+) -> Result<BackwardPlan> {
     let head_grads: Vec<Arc<Node>> =
         (0..symbol.outputs.len()).map(|i| Node::variable(format!("head_grad{i}"), Attrs::new())).collect();
     let head_entries: Vec<Entry> = head_grads.iter().map(|n| Entry::new(n.clone(), 0)).collect();
@@ -218,12 +298,28 @@ fn plan_backward(symbol: &Symbol, arg_nodes: &[Arc<Node>], reqs: &[GradReq], sha
     for (&i, g) in wanted.iter().zip(found) {
         grads[i] = g;
     }
-    let forward: AddressSet<usize> = symbol.nodes().iter().filter(|n| !n.is_variable()).map(node_key).collect();
-    let targets: Vec<Entry> = grads.iter().flatten().cloned().collect();
-    let keep = topo_order(&targets, |n| forward.contains(&node_key(n)))
-        .iter()
-        .map(node_key)
-        .filter(|k| forward.contains(k))
+    let forward: AddressSet<usize> = forward_steps.iter().map(node_key).collect();
+    // Visiting the last layer's gradients first makes the order follow backpropagation, so each
+    // layer's temporaries die before the next layer's are made.
+    let targets: Vec<Entry> = grads.iter().rev().flatten().cloned().collect();
+    let steps: Vec<Arc<Node>> = topo_order(&targets, |n| forward.contains(&node_key(n)))
+        .into_iter()
+        .filter(|n| !n.is_variable() && !forward.contains(&node_key(n)))
         .collect();
-    Ok(BackwardPlan { head_grads, grads, keep })
+    // A gradient computed by a backward node and wanted by exactly one argument with
+    // grad_req='write' is written straight into that argument's gradient array.
+    let backward: AddressSet<usize> = steps.iter().map(node_key).collect();
+    let direct = grads
+        .iter()
+        .zip(reqs)
+        .map(|(g, req)| {
+            g.as_ref().is_some_and(|g| {
+                *req == GradReq::Write
+                    && backward.contains(&node_key(&g.node))
+                    && grads.iter().flatten().filter(|other| other.key() == g.key()).count() == 1
+            })
+        })
+        .collect();
+    Ok(BackwardPlan { head_grads, grads, steps, direct })
 }
+

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::base::Context;
 use crate::error::Result;
-use crate::graph::{node_key, topo_order, AddressMap, AddressSet, Entry, EntryKey, Node};
+use crate::graph::{node_key, topo_order, AddressMap, Entry, EntryKey, Node};
 use crate::imperative;
 use crate::ndarray::NDArray;
 
@@ -26,22 +26,7 @@ pub enum Source {
 
 /// Values of `targets`. `resolve` says, once per node, whether its values are known; nodes it
 /// asks to compute must have an operator.
-pub fn run(targets: &[Entry], ctx: Context, resolve: impl FnMut(&Arc<Node>) -> Result<Source>) -> Result<Vec<NDArray>> {
-    Ok(run_keeping(targets, ctx, resolve, &AddressSet::default())?.0)
-}
-
-/// Every output of the computed nodes in `keep`, by node.
-pub type Kept = AddressMap<usize, Vec<NDArray>>;
-
-/// [`run`], also returning the outputs of the computed nodes in `keep` (the forward values a
-/// later backward pass reads).
-pub fn run_keeping(
-    targets: &[Entry],
-    ctx: Context,
-    mut resolve: impl FnMut(&Arc<Node>) -> Result<Source>,
-    keep: &AddressSet<usize>,
-) -> Result<(Vec<NDArray>, Kept)> {
-    let mut kept = Kept::default();
+pub fn run(targets: &[Entry], ctx: Context, mut resolve: impl FnMut(&Arc<Node>) -> Result<Source>) -> Result<Vec<NDArray>> {
     let mut values: AddressMap<EntryKey, NDArray> = AddressMap::default();
     let mut failure = None;
     let order = topo_order(targets, |node| match resolve(node) {
@@ -96,9 +81,6 @@ pub fn run_keeping(
                 }
             }
         }
-        if keep.contains(&node_key(node)) {
-            kept.insert(node_key(node), outputs.clone());
-        }
         for (i, out) in outputs.into_iter().enumerate() {
             let key = (node_key(node), i);
             if uses.get(&key).is_some_and(|&n| n > 0) {
@@ -106,9 +88,37 @@ pub fn run_keeping(
             }
         }
     }
-    let results = targets
+    targets
         .iter()
         .map(|t| values.get(&t.key()).cloned().ok_or_else(|| crate::err!(Runtime, "graph output of node '{}' was not computed", t.node.name)))
-        .collect::<Result<Vec<_>>>()?;
-    Ok((results, kept))
+        .collect()
+}
+
+/// Run `steps` (operator nodes, in order) reading and extending `values`; a node whose outputs
+/// all have planned `storage` writes into it instead of allocating.
+pub fn run_steps(
+    steps: &[Arc<Node>],
+    values: &mut AddressMap<EntryKey, NDArray>,
+    storage: &AddressMap<EntryKey, NDArray>,
+    ctx: Context,
+) -> Result<()> {
+    for node in steps {
+        let op = node.op.as_ref().expect("a step is an operator node");
+        let inputs = node
+            .inputs
+            .iter()
+            .map(|e| values.get(&e.key()).cloned().ok_or_else(|| crate::err!(Runtime, "value of an input of node '{}' is missing", node.name)))
+            .collect::<Result<Vec<_>>>()?;
+        let planned = |count: usize| (0..count).map(|i| storage.get(&(node_key(node), i)).cloned()).collect::<Option<Vec<_>>>();
+        let out = planned(node.num_outputs()).or_else(|| planned(op.operator.num_visible_outputs()));
+        let outputs = match op.operator.run_on_host(&inputs) {
+            Some(result) => result,
+            None => imperative::invoke_operator(&op.name, op.operator.clone(), &op.attrs, &inputs, out, ctx, None),
+        }
+        .map_err(|e| e.context(format!("node '{}'", node.name)))?;
+        for (i, value) in outputs.into_iter().enumerate() {
+            values.insert((node_key(node), i), value);
+        }
+    }
+    Ok(())
 }

@@ -113,6 +113,16 @@ impl NDArray {
         Ok(NDArray { shape, autograd: None, ..self.clone() })
     }
 
+    /// The start of this array's memory seen as `shape` elements of `dtype` (a planned storage
+    /// block holding one value after another).
+    pub fn reinterpret(&self, shape: Shape, dtype: DType) -> Result<NDArray> {
+        let needed = shape.size() * dtype.size();
+        if self.offset != 0 || needed > self.nbytes() {
+            crate::bail!(Value, "cannot view {} bytes at offset {} as {needed} bytes of {dtype} {shape}", self.nbytes(), self.offset);
+        }
+        Ok(NDArray { chunk: self.chunk.clone(), offset: 0, shape, dtype, autograd: None })
+    }
+
     /// Rows `begin..end` of the first axis, as a view.
     pub fn slice_view(&self, begin: usize, end: usize) -> Result<NDArray> {
         let Some(&rows) = self.shape.dims().first() else {

@@ -361,17 +361,20 @@ impl Operator for FullyConnected {
         };
         Ok(())
     }
+    /// One `_backward_FullyConnected` node: two GEMMs and a column sum, reading the input as
+    /// a matrix in place (no flattened copy), and skipping the data gradient when no one needs it.
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, w, g) = (d.input(0), d.input(1), d.out_grad(0));
-        let matrix = [("shape", "(-1, 0)".to_string()), ("reverse", "True".to_string())];
-        let x2 = if self.p.flatten { d.unary("Flatten", &x)? } else { d.op("Reshape", &matrix, &[&x])? };
-        let g2 = if self.p.flatten { g.clone() } else { d.op("Reshape", &matrix, &[&g])? };
-        let dx = d.binary("dot", &g, &w)?;
-        let dx = d.binary("reshape_like", &dx, &x)?;
-        let dw = d.op("dot", &[("transpose_a", "True".to_string())], &[&g2, &x2])?;
-        let mut grads = vec![Some(dx), Some(dw)];
-        if !self.p.no_bias {
-            grads.push(Some(d.op("sum", &[("axis", "0".to_string())], &[&g2])?));
+        let flag = |b: bool| if b { "True" } else { "False" }.to_string();
+        let attrs = [
+            ("num_hidden", self.p.num_hidden.to_string()),
+            ("no_bias", flag(self.p.no_bias)),
+            ("flatten", flag(self.p.flatten)),
+            ("data_grad", flag(d.input_needed(0))),
+        ];
+        let mut grads: InputGrads = d.op_outputs("_backward_FullyConnected", &attrs, &[&g, &x, &w])?.into_iter().map(Some).collect();
+        if !d.input_needed(0) {
+            grads[0] = None;
         }
         Ok(grads)
     }
@@ -384,7 +387,81 @@ fn check_dense(p: &DotParams) -> Result<()> {
     }
 }
 
+crate::op_params! {
+    pub struct FullyConnectedBackwardParams {
+        /// Number of hidden units of the forward layer.
+        num_hidden: usize,
+        /// Whether the forward layer had no bias.
+        no_bias: bool = false,
+        /// Whether the forward layer flattened its input.
+        flatten: bool = true,
+        /// Whether to compute the data gradient (zeros otherwise).
+        data_grad: bool = true,
+    }
+}
+
+/// `_backward_FullyConnected(out_grad, data, weight)` -> (data grad, weight grad[, bias grad]).
+struct FullyConnectedBackward {
+    forward: FullyConnected,
+    data_grad: bool,
+}
+
+impl Operator for FullyConnectedBackward {
+    fn input_names(&self) -> Vec<String> {
+        vec!["out_grad".into(), "data".into(), "weight".into()]
+    }
+    fn num_outputs(&self) -> usize {
+        if self.forward.p.no_bias { 2 } else { 3 }
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let mut shapes = vec![inputs[1].clone(), inputs[2].clone()];
+        if !self.forward.p.no_bias {
+            shapes.push(Shape::new(vec![self.forward.p.num_hidden]));
+        }
+        Ok(shapes)
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[1]; self.num_outputs()])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let ((rows, features), _) = self.forward.layout(&inputs[1].shape)?;
+        let hidden = self.forward.p.num_hidden;
+        let (g, x, w) = (&inputs[0], &inputs[1], &inputs[2]);
+        let threads = rayon::current_num_threads();
+        // SAFETY (both products): g is (rows, hidden), x (rows, features), w (hidden, features);
+        // dx holds rows * features and dw hidden * features elements, each this op's alone.
+        unsafe {
+            if self.data_grad {
+                matmul_into(g.dtype, outputs[0].raw(), false, g.raw(), Mat::stored(rows, hidden, false), w.raw(), Mat::stored(hidden, features, false), threads);
+            } else {
+                std::ptr::write_bytes(outputs[0].raw(), 0, outputs[0].size() * outputs[0].dtype.size());
+            }
+            matmul_into(g.dtype, outputs[1].raw(), false, g.raw(), Mat::stored(rows, hidden, true), x.raw(), Mat::stored(rows, features, false), threads);
+        }
+        if let Some(db) = outputs.get(2) {
+            crate::dispatch_dtype!(g.dtype, T => {
+                // SAFETY: g is read-only here; db is this op's alone.
+                let (gv, dbv) = unsafe { (g.slice::<T>(), db.slice_mut::<T>()) };
+                let mut sums = vec![0f64; hidden];
+                for row in gv.chunks_exact(hidden) {
+                    for (s, v) in sums.iter_mut().zip(row) {
+                        *s += v.to_f64();
+                    }
+                }
+                for (o, s) in dbv.iter_mut().zip(sums) {
+                    *o = T::from_f64(s);
+                }
+            });
+        }
+        Ok(())
+    }
+}
+
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    add(OpDef::new("_backward_FullyConnected", &[], "Gradients of FullyConnected for data, weight and bias.", |p: FullyConnectedBackwardParams| {
+        let forward = FullyConnected { p: FullyConnectedParams { num_hidden: p.num_hidden, no_bias: p.no_bias, flatten: p.flatten } };
+        Ok(FullyConnectedBackward { forward, data_grad: p.data_grad })
+    }));
     add(OpDef::new(
         "FullyConnected",
         &[],

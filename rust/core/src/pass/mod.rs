@@ -2,3 +2,4 @@
 
 pub mod gradient;
 pub mod infer;
+pub mod plan_memory;
