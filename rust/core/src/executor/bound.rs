@@ -5,7 +5,7 @@
 //! forward and backward operators, and a static memory plan over both, so every intermediate
 //! lives in a block allocated at bind time and blocks are shared by values whose lifetimes do not
 //! overlap (in place where an operator allows it). Gradients for `grad_req='write'` are written
-//! straight into the gradient arrays.
+//! straight into the gradient arrays. Inference-only executors run element-wise chains fused.
 
 use std::sync::Arc;
 
@@ -17,6 +17,7 @@ use crate::graph::{node_key, topo_order, AddressMap, AddressSet, Entry, EntryKey
 use crate::imperative;
 use crate::ndarray::NDArray;
 use crate::op::Attrs;
+use crate::pass::fuse::{fuse_elementwise, fusion_enabled};
 use crate::pass::plan_memory::{inplace_enabled, plan_memory, PlanRequest};
 use crate::pass::{gradient, infer};
 use crate::symbol::Symbol;
@@ -43,6 +44,8 @@ pub struct BoundExecutor {
     pub grad_reqs: Vec<GradReq>,
     pub aux: Vec<NDArray>,
     pub outputs: Vec<NDArray>,
+    /// The entries the forward pass computes as outputs (of the fused graph when fused).
+    forward_outputs: Vec<Entry>,
     forward_steps: Vec<Arc<Node>>,
     plan: Option<BackwardPlan>,
     /// Planned storage of every intermediate value (views into the blocks).
@@ -69,7 +72,6 @@ impl BoundExecutor {
         check_arrays(&arg_nodes, &aux_nodes, &args, &grads, &grad_reqs, &aux, ctx)?;
 
         let bound = value_map(&arg_nodes, &args, &aux_nodes, &aux);
-        let forward_steps: Vec<Arc<Node>> = symbol.nodes().into_iter().filter(|n| !n.is_variable()).collect();
         let forward_shapes = infer::infer_shapes(&symbol.outputs, &|n: &Node| bound.get(&address(n)).map(|a| a.shape().clone()))?;
         let forward_types = infer::infer_types(&symbol.outputs, &|n: &Node| bound.get(&address(n)).map(NDArray::dtype))?;
         for (e, name) in symbol.outputs.iter().zip(symbol.list_outputs()) {
@@ -79,13 +81,21 @@ impl BoundExecutor {
         }
 
         let plan = if grad_reqs.iter().any(|r| *r != GradReq::Null) {
+            let forward_steps: Vec<Arc<Node>> = symbol.nodes().into_iter().filter(|n| !n.is_variable()).collect();
             Some(plan_backward(&symbol, &forward_steps, &arg_nodes, &grad_reqs, &forward_shapes)?)
         } else {
             None
         };
+        // An inference-only executor runs element-wise chains fused (a training one keeps the
+        // chain's values, which its gradients read).
+        let forward_outputs = match &plan {
+            None if fusion_enabled() => fuse_elementwise(&symbol.outputs, &forward_shapes, &forward_types),
+            _ => symbol.outputs.clone(),
+        };
+        let forward_steps: Vec<Arc<Node>> = topo_order(&forward_outputs, |_| false).into_iter().filter(|n| !n.is_variable()).collect();
 
         // Shapes and dtypes of every value of the run, backward included.
-        let mut targets = symbol.outputs.clone();
+        let mut targets = forward_outputs.clone();
         let mut given_shapes: AddressMap<usize, Shape> = bound.iter().map(|(k, a)| (*k, a.shape().clone())).collect();
         let mut given_types: AddressMap<usize, DType> = bound.iter().map(|(k, a)| (*k, a.dtype())).collect();
         if let Some(plan) = &plan {
@@ -108,7 +118,7 @@ impl BoundExecutor {
                 }
             }
         }
-        let pinned: AddressSet<EntryKey> = symbol.outputs.iter().map(Entry::key).collect();
+        let pinned: AddressSet<EntryKey> = forward_outputs.iter().map(Entry::key).collect();
         let bytes = |e: &Entry| Some(shapes.get(&e.key())?.size() * types.get(&e.key())?.size());
         let memory = plan_memory(&PlanRequest { steps: &steps, bytes: &bytes, pinned: &pinned, external: &external, inplace: inplace_enabled() });
         let blocks = memory
@@ -127,12 +137,11 @@ impl BoundExecutor {
                 }
             }
         }
-        let outputs = symbol
-            .outputs
+        let outputs = forward_outputs
             .iter()
             .map(|e| match storage.get(&e.key()) {
                 Some(view) => Ok(view.clone()),
-                None => NDArray::empty(forward_shapes[&e.key()].clone(), forward_types[&e.key()], ctx),
+                None => NDArray::empty(shapes[&e.key()].clone(), types[&e.key()], ctx),
             })
             .collect::<Result<Vec<_>>>()?;
 
@@ -146,6 +155,7 @@ impl BoundExecutor {
             grad_reqs,
             aux,
             outputs,
+            forward_outputs,
             forward_steps,
             plan,
             storage,
@@ -176,7 +186,7 @@ impl BoundExecutor {
         let mut values: AddressMap<EntryKey, NDArray> =
             value_map(&self.arg_nodes, &self.args, &self.aux_nodes, &self.aux).into_iter().map(|(k, a)| ((k, 0), a)).collect();
         run_steps(&self.forward_steps, &mut values, &self.storage, self.ctx)?;
-        for (e, output) in self.symbol.outputs.iter().zip(&self.outputs) {
+        for (e, output) in self.forward_outputs.iter().zip(&self.outputs) {
             let value = &values[&e.key()];
             if !value.same_data(output) {
                 imperative::copy(value, output, None)?;

@@ -3,18 +3,21 @@
 //! Called imperatively it pushes the graph's operators through the shared runner; under autograd
 //! it is recorded as ONE node. Its gradient is one node too: the graph's gradient, built once by
 //! the gradient pass. The forward values that gradient reads leave the forward call as hidden
-//! outputs of the recorded node, so backward does not recompute the forward pass.
+//! outputs of the recorded node, so backward does not recompute the forward pass. Calls that
+//! are not recorded run the graph with element-wise chains fused.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use super::{run, Source};
 use crate::autograd::{self, FlagsGuard};
-use crate::base::{Context, Shape};
+use crate::base::{Context, DType, Shape};
 use crate::error::Result;
 use crate::graph::{node_key, topo_order, AddressMap, AddressSet, Entry, Node};
 use crate::ndarray::NDArray;
 use crate::op::grad::{Grad, InputGrads};
 use crate::op::{Attrs, ExecContext, Operator, Tensor};
+use crate::pass::fuse::{fuse_elementwise, fusion_enabled};
 use crate::pass::gradient;
 use crate::symbol::Symbol;
 
@@ -28,10 +31,17 @@ struct GradientPlan {
     saved: Vec<Entry>,
 }
 
+/// Input shapes and dtypes: what a fused variant of the graph is specialized for.
+type Signature = Vec<(Shape, DType)>;
+
 struct Graph {
     symbol: Symbol,
     inputs: Vec<Arc<Node>>,
     plan: GradientPlan,
+    /// Outputs of the graph with element-wise chains fused, per input signature (calls that are
+    /// not recorded need no intermediate values and run these).
+    // Lock invariant: held only to look up or insert a variant, never while running one.
+    fused: Mutex<HashMap<Signature, Arc<Vec<Entry>>>>,
 }
 
 /// A graph called like an operator; clones share the compiled graph.
@@ -57,7 +67,7 @@ impl CachedOp {
             .flat_map(|n| (0..n.num_outputs()).map(move |i| Entry::new(n.clone(), i)))
             .collect();
         let plan = GradientPlan { head_grads, grads, saved };
-        Ok(CachedOp { graph: Arc::new(Graph { symbol, inputs, plan }) })
+        Ok(CachedOp { graph: Arc::new(Graph { symbol, inputs, plan, fused: Mutex::new(HashMap::new()) }) })
     }
 
     pub fn symbol(&self) -> &Symbol {
@@ -76,12 +86,32 @@ impl CachedOp {
         Ok(self.graph.inputs.iter().zip(inputs).map(|(n, a)| (node_key(n), a.detached())).collect())
     }
 
+    /// The graph's outputs with element-wise chains fused for these inputs' shapes and dtypes.
+    fn fused_outputs(&self, inputs: &[NDArray]) -> Result<Arc<Vec<Entry>>> {
+        let signature: Signature = inputs.iter().map(|a| (a.shape().clone(), a.dtype())).collect();
+        if let Some(found) = self.graph.fused.lock().unwrap_or_else(|p| p.into_inner()).get(&signature) {
+            return Ok(found.clone());
+        }
+        let given: AddressMap<usize, (Shape, DType)> = self.graph.inputs.iter().map(node_key).zip(signature.iter().cloned()).collect();
+        let outputs = &self.graph.symbol.outputs;
+        let shapes = crate::pass::infer::infer_shapes(outputs, &|n: &Node| given.get(&address(n)).map(|g| g.0.clone()))?;
+        let types = crate::pass::infer::infer_types(outputs, &|n: &Node| given.get(&address(n)).map(|g| g.1))?;
+        let fused = Arc::new(fuse_elementwise(outputs, &shapes, &types));
+        self.graph.fused.lock().unwrap_or_else(|p| p.into_inner()).insert(signature, fused.clone());
+        Ok(fused)
+    }
+
     fn compute(&self, inputs: &[NDArray], with_saved: bool, ctx: Context) -> Result<Vec<NDArray>> {
         let bound = self.bound_inputs(inputs)?;
-        let mut targets = self.graph.symbol.outputs.clone();
-        if with_saved {
+        let targets = if with_saved {
+            let mut targets = self.graph.symbol.outputs.clone();
             targets.extend(self.graph.plan.saved.iter().cloned());
-        }
+            targets
+        } else if fusion_enabled() {
+            self.fused_outputs(inputs)?.to_vec()
+        } else {
+            self.graph.symbol.outputs.clone()
+        };
         let _flags = FlagsGuard::set(false, autograd::is_training());
         run(&targets, ctx, |node| match bound.get(&node_key(node)) {
             Some(a) => Ok(Source::Known(vec![a.clone()])),
@@ -141,6 +171,10 @@ impl Operator for CachedOp {
         let mut grads = d.instance_outputs("_backward_CachedOp", Arc::new(backward), &node_inputs).into_iter();
         Ok(plan.grads.iter().map(|g| g.as_ref().and_then(|_| grads.next())).collect())
     }
+}
+
+fn address(node: &Node) -> usize {
+    node as *const Node as usize
 }
 
 /// The gradient of a cached graph: inputs are the graph's inputs, its saved forward values and

@@ -34,6 +34,9 @@ impl Operator for Activation {
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         self.inner.gradient(d)
     }
+    fn elementwise(&self) -> Option<super::Elementwise> {
+        self.inner.elementwise()
+    }
 }
 
 crate::op_params! {

@@ -2,6 +2,7 @@
 //! `elemwise_<op>` / `_<op>` (equal shapes) and `_<op>_scalar` / `_r<op>_scalar` (a scalar operand).
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use half::{bf16, f16};
 use num_traits::Float;
@@ -9,7 +10,7 @@ use num_traits::Float;
 use super::broadcast::{broadcast_shape, map1, truth, zip2};
 use super::grad::{Grad, InputGrads};
 use super::params::NoParams;
-use super::{ExecContext, OpDef, Operator, Tensor};
+use super::{BlockKernel, Elementwise, ExecContext, OpDef, Operator, Tensor};
 use crate::base::{Bool8, DType, Elem, Shape};
 use crate::error::Result;
 use crate::graph::Entry;
@@ -79,6 +80,17 @@ impl<M: BinaryMath> Operator for Binary<M> {
     fn input_names(&self) -> Vec<String> {
         vec!["lhs".into(), "rhs".into()]
     }
+    /// Element-wise only where both operands have the output's shape (the fusion pass checks).
+    fn elementwise(&self) -> Option<Elementwise> {
+        Some(Elementwise {
+            kernel: Arc::new(|out: &mut [f32], inputs: &[&[f32]]| {
+                for ((o, &a), &b) in out.iter_mut().zip(inputs[0]).zip(inputs[1]) {
+                    *o = M::float(a, b);
+                }
+            }),
+            c_expr: format!("{}($0, $1)", self.name),
+        })
+    }
     fn num_inputs(&self) -> usize {
         2
     }
@@ -130,6 +142,7 @@ crate::op_params! {
 }
 
 struct Scalar<M> {
+    name: &'static str,
     scalar: f64,
     reverse: bool,
     _m: PhantomData<M>,
@@ -138,6 +151,23 @@ struct Scalar<M> {
 impl<M: BinaryMath> Operator for Scalar<M> {
     fn num_inputs(&self) -> usize {
         1
+    }
+    fn elementwise(&self) -> Option<Elementwise> {
+        let s = self.scalar as f32;
+        let kernel: BlockKernel = if self.reverse {
+            Arc::new(move |out: &mut [f32], inputs: &[&[f32]]| {
+                for (o, &x) in out.iter_mut().zip(inputs[0]) {
+                    *o = M::float(s, x);
+                }
+            })
+        } else {
+            Arc::new(move |out: &mut [f32], inputs: &[&[f32]]| {
+                for (o, &x) in out.iter_mut().zip(inputs[0]) {
+                    *o = M::float(x, s);
+                }
+            })
+        };
+        Some(Elementwise { kernel, c_expr: format!("{}($0, {:?}f)", self.name, s) })
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![inputs[0].clone()])
@@ -222,7 +252,7 @@ macro_rules! binary_ops {
                 add(OpDef::new($ename, &[$($ealias),*], concat!($doc, " Both inputs must have the same shape."),
                     |_: NoParams| Ok(Binary::<$ty> { name: $ename, broadcast: false, _m: PhantomData })));
                 add(OpDef::new($sname, &[$($salias),*], concat!($doc, " The right operand is a scalar."),
-                    |p: ScalarParams| Ok(Scalar::<$ty> { scalar: p.scalar, reverse: false, _m: PhantomData })));
+                    |p: ScalarParams| Ok(Scalar::<$ty> { name: $sname, scalar: p.scalar, reverse: false, _m: PhantomData })));
                 binary_ops!(@reverse add, $ty, $rname, $doc);
             )*
         }
@@ -230,7 +260,7 @@ macro_rules! binary_ops {
     (@reverse $add:ident, $ty:ident, none, $doc:literal) => {};
     (@reverse $add:ident, $ty:ident, $rname:literal, $doc:literal) => {
         $add(OpDef::new($rname, legacy_reverse_aliases($rname), concat!($doc, " The left operand is a scalar."),
-            |p: ScalarParams| Ok(Scalar::<$ty> { scalar: p.scalar, reverse: true, _m: PhantomData })));
+            |p: ScalarParams| Ok(Scalar::<$ty> { name: $rname, scalar: p.scalar, reverse: true, _m: PhantomData })));
     };
 }
 

@@ -1,6 +1,7 @@
 //! Element-wise unary math: one table row per operator.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use half::{bf16, f16};
 use num_traits::Float;
@@ -8,7 +9,7 @@ use num_traits::Float;
 use super::broadcast::{map1, truth};
 use super::grad::{Grad, InputGrads};
 use super::params::NoParams;
-use super::{ExecContext, OpDef, Operator, Tensor};
+use super::{Elementwise, ExecContext, OpDef, Operator, Tensor};
 use crate::base::{Bool8, DType, Elem, Shape};
 use crate::error::Result;
 use crate::graph::Entry;
@@ -27,11 +28,24 @@ pub trait UnaryMath: Send + Sync + 'static {
     }
 }
 
-struct Unary<M>(PhantomData<M>);
+struct Unary<M> {
+    name: &'static str,
+    _m: PhantomData<M>,
+}
 
 impl<M: UnaryMath> Operator for Unary<M> {
     fn num_inputs(&self) -> usize {
         1
+    }
+    fn elementwise(&self) -> Option<Elementwise> {
+        Some(Elementwise {
+            kernel: Arc::new(|out: &mut [f32], inputs: &[&[f32]]| {
+                for (o, &x) in out.iter_mut().zip(inputs[0]) {
+                    *o = M::float_f32(x);
+                }
+            }),
+            c_expr: format!("{}($0)", self.name),
+        })
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![inputs[0].clone()])
@@ -160,7 +174,7 @@ macro_rules! unary_ops {
         )*
         pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             $(
-                add(OpDef::new($name, &[$($alias),*], $doc, |_: NoParams| Ok(Unary::<$ty>(PhantomData))));
+                add(OpDef::new($name, &[$($alias),*], $doc, |_: NoParams| Ok(Unary::<$ty> { name: $name, _m: PhantomData })));
             )*
         }
     };

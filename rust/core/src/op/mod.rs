@@ -15,6 +15,7 @@ mod dropout;
 mod elemwise_binary;
 mod elemwise_unary;
 mod fast_math;
+pub mod fused;
 mod gather_scatter;
 mod indexing;
 mod linalg;
@@ -37,7 +38,19 @@ use crate::base::{Context, DType, Shape};
 use crate::error::Result;
 pub use params::{Attrs, ParamSpec, Params};
 pub(crate) use shape_ops::cast_into;
+pub use fused::FusedOp;
 pub use shape_ops::infer_reshape;
+
+/// A float32 element-wise kernel over one block of values: `out[i] = f(inputs[0][i], ...)`.
+pub type BlockKernel = Arc<dyn Fn(&mut [f32], &[&[f32]]) + Send + Sync>;
+
+/// What a fusible element-wise operator contributes to a fused kernel: its block kernel (CPU)
+/// and its expression in C with `$0`, `$1` standing for its operands (NVRTC on GPU).
+#[derive(Clone)]
+pub struct Elementwise {
+    pub kernel: BlockKernel,
+    pub c_expr: String,
+}
 
 /// A tensor as a kernel sees it: memory the engine has granted to the running op.
 #[derive(Clone, Debug)]
@@ -151,6 +164,11 @@ pub trait Operator: Send + Sync + 'static {
     /// aliases that input element for element.
     fn inplace_pairs(&self) -> &'static [(usize, usize)] {
         &[]
+    }
+    /// The operator as a float32 element-wise function of its same-shape inputs, if it is one:
+    /// the fusion pass merges chains of such operators into one kernel.
+    fn elementwise(&self) -> Option<Elementwise> {
+        None
     }
     /// Whether the kernel draws random numbers: it then gets a seed drawn at push time.
     fn needs_rng(&self) -> bool {

@@ -3,3 +3,4 @@
 pub mod gradient;
 pub mod infer;
 pub mod plan_memory;
+pub mod fuse;

@@ -1,0 +1,100 @@
+//! A chain of element-wise operators run as one kernel (made by the fusion pass).
+//!
+//! The program evaluates the chain block by block: each block of [`BLOCK`] values goes through
+//! every step with its intermediates in small per-thread buffers that stay in L1 cache, so the
+//! only memory traffic is reading the inputs and writing the output once.
+
+use super::{parallel_chunks, BlockKernel, ExecContext, Operator, SendPtr, Tensor};
+use crate::base::{DType, Shape};
+use crate::error::Result;
+
+/// Values per block: 4 KiB of float32, so a few intermediates fit in L1 together.
+const BLOCK: usize = 1024;
+
+/// Where a step reads an operand.
+#[derive(Clone, Copy, Debug)]
+pub enum Operand {
+    Input(usize),
+    Step(usize),
+}
+
+pub struct FusedStep {
+    pub kernel: BlockKernel,
+    pub operands: Vec<Operand>,
+}
+
+/// The fused chain: its steps in order (the last one produces the output) and the C expression
+/// of the whole chain over `in0`, `in1`, ... for the GPU backend.
+pub struct FusedOp {
+    pub steps: Vec<FusedStep>,
+    pub num_inputs: usize,
+    pub c_expr: String,
+}
+
+impl Operator for FusedOp {
+    fn input_names(&self) -> Vec<String> {
+        (0..self.num_inputs).map(|i| format!("in{i}")).collect()
+    }
+    fn num_inputs(&self) -> usize {
+        self.num_inputs
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        if let Some(other) = inputs.iter().find(|s| *s != &inputs[0]) {
+            crate::bail!(Shape, "fused element-wise kernel: inputs must share one shape, got {} and {other}", inputs[0]);
+        }
+        Ok(vec![inputs[0].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        if inputs.iter().any(|&d| d != DType::F32) {
+            crate::bail!(Type, "fused element-wise kernel runs on float32 only");
+        }
+        Ok(vec![DType::F32])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let n = outputs[0].size();
+        let ins: Vec<SendPtr<f32>> = inputs.iter().map(|t| SendPtr(t.ptr::<f32>())).collect();
+        let out = SendPtr(outputs[0].ptr::<f32>());
+        parallel_chunks(n, 16 * BLOCK, |range| {
+            let mut scratch = vec![0f32; BLOCK * self.steps.len()];
+            let mut start = range.start;
+            while start < range.end {
+                let len = BLOCK.min(range.end - start);
+                // SAFETY: the output's range `start..start + len` belongs to this task alone
+                // (parallel_chunks splits disjoint ranges) and does not alias any input (the
+                // operator declares no in-place pairs, so the runner never passes one).
+                let out_block = unsafe { std::slice::from_raw_parts_mut(out.get().add(start), len) };
+                self.run_block(&ins, start, &mut scratch, out_block);
+                start += len;
+            }
+        });
+        Ok(())
+    }
+}
+
+impl FusedOp {
+    /// Most operands a fused step reads (element-wise operators are unary or binary).
+    pub const MAX_OPERANDS: usize = 4;
+
+    fn run_block(&self, inputs: &[SendPtr<f32>], start: usize, scratch: &mut [f32], out: &mut [f32]) {
+        let len = out.len();
+        let last = self.steps.len() - 1;
+        for (i, step) in self.steps.iter().enumerate() {
+            let (done, rest) = scratch.split_at_mut(i * BLOCK);
+            let mut operands: [&[f32]; Self::MAX_OPERANDS] = [&[]; Self::MAX_OPERANDS];
+            for (slot, &o) in operands.iter_mut().zip(&step.operands) {
+                *slot = match o {
+                    // SAFETY: every input holds the output's element count, so `start..start +
+                    // len` is inside it; inputs are only read while the kernel runs.
+                    Operand::Input(k) => unsafe { std::slice::from_raw_parts(inputs[k].get().add(start), len) },
+                    Operand::Step(k) => &done[k * BLOCK..k * BLOCK + len],
+                };
+            }
+            let operands = &operands[..step.operands.len()];
+            if i == last {
+                (step.kernel)(out, operands);
+            } else {
+                (step.kernel)(&mut rest[..len], operands);
+            }
+        }
+    }
+}
