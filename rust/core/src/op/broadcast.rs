@@ -42,13 +42,46 @@ pub fn truth<F: num_traits::Float>(c: bool) -> F {
 pub fn map1<A: Copy + Send + Sync, B: Copy + Send + Sync>(x: &Tensor, y: &Tensor, f: impl Fn(A) -> B + Sync) {
     let n = y.size();
     let (xp, yp) = (SendPtr(x.ptr::<A>()), SendPtr(y.ptr::<B>()));
+    let in_place = xp.get() as usize == yp.get() as usize;
     parallel_chunks(n, PARALLEL_GRAIN, |r| {
         let (xp, yp) = (xp.get(), yp.get());
-        for i in r {
-            // SAFETY: i < n = size of both tensors; reading i before writing i keeps aliasing safe.
-            unsafe { *yp.add(i) = f(*xp.add(i)) };
+        if in_place {
+            for i in r {
+                // SAFETY: i < n = size of both tensors; reading i before writing i keeps the
+                // in-place update correct.
+                unsafe { *yp.add(i) = f(*xp.add(i)) };
+            }
+            return;
         }
+        // SAFETY: distinct tensors never overlap (the runner stages partial overlaps through a
+        // temporary), both hold n elements, and this task owns the output range r.
+        let (xs, ys) = unsafe { (std::slice::from_raw_parts(xp.add(r.start), r.len()), std::slice::from_raw_parts_mut(yp.add(r.start), r.len())) };
+        map_slices(xs, ys, &f);
     });
+}
+
+/// `ys[i] = f(xs[i])`, compiled for AVX2 and FMA as well where the CPU has them: math-heavy
+/// maps (exp, tanh, sigmoid) then run eight lanes at a time instead of four.
+pub(super) fn map_slices<A: Copy, B: Copy>(xs: &[A], ys: &mut [B], f: &impl Fn(A) -> B) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports the features the function is compiled for.
+            unsafe { map_slices_avx2(xs, ys, f) };
+            return;
+        }
+    }
+    for (y, &x) in ys.iter_mut().zip(xs) {
+        *y = f(x);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn map_slices_avx2<A: Copy, B: Copy>(xs: &[A], ys: &mut [B], f: &impl Fn(A) -> B) {
+    for (y, &x) in ys.iter_mut().zip(xs) {
+        *y = f(x);
+    }
 }
 
 /// Strides of `t` as seen through the output shape `out`: broadcast dims advance by zero.

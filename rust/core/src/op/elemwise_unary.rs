@@ -6,7 +6,7 @@ use std::sync::Arc;
 use half::{bf16, f16};
 use num_traits::Float;
 
-use super::broadcast::{map1, truth};
+use super::broadcast::{map1, map_slices, truth};
 use super::grad::{Grad, InputGrads};
 use super::params::NoParams;
 use super::{Elementwise, ExecContext, OpDef, Operator, Tensor};
@@ -39,11 +39,7 @@ impl<M: UnaryMath> Operator for Unary<M> {
     }
     fn elementwise(&self) -> Option<Elementwise> {
         Some(Elementwise {
-            kernel: Arc::new(|out: &mut [f32], inputs: &[&[f32]]| {
-                for (o, &x) in out.iter_mut().zip(inputs[0]) {
-                    *o = M::float_f32(x);
-                }
-            }),
+            kernel: Arc::new(|out: &mut [f32], inputs: &[&[f32]]| map_slices(inputs[0], out, &M::float_f32)),
             c_expr: format!("{}($0)", self.name),
         })
     }
