@@ -122,6 +122,12 @@ def to_dot(heads, title="autograd"):
     return _core.graph_dot([h.handle for h in _as_list(heads)], title)
 
 
+def get_symbol(x):
+    """The graph recorded for ``x`` as a Symbol (inputs become variables ``var0``, ``var1``, ...)."""
+    from .symbol import Symbol
+    return Symbol(_core.recorded_symbol([h.handle for h in _as_list(x)]))
+
+
 class Function:
     """A differentiable operation with forward and backward written in Python (MXNet's
     ``autograd.Function``). Subclass it, implement ``forward`` and ``backward``, and call an

@@ -273,3 +273,19 @@ def test_deep_chain_backward_and_release_do_not_recurse(ctx):
     y.backward()
     del y
     assert_almost_equal(x.grad.asnumpy(), np.array([1.0]))
+
+
+def test_get_symbol_returns_the_recorded_graph():
+    x = mx.nd.array([[1.0, 2.0], [3.0, 4.0]])
+    w = mx.nd.array([[0.5, -1.0], [2.0, 0.25]])
+    x.attach_grad()
+    with mx.autograd.record():
+        y = mx.nd.tanh(mx.nd.dot(x, w) + 1)
+    sym = mx.autograd.get_symbol(y)
+    assert sym.list_arguments() == ["var0", "var1"]
+    ops = [n["op"] for n in __import__("json").loads(sym.tojson())["nodes"] if n["op"] != "null"]
+    assert ops == ["dot", "_plus_scalar", "tanh"]
+    out = sym.eval(var0=x, var1=w)[0]
+    np.testing.assert_allclose(out.asnumpy(), y.asnumpy(), rtol=1e-6)
+    with pytest.raises(mx.MXNetError, match="not recorded"):
+        mx.autograd.get_symbol(mx.nd.ones((1,)))

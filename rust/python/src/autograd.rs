@@ -125,8 +125,20 @@ fn graph_dot(heads: Vec<PyRef<'_, NDArrayHandle>>, title: &str) -> PyResult<Stri
     Ok(oxnet::graph::to_dot(&entries, title))
 }
 
+/// The graph recorded for `heads` as a symbol handle.
+#[pyfunction]
+fn recorded_symbol(heads: Vec<PyRef<'_, NDArrayHandle>>) -> PyResult<crate::symbol::SymbolHandle> {
+    let entries = heads
+        .iter()
+        .map(|h| h.inner.autograd_entry().cloned())
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| crate::errors::to_py(oxnet::err!(Value, "get_symbol: an array was not recorded (call it inside autograd.record())")))?;
+    Ok(crate::symbol::SymbolHandle::from(oxnet::symbol::Symbol::from_recorded(&entries)))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(record_function, m)?)?;
+    m.add_function(wrap_pyfunction!(recorded_symbol, m)?)?;
     m.add_function(wrap_pyfunction!(graph_dot, m)?)?;
     m.add_function(wrap_pyfunction!(set_recording, m)?)?;
     m.add_function(wrap_pyfunction!(set_training, m)?)?;

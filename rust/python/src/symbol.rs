@@ -23,6 +23,12 @@ fn handle(inner: Symbol) -> SymbolHandle {
     SymbolHandle { inner }
 }
 
+impl From<Symbol> for SymbolHandle {
+    fn from(inner: Symbol) -> Self {
+        handle(inner)
+    }
+}
+
 type Inferred<'py> = (Vec<Option<Bound<'py, PyTuple>>>, Vec<Option<Bound<'py, PyTuple>>>, Vec<Option<Bound<'py, PyTuple>>>);
 
 fn shapes_to_py<'py>(py: Python<'py>, r: InferResult<Shape>) -> PyResult<Inferred<'py>> {

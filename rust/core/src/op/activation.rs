@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::grad::{Grad, InputGrads};
-use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::{fast_math, parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
 use crate::graph::Entry;
@@ -281,6 +281,65 @@ impl Softmax {
     }
 }
 
+/// Softmax (or log-softmax) of one contiguous float32 row: a vectorized max, exponentials with
+/// eight running sums, one scaling pass; compiled for AVX2+FMA where the CPU has them.
+fn softmax_row_f32(x: &[f32], y: &mut [f32], scale: f32, log: bool) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports the features the function is compiled for.
+            unsafe { softmax_row_f32_avx2(x, y, scale, log) };
+            return;
+        }
+    }
+    softmax_row_f32_body(x, y, scale, log);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn softmax_row_f32_avx2(x: &[f32], y: &mut [f32], scale: f32, log: bool) {
+    softmax_row_f32_body(x, y, scale, log);
+}
+
+const LANES: usize = 8;
+
+#[inline(always)]
+fn softmax_row_f32_body(x: &[f32], y: &mut [f32], scale: f32, log: bool) {
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            *m = m.max(v * scale);
+        }
+    }
+    let max = tail.iter().fold(lanes.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)), |a, &v| a.max(v * scale));
+    let mut sums = [0f32; LANES];
+    if log {
+        for c in x.chunks(LANES) {
+            for (s, &v) in sums.iter_mut().zip(c) {
+                *s += fast_math::exp_f32(v * scale - max);
+            }
+        }
+        let log_sum = sums.iter().sum::<f32>().ln() + max;
+        for (o, &v) in y.iter_mut().zip(x) {
+            *o = v * scale - log_sum;
+        }
+        return;
+    }
+    for (oc, xc) in y.chunks_mut(LANES).zip(x.chunks(LANES)) {
+        for ((o, &v), s) in oc.iter_mut().zip(xc).zip(sums.iter_mut()) {
+            let e = fast_math::exp_f32(v * scale - max);
+            *o = e;
+            *s += e;
+        }
+    }
+    let inv = 1.0 / sums.iter().sum::<f32>();
+    for o in y.iter_mut() {
+        *o *= inv;
+    }
+}
+
 /// Softmax of one lane of `n` values at `stride`, written the same way (one read for the max,
 /// one pass for the exponentials and their sum, one scaling pass).
 #[inline]
@@ -328,6 +387,18 @@ impl Operator for Softmax {
         let (_, outer, n, inner) = self.layout(&inputs[0].shape)?;
         let scale = if self.kind == SoftmaxKind::Softmin { -1.0 } else { 1.0 } / self.temperature;
         let kind = self.kind;
+        if inputs[0].dtype == DType::F32 && inner == 1 {
+            let (xp, yp) = (SendPtr(inputs[0].ptr::<f32>()), SendPtr(outputs[0].ptr::<f32>()));
+            parallel_chunks(outer, ((1usize << 14) / n.max(1)).max(1), |rows| {
+                for row in rows {
+                    // SAFETY: row `row` spans n contiguous elements inside both arrays; this task
+                    // owns its output row; input and output never alias (no in-place pair).
+                    let (x, y) = unsafe { (std::slice::from_raw_parts(xp.get().add(row * n), n), std::slice::from_raw_parts_mut(yp.get().add(row * n), n)) };
+                    softmax_row_f32(x, y, scale as f32, kind == SoftmaxKind::LogSoftmax);
+                }
+            });
+            return Ok(());
+        }
         crate::dispatch_dtype!(inputs[0].dtype, T => {
             let (xp, yp) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
             parallel_chunks(outer * inner, ((1usize << 14) / n.max(1)).max(1), |lanes| {

@@ -259,6 +259,33 @@ impl Symbol {
         }
     }
 
+    /// The graph autograd recorded for `heads` as a symbol (MXNet's `autograd.get_symbol`):
+    /// recorded arrays' leaves become variables `var0`, `var1`, ... and operator nodes are
+    /// named `<operator><count>`, so the symbol lists, saves and binds like a built one.
+    pub fn from_recorded(heads: &[Entry]) -> Symbol {
+        let mut rebuilt: AddressMap<usize, Arc<Node>> = AddressMap::default();
+        let mut variables = 0;
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        for node in topo_order(heads, |_| false) {
+            let copy = match &node.op {
+                None => {
+                    variables += 1;
+                    Node::variable(format!("var{}", variables - 1), Attrs::new())
+                }
+                Some(op) => {
+                    let count = counts.entry(op.name.to_lowercase()).or_default();
+                    let name = format!("{}{}", op.name.to_lowercase(), count);
+                    *count += 1;
+                    let inputs = node.inputs.iter().map(|e| Entry::new(rebuilt[&node_key(&e.node)].clone(), e.index)).collect();
+                    let op = NodeOp { name: op.name.clone(), attrs: op.attrs.clone(), operator: op.operator.clone() };
+                    Node::annotated(op, inputs, name, Attrs::new())
+                }
+            };
+            rebuilt.insert(node_key(&node), copy);
+        }
+        Symbol { outputs: heads.iter().map(|e| Entry::new(rebuilt[&node_key(&e.node)].clone(), e.index)).collect() }
+    }
+
     pub fn to_json(&self) -> String {
         json::save(self)
     }
