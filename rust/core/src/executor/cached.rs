@@ -34,10 +34,16 @@ struct GradientPlan {
 /// Input shapes and dtypes: what a fused variant of the graph is specialized for.
 type Signature = Vec<(Shape, DType)>;
 
+/// Which graph inputs need a gradient (those that belong to a recorded graph).
+type Needed = Vec<bool>;
+
 struct Graph {
     symbol: Symbol,
     inputs: Vec<Arc<Node>>,
-    plan: GradientPlan,
+    /// Gradient plans per set of inputs needing gradients (a network's data input needs none,
+    /// and its first layer then skips computing one).
+    // Lock invariant: held only to look up or insert a plan, never while running one.
+    plans: Mutex<HashMap<Needed, Arc<GradientPlan>>>,
     /// Outputs of the graph with element-wise chains fused, per input signature (calls that are
     /// not recorded need no intermediate values and run these).
     // Lock invariant: held only to look up or insert a variant, never while running one.
@@ -54,37 +60,42 @@ impl CachedOp {
     /// Compile `symbol`: its inputs are [`Symbol::list_inputs`], in that order.
     pub fn new(symbol: Symbol) -> Result<CachedOp> {
         let inputs = symbol.input_nodes();
+        let graph = Graph { symbol, inputs, plans: Mutex::new(HashMap::new()), fused: Mutex::new(HashMap::new()) };
+        Ok(CachedOp { graph: Arc::new(graph) })
+    }
+
+    /// The gradient plan for the inputs in `needed`, built once per set.
+    fn plan(&self, needed: &Needed) -> Result<Arc<GradientPlan>> {
+        if let Some(plan) = self.graph.plans.lock().unwrap_or_else(|p| p.into_inner()).get(needed) {
+            return Ok(plan.clone());
+        }
+        let symbol = &self.graph.symbol;
         let head_grads: Vec<Arc<Node>> =
             (0..symbol.outputs.len()).map(|i| Node::variable(format!("head_grad{i}"), Attrs::new())).collect();
         let head_entries: Vec<Entry> = head_grads.iter().map(|n| Entry::new(n.clone(), 0)).collect();
-        let xs: Vec<Entry> = inputs.iter().map(|n| Entry::new(n.clone(), 0)).collect();
-        let grads = gradient::gradient(&symbol.outputs, &head_entries, &xs, &|_| None)?;
+        let wanted: Vec<usize> = (0..needed.len()).filter(|&i| needed[i]).collect();
+        let xs: Vec<Entry> = wanted.iter().map(|&i| Entry::new(self.graph.inputs[i].clone(), 0)).collect();
+        let found = gradient::gradient(&symbol.outputs, &head_entries, &xs, &|_| None)?;
+        let mut grads = vec![None; needed.len()];
+        for (&i, g) in wanted.iter().zip(found) {
+            grads[i] = g;
+        }
         let forward: AddressSet<usize> = symbol.nodes().iter().filter(|n| !n.is_variable()).map(node_key).collect();
-        let targets: Vec<Entry> = grads.iter().flatten().cloned().collect();
+        let targets: Vec<Entry> = grads.iter().rev().flatten().cloned().collect();
         let saved = topo_order(&targets, |n| forward.contains(&node_key(n)))
             .into_iter()
             .filter(|n| forward.contains(&node_key(n)))
             .flat_map(|n| (0..n.num_outputs()).map(move |i| Entry::new(n.clone(), i)))
             .collect();
-        let plan = GradientPlan { head_grads, grads, saved };
-        Ok(CachedOp { graph: Arc::new(Graph { symbol, inputs, plan, fused: Mutex::new(HashMap::new()) }) })
+        let plan = Arc::new(GradientPlan { head_grads, grads, saved });
+        self.graph.plans.lock().unwrap_or_else(|p| p.into_inner()).insert(needed.clone(), plan.clone());
+        Ok(plan)
     }
 
     pub fn symbol(&self) -> &Symbol {
         &self.graph.symbol
     }
 
-    fn visible(&self) -> usize {
-        self.graph.symbol.outputs.len()
-    }
-
-    fn bound_inputs(&self, inputs: &[NDArray]) -> Result<AddressMap<usize, NDArray>> {
-        if inputs.len() != self.graph.inputs.len() {
-            let names: Vec<&str> = self.graph.inputs.iter().map(|n| n.name.as_str()).collect();
-            crate::bail!(Value, "cached graph takes {} input(s) ({}), got {}", names.len(), names.join(", "), inputs.len());
-        }
-        Ok(self.graph.inputs.iter().zip(inputs).map(|(n, a)| (node_key(n), a.detached())).collect())
-    }
 
     /// The graph's outputs with element-wise chains fused for these inputs' shapes and dtypes.
     fn fused_outputs(&self, inputs: &[NDArray]) -> Result<Arc<Vec<Entry>>> {
@@ -101,54 +112,86 @@ impl CachedOp {
         Ok(fused)
     }
 
-    fn compute(&self, inputs: &[NDArray], with_saved: bool, ctx: Context) -> Result<Vec<NDArray>> {
-        let bound = self.bound_inputs(inputs)?;
-        let targets = if with_saved {
-            let mut targets = self.graph.symbol.outputs.clone();
-            targets.extend(self.graph.plan.saved.iter().cloned());
-            targets
-        } else if fusion_enabled() {
-            self.fused_outputs(inputs)?.to_vec()
-        } else {
-            self.graph.symbol.outputs.clone()
-        };
+    fn compute(&self, inputs: &[NDArray], ctx: Context) -> Result<Vec<NDArray>> {
+        let targets = if fusion_enabled() { self.fused_outputs(inputs)?.to_vec() } else { self.graph.symbol.outputs.clone() };
+        self.graph.run(&targets, inputs, ctx)
+    }
+
+    /// Run the graph on `inputs`; when autograd records, the call becomes one recorded node.
+    pub fn call(&self, inputs: &[NDArray], default_ctx: Context) -> Result<Vec<NDArray>> {
+        self.graph.check_inputs(inputs)?;
+        let ctx = inputs.first().map_or(default_ctx, NDArray::context);
+        if !autograd::should_record(inputs) {
+            return self.compute(inputs, ctx);
+        }
+        let needed: Needed = inputs.iter().map(|a| a.autograd_entry().is_some()).collect();
+        let call = CachedCall { graph: self.graph.clone(), plan: self.plan(&needed)? };
+        let outputs = call.compute(inputs, ctx)?;
+        let mut recorded = autograd::record("_CachedOp", Arc::new(call), &Attrs::new(), inputs, outputs);
+        recorded.truncate(self.graph.symbol.outputs.len());
+        Ok(recorded)
+    }
+}
+
+impl Graph {
+    fn check_inputs(&self, inputs: &[NDArray]) -> Result<()> {
+        if inputs.len() != self.inputs.len() {
+            let names: Vec<&str> = self.inputs.iter().map(|n| n.name.as_str()).collect();
+            crate::bail!(Value, "cached graph takes {} input(s) ({}), got {}", names.len(), names.join(", "), inputs.len());
+        }
+        Ok(())
+    }
+
+    /// Values of `targets` with the graph's inputs bound to `inputs`.
+    fn run(&self, targets: &[Entry], inputs: &[NDArray], ctx: Context) -> Result<Vec<NDArray>> {
+        self.check_inputs(inputs)?;
+        let bound: AddressMap<usize, NDArray> = self.inputs.iter().zip(inputs).map(|(n, a)| (node_key(n), a.detached())).collect();
         let _flags = FlagsGuard::set(false, autograd::is_training());
-        run(&targets, ctx, |node| match bound.get(&node_key(node)) {
+        run(targets, ctx, |node| match bound.get(&node_key(node)) {
             Some(a) => Ok(Source::Known(vec![a.clone()])),
             None if node.is_variable() => crate::bail!(Value, "graph input '{}' is not bound", node.name),
             None => Ok(Source::Compute),
         })
     }
+}
 
-    /// Run the graph on `inputs`; when autograd records, the call becomes one recorded node.
-    pub fn call(&self, inputs: &[NDArray], default_ctx: Context) -> Result<Vec<NDArray>> {
-        let ctx = inputs.first().map_or(default_ctx, NDArray::context);
-        if autograd::should_record(inputs) {
-            let outputs = self.compute(inputs, true, ctx)?;
-            let mut recorded = autograd::record("_CachedOp", Arc::new(self.clone()), &Attrs::new(), inputs, outputs);
-            recorded.truncate(self.visible());
-            Ok(recorded)
-        } else {
-            self.compute(inputs, false, ctx)
-        }
+/// One recorded call of a cached graph: the graph with the gradient plan for the inputs that
+/// needed gradients when it was called. Its hidden outputs are the plan's saved values.
+struct CachedCall {
+    graph: Arc<Graph>,
+    plan: Arc<GradientPlan>,
+}
+
+impl CachedCall {
+    fn visible(&self) -> usize {
+        self.graph.symbol.outputs.len()
+    }
+
+    fn targets(&self) -> Vec<Entry> {
+        let mut targets = self.graph.symbol.outputs.clone();
+        targets.extend(self.plan.saved.iter().cloned());
+        targets
+    }
+
+    fn compute(&self, inputs: &[NDArray], ctx: Context) -> Result<Vec<NDArray>> {
+        self.graph.run(&self.targets(), inputs, ctx)
     }
 }
 
-impl Operator for CachedOp {
+impl Operator for CachedCall {
     fn input_names(&self) -> Vec<String> {
         self.graph.inputs.iter().map(|n| n.name.clone()).collect()
     }
     fn num_outputs(&self) -> usize {
-        self.visible() + self.graph.plan.saved.len()
+        self.visible() + self.plan.saved.len()
     }
     fn num_visible_outputs(&self) -> usize {
         self.visible()
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         let given: AddressMap<usize, Shape> = self.graph.inputs.iter().zip(inputs).map(|(n, s)| (node_key(n), s.clone())).collect();
-        let mut targets = self.graph.symbol.outputs.clone();
-        targets.extend(self.graph.plan.saved.iter().cloned());
-        let shapes = crate::pass::infer::infer_shapes(&targets, &|n: &Node| given.get(&(n as *const Node as usize)).cloned())?;
+        let targets = self.targets();
+        let shapes = crate::pass::infer::infer_shapes(&targets, &|n: &Node| given.get(&address(n)).cloned())?;
         targets
             .iter()
             .map(|e| shapes.get(&e.key()).cloned().ok_or_else(|| crate::err!(Shape, "cannot infer the shape of node '{}'", e.node.name)))
@@ -159,17 +202,16 @@ impl Operator for CachedOp {
     }
     fn run_on_host(&self, inputs: &[NDArray]) -> Option<Result<Vec<NDArray>>> {
         let ctx = inputs.first().map_or(Context::cpu(0), NDArray::context);
-        Some(self.compute(inputs, true, ctx))
+        Some(self.compute(inputs, ctx))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
-        let plan = &self.graph.plan;
         let visible = self.visible();
         let mut node_inputs: Vec<Entry> = (0..d.num_inputs()).map(|i| d.input(i)).collect();
         node_inputs.extend((visible..d.num_outputs()).map(|i| d.output(i)));
         node_inputs.extend(d.out_grads()[..visible].iter().cloned());
-        let backward = CachedBackward { graph: self.graph.clone() };
+        let backward = CachedBackward { graph: self.graph.clone(), plan: self.plan.clone() };
         let mut grads = d.instance_outputs("_backward_CachedOp", Arc::new(backward), &node_inputs).into_iter();
-        Ok(plan.grads.iter().map(|g| g.as_ref().and_then(|_| grads.next())).collect())
+        Ok(self.plan.grads.iter().map(|g| g.as_ref().and_then(|_| grads.next())).collect())
     }
 }
 
@@ -181,22 +223,22 @@ fn address(node: &Node) -> usize {
 /// the head gradients; outputs are the gradients of the inputs that have one.
 struct CachedBackward {
     graph: Arc<Graph>,
+    plan: Arc<GradientPlan>,
 }
 
 impl Operator for CachedBackward {
     fn input_names(&self) -> Vec<String> {
         let g = &self.graph;
         let mut names: Vec<String> = g.inputs.iter().map(|n| n.name.clone()).collect();
-        names.extend((0..g.plan.saved.len()).map(|i| format!("saved{i}")));
-        names.extend((0..g.plan.head_grads.len()).map(|i| format!("head_grad{i}")));
+        names.extend((0..self.plan.saved.len()).map(|i| format!("saved{i}")));
+        names.extend((0..self.plan.head_grads.len()).map(|i| format!("head_grad{i}")));
         names
     }
     fn num_outputs(&self) -> usize {
-        self.graph.plan.grads.iter().flatten().count()
+        self.plan.grads.iter().flatten().count()
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let g = &self.graph;
-        Ok(g.plan.grads.iter().zip(inputs).filter(|(grad, _)| grad.is_some()).map(|(_, s)| s.clone()).collect())
+        Ok(self.plan.grads.iter().zip(inputs).filter(|(grad, _)| grad.is_some()).map(|(_, s)| s.clone()).collect())
     }
     fn forward(&self, _ctx: &ExecContext, _inputs: &[Tensor], _outputs: &[Tensor]) -> Result<()> {
         crate::bail!(Runtime, "a cached graph's gradient runs its operators itself, not as one kernel")
@@ -204,16 +246,16 @@ impl Operator for CachedBackward {
     fn run_on_host(&self, inputs: &[NDArray]) -> Option<Result<Vec<NDArray>>> {
         let g = &self.graph;
         let (graph_inputs, rest) = inputs.split_at(g.inputs.len());
-        let (saved, head_grads) = rest.split_at(g.plan.saved.len());
+        let (saved, head_grads) = rest.split_at(self.plan.saved.len());
         let mut known: AddressMap<usize, NDArray> =
             g.inputs.iter().zip(graph_inputs).map(|(n, a)| (node_key(n), a.detached())).collect();
-        known.extend(g.plan.head_grads.iter().zip(head_grads).map(|(n, a)| (node_key(n), a.detached())));
+        known.extend(self.plan.head_grads.iter().zip(head_grads).map(|(n, a)| (node_key(n), a.detached())));
         let mut saved_values: AddressMap<usize, Vec<Option<NDArray>>> = AddressMap::default();
-        for (entry, value) in g.plan.saved.iter().zip(saved) {
+        for (entry, value) in self.plan.saved.iter().zip(saved) {
             let slots = saved_values.entry(node_key(&entry.node)).or_insert_with(|| vec![None; entry.node.num_outputs()]);
             slots[entry.index] = Some(value.detached());
         }
-        let targets: Vec<Entry> = g.plan.grads.iter().flatten().cloned().collect();
+        let targets: Vec<Entry> = self.plan.grads.iter().flatten().cloned().collect();
         let ctx = inputs.first().map_or(Context::cpu(0), NDArray::context);
         Some(run(&targets, ctx, |node| {
             if let Some(a) = known.get(&node_key(node)) {
