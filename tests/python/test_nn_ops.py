@@ -450,3 +450,37 @@ def test_convolution_weight_gradient_without_data_gradient(ctx):
         y.backward()
         grads.append(weight.grad.asnumpy())
     assert_almost_equal(grads[0], grads[1], rtol=1e-12)
+
+
+@pytest.mark.parametrize("sigma", [1.0, 2.5])
+def test_smooth_l1(sigma, ctx):
+    x = np.random.RandomState(5).uniform(-2, 2, size=(4, 6))
+    x[np.abs(np.abs(x) - 1 / sigma ** 2) < 0.05] = 0.9 / sigma ** 2
+    s2 = sigma * sigma
+    expected = np.where(np.abs(x) < 1 / s2, 0.5 * s2 * x * x, np.abs(x) - 0.5 / s2)
+    assert_almost_equal(nd.smooth_l1(nd.array(x, ctx=ctx), scalar=sigma).asnumpy(), expected, rtol=1e-5, atol=1e-6)
+
+    def make(rng):
+        v = rng.uniform(-2, 2, size=(3, 5))
+        v[np.abs(np.abs(v) - 1 / s2) < 0.05] = 0.5 / s2
+        return [v]
+    check_gradient(lambda v: nd.smooth_l1(v, scalar=sigma), None, ctx, make=make, dtypes=["float64", "float32"])
+    with pytest.raises(mx.MXNetError, match="positive"):
+        nd.smooth_l1(nd.array(x, ctx=ctx), scalar=0.0)
+
+
+def test_softmax_cross_entropy(ctx):
+    rng = np.random.RandomState(6)
+    x = rng.randn(5, 4)
+    label = np.array([0, 3, 1, 1, 2])
+    logp = np.log(_softmax(x))
+    out = nd.softmax_cross_entropy(nd.array(x, ctx=ctx), nd.array(label, ctx=ctx))
+    assert out.shape == (1,)
+    assert_almost_equal(out.asnumpy(), [-logp[np.arange(5), label].sum()], rtol=1e-5, atol=1e-6)
+
+    check_gradient(lambda v: nd.softmax_cross_entropy(v, nd.array(label, dtype=v.dtype, ctx=ctx)), [(5, 4)], ctx,
+                   dtypes=["float64", "float32"])
+    with pytest.raises(mx.MXNetError, match="one class index per row"):
+        nd.softmax_cross_entropy(nd.array(x, ctx=ctx), nd.array(label[:3], ctx=ctx))
+    with pytest.raises(mx.MXNetError, match="not a class index"):
+        nd.softmax_cross_entropy(nd.array(x, ctx=ctx), nd.array([0, 9, 1, 1, 2], ctx=ctx)).asnumpy()

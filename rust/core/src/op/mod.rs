@@ -19,6 +19,7 @@ pub mod fused;
 mod gather_scatter;
 mod indexing;
 mod linalg;
+mod losses;
 mod normalization;
 mod optimizer_updates;
 mod output_layers;
@@ -296,6 +297,7 @@ pub fn registry() -> &'static Registry {
         pooling::register(&mut add);
         normalization::register(&mut add);
         output_layers::register(&mut add);
+        losses::register(&mut add);
         dropout::register(&mut add);
         optimizer_updates::register(&mut add);
         creation::register(&mut add);

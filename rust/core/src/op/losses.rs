@@ -1,0 +1,204 @@
+//! Loss operators: `smooth_l1` (element-wise Huber) and `softmax_cross_entropy` (summed
+//! cross-entropy of softmax against integer labels), with their gradient kernels.
+
+use super::broadcast::{map1, zip2};
+use super::grad::{Grad, InputGrads};
+use super::{ExecContext, OpDef, Operator, Tensor};
+use crate::base::{DType, Elem, Shape};
+use crate::error::Result;
+
+crate::op_params! {
+    /// `is_int` is accepted for compatibility only.
+    #[allow(dead_code)]
+    pub struct SmoothL1Params {
+        /// sigma: the quadratic part covers |x| < 1 / sigma^2.
+        scalar: f64 = 1.0,
+        /// Accepted for compatibility with MXNet's scalar operators.
+        is_int: bool = true,
+    }
+}
+
+/// smooth_l1(x) = 0.5 (sigma x)^2 where |x| < 1/sigma^2, |x| - 0.5/sigma^2 elsewhere.
+struct SmoothL1 {
+    sigma2: f64,
+}
+
+impl SmoothL1 {
+    fn value(&self, x: f64) -> f64 {
+        if x.abs() < 1.0 / self.sigma2 {
+            0.5 * self.sigma2 * x * x
+        } else {
+            x.abs() - 0.5 / self.sigma2
+        }
+    }
+    fn slope(&self, x: f64) -> f64 {
+        if x.abs() < 1.0 / self.sigma2 {
+            self.sigma2 * x
+        } else {
+            x.signum()
+        }
+    }
+}
+
+impl Operator for SmoothL1 {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![inputs[0].clone()])
+    }
+    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+        &[(0, 0)]
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        crate::dispatch_dtype!(inputs[0].dtype, T => map1(&inputs[0], &outputs[0], |x: T| T::from_f64(self.value(x.to_f64()))));
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (g, x) = (d.out_grad(0), d.input(0));
+        let sigma = self.sigma2.sqrt();
+        Ok(vec![Some(d.op("_backward_smooth_l1", &[("scalar", format!("{sigma:?}"))], &[&g, &x])?)])
+    }
+}
+
+/// `_backward_smooth_l1(out_grad, data)`: out_grad times smooth_l1's slope at data.
+struct SmoothL1Backward(SmoothL1);
+
+impl Operator for SmoothL1Backward {
+    fn input_names(&self) -> Vec<String> {
+        vec!["out_grad".into(), "data".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![inputs[1].clone()])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        crate::dispatch_dtype!(inputs[1].dtype, T => {
+            zip2(&inputs[0], &inputs[1], &outputs[0], |g: T, x: T| T::from_f64(g.to_f64() * self.0.slope(x.to_f64())))
+        });
+        Ok(())
+    }
+}
+
+/// softmax_cross_entropy(data (n, k), label (n,)) -> (1,): the sum over the batch of
+/// -log softmax(data)[label].
+struct SoftmaxCrossEntropy;
+
+fn batch_layout(op: &str, data: &Shape, label: &Shape) -> Result<(usize, usize)> {
+    let [n, k] = data.dims() else {
+        crate::bail!(Shape, "{op}: data must be 2-D (batch, classes), got {data}");
+    };
+    if label.size() != *n {
+        crate::bail!(Shape, "{op}: label {label} must hold one class index per row of data {data}");
+    }
+    Ok((*n, *k))
+}
+
+/// Log-softmax of each row, in f64.
+fn log_softmax_rows<T: Elem>(x: &[T], n: usize, k: usize) -> Vec<f64> {
+    let mut out = vec![0.0; n * k];
+    for (row, o) in x.chunks_exact(k).zip(out.chunks_exact_mut(k)) {
+        let max = row.iter().map(|v| v.to_f64()).fold(f64::NEG_INFINITY, f64::max);
+        let log_sum = row.iter().map(|v| (v.to_f64() - max).exp()).sum::<f64>().ln() + max;
+        for (o, v) in o.iter_mut().zip(row) {
+            *o = v.to_f64() - log_sum;
+        }
+    }
+    out
+}
+
+fn class_index(op: &str, label: f64, k: usize) -> Result<usize> {
+    if !(label >= 0.0 && (label as usize) < k) {
+        crate::bail!(Index, "{op}: label {label} is not a class index in [0, {k})");
+    }
+    Ok(label as usize)
+}
+
+impl Operator for SoftmaxCrossEntropy {
+    fn input_names(&self) -> Vec<String> {
+        vec!["data".into(), "label".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        batch_layout("softmax_cross_entropy", &inputs[0], &inputs[1])?;
+        Ok(vec![Shape::new(vec![1])])
+    }
+    fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
+        if let (Some(data), None) = (inputs[0].clone(), &inputs[1]) {
+            inputs[1] = Some(Shape::new(vec![data.dims().first().copied().unwrap_or(1)]));
+        }
+        Ok(())
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (n, k) = batch_layout("softmax_cross_entropy", &inputs[0].shape, &inputs[1].shape)?;
+        let labels: Vec<f64> = crate::dispatch_dtype!(inputs[1].dtype, L => {
+            // SAFETY: the label is an input this op only reads.
+            unsafe { inputs[1].slice::<L>() }.iter().map(|v| v.to_f64()).collect()
+        });
+        crate::dispatch_dtype!(inputs[0].dtype, T => {
+            // SAFETY: data is read-only here; the one-element output is this op's alone.
+            let (x, y) = unsafe { (inputs[0].slice::<T>(), outputs[0].slice_mut::<T>()) };
+            let logp = log_softmax_rows(x, n, k);
+            let mut total = 0.0;
+            for (r, &l) in labels.iter().enumerate() {
+                total -= logp[r * k + class_index("softmax_cross_entropy", l, k)?];
+            }
+            y[0] = T::from_f64(total);
+        });
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (g, x, label) = (d.out_grad(0), d.input(0), d.input(1));
+        Ok(vec![Some(d.op("_backward_softmax_cross_entropy", &[], &[&g, &x, &label])?), None])
+    }
+}
+
+/// `_backward_softmax_cross_entropy(out_grad, data, label)`: out_grad (softmax(data) - onehot).
+struct SoftmaxCrossEntropyBackward;
+
+impl Operator for SoftmaxCrossEntropyBackward {
+    fn input_names(&self) -> Vec<String> {
+        vec!["out_grad".into(), "data".into(), "label".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        batch_layout("_backward_softmax_cross_entropy", &inputs[1], &inputs[2])?;
+        Ok(vec![inputs[1].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[1]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let op = "_backward_softmax_cross_entropy";
+        let (n, k) = batch_layout(op, &inputs[1].shape, &inputs[2].shape)?;
+        let labels: Vec<f64> = crate::dispatch_dtype!(inputs[2].dtype, L => {
+            // SAFETY: the label is an input this op only reads.
+            unsafe { inputs[2].slice::<L>() }.iter().map(|v| v.to_f64()).collect()
+        });
+        crate::dispatch_dtype!(inputs[1].dtype, T => {
+            // SAFETY: out_grad and data are read-only here; the output is this op's alone.
+            let (g, x, dx) = unsafe { (inputs[0].slice::<T>(), inputs[1].slice::<T>(), outputs[0].slice_mut::<T>()) };
+            let scale = g[0].to_f64();
+            let logp = log_softmax_rows(x, n, k);
+            for (o, lp) in dx.iter_mut().zip(&logp) {
+                *o = T::from_f64(scale * lp.exp());
+            }
+            for (r, &l) in labels.iter().enumerate() {
+                let at = r * k + class_index(op, l, k)?;
+                dx[at] = T::from_f64(dx[at].to_f64() - scale);
+            }
+        });
+        Ok(())
+    }
+}
+
+pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    add(OpDef::new("smooth_l1", &[], "Smooth L1 (Huber) loss element-wise: 0.5 (sigma x)^2 near zero, |x| - 0.5/sigma^2 beyond.", |p: SmoothL1Params| {
+        if p.scalar <= 0.0 {
+            crate::bail!(Param, "smooth_l1: scalar (sigma) must be positive, got {}", p.scalar);
+        }
+        Ok(SmoothL1 { sigma2: p.scalar * p.scalar })
+    }));
+    add(OpDef::new("_backward_smooth_l1", &[], "Gradient of smooth_l1.", |p: SmoothL1Params| {
+        Ok(SmoothL1Backward(SmoothL1 { sigma2: p.scalar * p.scalar }))
+    }));
+    add(OpDef::new("softmax_cross_entropy", &[], "Sum over the batch of the cross-entropy of softmax(data) against integer labels.", |_: super::params::NoParams| Ok(SoftmaxCrossEntropy)));
+    add(OpDef::new("_backward_softmax_cross_entropy", &[], "Gradient of softmax_cross_entropy.", |_: super::params::NoParams| Ok(SoftmaxCrossEntropyBackward)));
+}
