@@ -186,3 +186,21 @@ def test_block_repr_summary_and_hooks(capsys):
     assert "Dense(8 -> 16, Activation(relu))" in repr(net)
     net.summary(mx.nd.ones((2, 8)))
     assert "Total params" in capsys.readouterr().out
+
+
+def test_instance_and_group_norm_layers():
+    x = mx.nd.random.normal(shape=(2, 4, 3, 3))
+    inorm = nn.InstanceNorm(scale=True)
+    inorm.initialize()
+    out = inorm(x).asnumpy()
+    xs = x.asnumpy()
+    expected = (xs - xs.mean((2, 3), keepdims=True)) / np.sqrt(xs.var((2, 3), keepdims=True) + 1e-5)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+    gnorm = nn.GroupNorm(num_groups=2)
+    gnorm.initialize()
+    gnorm.hybridize()
+    out = gnorm(x).asnumpy()
+    grouped = xs.reshape(2, 2, -1)
+    expected = ((grouped - grouped.mean(2, keepdims=True)) / np.sqrt(grouped.var(2, keepdims=True) + 1e-5)).reshape(xs.shape)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+    assert gnorm.gamma.shape == (2,) and inorm.gamma.shape == (4,)

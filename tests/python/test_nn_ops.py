@@ -484,3 +484,40 @@ def test_softmax_cross_entropy(ctx):
         nd.softmax_cross_entropy(nd.array(x, ctx=ctx), nd.array(label[:3], ctx=ctx))
     with pytest.raises(mx.MXNetError, match="not a class index"):
         nd.softmax_cross_entropy(nd.array(x, ctx=ctx), nd.array([0, 9, 1, 1, 2], ctx=ctx)).asnumpy()
+
+
+EXTRA = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "extra"
+
+
+def _norm_cases(ref):
+    return [
+        ("gn", lambda a, g, b: nd.GroupNorm(a, g, b, num_groups=2), [ref["g2"], ref["b2"]]),
+        ("in", lambda a, g, b: nd.InstanceNorm(a, g, b), [ref["g6"], ref["b6"]]),
+    ] + [("l2" + m, (lambda mode: lambda a: nd.L2Normalization(a, mode=mode))(m), []) for m in ("instance", "channel", "spatial")]
+
+
+def test_group_instance_l2_normalization_match_mxnet():
+    ref = nd.load(str(EXTRA / "norm-ops.params"))
+    for name, fn, params in _norm_cases(ref):
+        inputs = [ref["x"].copy()] + [p.copy() for p in params]
+        for v in inputs:
+            v.attach_grad()
+        with autograd.record():
+            out = fn(*inputs)
+        out.backward(ref["hg"])
+        assert_almost_equal(out.asnumpy(), ref[name].asnumpy(), rtol=1e-5, atol=1e-6)
+        for v, suffix in zip(inputs, ["_dx", "_dg", "_db"]):
+            assert_almost_equal(v.grad.asnumpy(), ref[name + suffix].asnumpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_group_instance_l2_normalization_gradients_and_errors(ctx):
+    check_gradient(lambda a, g, b: nd.GroupNorm(a, g, b, num_groups=3), [(2, 6, 4), (3,), (3,)], ctx, dtypes=["float64"])
+    check_gradient(lambda a, g, b: nd.InstanceNorm(a, g, b), [(2, 3, 5), (3,), (3,)], ctx, dtypes=["float64"])
+    for mode in ("instance", "channel", "spatial"):
+        check_gradient(lambda a: nd.L2Normalization(a, mode=mode), [(2, 3, 4)], ctx, dtypes=["float64"])
+    with pytest.raises(mx.MXNetError, match="cannot be split into 4 groups"):
+        nd.GroupNorm(nd.ones((2, 6, 3), ctx=ctx), nd.ones((4,), ctx=ctx), nd.ones((4,), ctx=ctx), num_groups=4)
+    with pytest.raises(mx.MXNetError, match="mode must be"):
+        nd.L2Normalization(nd.ones((2, 3), ctx=ctx), mode="pixel")
+    sym = mx.sym.GroupNorm(mx.sym.var("data"), num_groups=2, name="gn")
+    assert sym.infer_shape(data=(2, 6, 4, 4))[0] == [(2, 6, 4, 4), (2,), (2,)]

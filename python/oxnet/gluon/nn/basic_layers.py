@@ -228,3 +228,42 @@ class HybridLambda(block.HybridBlock):
 
     def __repr__(self):
         return "{name}({function})".format(name=self.__class__.__name__, function=self._func_name)
+
+
+class InstanceNorm(block.HybridBlock):
+    """Normalization per instance and channel, then a per-channel scale and shift."""
+
+    def __init__(self, axis=1, epsilon=1e-5, center=True, scale=False, beta_initializer="zeros",
+                 gamma_initializer="ones", in_channels=0, **kwargs):
+        super().__init__(**kwargs)
+        self._kwargs = {"eps": epsilon, "axis": axis, "center": center, "scale": scale}
+        self._axis = axis
+        self._epsilon = epsilon
+        self.gamma = self.params.get("gamma", grad_req="write" if scale else "null", shape=(in_channels,),
+                                     init=gamma_initializer, allow_deferred_init=True)
+        self.beta = self.params.get("beta", grad_req="write" if center else "null", shape=(in_channels,),
+                                    init=beta_initializer, allow_deferred_init=True)
+
+    def hybrid_forward(self, F, x, gamma, beta):
+        if self._axis == 1:
+            return F.InstanceNorm(x, gamma, beta, name="fwd", eps=self._epsilon)
+        x = x.swapaxes(1, self._axis)
+        return F.InstanceNorm(x, gamma, beta, name="fwd", eps=self._epsilon).swapaxes(1, self._axis)
+
+
+class GroupNorm(block.HybridBlock):
+    """Normalization per instance and channel group, then a per-group scale and shift (MXNet 1.x)."""
+
+    def __init__(self, num_groups=1, epsilon=1e-5, center=True, scale=True, beta_initializer="zeros",
+                 gamma_initializer="ones", prefix=None, params=None):
+        super().__init__(prefix=prefix, params=params)
+        self._kwargs = {"eps": epsilon, "num_groups": num_groups, "center": center, "scale": scale}
+        self._num_groups = num_groups
+        self._epsilon = epsilon
+        self.gamma = self.params.get("gamma", grad_req="write" if scale else "null", shape=(num_groups,),
+                                     init=gamma_initializer, allow_deferred_init=True)
+        self.beta = self.params.get("beta", grad_req="write" if center else "null", shape=(num_groups,),
+                                    init=beta_initializer, allow_deferred_init=True)
+
+    def hybrid_forward(self, F, data, gamma, beta):
+        return F.GroupNorm(data, gamma, beta, num_groups=self._num_groups, eps=self._epsilon)

@@ -17,6 +17,7 @@ mod elemwise_unary;
 mod fast_math;
 pub mod fused;
 mod gather_scatter;
+mod group_norm;
 mod indexing;
 mod linalg;
 mod losses;
@@ -296,6 +297,7 @@ pub fn registry() -> &'static Registry {
         convolution::register(&mut add);
         pooling::register(&mut add);
         normalization::register(&mut add);
+        group_norm::register(&mut add);
         output_layers::register(&mut add);
         losses::register(&mut add);
         dropout::register(&mut add);

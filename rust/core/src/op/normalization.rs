@@ -38,14 +38,14 @@ fn channel_layout(s: &Shape, axis: i64) -> Result<(usize, usize, usize)> {
     Ok((d[..a].iter().product(), d[a], d[a + 1..].iter().product()))
 }
 
-fn to_f64(t: &Tensor) -> Vec<f64> {
+pub(super) fn to_f64(t: &Tensor) -> Vec<f64> {
     crate::dispatch_dtype!(t.dtype, T => {
         // SAFETY: read-only use of an input (or of an output this op already wrote).
         unsafe { t.slice::<T>() }.iter().map(|v| v.to_f64()).collect()
     })
 }
 
-fn write_f64(t: &Tensor, values: &[f64]) {
+pub(super) fn write_f64(t: &Tensor, values: &[f64]) {
     crate::dispatch_dtype!(t.dtype, T => {
         // SAFETY: `t` is an output (or mutated input) this op owns while it runs.
         unsafe { t.slice_mut::<T>() }.iter_mut().zip(values).for_each(|(v, &x)| *v = T::from_f64(x));
