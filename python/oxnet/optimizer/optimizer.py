@@ -146,26 +146,22 @@ class SGD(Optimizer):
     def create_state(self, index, weight):
         return _zeros_like(weight) if self.momentum != 0.0 else None
 
+    _momentum_update = staticmethod(nd.sgd_mom_update)
+
     def update(self, index, weight, grad, state):
         self._update_count(index)
         lr, wd, kwargs = self._common(index)
         if state is None:
             nd.sgd_update(weight, grad, out=weight, lr=lr, wd=wd, **kwargs)
         else:
-            nd.sgd_mom_update(weight, grad, state, out=weight, lr=lr, wd=wd, momentum=self.momentum, **kwargs)
+            self._momentum_update(weight, grad, state, out=weight, lr=lr, wd=wd, momentum=self.momentum, **kwargs)
 
 
 @register
 class NAG(SGD):
     """SGD with Nesterov momentum (nag_mom_update)."""
 
-    def update(self, index, weight, grad, state):
-        self._update_count(index)
-        lr, wd, kwargs = self._common(index)
-        if state is None:
-            nd.sgd_update(weight, grad, out=weight, lr=lr, wd=wd, **kwargs)
-        else:
-            nd.nag_mom_update(weight, grad, state, out=weight, lr=lr, wd=wd, momentum=self.momentum, **kwargs)
+    _momentum_update = staticmethod(nd.nag_mom_update)
 
 
 @register
