@@ -521,3 +521,25 @@ def test_group_instance_l2_normalization_gradients_and_errors(ctx):
         nd.L2Normalization(nd.ones((2, 3), ctx=ctx), mode="pixel")
     sym = mx.sym.GroupNorm(mx.sym.var("data"), num_groups=2, name="gn")
     assert sym.infer_shape(data=(2, 6, 4, 4))[0] == [(2, 6, 4, 4), (2,), (2,)]
+
+
+def test_lrn_and_upsampling_match_mxnet():
+    ref = nd.load(str(EXTRA / "local-ops.params"))
+    for name, fn, head in [("lrn", lambda a: nd.LRN(a, nsize=3, alpha=0.01, beta=0.75, knorm=2), "hg"),
+                           ("up", lambda a: nd.UpSampling(a, scale=2, sample_type="nearest"), "hg2")]:
+        a = ref["x"].copy()
+        a.attach_grad()
+        with autograd.record():
+            out = fn(a)
+        out.backward(ref[head])
+        assert_almost_equal(out.asnumpy(), ref[name].asnumpy(), rtol=1e-5, atol=1e-6)
+        assert_almost_equal(a.grad.asnumpy(), ref[name + "_dx"].asnumpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_lrn_and_upsampling_gradients_and_errors(ctx):
+    check_gradient(lambda a: nd.LRN(a, nsize=5, alpha=0.1), [(2, 6, 3)], ctx, dtypes=["float64"])
+    check_gradient(lambda a: nd.UpSampling(a, scale=3, sample_type="nearest"), [(1, 2, 2, 3)], ctx, dtypes=["float64"])
+    with pytest.raises(mx.MXNetError, match="odd"):
+        nd.LRN(nd.ones((1, 4, 2), ctx=ctx), nsize=2)
+    with pytest.raises(mx.MXNetError, match="bilinear"):
+        nd.UpSampling(nd.ones((1, 1, 2, 2), ctx=ctx), scale=2, sample_type="bilinear")

@@ -20,6 +20,7 @@ mod gather_scatter;
 mod group_norm;
 mod indexing;
 mod linalg;
+mod local;
 mod losses;
 mod normalization;
 mod optimizer_updates;
@@ -298,6 +299,7 @@ pub fn registry() -> &'static Registry {
         pooling::register(&mut add);
         normalization::register(&mut add);
         group_norm::register(&mut add);
+        local::register(&mut add);
         output_layers::register(&mut add);
         losses::register(&mut add);
         dropout::register(&mut add);
