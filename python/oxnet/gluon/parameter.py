@@ -295,8 +295,6 @@ class Constant(Parameter):
 
             _init_default = _init_weight
 
-        init_name = "Constant_{}_{}".format(name, id(self))
-        initializer._REGISTRY[init_name.lower()] = _Init
         super().__init__(name, grad_req="null", shape=value.shape, dtype=value.dtype, init=_Init())
 
     def __repr__(self):

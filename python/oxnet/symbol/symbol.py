@@ -116,7 +116,8 @@ class Symbol:
     def __call__(self, *args, **kwargs):
         """A copy with its arguments replaced: positionally in ``list_arguments`` order, or by
         name."""
-        name = kwargs.pop("name", None)
+        if kwargs.pop("name", None) is not None:
+            raise MXNetError("compose: renaming the composed node is not supported; name the operator when creating it")
         replacements = {}
         if args:
             arguments = self.list_arguments()
@@ -128,10 +129,7 @@ class Symbol:
         for key, value in replacements.items():
             if not isinstance(value, Symbol):
                 raise TypeError("Compose expects Symbol as arguments, got %r for '%s'" % (type(value), key))
-        composed = Symbol(self.handle.substitute({k: v.handle for k, v in replacements.items()}))
-        if name is not None:
-            raise MXNetError("compose: renaming the composed node is not supported; name the operator when creating it")
-        return composed
+        return Symbol(self.handle.substitute({k: v.handle for k, v in replacements.items()}))
 
     def _compose(self, *args, **kwargs):
         self.handle = self(*args, **kwargs).handle
@@ -288,9 +286,6 @@ class Symbol:
         if values is None:
             return [None] * len(names)
         if isinstance(values, dict):
-            unknown = set(values) - set(names)
-            if unknown and what != "args_grad":
-                pass  # MXNet ignores extra entries in dicts
             result = [values.get(n) for n in names]
             missing = [n for n, v in zip(names, result) if v is None]
             if missing and not allow_missing:

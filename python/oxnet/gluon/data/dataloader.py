@@ -21,7 +21,7 @@ def _as_numpy_batch(data):
 def _to_ndarray(batch):
     if isinstance(batch, tuple):
         return [_to_ndarray(b) for b in batch]
-    return ndarray.array(batch, dtype=batch.dtype if batch.dtype != np.float64 else np.float64)
+    return ndarray.array(batch, dtype=batch.dtype)
 
 
 def default_batchify_fn(data):

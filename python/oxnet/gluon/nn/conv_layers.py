@@ -113,14 +113,8 @@ def _pool_class(name, rank, pool_type, layout, global_pool):
         _Pooling.__init__(self, pool_size, strides, _tuple(padding, rank), ceil_mode, global_pool, pool_type, layout,
                           **extra, **kwargs)
 
-    if global_pool:
-        def __init_global__(self, layout=layout, **kwargs):
-            __init__(self, layout=layout, **kwargs)
-        init = __init_global__
-    else:
-        init = __init__
-    init.__doc__ = "%s %d-D pooling%s." % (pool_type.capitalize(), rank, " over the whole input" if global_pool else "")
-    return type(name, (_Pooling,), {"__init__": init, "__doc__": init.__doc__})
+    __init__.__doc__ = "%s %d-D pooling%s." % (pool_type.capitalize(), rank, " over the whole input" if global_pool else "")
+    return type(name, (_Pooling,), {"__init__": __init__, "__doc__": __init__.__doc__})
 
 
 MaxPool1D = _pool_class("MaxPool1D", 1, "max", "NCW", False)

@@ -13,7 +13,7 @@ use super::run_steps;
 use crate::autograd::FlagsGuard;
 use crate::base::{Context, DType, Shape};
 use crate::error::Result;
-use crate::graph::{node_key, topo_order, AddressMap, AddressSet, Entry, EntryKey, GradReq, Node};
+use crate::graph::{address, node_key, topo_order, AddressMap, AddressSet, Entry, EntryKey, GradReq, Node};
 use crate::imperative;
 use crate::ndarray::NDArray;
 use crate::op::Attrs;
@@ -242,10 +242,6 @@ impl BoundExecutor {
         }
         Ok(())
     }
-}
-
-fn address(node: &Node) -> usize {
-    node as *const Node as usize
 }
 
 fn check_arrays(

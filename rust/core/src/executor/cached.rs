@@ -13,7 +13,7 @@ use super::{run, Source};
 use crate::autograd::{self, FlagsGuard};
 use crate::base::{Context, DType, Shape};
 use crate::error::Result;
-use crate::graph::{node_key, topo_order, AddressMap, AddressSet, Entry, Node};
+use crate::graph::{address, node_key, topo_order, AddressMap, AddressSet, Entry, Node};
 use crate::ndarray::NDArray;
 use crate::op::grad::{Grad, InputGrads};
 use crate::op::{Attrs, ExecContext, Operator, Tensor};
@@ -213,10 +213,6 @@ impl Operator for CachedCall {
         let mut grads = d.instance_outputs("_backward_CachedOp", Arc::new(backward), &node_inputs).into_iter();
         Ok(self.plan.grads.iter().map(|g| g.as_ref().and_then(|_| grads.next())).collect())
     }
-}
-
-fn address(node: &Node) -> usize {
-    node as *const Node as usize
 }
 
 /// The gradient of a cached graph: inputs are the graph's inputs, its saved forward values and

@@ -186,7 +186,12 @@ impl Entry {
 pub type EntryKey = (usize, usize);
 
 pub fn node_key(node: &Arc<Node>) -> usize {
-    Arc::as_ptr(node) as usize
+    address(node)
+}
+
+/// The identity [`node_key`] gives, from a plain reference (inference callbacks get `&Node`).
+pub fn address(node: &Node) -> usize {
+    node as *const Node as usize
 }
 
 /// Every node reachable from `outputs`, inputs before the nodes that use them. `stop` is asked
