@@ -204,3 +204,33 @@ def test_instance_and_group_norm_layers():
     expected = ((grouped - grouped.mean(2, keepdims=True)) / np.sqrt(grouped.var(2, keepdims=True) + 1e-5)).reshape(xs.shape)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
     assert gnorm.gamma.shape == (2,) and inorm.gamma.shape == (4,)
+
+
+@pytest.mark.parametrize("layer, shape", [
+    (lambda: nn.Conv1DTranspose(3, 3, strides=2, padding=1, output_padding=1), (2, 4, 5)),
+    (lambda: nn.Conv2DTranspose(6, (4, 3), strides=(2, 1), padding=(1, 0), groups=2, activation="relu"), (2, 4, 3, 5)),
+    (lambda: nn.Conv3DTranspose(2, 2, strides=2, use_bias=False), (1, 3, 2, 2, 3)),
+])
+def test_conv_transpose_layers(layer, shape):
+    x = mx.nd.random.normal(shape=shape)
+    with mx.name.NameManager():
+        block = layer()
+    assert block.prefix == "conv0_"
+    block.initialize(mx.init.Xavier())
+    out = block(x)
+    kw = block._kwargs
+    groups, channels = kw["num_group"], kw["num_filter"]
+    assert block.weight.shape == (shape[1], channels // groups) + kw["kernel"]
+    args = [x, block.weight.data()] + ([block.bias.data()] if block.bias is not None else [])
+    expected = mx.nd.Deconvolution(*args, **{k: v for k, v in kw.items() if k != "layout"})
+    if block.act is not None:
+        expected = mx.nd.relu(expected)
+    np.testing.assert_allclose(out.asnumpy(), expected.asnumpy(), rtol=1e-5, atol=1e-6)
+    spatial = [(n - 1) * s - 2 * p + k + a for n, s, p, k, a in zip(shape[2:], kw["stride"], kw["pad"], kw["kernel"], kw["adj"])]
+    assert out.shape == (shape[0], channels) + tuple(spatial)
+    block.hybridize()
+    with autograd.record():
+        hybrid_out = block(x)
+    hybrid_out.backward()
+    np.testing.assert_allclose(hybrid_out.asnumpy(), out.asnumpy(), rtol=1e-5, atol=1e-6)
+    assert np.abs(block.weight.grad().asnumpy()).sum() > 0

@@ -319,6 +319,90 @@ def test_convolution_errors(ctx):
         nd.Convolution(x, nd.ones((4, 3, 7, 7), ctx=ctx), kernel=(7, 7), num_filter=4, no_bias=True)
 
 
+
+def _deconv_reference(x, w, b, stride, pad, dilate, adj, groups):
+    """Direct transposed convolution: every input value scatters its kernel-weighted copy."""
+    rank = x.ndim - 2
+    n, c = x.shape[:2]
+    fpg, k = w.shape[1], w.shape[2:]
+    full = [stride[a] * (x.shape[2 + a] - 1) + dilate[a] * (k[a] - 1) + 1 + adj[a] for a in range(rank)]
+    out = np.zeros((n, fpg * groups) + tuple(full))
+    cpg = c // groups
+    for i in np.ndindex(*x.shape[2:]):
+        window = tuple(slice(i[a] * stride[a], i[a] * stride[a] + dilate[a] * (k[a] - 1) + 1, dilate[a]) for a in range(rank))
+        for grp in range(groups):
+            contribution = np.tensordot(x[(slice(None), slice(grp * cpg, (grp + 1) * cpg)) + i], w[grp * cpg:(grp + 1) * cpg], axes=(1, 0))
+            out[(slice(None), slice(grp * fpg, (grp + 1) * fpg)) + window] += contribution
+    out = out[(slice(None), slice(None)) + tuple(slice(pad[a], full[a] - pad[a]) for a in range(rank))]
+    if b is not None:
+        out += b.reshape((1, -1) + (1,) * rank)
+    return out
+
+
+DECONV_CASES = [
+    # (data shape, num_filter, kernel, stride, pad, dilate, adj, groups, no_bias)
+    ((2, 3, 4, 5), 4, (3, 3), (1, 1), (0, 0), (1, 1), (0, 0), 1, False),
+    ((2, 4, 3, 4), 6, (3, 2), (2, 3), (1, 0), (1, 1), (1, 2), 2, False),
+    ((1, 2, 4, 3), 2, (3, 3), (2, 1), (2, 1), (2, 2), (1, 0), 1, True),
+    ((2, 3, 5), 2, (4,), (3,), (1,), (1,), (2,), 1, False),
+    ((1, 2, 2, 3, 2), 3, (2, 3, 2), (2, 1, 2), (1, 0, 0), (1, 1, 1), (0, 0, 1), 1, False),
+]
+
+
+@pytest.mark.parametrize("case", range(len(DECONV_CASES)))
+def test_deconvolution(case, ctx):
+    shape, nf, kernel, stride, pad, dilate, adj, groups, no_bias = DECONV_CASES[case]
+    rng = np.random.RandomState(case)
+    x = rng.randn(*shape)
+    w = rng.randn(shape[1], nf // groups, *kernel) * 0.3
+    b = None if no_bias else rng.randn(nf)
+    kwargs = dict(kernel=kernel, stride=stride, pad=pad, dilate=dilate, adj=adj, num_filter=nf, num_group=groups, no_bias=no_bias)
+    args = [nd.array(x, ctx=ctx), nd.array(w, ctx=ctx)] + ([] if no_bias else [nd.array(b, ctx=ctx)])
+    out = nd.Deconvolution(*args, **kwargs)
+    assert_almost_equal(out.asnumpy(), _deconv_reference(x, w, b, stride, pad, dilate, adj, groups), rtol=1e-4, atol=1e-4)
+    small = [(1,) + shape[1:], w.shape] + ([] if no_bias else [(nf,)])
+    check_gradient(lambda *a: nd.Deconvolution(*a, **kwargs), small, ctx, dtypes=["float64", "float32"])
+
+
+def test_deconvolution_and_bilinear_upsampling_match_mxnet():
+    ref = nd.load(str(EXTRA / "deconv-ops.params"))
+    kwargs = {
+        "d2": dict(kernel=(3, 3), num_filter=3, no_bias=False),
+        "d2s": dict(kernel=(3, 2), stride=(2, 3), pad=(1, 0), adj=(1, 2), num_filter=3, no_bias=False),
+        "d2g": dict(kernel=(3, 3), stride=(2, 2), dilate=(2, 1), pad=(1, 1), num_filter=2, num_group=2),
+        "d2t": dict(kernel=(4, 4), stride=(2, 2), target_shape=(7, 6), num_filter=3),
+        "d1": dict(kernel=(3,), stride=(2,), pad=(1,), num_filter=2, no_bias=False),
+        "d3": dict(kernel=(2, 2, 2), stride=(2, 1, 2), num_filter=2, no_bias=False),
+        "up": dict(scale=2, sample_type="bilinear", num_filter=3),
+    }
+    for name, kw in kwargs.items():
+        suffixes = ["_x", "_w"] + (["_b"] if name + "_b" in ref else [])
+        inputs = [ref[name + s].copy() for s in suffixes]
+        for v in inputs:
+            v.attach_grad()
+        with autograd.record():
+            out = nd.UpSampling(*inputs, **kw) if name == "up" else nd.Deconvolution(*inputs, **kw)
+        out.backward(ref[name + "_hg"])
+        assert_almost_equal(out.asnumpy(), ref[name].asnumpy(), rtol=1e-4, atol=1e-5)
+        for v, s in zip(inputs, suffixes):
+            assert_almost_equal(v.grad.asnumpy(), ref[name + "_d" + s[1:]].asnumpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_deconvolution_shapes_and_errors(ctx):
+    sym = mx.sym.Deconvolution(mx.sym.var("data"), kernel=(4, 4), stride=(2, 2), pad=(1, 1), num_filter=8, name="up")
+    assert sym.list_arguments() == ["data", "up_weight"]
+    arg_shapes, out_shapes, _ = sym.infer_shape(data=(2, 3, 5, 5))
+    assert arg_shapes == [(2, 3, 5, 5), (3, 8, 4, 4)] and out_shapes == [(2, 8, 10, 10)]
+    x = nd.ones((1, 3, 4, 4), ctx=ctx)
+    with pytest.raises(mx.MXNetError, match="weight has shape"):
+        nd.Deconvolution(x, nd.ones((3, 2, 3, 3), ctx=ctx), kernel=(3, 3), num_filter=4)
+    with pytest.raises(mx.MXNetError, match="adj .* must be smaller than stride"):
+        nd.Deconvolution(x, nd.ones((3, 4, 3, 3), ctx=ctx), kernel=(3, 3), num_filter=4, adj=(1, 1))
+    with pytest.raises(mx.MXNetError, match="target_shape"):
+        nd.Deconvolution(x, nd.ones((3, 4, 3, 3), ctx=ctx), kernel=(3, 3), num_filter=4, target_shape=(9, 9))
+    with pytest.raises(mx.MXNetError, match="num_filter"):
+        nd.UpSampling(x, scale=2, sample_type="bilinear")
+
 def _pool_reference(x, kernel, stride, pad, pool_type, convention="valid", count_include_pad=True):
     rank = x.ndim - 2
     sp = x.shape[2:]
@@ -541,5 +625,5 @@ def test_lrn_and_upsampling_gradients_and_errors(ctx):
     check_gradient(lambda a: nd.UpSampling(a, scale=3, sample_type="nearest"), [(1, 2, 2, 3)], ctx, dtypes=["float64"])
     with pytest.raises(mx.MXNetError, match="odd"):
         nd.LRN(nd.ones((1, 4, 2), ctx=ctx), nsize=2)
-    with pytest.raises(mx.MXNetError, match="bilinear"):
-        nd.UpSampling(nd.ones((1, 1, 2, 2), ctx=ctx), scale=2, sample_type="bilinear")
+    with pytest.raises(mx.MXNetError, match="sample_type must be"):
+        nd.UpSampling(nd.ones((1, 1, 2, 2), ctx=ctx), scale=2, sample_type="cubic")

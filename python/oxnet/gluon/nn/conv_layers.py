@@ -16,7 +16,7 @@ def _tuple(value, n):
 class _Conv(block.HybridBlock):
     def __init__(self, channels, kernel_size, strides, padding, dilation, groups, layout, in_channels=0,
                  activation=None, use_bias=True, weight_initializer=None, bias_initializer="zeros",
-                 op_name="Convolution", prefix=None, params=None):
+                 op_name="Convolution", adj=None, prefix=None, params=None):
         super().__init__(prefix=prefix, params=params)
         with self.name_scope():
             self._channels = channels
@@ -26,7 +26,12 @@ class _Conv(block.HybridBlock):
                             "pad": _tuple(padding, n), "num_filter": channels, "num_group": groups,
                             "no_bias": not use_bias, "layout": layout}
             self._op_name = op_name
-            wshape = (channels, in_channels // groups if in_channels else 0) + tuple(kernel_size)
+            if op_name == "Deconvolution":
+                # A transposed convolution's weight maps input channels to channels/groups outputs.
+                self._kwargs["adj"] = _tuple(adj, n)
+                wshape = (in_channels, channels // groups) + tuple(kernel_size)
+            else:
+                wshape = (channels, in_channels // groups if in_channels else 0) + tuple(kernel_size)
             self.weight = self.params.get("weight", shape=wshape, init=weight_initializer, allow_deferred_init=True)
             if use_bias:
                 self.bias = self.params.get("bias", shape=(channels,), init=bias_initializer,
@@ -74,6 +79,38 @@ class Conv3D(_Conv):
         super().__init__(channels, _tuple(kernel_size, 3), strides, padding, dilation, groups, layout, in_channels,
                          activation, use_bias, weight_initializer, bias_initializer, **kwargs)
 
+
+
+class _ConvTranspose(_Conv):
+    def __init__(self, channels, kernel_size, strides, padding, output_padding, dilation, groups, layout,
+                 activation, use_bias, weight_initializer, bias_initializer, in_channels, **kwargs):
+        super().__init__(channels, kernel_size, strides, padding, dilation, groups, layout, in_channels,
+                         activation, use_bias, weight_initializer, bias_initializer, op_name="Deconvolution",
+                         adj=output_padding, **kwargs)
+
+
+class Conv1DTranspose(_ConvTranspose):
+    def __init__(self, channels, kernel_size, strides=1, padding=0, output_padding=0, dilation=1, groups=1,
+                 layout="NCW", activation=None, use_bias=True, weight_initializer=None, bias_initializer="zeros",
+                 in_channels=0, **kwargs):
+        super().__init__(channels, _tuple(kernel_size, 1), strides, padding, output_padding, dilation, groups,
+                         layout, activation, use_bias, weight_initializer, bias_initializer, in_channels, **kwargs)
+
+
+class Conv2DTranspose(_ConvTranspose):
+    def __init__(self, channels, kernel_size, strides=(1, 1), padding=(0, 0), output_padding=(0, 0),
+                 dilation=(1, 1), groups=1, layout="NCHW", activation=None, use_bias=True, weight_initializer=None,
+                 bias_initializer="zeros", in_channels=0, **kwargs):
+        super().__init__(channels, _tuple(kernel_size, 2), strides, padding, output_padding, dilation, groups,
+                         layout, activation, use_bias, weight_initializer, bias_initializer, in_channels, **kwargs)
+
+
+class Conv3DTranspose(_ConvTranspose):
+    def __init__(self, channels, kernel_size, strides=(1, 1, 1), padding=(0, 0, 0), output_padding=(0, 0, 0),
+                 dilation=(1, 1, 1), groups=1, layout="NCDHW", activation=None, use_bias=True,
+                 weight_initializer=None, bias_initializer="zeros", in_channels=0, **kwargs):
+        super().__init__(channels, _tuple(kernel_size, 3), strides, padding, output_padding, dilation, groups,
+                         layout, activation, use_bias, weight_initializer, bias_initializer, in_channels, **kwargs)
 
 class _Pooling(block.HybridBlock):
     def __init__(self, pool_size, strides, padding, ceil_mode, global_pool, pool_type, layout,

@@ -78,17 +78,17 @@ pub(super) struct Geometry {
 }
 
 impl Geometry {
-    fn input_size(&self) -> usize {
+    pub fn input_size(&self) -> usize {
         self.input.iter().product()
     }
-    fn output_size(&self) -> usize {
+    pub fn output_size(&self) -> usize {
         self.output.iter().product()
     }
-    fn kernel_size(&self) -> usize {
+    pub fn kernel_size(&self) -> usize {
         self.kernel.iter().product()
     }
     /// Rows of the column matrix of one group: channels per group times kernel positions.
-    fn col_rows(&self) -> usize {
+    pub fn col_rows(&self) -> usize {
         self.channels / self.groups * self.kernel_size()
     }
     pub fn weight_shape(&self) -> Shape {
@@ -104,7 +104,7 @@ impl Geometry {
 }
 
 /// A per-axis parameter padded to three axes (leading axes take `fill`).
-fn spatial(op: &str, name: &str, values: &[i64], rank: usize, default: usize, fill: usize) -> Result<[usize; 3]> {
+pub(super) fn spatial(op: &str, name: &str, values: &[i64], rank: usize, default: usize, fill: usize) -> Result<[usize; 3]> {
     let mut out = [fill; 3];
     if values.is_empty() {
         out[3 - rank..].iter_mut().for_each(|v| *v = default);
@@ -263,6 +263,112 @@ fn col2im<T: Elem>(col: &[T], g: &Geometry, c0: usize, cs: usize, image: &mut [T
     });
 }
 
+/// The three per-image products that Convolution and Deconvolution (a convolution's data
+/// gradient) are built from. `image` is the convolution's input side (channels x input
+/// positions), `response` its output side (filters x output positions); `col` is one group's
+/// column matrix (col_rows x output positions) and `weight` the (filters, channels/groups, k...)
+/// weight. Each call works on one image; callers parallelize over images or hand `threads` to
+/// GEMM.
+pub(super) struct ImageProducts<'a> {
+    pub g: &'a Geometry,
+    pub dtype: DType,
+    pub weight: *const u8,
+    pub threads: usize,
+}
+
+// SAFETY: the weight pointer is only read, and the weight stays alive and unwritten for the whole
+// operator call that owns this value.
+unsafe impl Sync for ImageProducts<'_> {}
+
+impl ImageProducts<'_> {
+    /// response = W * im2col(image), every group (response is overwritten).
+    ///
+    /// # Safety
+    /// `response` points to filters x output positions elements of `T`, `weight` to the whole
+    /// weight, and `T` is `self.dtype`'s element type.
+    pub unsafe fn correlate<T: Elem>(&self, image: &[T], response: *mut u8, col: &mut [T]) {
+        let g = self.g;
+        let (outs, rows, es) = (g.output_size(), g.col_rows(), self.dtype.size());
+        let (fpg, cpg) = (g.filters / g.groups, g.channels / g.groups);
+        for grp in 0..g.groups {
+            im2col(image, g, grp * cpg, cpg, col);
+            matmul_into(
+                self.dtype,
+                response.add(grp * fpg * outs * es),
+                false,
+                self.weight.add(grp * fpg * rows * es),
+                Mat::stored(fpg, rows, false),
+                col.as_ptr() as *const u8,
+                Mat::stored(rows, outs, false),
+                self.threads,
+            );
+        }
+    }
+
+    /// image += col2im(W^T * response), every group.
+    ///
+    /// # Safety
+    /// As [`Self::correlate`]; `response` holds filters x output positions elements.
+    pub unsafe fn scatter<T: Elem>(&self, response: &[T], image: &mut [T], col: &mut [T]) {
+        let g = self.g;
+        let (outs, rows, es) = (g.output_size(), g.col_rows(), self.dtype.size());
+        let (fpg, cpg) = (g.filters / g.groups, g.channels / g.groups);
+        for grp in 0..g.groups {
+            matmul_into(
+                self.dtype,
+                col.as_mut_ptr() as *mut u8,
+                false,
+                self.weight.add(grp * fpg * rows * es),
+                Mat::stored(fpg, rows, true),
+                response[grp * fpg * outs..].as_ptr() as *const u8,
+                Mat::stored(fpg, outs, false),
+                self.threads,
+            );
+            col2im(col, g, grp * cpg, cpg, image);
+        }
+    }
+
+    /// weight_grad += response * im2col(image)^T, every group.
+    ///
+    /// # Safety
+    /// `weight_grad` points to a buffer shaped like the weight, of element type `T`.
+    pub unsafe fn accumulate_weight_grad<T: Elem>(&self, image: &[T], response: &[T], weight_grad: *mut u8, col: &mut [T]) {
+        let g = self.g;
+        let (outs, rows, es) = (g.output_size(), g.col_rows(), self.dtype.size());
+        let (fpg, cpg) = (g.filters / g.groups, g.channels / g.groups);
+        for grp in 0..g.groups {
+            im2col(image, g, grp * cpg, cpg, col);
+            matmul_into(
+                self.dtype,
+                weight_grad.add(grp * fpg * rows * es),
+                true,
+                response[grp * fpg * outs..].as_ptr() as *const u8,
+                Mat::stored(fpg, outs, false),
+                col.as_ptr() as *const u8,
+                Mat::stored(rows, outs, true),
+                self.threads,
+            );
+        }
+    }
+}
+
+/// Adds `bias[c]` to every element of channel c of `images` (batch x channels x plane).
+pub(super) fn add_channel_bias<T: Elem>(images: &mut [T], bias: &[T], plane: usize) {
+    for (channel, values) in images.chunks_mut(plane).enumerate() {
+        let b = bias[channel % bias.len()];
+        values.iter_mut().for_each(|v| *v = T::from_f64(v.to_f64() + b.to_f64()));
+    }
+}
+
+/// Per-channel sums of `images` (batch x channels x plane), accumulated in f64.
+pub(super) fn channel_sums<T: Elem>(images: &[T], channels: usize, plane: usize, sums: &mut [T]) {
+    let mut acc = vec![0f64; channels];
+    for (i, values) in images.chunks(plane).enumerate() {
+        acc[i % channels] += values.iter().map(|v| v.to_f64()).sum::<f64>();
+    }
+    sums.iter_mut().zip(&acc).for_each(|(v, &a)| *v = T::from_f64(a));
+}
+
 struct Convolution {
     p: ConvolutionParams,
 }
@@ -300,58 +406,29 @@ impl Operator for Convolution {
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let g = self.p.geometry("Convolution", &inputs[0].shape)?;
-        let (x, w, out) = (&inputs[0], &inputs[1], &outputs[0]);
-        let (plane, outs, rows) = (g.input_size(), g.output_size(), g.col_rows());
-        let fpg = g.filters / g.groups;
-        let cpg = g.channels / g.groups;
-        let threads = rayon::current_num_threads();
-        // Images in parallel when there are enough of them; otherwise GEMM uses the threads.
-        let (outer_threads, gemm_threads) = if g.batch >= threads { (threads, 1) } else { (1, threads) };
-        let es = x.dtype.size();
-        let (xp, wp, op) = (SendPtr(x.raw()), SendPtr(w.raw()), SendPtr(out.raw()));
-        let bias = inputs.get(2).map(|b| SendPtr(b.raw()));
+        let (x, out) = (&inputs[0], &outputs[0]);
+        let (plane, outs) = (g.input_size(), g.output_size());
+        let (outer_threads, gemm_threads) = thread_split(g.batch);
+        let products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[1].raw(), threads: gemm_threads };
         crate::dispatch_dtype!(x.dtype, T => {
-            let run = |images: std::ops::Range<usize>| -> Result<()> {
-                let mut col_buffer = Scratch::<T>::zeroed(rows * outs)?;
-                let col = col_buffer.as_mut_slice();
+            // SAFETY: the input is read-only here; images write disjoint blocks of the output.
+            let xv = unsafe { x.slice::<T>() };
+            let op = SendPtr(out.raw());
+            let bias = inputs.get(2).map(|b| unsafe { b.slice::<T>() });
+            split_images(g.batch, outer_threads, |images| {
+                let mut col = Scratch::<T>::zeroed(g.col_rows() * outs)?;
                 for n in images {
-                    // SAFETY: image n spans channels * plane elements of the input.
-                    let image = unsafe { std::slice::from_raw_parts(xp.get().add(n * g.channels * plane * es) as *const T, g.channels * plane) };
-                    for grp in 0..g.groups {
-                        im2col(image, &g, grp * cpg, cpg, col);
-                        let dst = unsafe { op.get().add(((n * g.filters + grp * fpg) * outs) * es) };
-                        let accumulate = match bias {
-                            Some(b) => {
-                                for f in 0..fpg {
-                                    // SAFETY: filter row f of this group's output block; bias holds filters values.
-                                    unsafe {
-                                        let v = *(b.get() as *const T).add(grp * fpg + f);
-                                        std::slice::from_raw_parts_mut((dst as *mut T).add(f * outs), outs).fill(v);
-                                    }
-                                }
-                                true
-                            }
-                            None => false,
-                        };
-                        // SAFETY: weight group block is (fpg, rows); col is (rows, outs); the
-                        // destination block is (fpg, outs) inside this image's output.
-                        unsafe {
-                            matmul_into(
-                                x.dtype,
-                                dst,
-                                accumulate,
-                                wp.get().add(grp * fpg * rows * es),
-                                Mat::stored(fpg, rows, false),
-                                col.as_ptr() as *const u8,
-                                Mat::stored(rows, outs, false),
-                                gemm_threads,
-                            )
-                        };
+                    let image = &xv[n * g.channels * plane..][..g.channels * plane];
+                    // SAFETY: image n's output block is filters x outs elements, written by this
+                    // range alone.
+                    let response = unsafe { std::slice::from_raw_parts_mut((op.get() as *mut T).add(n * g.filters * outs), g.filters * outs) };
+                    unsafe { products.correlate(image, response.as_mut_ptr() as *mut u8, col.as_mut_slice()) };
+                    if let Some(bias) = bias {
+                        add_channel_bias(response, bias, outs);
                     }
                 }
                 Ok(())
-            };
-            split_images(g.batch, outer_threads, run)?;
+            })?;
         });
         Ok(())
     }
@@ -368,8 +445,19 @@ impl Operator for Convolution {
     }
 }
 
+/// (threads over images, threads inside GEMM): images in parallel when there are enough of
+/// them, otherwise GEMM gets the threads.
+pub(super) fn thread_split(batch: usize) -> (usize, usize) {
+    let threads = rayon::current_num_threads();
+    if batch >= threads {
+        (threads, 1)
+    } else {
+        (1, threads)
+    }
+}
+
 /// Run `work` over `0..batch` split into `parts` contiguous ranges on the thread pool.
-fn split_images(batch: usize, parts: usize, work: impl Fn(std::ops::Range<usize>) -> Result<()> + Sync) -> Result<()> {
+pub(super) fn split_images(batch: usize, parts: usize, work: impl Fn(std::ops::Range<usize>) -> Result<()> + Sync) -> Result<()> {
     if parts <= 1 {
         return work(0..batch);
     }
@@ -398,64 +486,28 @@ impl Operator for ConvolutionBackward {
         Ok(vec![inputs[0]; 3])
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        let (gt, x, w) = (&inputs[0], &inputs[1], &inputs[2]);
+        let (gt, x) = (&inputs[0], &inputs[1]);
         let g = self.p.geometry("Convolution", &x.shape)?;
-        let (plane, outs, rows) = (g.input_size(), g.output_size(), g.col_rows());
-        let (fpg, cpg) = (g.filters / g.groups, g.channels / g.groups);
+        let (plane, outs) = (g.input_size(), g.output_size());
         let (dx, dw, db) = (&outputs[0], &outputs[1], &outputs[2]);
-        let es = x.dtype.size();
-        let threads = rayon::current_num_threads();
+        let products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[2].raw(), threads: rayon::current_num_threads() };
         crate::dispatch_dtype!(x.dtype, T => {
             // SAFETY: inputs are read-only here; each output is this op's alone.
             let (gv, xv) = unsafe { (gt.slice::<T>(), x.slice::<T>()) };
             let (dxv, dwv, dbv) = unsafe { (dx.slice_mut::<T>(), dw.slice_mut::<T>(), db.slice_mut::<T>()) };
             dxv.fill(T::default());
             dwv.fill(T::default());
-            let mut bias_acc = vec![0f64; g.filters];
-            let (mut col_buffer, mut dcol_buffer) = (Scratch::<T>::zeroed(rows * outs)?, Scratch::<T>::zeroed(rows * outs)?);
-            let (col, dcol) = (col_buffer.as_mut_slice(), dcol_buffer.as_mut_slice());
+            let mut col = Scratch::<T>::zeroed(g.col_rows() * outs)?;
             for n in 0..g.batch {
-                let image = &xv[n * g.channels * plane..(n + 1) * g.channels * plane];
-                for grp in 0..g.groups {
-                    im2col(image, &g, grp * cpg, cpg, col);
-                    let gblock = &gv[(n * g.filters + grp * fpg) * outs..][..fpg * outs];
-                    for f in 0..fpg {
-                        bias_acc[grp * fpg + f] += gblock[f * outs..(f + 1) * outs].iter().map(|v| v.to_f64()).sum::<f64>();
-                    }
-                    // SAFETY: g block (fpg, outs), col (rows, outs) read transposed, weight block
-                    // (fpg, rows) read transposed, and the destinations sized to match.
-                    unsafe {
-                        matmul_into(
-                            x.dtype,
-                            dw.raw().add(grp * fpg * rows * es),
-                            true,
-                            gblock.as_ptr() as *const u8,
-                            Mat::stored(fpg, outs, false),
-                            col.as_ptr() as *const u8,
-                            Mat::stored(rows, outs, true),
-                            threads,
-                        );
-                    }
-                    if !self.data_grad {
-                        continue;
-                    }
-                    // SAFETY: as above.
-                    unsafe {
-                        matmul_into(
-                            x.dtype,
-                            dcol.as_mut_ptr() as *mut u8,
-                            false,
-                            w.raw().add(grp * fpg * rows * es),
-                            Mat::stored(fpg, rows, true),
-                            gblock.as_ptr() as *const u8,
-                            Mat::stored(fpg, outs, false),
-                            threads,
-                        );
-                    }
-                    col2im(dcol, &g, grp * cpg, cpg, &mut dxv[n * g.channels * plane..(n + 1) * g.channels * plane]);
+                let image = &xv[n * g.channels * plane..][..g.channels * plane];
+                let response = &gv[n * g.filters * outs..][..g.filters * outs];
+                // SAFETY: dw is shaped like the weight; dx's image n spans channels x plane.
+                unsafe { products.accumulate_weight_grad(image, response, dwv.as_mut_ptr() as *mut u8, col.as_mut_slice()) };
+                if self.data_grad {
+                    unsafe { products.scatter(response, &mut dxv[n * g.channels * plane..][..g.channels * plane], col.as_mut_slice()) };
                 }
             }
-            dbv.iter_mut().zip(&bias_acc).for_each(|(v, &a)| *v = T::from_f64(a));
+            channel_sums(gv, g.filters, outs, dbv);
         });
         Ok(())
     }

@@ -3,6 +3,7 @@
 
 use super::grad::{Grad, InputGrads};
 use super::normalization::{to_f64, write_f64};
+use super::deconvolution::Deconvolution;
 use super::{ExecContext, OpDef, Operator, Tensor};
 use crate::base::Shape;
 use crate::error::Result;
@@ -118,8 +119,8 @@ impl Operator for LrnBackward {
 }
 
 crate::op_params! {
-    /// Parameters of the bilinear mode and of several inputs are accepted so that MXNet graphs
-    /// parse; only one input in nearest mode is implemented (others are rejected at creation).
+    /// Parameters of several inputs are accepted so that MXNet graphs parse; nearest mode with
+    /// several inputs is rejected at creation.
     #[allow(dead_code)]
     pub struct UpSamplingParams {
         /// Integer factor by which height and width grow.
@@ -138,7 +139,7 @@ crate::op_params! {
 }
 
 /// Nearest-neighbour upsampling of (N, C, H, W) by an integer factor.
-struct UpSampling {
+struct NearestUpSampling {
     scale: usize,
 }
 
@@ -150,7 +151,7 @@ fn image_dims(op: &str, s: &Shape) -> Result<(usize, usize, usize)> {
     Ok((d[0] * d[1], d[2], d[3]))
 }
 
-impl Operator for UpSampling {
+impl Operator for NearestUpSampling {
     fn input_names(&self) -> Vec<String> {
         vec!["arg0".into()]
     }
@@ -195,18 +196,51 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         Ok(LrnBackward(Lrn { alpha: p.alpha, beta: p.beta, knorm: p.knorm, nsize: p.nsize }))
     }));
     add(
-        OpDef::new("UpSampling", &[], "Upsamples (N, C, H, W) images by an integer scale (nearest neighbour).", |p: UpSamplingParams| {
-            if p.sample_type != "nearest" {
-                crate::bail!(Param, "UpSampling: sample_type '{}' is not implemented (only 'nearest')", p.sample_type);
-            }
-            if p.num_args != 1 {
-                crate::bail!(Param, "UpSampling: {} inputs given; only one input is implemented", p.num_args);
-            }
+        OpDef::new("UpSampling", &[], "Upsamples (N, C, H, W) images by an integer scale: nearest neighbour, or bilinear as a depthwise deconvolution with a weight input.", |p: UpSamplingParams| {
             if p.scale == 0 {
                 crate::bail!(Param, "UpSampling: scale must be positive");
             }
-            Ok(UpSampling { scale: p.scale })
+            match p.sample_type.as_str() {
+                "nearest" if p.num_args == 1 => Ok(UpSampling::Nearest(NearestUpSampling { scale: p.scale })),
+                "nearest" => crate::bail!(Param, "UpSampling: {} inputs given; nearest mode with several inputs is not implemented", p.num_args),
+                "bilinear" if p.num_filter == 0 => crate::bail!(Param, "UpSampling: bilinear mode needs num_filter (the number of channels)"),
+                "bilinear" => Ok(UpSampling::Bilinear(Deconvolution::bilinear_upsampling(p.scale, p.num_filter))),
+                other => crate::bail!(Param, "UpSampling: sample_type must be 'nearest' or 'bilinear', got '{other}'"),
+            }
         })
         .variadic(),
     );
+}
+
+/// The two sampling modes behind one registered name.
+enum UpSampling {
+    Nearest(NearestUpSampling),
+    Bilinear(Deconvolution),
+}
+
+impl UpSampling {
+    fn mode(&self) -> &dyn Operator {
+        match self {
+            UpSampling::Nearest(op) => op,
+            UpSampling::Bilinear(op) => op,
+        }
+    }
+}
+
+impl Operator for UpSampling {
+    fn input_names(&self) -> Vec<String> {
+        self.mode().input_names()
+    }
+    fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
+        self.mode().complete_input_shapes(inputs)
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        self.mode().infer_shape(inputs)
+    }
+    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        self.mode().forward(ctx, inputs, outputs)
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        self.mode().gradient(d)
+    }
 }

@@ -11,6 +11,7 @@ mod activation;
 mod broadcast;
 mod convolution;
 mod creation;
+mod deconvolution;
 mod dropout;
 mod elemwise_binary;
 mod elemwise_unary;
@@ -296,6 +297,7 @@ pub fn registry() -> &'static Registry {
         sampling::register(&mut add);
         activation::register(&mut add);
         convolution::register(&mut add);
+        deconvolution::register(&mut add);
         pooling::register(&mut add);
         normalization::register(&mut add);
         group_norm::register(&mut add);

@@ -1,0 +1,340 @@
+//! Deconvolution (transposed convolution, 1-D/2-D/3-D, channels first): the data gradient of the
+//! convolution that maps its output back to its input. Forward scatters (W^T x, col2im); the
+//! data gradient correlates (im2col, W g); the weight gradient is the convolution's own formula
+//! with the roles of image and response swapped.
+
+use super::convolution::{add_channel_bias, channel_sums, spatial, split_images, thread_split, Geometry, ImageProducts};
+use super::grad::{tuple_attr, Grad, InputGrads};
+use super::{ExecContext, OpDef, Operator, Scratch, SendPtr, Tensor};
+use crate::base::{DType, Shape};
+use crate::error::Result;
+
+crate::op_params! {
+    /// workspace, cudnn_tune and cudnn_off only steer MXNet's GPU algorithms: accepted, unused.
+    #[allow(dead_code)]
+    pub struct DeconvolutionParams {
+        /// Kernel size: (w,), (h, w) or (d, h, w).
+        kernel: Vec<i64>,
+        /// Stride per spatial axis (default 1).
+        stride: Vec<i64> = Vec::new(),
+        /// Dilation per spatial axis (default 1).
+        dilate: Vec<i64> = Vec::new(),
+        /// Padding removed from each side of the output per spatial axis (default 0).
+        pad: Vec<i64> = Vec::new(),
+        /// Extra output positions at the end of each spatial axis (default 0; below the stride).
+        adj: Vec<i64> = Vec::new(),
+        /// Output spatial shape; when given (any non-zero value), pad and adj are derived from it.
+        target_shape: Vec<i64> = Vec::new(),
+        /// Number of output channels.
+        num_filter: usize,
+        /// Number of groups the channels are split into.
+        num_group: usize = 1,
+        /// Maximum temporary workspace in MB (accepted for compatibility).
+        workspace: i64 = 512,
+        /// Whether to disable the bias (MXNet's default: no bias).
+        no_bias: bool = true,
+        /// cuDNN algorithm selection (accepted for compatibility).
+        cudnn_tune: Option<String> = None,
+        /// Disable cuDNN (accepted for compatibility).
+        cudnn_off: bool = false,
+        /// Data layout: None, 'NCW', 'NCHW' or 'NCDHW' (channels first).
+        layout: Option<String> = None,
+    }
+}
+
+impl DeconvolutionParams {
+    /// The geometry of the convolution this deconvolution transposes: its input is the
+    /// deconvolution's output and its output the deconvolution's data.
+    fn geometry(&self, data: &Shape) -> Result<Geometry> {
+        const OP: &str = "Deconvolution";
+        let rank = self.kernel.len();
+        if !(1..=3).contains(&rank) {
+            crate::bail!(Param, "{OP}: kernel must have 1, 2 or 3 values, got {:?}", self.kernel);
+        }
+        if let Some(layout) = &self.layout {
+            let expected = ["NCW", "NCHW", "NCDHW"][rank - 1];
+            if layout != expected {
+                crate::bail!(Param, "{OP}: layout {layout} is not supported; use {expected} (channels first)");
+            }
+        }
+        if data.ndim() != rank + 2 {
+            crate::bail!(Shape, "{OP}: a {rank}-D kernel needs {}-D data (batch, channel, spatial...), got {data}", rank + 2);
+        }
+        let kernel = spatial(OP, "kernel", &self.kernel, rank, 1, 1)?;
+        let stride = spatial(OP, "stride", &self.stride, rank, 1, 1)?;
+        let dilate = spatial(OP, "dilate", &self.dilate, rank, 1, 1)?;
+        let mut pad = spatial(OP, "pad", &self.pad, rank, 0, 0)?;
+        let mut adj = spatial(OP, "adj", &self.adj, rank, 0, 0)?;
+        let target = spatial(OP, "target_shape", &self.target_shape, rank, 0, 0)?;
+        if kernel.contains(&0) || stride.contains(&0) || dilate.contains(&0) {
+            crate::bail!(Param, "{OP}: kernel, stride and dilate must be positive");
+        }
+        let use_target = target.iter().any(|&t| t != 0);
+        let mut input = [1; 3];
+        input[3 - rank..].copy_from_slice(&data.dims()[2..]);
+        let mut output = [1; 3];
+        for a in 3 - rank..3 {
+            if input[a] == 0 {
+                crate::bail!(Shape, "{OP}: data {data} has an empty spatial axis");
+            }
+            let full = stride[a] * (input[a] - 1) + dilate[a] * (kernel[a] - 1) + 1;
+            if use_target {
+                if full < target[a] {
+                    crate::bail!(Shape, "{OP}: target_shape {:?} is larger than the {full} positions data {data} can reach", self.target_shape);
+                }
+                let excess = full - target[a];
+                adj[a] = excess % 2;
+                pad[a] = excess.div_ceil(2);
+            } else if adj[a] >= stride[a] {
+                crate::bail!(Param, "{OP}: adj {:?} must be smaller than stride {:?}", self.adj, self.stride);
+            }
+            if full + adj[a] <= 2 * pad[a] {
+                crate::bail!(Shape, "{OP}: pad {:?} leaves no output for data {data}", self.pad);
+            }
+            output[a] = full + adj[a] - 2 * pad[a];
+        }
+        let (channels, groups) = (data[1], self.num_group);
+        if groups == 0 || channels % groups != 0 || self.num_filter % groups != 0 {
+            crate::bail!(Param, "{OP}: channels ({channels}) and num_filter ({}) must divide by num_group ({groups})", self.num_filter);
+        }
+        Ok(Geometry {
+            batch: data[0],
+            channels: self.num_filter,
+            filters: channels,
+            groups,
+            input: output,
+            kernel,
+            stride,
+            dilate,
+            pad,
+            output: input,
+            rank,
+        })
+    }
+
+    fn attrs(&self) -> Vec<(&'static str, String)> {
+        let flag = |b: bool| if b { "True" } else { "False" }.to_string();
+        let mut attrs = vec![
+            ("kernel", tuple_attr(&self.kernel)),
+            ("num_filter", self.num_filter.to_string()),
+            ("num_group", self.num_group.to_string()),
+            ("no_bias", flag(self.no_bias)),
+        ];
+        for (name, v) in [("stride", &self.stride), ("dilate", &self.dilate), ("pad", &self.pad), ("adj", &self.adj), ("target_shape", &self.target_shape)] {
+            if !v.is_empty() {
+                attrs.push((name, tuple_attr(v)));
+            }
+        }
+        attrs
+    }
+}
+
+/// The deconvolution's output shape and (data channels, num_filter/groups, k...) weight shape.
+fn shapes(g: &Geometry) -> (Shape, Shape) {
+    let mut out = vec![g.batch, g.channels];
+    out.extend_from_slice(&g.input[3 - g.rank..]);
+    (Shape::new(out), g.weight_shape())
+}
+
+pub(super) struct Deconvolution {
+    p: DeconvolutionParams,
+}
+
+impl Deconvolution {
+    /// MXNet's bilinear UpSampling: a depthwise deconvolution by `scale` whose (num_filter, 1,
+    /// k, k) weight input holds the bilinear filters (initialized by `mx.init.Bilinear`).
+    pub(super) fn bilinear_upsampling(scale: usize, num_filter: usize) -> Deconvolution {
+        let s = scale as i64;
+        let kernel = 2 * s - s % 2;
+        let p = DeconvolutionParams {
+            kernel: vec![kernel, kernel],
+            stride: vec![s, s],
+            dilate: Vec::new(),
+            pad: vec![s / 2, s / 2],
+            adj: Vec::new(),
+            target_shape: Vec::new(),
+            num_filter,
+            num_group: num_filter,
+            workspace: 512,
+            no_bias: true,
+            cudnn_tune: None,
+            cudnn_off: false,
+            layout: None,
+        };
+        Deconvolution { p }
+    }
+}
+
+impl Operator for Deconvolution {
+    fn input_names(&self) -> Vec<String> {
+        let mut names = vec!["data".to_string(), "weight".to_string()];
+        if !self.p.no_bias {
+            names.push("bias".into());
+        }
+        names
+    }
+    fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
+        if let Some(data) = &inputs[0] {
+            let g = self.p.geometry(data)?;
+            inputs[1].get_or_insert_with(|| g.weight_shape());
+            if let Some(bias) = inputs.get_mut(2) {
+                bias.get_or_insert_with(|| Shape::new(vec![g.channels]));
+            }
+        }
+        Ok(())
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let g = self.p.geometry(&inputs[0])?;
+        let (out, weight) = shapes(&g);
+        if inputs[1] != weight {
+            crate::bail!(Shape, "Deconvolution: weight has shape {}, expected {weight} for data {}", inputs[1], inputs[0]);
+        }
+        if let Some(bias) = inputs.get(2) {
+            if bias.ndim() != 1 || bias[0] != g.channels {
+                crate::bail!(Shape, "Deconvolution: bias has shape {bias}, expected ({},)", g.channels);
+            }
+        }
+        Ok(vec![out])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let g = self.p.geometry(&inputs[0].shape)?;
+        let (x, out) = (&inputs[0], &outputs[0]);
+        let (plane, positions) = (g.input_size(), g.output_size());
+        let (outer_threads, gemm_threads) = thread_split(g.batch);
+        let products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[1].raw(), threads: gemm_threads };
+        crate::dispatch_dtype!(x.dtype, T => {
+            // SAFETY: the input is read-only here; images write disjoint blocks of the output.
+            let xv = unsafe { x.slice::<T>() };
+            let op = SendPtr(out.raw());
+            let bias = inputs.get(2).map(|b| unsafe { b.slice::<T>() });
+            split_images(g.batch, outer_threads, |images| {
+                let mut col = Scratch::<T>::zeroed(g.col_rows() * positions)?;
+                for n in images {
+                    // SAFETY: image n's output block is channels x plane elements, written by
+                    // this range alone.
+                    let image = unsafe { std::slice::from_raw_parts_mut((op.get() as *mut T).add(n * g.channels * plane), g.channels * plane) };
+                    image.fill(T::default());
+                    let response = &xv[n * g.filters * positions..][..g.filters * positions];
+                    unsafe { products.scatter(response, image, col.as_mut_slice()) };
+                    if let Some(bias) = bias {
+                        add_channel_bias(image, bias, plane);
+                    }
+                }
+                Ok(())
+            })?;
+        });
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (x, w, g) = (d.input(0), d.input(1), d.out_grad(0));
+        let mut attrs = self.p.attrs();
+        attrs.push(("data_grad", if d.input_needed(0) { "True" } else { "False" }.to_string()));
+        let grads = d.op_outputs("_backward_Deconvolution", &attrs, &[&g, &x, &w])?;
+        let mut out: InputGrads = grads.into_iter().map(Some).collect();
+        if self.p.no_bias {
+            out.truncate(2);
+        }
+        Ok(out)
+    }
+}
+
+crate::op_params! {
+    pub struct DeconvolutionBackwardParams {
+        /// The forward's geometry parameters are passed through.
+        kernel: Vec<i64>,
+        /// Stride per spatial axis.
+        stride: Vec<i64> = Vec::new(),
+        /// Dilation per spatial axis.
+        dilate: Vec<i64> = Vec::new(),
+        /// Output padding per spatial axis.
+        pad: Vec<i64> = Vec::new(),
+        /// Extra output positions per spatial axis.
+        adj: Vec<i64> = Vec::new(),
+        /// Output spatial shape (overrides pad and adj).
+        target_shape: Vec<i64> = Vec::new(),
+        /// Number of output channels.
+        num_filter: usize,
+        /// Number of groups.
+        num_group: usize = 1,
+        /// Whether the forward had no bias.
+        no_bias: bool = true,
+        /// Whether the data gradient is used (when not, it is left as zeros and not computed).
+        data_grad: bool = true,
+    }
+}
+
+/// `_backward_Deconvolution(grad, data, weight)`: gradients of data, weight and bias.
+struct DeconvolutionBackward {
+    p: DeconvolutionParams,
+    data_grad: bool,
+}
+
+impl Operator for DeconvolutionBackward {
+    fn input_names(&self) -> Vec<String> {
+        vec!["grad".into(), "data".into(), "weight".into()]
+    }
+    fn num_outputs(&self) -> usize {
+        3
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![inputs[1].clone(), inputs[2].clone(), Shape::new(vec![self.p.num_filter])])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]; 3])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (gt, x) = (&inputs[0], &inputs[1]);
+        let g = self.p.geometry(&x.shape)?;
+        let (plane, positions) = (g.input_size(), g.output_size());
+        let (dx, dw, db) = (&outputs[0], &outputs[1], &outputs[2]);
+        let products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[2].raw(), threads: rayon::current_num_threads() };
+        crate::dispatch_dtype!(x.dtype, T => {
+            // SAFETY: inputs are read-only here; each output is this op's alone.
+            let (gv, xv) = unsafe { (gt.slice::<T>(), x.slice::<T>()) };
+            let (dxv, dwv, dbv) = unsafe { (dx.slice_mut::<T>(), dw.slice_mut::<T>(), db.slice_mut::<T>()) };
+            dwv.fill(T::default());
+            let mut col = Scratch::<T>::zeroed(g.col_rows() * positions)?;
+            for n in 0..g.batch {
+                let image = &gv[n * g.channels * plane..][..g.channels * plane];
+                let response = &xv[n * g.filters * positions..][..g.filters * positions];
+                // SAFETY: dw is shaped like the weight; dx's image n spans filters x positions.
+                unsafe { products.accumulate_weight_grad(image, response, dwv.as_mut_ptr() as *mut u8, col.as_mut_slice()) };
+                let data_grad = &mut dxv[n * g.filters * positions..][..g.filters * positions];
+                if self.data_grad {
+                    unsafe { products.correlate(image, data_grad.as_mut_ptr() as *mut u8, col.as_mut_slice()) };
+                } else {
+                    data_grad.fill(T::default());
+                }
+            }
+            channel_sums(gv, g.channels, plane, dbv);
+        });
+        Ok(())
+    }
+}
+
+pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    add(OpDef::new(
+        "Deconvolution",
+        &[],
+        "Computes 1-D, 2-D or 3-D transposed convolution (channels-first layouts), GEMM + col2im.",
+        |p: DeconvolutionParams| Ok(Deconvolution { p }),
+    ));
+    add(OpDef::new("_backward_Deconvolution", &[], "Gradients of Deconvolution for data, weight and bias.", |p: DeconvolutionBackwardParams| {
+        let forward = DeconvolutionParams {
+            kernel: p.kernel,
+            stride: p.stride,
+            dilate: p.dilate,
+            pad: p.pad,
+            adj: p.adj,
+            target_shape: p.target_shape,
+            num_filter: p.num_filter,
+            num_group: p.num_group,
+            workspace: 512,
+            no_bias: p.no_bias,
+            cudnn_tune: None,
+            cudnn_off: false,
+            layout: None,
+        };
+        Ok(DeconvolutionBackward { p: forward, data_grad: p.data_grad })
+    }));
+}
