@@ -29,9 +29,11 @@ mod output_layers;
 mod pad;
 mod pooling;
 mod rearrange;
+mod rnn;
 mod reduce;
 mod sampling;
 mod select;
+mod sequence;
 mod shape_ops;
 mod sorting;
 
@@ -302,6 +304,8 @@ pub fn registry() -> &'static Registry {
         normalization::register(&mut add);
         group_norm::register(&mut add);
         local::register(&mut add);
+        rnn::register(&mut add);
+        sequence::register(&mut add);
         output_layers::register(&mut add);
         losses::register(&mut add);
         dropout::register(&mut add);
