@@ -7,3 +7,5 @@ from . import nn
 from . import loss
 from . import utils
 from . import data
+from . import contrib
+from . import model_zoo

@@ -1,0 +1,3 @@
+"""Contributed Gluon layers (MXNet's ``mxnet.gluon.contrib``)."""
+
+from . import nn

@@ -1,0 +1,3 @@
+"""Contributed neural-network layers (MXNet's ``mxnet.gluon.contrib.nn``)."""
+
+from .basic_layers import Concurrent, HybridConcurrent, Identity
