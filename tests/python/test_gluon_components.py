@@ -70,9 +70,9 @@ def _numpy_rules():
         return w + s, s
 
     def nag(w, g, s, t, lr=0.1, wd=0.01, momentum=0.9):
-        g = g + wd * w
-        s = momentum * s + g
-        return w - lr * (g + momentum * s), s
+        step = lr * (g + wd * w)
+        s = momentum * s - step
+        return w + momentum * s - step, s
 
     def adam(w, g, s, t, lr=0.01, wd=0.01, b1=0.9, b2=0.999, eps=1e-8):
         m, v = s
@@ -218,3 +218,34 @@ def test_metrics():
     custom = mx.metric.create(lambda l, p: float(np.abs(l - p).sum()))
     custom.update([mx.nd.array([1.0])], [mx.nd.array([3.0])])
     assert custom.get()[1] == 2.0
+
+
+@pytest.mark.parametrize("name", ["sgd", "nag"])
+def test_sgd_aggregated_and_multi_precision_updates_match_one_by_one(name):
+    rng = np.random.RandomState(4)
+    shapes = [(3, 2), (5,), (2, 2), (4,), (1, 3), (6,)]
+    w0 = [rng.randn(*s).astype(np.float32) for s in shapes]
+    grads = [[rng.randn(*s).astype(np.float32) for s in shapes] for _ in range(3)]
+
+    def run(aggregate, dtype="float32", multi_precision=False):
+        opt = mx.optimizer.create(name, learning_rate=0.1, momentum=0.9, wd=0.01, rescale_grad=0.5,
+                                  multi_precision=multi_precision)
+        opt.aggregate_num = aggregate
+        opt.set_lr_mult({0: 2.0})
+        updater = mx.optimizer.get_updater(opt)
+        weights = [mx.nd.array(w, dtype=dtype) for w in w0]
+        for step in grads:
+            updater(list(range(len(shapes))), [mx.nd.array(g, dtype=dtype) for g in step], weights)
+        return [w.asnumpy() for w in weights], updater
+
+    one_by_one, _ = run(0)
+    grouped, _ = run(4)
+    for a, b in zip(grouped, one_by_one):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    half, updater = run(4, "float16", multi_precision=True)
+    for i, (a, b) in enumerate(zip(half, one_by_one)):
+        assert a.dtype == np.float16
+        master = updater.states[i][0].asnumpy()
+        np.testing.assert_allclose(a, master.astype(np.float16))
+        # Float16 gradients are the only difference from the float32 run.
+        np.testing.assert_allclose(master, b, rtol=2e-3, atol=2e-3)

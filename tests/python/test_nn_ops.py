@@ -92,6 +92,50 @@ def test_softmax_family(axis, ctx):
     assert np.isfinite(nd.softmax(big).asnumpy()).all() and np.isfinite(nd.log_softmax(big).asnumpy()).all()
 
 
+
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_softmax_with_length(axis, ctx):
+    rng = np.random.RandomState(6)
+    x = rng.randn(2, 4, 3)
+    lengths = rng.randint(0, x.shape[axis] + 1, size=np.delete(x.shape, axis % 3))
+    lengths.flat[0] = x.shape[axis]
+    expected = np.zeros_like(x)
+    moved, out = np.moveaxis(x, axis, -1), np.moveaxis(expected, axis, -1)
+    for idx in np.ndindex(*lengths.shape):
+        n = lengths[idx]
+        if n:
+            out[idx][:n] = _softmax(moved[idx][:n])
+    got = nd.softmax(nd.array(x, ctx=ctx, dtype="float64"), nd.array(lengths, ctx=ctx, dtype="int32"), axis=axis, use_length=True)
+    assert_almost_equal(got.asnumpy(), expected, rtol=1e-10, atol=1e-12)
+    lengths64 = nd.array(lengths, ctx=ctx, dtype="float64")
+    for op in (nd.softmax, nd.softmin):
+        check_gradient(lambda v: op(v, lengths64, axis=axis, use_length=True), [x.shape], ctx, dtypes=["float64", "float32"])
+    with pytest.raises(mx.MXNetError, match="length has shape"):
+        nd.softmax(nd.array(x, ctx=ctx), nd.ones((5,), ctx=ctx), axis=axis, use_length=True)
+    with pytest.raises(mx.MXNetError, match="not a whole number"):
+        nd.softmax(nd.array(x, ctx=ctx), lengths64 + 0.5, axis=axis, use_length=True).asnumpy()
+
+
+def test_rrelu_random_slopes_while_training(ctx):
+    x = nd.array(np.linspace(-2, 2, 4000).reshape(40, 100), ctx=ctx)
+    lower, upper = 0.1, 0.4
+    inference = nd.LeakyReLU(x, act_type="rrelu", lower_bound=lower, upper_bound=upper).asnumpy()
+    xs = x.asnumpy()
+    assert_almost_equal(inference, np.where(xs > 0, xs, 0.25 * xs), rtol=1e-6)
+    x.attach_grad()
+    with autograd.record():
+        y = nd.LeakyReLU(x, act_type="rrelu", lower_bound=lower, upper_bound=upper)
+    y.backward()
+    ys, grad = y.asnumpy(), x.grad.asnumpy()
+    negative = xs < 0
+    slopes = ys[negative] / xs[negative]
+    assert lower <= slopes.min() and slopes.max() <= upper and slopes.std() > 0.05
+    # The gradient uses the very slopes the forward pass drew.
+    assert_almost_equal(grad[negative], slopes, rtol=1e-5)
+    assert (grad[xs > 0] == 1).all()
+    with pytest.raises(mx.MXNetError, match="must not exceed"):
+        nd.LeakyReLU(x, act_type="rrelu", lower_bound=0.5, upper_bound=0.1)
+
 def test_softmax_activation(ctx):
     x = np.random.RandomState(5).randn(2, 3, 4)
     a = nd.array(x, ctx=ctx, dtype="float64")
@@ -208,9 +252,10 @@ def test_sgd_family_updates(ctx):
 
     weight, state = nd.array(w, ctx=ctx, dtype="float64"), nd.array(m, ctx=ctx, dtype="float64")
     nd.nag_mom_update(weight, nd.array(g, ctx=ctx, dtype="float64"), state, lr=lr, momentum=mom, wd=wd, out=weight)
-    gr = g + wd * w
-    m_ref = mom * m + gr
-    assert_almost_equal(weight.asnumpy(), w - lr * (gr + mom * m_ref), rtol=1e-12)
+    step = lr * (g + wd * w)
+    m_ref = mom * m - step
+    assert_almost_equal(state.asnumpy(), m_ref, rtol=1e-12)
+    assert_almost_equal(weight.asnumpy(), w + mom * m_ref - step, rtol=1e-12)
 
     weight = nd.array(w, ctx=ctx, dtype="float64")
     nd.signsgd_update(weight, nd.array(g, ctx=ctx, dtype="float64"), lr=lr, wd=wd, out=weight)
@@ -255,6 +300,71 @@ def test_adaptive_updates(ctx):
     w_ref = np.where(np.abs(z_ref) > 0.01, (np.sign(z_ref) * 0.01 - z_ref) / ((1 + np.sqrt(n_ref)) / lr + wd), 0)
     assert_almost_equal(weight.asnumpy(), w_ref, rtol=1e-12)
 
+
+
+def test_multi_precision_and_multi_weight_updates(ctx):
+    rng = np.random.RandomState(11)
+    lr, wd, mom, rs = 0.1, 0.01, 0.9, 0.5
+    w32, g, m = rng.randn(7).astype(np.float32), rng.randn(7).astype(np.float16), rng.randn(7).astype(np.float32)
+    weight, master, state = nd.array(w32, ctx=ctx, dtype="float16"), nd.array(w32, ctx=ctx), nd.array(m, ctx=ctx)
+    nd.mp_sgd_mom_update(weight, nd.array(g, ctx=ctx, dtype="float16"), state, master, lr=lr, momentum=mom, wd=wd,
+                         rescale_grad=rs, out=weight)
+    m_ref = mom * m - lr * wd * w32 - lr * rs * g.astype(np.float32)
+    assert_almost_equal(state.asnumpy(), m_ref, rtol=1e-6)
+    assert_almost_equal(master.asnumpy(), w32 + m_ref, rtol=1e-6)
+    assert weight.dtype == np.float16
+    assert_almost_equal(weight.asnumpy(), (w32 + m_ref).astype(np.float16), rtol=0, atol=0)
+
+    ws, gs, moms = [rng.randn(3, 2) for _ in range(3)], [rng.randn(3, 2) for _ in range(3)], [rng.randn(3, 2) for _ in range(3)]
+    lrs, wds = (0.1, 0.2, 0.3), (0.0, 0.01, 0.02)
+    weights = [nd.array(w, ctx=ctx) for w in ws]
+    states = [nd.array(v, ctx=ctx) for v in moms]
+    args = [a for trio in zip(weights, [nd.array(v, ctx=ctx) for v in gs], states) for a in trio]
+    nd.multi_sgd_mom_update(*args, out=weights, lrs=lrs, wds=wds, momentum=mom, clip_gradient=0.5, num_weights=3)
+    for w, gr, v, wt, st, lr_i, wd_i in zip(ws, gs, moms, weights, states, lrs, wds):
+        v_ref = mom * v - lr_i * wd_i * w - lr_i * np.clip(gr, -0.5, 0.5)
+        assert_almost_equal(st.asnumpy(), v_ref, rtol=1e-5, atol=1e-6)
+        assert_almost_equal(wt.asnumpy(), w + v_ref, rtol=1e-5, atol=1e-6)
+    weights = [nd.array(w, ctx=ctx) for w in ws]
+    nd.multi_sgd_update(*[a for pair in zip(weights, [nd.array(v, ctx=ctx) for v in gs]) for a in pair], out=weights,
+                        lrs=lrs, wds=wds, num_weights=3)
+    for w, gr, wt, lr_i, wd_i in zip(ws, gs, weights, lrs, wds):
+        assert_almost_equal(wt.asnumpy(), w - lr_i * (gr + wd_i * w), rtol=1e-5, atol=1e-6)
+    with pytest.raises(mx.MXNetError, match="one value per weight"):
+        nd.multi_sgd_update(*args[:4], lrs=(0.1,), wds=(0.0, 0.0), num_weights=2)
+    with pytest.raises(mx.MXNetError, match="states and weight32 must be float32"):
+        nd.mp_sgd_update(nd.ones((2,), ctx=ctx, dtype="float16"), nd.ones((2,), ctx=ctx, dtype="float16"),
+                         nd.ones((2,), ctx=ctx, dtype="float16"), lr=0.1)
+
+
+def test_adamw_and_lamb_update_ops(ctx):
+    rng = np.random.RandomState(12)
+    w, g, m, v = rng.randn(6), rng.randn(6), rng.randn(6) * 0.1, np.abs(rng.randn(6)) * 0.1
+    arr = lambda a: nd.array(a, ctx=ctx, dtype="float64")  # noqa: E731
+    lr, wd, eta, eps, rs = 0.01, 0.1, 0.5, 1e-8, 2.0
+    weight, mean, var = arr(w), arr(m), arr(v)
+    nd.contrib.adamw_update(weight, arr(g), mean, var, arr([rs]), lr=lr, wd=wd, eta=eta, epsilon=eps, out=weight)
+    m_ref, v_ref = 0.9 * m + 0.1 * g * rs, 0.999 * v + 0.001 * (g * rs) ** 2
+    assert_almost_equal(weight.asnumpy(), w - eta * (lr * m_ref / (np.sqrt(v_ref) + eps) + wd * w), rtol=1e-12)
+    assert_almost_equal(var.asnumpy(), v_ref, rtol=1e-12)
+    for skip in (0.0, np.inf, np.nan):  # a loss scaler's overflow signal: the step is skipped
+        weight, mean = arr(w), arr(m)
+        nd.contrib.adamw_update(weight, arr(g), mean, arr(v), arr([skip]), lr=lr, eta=eta, out=weight)
+        assert_almost_equal(weight.asnumpy(), w, rtol=0, atol=0)
+        assert_almost_equal(mean.asnumpy(), m, rtol=0, atol=0)
+
+    t, b1, b2, lamb_eps = 3, 0.9, 0.999, 1e-6
+    weight, mean, var = arr(w), arr(m), arr(v)
+    direction = nd.lamb_update_phase1(weight, arr(g), mean, var, t=t, wd=wd, rescale_grad=rs, clip_gradient=1.5)
+    gc = np.clip(g * rs, -1.5, 1.5)
+    m_ref, v_ref = b1 * m + (1 - b1) * gc, b2 * v + (1 - b2) * gc ** 2
+    d_ref = (m_ref / (1 - b1 ** t)) / (np.sqrt(v_ref / (1 - b2 ** t)) + lamb_eps) + wd * w
+    assert_almost_equal(direction.asnumpy(), d_ref, rtol=1e-12)
+    assert_almost_equal(weight.asnumpy(), w, rtol=0, atol=0)
+    r1, r2 = nd.norm(weight), nd.norm(direction)
+    nd.lamb_update_phase2(weight, direction, r1, r2, lr=lr, lower_bound=3.0, out=weight)
+    ratio = max(np.linalg.norm(w), 3.0) / np.linalg.norm(d_ref)
+    assert_almost_equal(weight.asnumpy(), w - lr * ratio * d_ref, rtol=1e-12)
 
 def test_update_shape_mismatch_is_an_error(ctx):
     with pytest.raises(mx.MXNetError, match="sgd_update"):

@@ -84,11 +84,19 @@ class Trainer:
         self._update()
 
     def _update(self):
+        # Per device, every parameter goes to the updater in one call, so optimizers with
+        # multi-weight update ops can fuse them.
+        per_ctx = {}
         for i, param in enumerate(self._params):
             if param.grad_req == "null":
                 continue
             for data, grad in zip(param.list_data(), param.list_grad()):
-                self._updater(data.context)(i, grad, data)
+                indices, grads, weights = per_ctx.setdefault(data.context, ([], [], []))
+                indices.append(i)
+                grads.append(grad)
+                weights.append(data)
+        for ctx, (indices, grads, weights) in per_ctx.items():
+            self._updater(ctx)(indices, grads, weights)
 
     def save_states(self, fname):
         """Save the optimizer and its per-parameter states."""

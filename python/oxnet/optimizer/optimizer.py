@@ -2,6 +2,7 @@
 MXNet has one (sgd_update, adam_update, ...)."""
 
 import math
+import os
 import pickle
 
 import numpy as np
@@ -46,6 +47,8 @@ class Optimizer:
         self._index_update_count = {}
         self.clip_gradient = clip_gradient
         self.multi_precision = multi_precision
+        # Weights updated per operator call by optimizers with a multi-weight update op.
+        self.aggregate_num = 0
         self.idx2name = dict(param_idx2name or {})
         self.param_dict = param_dict or {}
         self.sym_info = None
@@ -136,32 +139,63 @@ def _zeros_like(weight):
 
 @register
 class SGD(Optimizer):
-    """w -= lr * (rescaled, clipped grad + wd * w), with optional momentum (sgd_mom_update)."""
+    """w -= lr * (rescaled, clipped grad + wd * w), with optional momentum (sgd_mom_update).
+    Float16 weights with multi_precision update a float32 master copy (mp_sgd_*), and the
+    Updater hands over groups of MXNET_OPTIMIZER_AGGREGATION_SIZE weights (default 4), updated
+    by one multi_sgd_* call, as MXNet 1.x does."""
+
+    _single = (nd.sgd_update, nd.sgd_mom_update, nd.mp_sgd_update, nd.mp_sgd_mom_update)
+    _multi = (nd.multi_sgd_update, nd.multi_sgd_mom_update, nd.multi_mp_sgd_update, nd.multi_mp_sgd_mom_update)
 
     def __init__(self, momentum=0.0, lazy_update=True, **kwargs):
         super().__init__(**kwargs)
         self.momentum = momentum
         self.lazy_update = lazy_update
+        self.aggregate_num = int(os.getenv("MXNET_OPTIMIZER_AGGREGATION_SIZE", "4"))
 
     def create_state(self, index, weight):
         return _zeros_like(weight) if self.momentum != 0.0 else None
 
-    _momentum_update = staticmethod(nd.sgd_mom_update)
-
     def update(self, index, weight, grad, state):
-        self._update_count(index)
-        lr, wd, kwargs = self._common(index)
-        if state is None:
-            nd.sgd_update(weight, grad, out=weight, lr=lr, wd=wd, **kwargs)
-        else:
-            self._momentum_update(weight, grad, state, out=weight, lr=lr, wd=wd, momentum=self.momentum, **kwargs)
+        self._update_impl(index, weight, grad, state, multi_precision=False)
+
+    def update_multi_precision(self, index, weight, grad, state):
+        first = weight[0] if isinstance(weight, (list, tuple)) else weight
+        self._update_impl(index, weight, grad, state, self.multi_precision and first.dtype == np.float16)
+
+    def _update_impl(self, index, weight, grad, state, multi_precision):
+        single = not isinstance(index, (list, tuple))
+        indices, weights, grads, states = ([index], [weight], [grad], [state]) if single else (index, weight, grad, state)
+        self._update_count(indices)
+        _, _, kwargs = self._common(indices[0])
+        use_momentum = self.momentum != 0.0
+        if use_momentum:
+            kwargs["momentum"] = self.momentum
+        groups = []
+        for w, g, s in zip(weights, grads, states):
+            master, mom = s if multi_precision else (None, s)
+            groups.append([w, g] + ([mom] if use_momentum else []) + ([master] if multi_precision else []))
+        kind = 2 * multi_precision + use_momentum
+        if len(indices) > 1 and self._multi is not None:
+            self._multi[kind](*[a for group in groups for a in group], out=list(weights),
+                              lrs=tuple(self._get_lr(i) for i in indices), wds=tuple(self._get_wd(i) for i in indices),
+                              num_weights=len(indices), **kwargs)
+            return
+        for i, w, group in zip(indices, weights, groups):
+            self._single[kind](*group, out=w, lr=self._get_lr(i), wd=self._get_wd(i), **kwargs)
 
 
 @register
 class NAG(SGD):
-    """SGD with Nesterov momentum (nag_mom_update)."""
+    """SGD with Nesterov momentum (nag_mom_update, mp_nag_mom_update); MXNet has no multi-weight
+    form, so weights are updated one by one."""
 
-    _momentum_update = staticmethod(nd.nag_mom_update)
+    _single = (nd.sgd_update, nd.nag_mom_update, nd.mp_sgd_update, nd.mp_nag_mom_update)
+    _multi = None
+
+    def __init__(self, momentum=0.0, **kwargs):
+        super().__init__(momentum=momentum, **kwargs)
+        self.aggregate_num = 0
 
 
 @register
@@ -187,7 +221,8 @@ class Adam(Optimizer):
 
 @register
 class AdamW(Adam):
-    """Adam with decoupled weight decay: w -= eta * (lr * m_hat / (sqrt(v_hat) + eps) + wd * w)."""
+    """Adam with decoupled weight decay (contrib.adamw_update):
+    w -= eta * (lr * m_hat / (sqrt(v_hat) + eps) + wd * w)."""
 
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, eta=1.0, **kwargs):
         super().__init__(learning_rate=learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon, **kwargs)
@@ -198,11 +233,10 @@ class AdamW(Adam):
         lr, wd, kwargs = self._common(index)
         t = self._index_update_count[index]
         lr *= math.sqrt(1.0 - self.beta2 ** t) / (1.0 - self.beta1 ** t)
-        if wd:
-            weight[:] = weight * (1.0 - self.eta * wd)
+        rescale = nd.full((1,), kwargs.pop("rescale_grad"), ctx=weight.context, dtype=weight.dtype)
         mean, var = state
-        nd.adam_update(weight, grad, mean, var, out=weight, lr=self.eta * lr, wd=0.0, beta1=self.beta1,
-                       beta2=self.beta2, epsilon=self.epsilon, **kwargs)
+        nd.contrib.adamw_update(weight, grad, mean, var, rescale, out=weight, lr=lr, wd=wd, eta=self.eta,
+                                beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon, **kwargs)
 
 
 @register
@@ -331,25 +365,13 @@ class LAMB(Optimizer):
 
     def update(self, index, weight, grad, state):
         self._update_count(index)
-        lr, wd, _ = self._common(index)
-        t = self._index_update_count[index]
-        grad = self._clipped(grad)
+        lr, wd, kwargs = self._common(index)
         mean, var = state
-        mean[:] = self.beta1 * mean + (1.0 - self.beta1) * grad
-        var[:] = self.beta2 * var + (1.0 - self.beta2) * grad * grad
-        m, v = mean, var
-        if self.bias_correction:
-            m = mean / (1.0 - self.beta1 ** t)
-            v = var / (1.0 - self.beta2 ** t)
-        g = m / (nd.sqrt(v) + self.epsilon) + wd * weight
-        r1 = nd.norm(weight).asscalar()
-        if self.lower_bound is not None:
-            r1 = max(r1, self.lower_bound)
-        if self.upper_bound is not None:
-            r1 = min(r1, self.upper_bound)
-        r2 = nd.norm(g).asscalar()
-        ratio = 1.0 if r1 == 0.0 or r2 == 0.0 else r1 / r2
-        weight[:] = weight - lr * ratio * g
+        direction = nd.lamb_update_phase1(weight, grad, mean, var, t=self._index_update_count[index],
+                                          bias_correction=self.bias_correction, wd=wd, beta1=self.beta1,
+                                          beta2=self.beta2, epsilon=self.epsilon, **kwargs)
+        bounds = {"lower_bound": self.lower_bound or -1.0, "upper_bound": self.upper_bound or -1.0}
+        nd.lamb_update_phase2(weight, direction, nd.norm(weight), nd.norm(direction), out=weight, lr=lr, **bounds)
 
 
 class Updater:
@@ -365,11 +387,24 @@ class Updater:
         indices = index if isinstance(index, (list, tuple)) else [index]
         grads = grad if isinstance(grad, (list, tuple)) else [grad]
         weights = weight if isinstance(weight, (list, tuple)) else [weight]
-        for i, g, w in zip(indices, grads, weights):
+        for i, w in zip(indices, weights):
             if i not in self.states:
                 self.states[i] = self.optimizer.create_state_multi_precision(i, w)
                 self.states_synced[i] = True
-            self.optimizer.update_multi_precision(i, w, g, self.states[i])
+        size = self.optimizer.aggregate_num
+        if size <= 1:
+            for i, g, w in zip(indices, grads, weights):
+                self.optimizer.update_multi_precision(i, w, g, self.states[i])
+            return
+        # One fused call per group of weights sharing a dtype (a group is one operator).
+        by_dtype = {}
+        for i, g, w in zip(indices, grads, weights):
+            by_dtype.setdefault(w.dtype, []).append((i, g, w))
+        for items in by_dtype.values():
+            for start in range(0, len(items), size):
+                group = items[start:start + size]
+                self.optimizer.update_multi_precision([i for i, _, _ in group], [w for _, _, w in group],
+                                                      [g for _, g, _ in group], [self.states[i] for i, _, _ in group])
 
     def get_states(self, dump_optimizer=False):
         def to_numpy(state):

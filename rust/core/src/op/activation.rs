@@ -25,7 +25,7 @@ impl Operator for Activation {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         self.inner.infer_shape(inputs)
     }
-    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
         self.inner.inplace_pairs()
     }
     fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
@@ -40,11 +40,8 @@ impl Operator for Activation {
 }
 
 crate::op_params! {
-    /// The rrelu bounds are accepted for every act_type, as MXNet does; rrelu itself is not
-    /// implemented yet, so nothing reads them.
-    #[allow(dead_code)]
     pub struct LeakyReLUParams {
-        /// 'leaky', 'elu', 'selu', 'gelu' or 'prelu'.
+        /// 'leaky', 'elu', 'selu', 'gelu', 'prelu' or 'rrelu'.
         act_type: String = "leaky".to_string(),
         /// Negative slope (leaky) or scale of the negative part (elu).
         slope: f64 = 0.25,
@@ -65,6 +62,9 @@ enum Leaky {
     Selu,
     Gelu,
     Prelu,
+    /// Randomized leaky ReLU: while training each negative element gets a slope drawn from
+    /// U(lower_bound, upper_bound); at inference the mean slope.
+    Rrelu,
 }
 
 impl Leaky {
@@ -75,8 +75,8 @@ impl Leaky {
             "selu" => Leaky::Selu,
             "gelu" => Leaky::Gelu,
             "prelu" => Leaky::Prelu,
-            "rrelu" => crate::bail!(Param, "LeakyReLU: act_type 'rrelu' is not implemented yet"),
-            other => crate::bail!(Param, "LeakyReLU: act_type must be 'leaky', 'elu', 'selu', 'gelu' or 'prelu', got '{other}'"),
+            "rrelu" => Leaky::Rrelu,
+            other => crate::bail!(Param, "LeakyReLU: act_type must be 'leaky', 'elu', 'selu', 'gelu', 'prelu' or 'rrelu', got '{other}'"),
         })
     }
     fn name(self) -> &'static str {
@@ -86,12 +86,13 @@ impl Leaky {
             Leaky::Selu => "selu",
             Leaky::Gelu => "gelu",
             Leaky::Prelu => "prelu",
+            Leaky::Rrelu => "rrelu",
         }
     }
     #[inline(always)]
     fn value(self, x: f64, slope: f64) -> f64 {
         match self {
-            Leaky::Leaky | Leaky::Prelu => if x > 0.0 { x } else { slope * x },
+            Leaky::Leaky | Leaky::Prelu | Leaky::Rrelu => if x > 0.0 { x } else { slope * x },
             Leaky::Elu => if x > 0.0 { x } else { slope * x.exp_m1() },
             Leaky::Selu => SELU_LAMBDA * if x > 0.0 { x } else { SELU_ALPHA * x.exp_m1() },
             Leaky::Gelu => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
@@ -100,7 +101,7 @@ impl Leaky {
     #[inline(always)]
     fn derivative(self, x: f64, slope: f64) -> f64 {
         match self {
-            Leaky::Leaky | Leaky::Prelu => if x > 0.0 { 1.0 } else { slope },
+            Leaky::Leaky | Leaky::Prelu | Leaky::Rrelu => if x > 0.0 { 1.0 } else { slope },
             Leaky::Elu => if x > 0.0 { 1.0 } else { slope * x.exp() },
             Leaky::Selu => SELU_LAMBDA * if x > 0.0 { 1.0 } else { SELU_ALPHA * x.exp() },
             Leaky::Gelu => {
@@ -123,6 +124,31 @@ fn channel_of(i: usize, shape: &Shape, gamma_len: usize) -> usize {
 struct LeakyReLU {
     kind: Leaky,
     slope: f64,
+    /// rrelu's slope range.
+    bounds: (f64, f64),
+}
+
+impl LeakyReLU {
+    /// rrelu: out = x or slope * x, and the hidden second output holds each element's
+    /// derivative (1 or its slope) for the gradient, as Dropout keeps its mask.
+    fn randomized_forward(&self, ctx: &ExecContext, x: &Tensor, out: &Tensor, derivative: &Tensor) {
+        let (lower, upper) = self.bounds;
+        let (seed, train) = (ctx.seed, ctx.is_train);
+        crate::dispatch_dtype!(x.dtype, T => {
+            let (xp, op, dp) = (SendPtr(x.ptr::<T>()), SendPtr(out.ptr::<T>()), SendPtr(derivative.ptr::<T>()));
+            parallel_chunks(x.size(), super::PARALLEL_GRAIN, |range| {
+                for i in range {
+                    let slope = if train { lower + (upper - lower) * crate::random::uniform(seed, i as u64) } else { 0.5 * (lower + upper) };
+                    // SAFETY: i < size; both outputs are ours (out may alias x element-wise).
+                    unsafe {
+                        let v = (*xp.get().add(i)).to_f64();
+                        *dp.get().add(i) = T::from_f64(if v > 0.0 { 1.0 } else { slope });
+                        *op.get().add(i) = T::from_f64(if v > 0.0 { v } else { slope * v });
+                    }
+                }
+            });
+        });
+    }
 }
 
 impl Operator for LeakyReLU {
@@ -139,6 +165,19 @@ impl Operator for LeakyReLU {
         }
         Ok(())
     }
+    fn num_outputs(&self) -> usize {
+        if self.kind == Leaky::Rrelu {
+            2
+        } else {
+            1
+        }
+    }
+    fn num_visible_outputs(&self) -> usize {
+        1
+    }
+    fn needs_rng(&self) -> bool {
+        self.kind == Leaky::Rrelu
+    }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         if let Some(gamma) = inputs.get(1) {
             let channels = if inputs[0].ndim() >= 2 { inputs[0][1] } else { 1 };
@@ -146,10 +185,14 @@ impl Operator for LeakyReLU {
                 crate::bail!(Shape, "LeakyReLU(prelu): gamma {gamma} must hold one value per channel ({channels}) of {}", inputs[0]);
             }
         }
-        Ok(vec![inputs[0].clone()])
+        Ok(vec![inputs[0].clone(); self.num_outputs()])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let (x, out) = (&inputs[0], &outputs[0]);
+        if self.kind == Leaky::Rrelu {
+            self.randomized_forward(ctx, x, out, &outputs[1]);
+            return Ok(());
+        }
         let slopes: Vec<f64> = match inputs.get(1) {
             Some(gamma) => crate::dispatch_dtype!(gamma.dtype, T => {
                 // SAFETY: gamma is an input this op does not write.
@@ -172,6 +215,10 @@ impl Operator for LeakyReLU {
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
+        if self.kind == Leaky::Rrelu {
+            let derivative = d.output(1);
+            return Ok(vec![Some(d.mul(&g, &derivative)?)]);
+        }
         let attrs = [("act_type", self.kind.name().to_string()), ("slope", format!("{:?}", self.slope))];
         if self.kind == Leaky::Prelu {
             let gamma = d.input(1);
@@ -247,7 +294,8 @@ crate::op_params! {
         temperature: Option<f64> = None,
         /// Output dtype (only the input's dtype is supported).
         dtype: Option<DType> = None,
-        /// Whether a length input masks each row (not supported yet).
+        /// Whether a second input gives each lane's valid length along the axis (softmax and
+        /// softmin): positions past it output 0.
         use_length: bool = false,
     }
 }
@@ -267,6 +315,7 @@ struct Softmax {
     temperature: f64,
     /// SoftmaxActivation's 'instance' mode: each instance's features, all axes but the first.
     per_instance: bool,
+    use_length: bool,
 }
 
 impl Softmax {
@@ -344,6 +393,9 @@ fn softmax_row_f32_body(x: &[f32], y: &mut [f32], scale: f32, log: bool) {
 /// one pass for the exponentials and their sum, one scaling pass).
 #[inline]
 fn softmax_lane<T: Elem>(x: *const T, y: *mut T, n: usize, stride: usize, scale: f64, kind: SoftmaxKind) {
+    if n == 0 {
+        return;
+    }
     // SAFETY (all pointer reads/writes below): the caller passes a lane of n elements at `stride`
     // inside the input and output.
     let at = |k: usize| unsafe { (*x.add(k * stride)).to_f64() * scale };
@@ -372,9 +424,53 @@ fn softmax_lane<T: Elem>(x: *const T, y: *mut T, n: usize, stride: usize, scale:
     }
 }
 
+impl Softmax {
+    /// Softmax over the first `length` positions of every lane, zeros after them.
+    fn forward_with_lengths(&self, x: &Tensor, lengths: &Tensor, y: &Tensor, scale: f64) -> Result<()> {
+        let (_, outer, n, inner) = self.layout(&x.shape)?;
+        let lengths = super::normalization::to_f64(lengths);
+        if let Some(bad) = lengths.iter().find(|&&l| !(0.0..=n as f64).contains(&l) || l.fract() != 0.0) {
+            crate::bail!(Value, "softmax: length {bad} is not a whole number in [0, {n}]");
+        }
+        let kind = self.kind;
+        crate::dispatch_dtype!(x.dtype, T => {
+            let (xp, yp) = (SendPtr(x.ptr::<T>()), SendPtr(y.ptr::<T>()));
+            parallel_chunks(outer * inner, ((1usize << 14) / n.max(1)).max(1), |lanes| {
+                for lane in lanes {
+                    let (o, j) = (lane / inner, lane % inner);
+                    let start = o * n * inner + j;
+                    let valid = lengths[lane] as usize;
+                    // SAFETY: lane (o, j) spans n elements at stride inner, inside both arrays.
+                    unsafe {
+                        softmax_lane::<T>(xp.get().add(start), yp.get().add(start), valid, inner, scale, kind);
+                        for k in valid..n {
+                            *yp.get().add(start + k * inner) = T::default();
+                        }
+                    }
+                }
+            });
+        });
+        Ok(())
+    }
+}
+
 impl Operator for Softmax {
+    fn input_names(&self) -> Vec<String> {
+        if self.use_length {
+            vec!["data".into(), "length".into()]
+        } else {
+            vec!["data".into()]
+        }
+    }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        self.layout(&inputs[0])?;
+        let (axis, ..) = self.layout(&inputs[0])?;
+        if let Some(length) = inputs.get(1) {
+            let mut expected = inputs[0].dims().to_vec();
+            expected.remove(axis);
+            if length.dims() != expected {
+                crate::bail!(Shape, "softmax: length has shape {length}, expected {} (data {} without axis {axis})", Shape::new(expected), inputs[0]);
+            }
+        }
         Ok(vec![inputs[0].clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
@@ -386,6 +482,9 @@ impl Operator for Softmax {
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let (_, outer, n, inner) = self.layout(&inputs[0].shape)?;
         let scale = if self.kind == SoftmaxKind::Softmin { -1.0 } else { 1.0 } / self.temperature;
+        if self.use_length {
+            return self.forward_with_lengths(&inputs[0], &inputs[1], &outputs[0], scale);
+        }
         let kind = self.kind;
         if inputs[0].dtype == DType::F32 && inner == 1 {
             let (xp, yp) = (SendPtr(inputs[0].ptr::<f32>()), SendPtr(outputs[0].ptr::<f32>()));
@@ -435,7 +534,12 @@ impl Operator for Softmax {
         };
         let factor = if self.kind == SoftmaxKind::Softmin { -1.0 } else { 1.0 } / self.temperature;
         let dx: Entry = if factor == 1.0 { dx } else { d.scalar("_mul_scalar", &dx, factor)? };
-        Ok(vec![Some(dx)])
+        // Masked positions output 0, so the softmax gradient (a multiple of y) is 0 there too.
+        let mut grads = vec![Some(dx)];
+        if self.use_length {
+            grads.push(None);
+        }
+        Ok(grads)
     }
 }
 
@@ -444,6 +548,14 @@ crate::op_params! {
         /// 'instance' normalizes each row over all its features; 'channel' normalizes axis 1.
         mode: String = "instance".to_string(),
     }
+}
+
+fn leaky_relu(p: LeakyReLUParams) -> Result<LeakyReLU> {
+    let kind = Leaky::parse(&p.act_type)?;
+    if kind == Leaky::Rrelu && !(p.lower_bound <= p.upper_bound) {
+        crate::bail!(Param, "LeakyReLU(rrelu): lower_bound {} must not exceed upper_bound {}", p.lower_bound, p.upper_bound);
+    }
+    Ok(LeakyReLU { kind, slope: p.slope, bounds: (p.lower_bound, p.upper_bound) })
 }
 
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
@@ -458,22 +570,18 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         };
         Ok(Activation { inner: super::lookup(unary)?.instantiate(unary, &Default::default())? })
     }));
-    add(OpDef::new("LeakyReLU", &[], "Leaky rectified linear units and variants: leaky, elu, selu, gelu, prelu (gamma per channel).", |p: LeakyReLUParams| {
-        Ok(LeakyReLU { kind: Leaky::parse(&p.act_type)?, slope: p.slope })
-    }));
-    add(OpDef::new("_backward_LeakyReLU", &[], "Gradient of LeakyReLU.", |p: LeakyReLUParams| {
-        Ok(LeakyReLUBackward { forward: LeakyReLU { kind: Leaky::parse(&p.act_type)?, slope: p.slope } })
-    }));
+    add(OpDef::new("LeakyReLU", &[], "Leaky rectified linear units and variants: leaky, elu, selu, gelu, prelu (gamma per channel), rrelu (random slopes while training).", leaky_relu));
+    add(OpDef::new("_backward_LeakyReLU", &[], "Gradient of LeakyReLU.", |p: LeakyReLUParams| Ok(LeakyReLUBackward { forward: leaky_relu(p)? })));
     let softmax = |kind: SoftmaxKind| {
         move |p: SoftmaxParams| {
-            if p.use_length {
-                crate::bail!(Param, "softmax: use_length is not supported yet");
+            if p.use_length && kind == SoftmaxKind::LogSoftmax {
+                crate::bail!(Param, "log_softmax: use_length is not supported (as in MXNet); use softmax with use_length");
             }
             let temperature = p.temperature.unwrap_or(1.0);
             if temperature == 0.0 {
                 crate::bail!(Param, "softmax: temperature must be non-zero");
             }
-            Ok(Softmax { kind, dtype: p.dtype, axis: p.axis, temperature, per_instance: false })
+            Ok(Softmax { kind, dtype: p.dtype, axis: p.axis, temperature, per_instance: false, use_length: p.use_length })
         }
     };
     add(OpDef::new("softmax", &[], "Applies the softmax function along an axis (one pass per row).", softmax(SoftmaxKind::Softmax)));
@@ -485,6 +593,6 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             "channel" => false,
             other => crate::bail!(Param, "SoftmaxActivation: mode must be 'instance' or 'channel', got '{other}'"),
         };
-        Ok(Softmax { kind: SoftmaxKind::Softmax, dtype: None, axis: 1, temperature: 1.0, per_instance })
+        Ok(Softmax { kind: SoftmaxKind::Softmax, dtype: None, axis: 1, temperature: 1.0, per_instance, use_length: false })
     }));
 }

@@ -109,7 +109,7 @@ impl<M: BinaryMath> Operator for Binary<M> {
         }
         Ok(vec![inputs[0].clone()])
     }
-    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0), (1, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
@@ -172,7 +172,7 @@ impl<M: BinaryMath> Operator for Scalar<M> {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![inputs[0].clone()])
     }
-    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {

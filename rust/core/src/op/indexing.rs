@@ -135,7 +135,7 @@ impl Operator for SliceAssign {
         }
         Ok(vec![inputs[0].clone()])
     }
-    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
@@ -179,7 +179,7 @@ impl Operator for SliceAssignScalar {
         self.p.region("_slice_assign_scalar", &inputs[0])?;
         Ok(vec![inputs[0].clone()])
     }
-    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {

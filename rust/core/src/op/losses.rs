@@ -44,7 +44,7 @@ impl Operator for SmoothL1 {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![inputs[0].clone()])
     }
-    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {

@@ -131,7 +131,7 @@ pub trait Operator: Send + Sync + 'static {
     }
     /// Inputs the kernel updates in place (optimizer states such as momentum): the engine
     /// orders them as writes.
-    fn mutated_inputs(&self) -> &'static [usize] {
+    fn mutated_inputs(&self) -> &[usize] {
         &[]
     }
     /// Output shapes from input shapes.
@@ -168,7 +168,7 @@ pub trait Operator: Send + Sync + 'static {
     }
     /// (input, output) pairs whose memory may be shared: the kernel is correct when the output
     /// aliases that input element for element.
-    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[]
     }
     /// The operator as a float32 element-wise function of its same-shape inputs, if it is one:

@@ -83,7 +83,7 @@ impl Operator for BatchNorm {
             1
         }
     }
-    fn mutated_inputs(&self) -> &'static [usize] {
+    fn mutated_inputs(&self) -> &[usize] {
         &[3, 4]
     }
     fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {

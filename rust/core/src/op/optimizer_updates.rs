@@ -1,13 +1,29 @@
 //! Fused optimizer updates used by `mx.optimizer`: one pass over each weight that reads its
 //! gradient, updates the optimizer states in place and writes the new weight (MXNet's update
-//! rules and hyper-parameters: rescale_grad, clip_gradient, wd, lr).
+//! rules and hyper-parameters: rescale_grad, clip_gradient, wd, lr). Multi-precision (`mp_`)
+//! forms update a float32 master copy of a lower-precision weight; `multi_` forms update many
+//! weights, each with its own lr and wd, in one operator call.
 
 use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 
-/// The new weight from the weight, the (raw) gradient and the states, updating the states.
-type Rule = Box<dyn Fn(f64, f64, &mut [f64]) -> f64 + Send + Sync>;
+/// Hyper-parameters that vary per weight (`multi_` forms) or per call (a rescale array input).
+#[derive(Clone, Copy, Debug)]
+struct Hyper {
+    lr: f64,
+    wd: f64,
+    rescale: f64,
+}
+
+/// The new weight (or, for LAMB's first phase, the update direction) from the weight, the raw
+/// gradient and the states, updating the states. Monomorphized per rule so the element loop
+/// inlines it.
+trait Rule: Fn(&Hyper, f64, f64, &mut [f64]) -> f64 + Send + Sync + 'static {}
+impl<R: Fn(&Hyper, f64, f64, &mut [f64]) -> f64 + Send + Sync + 'static> Rule for R {}
+
+/// Most states any rule keeps per element (rmspropalex: n, g, delta).
+const MAX_STATES: usize = 3;
 
 /// Rescale, then clip when `clip >= 0` (MXNet's clip_gradient convention).
 #[inline(always)]
@@ -20,67 +36,209 @@ fn rescaled(grad: f64, rescale: f64, clip: f64) -> f64 {
     }
 }
 
-/// One weight's update: inputs (weight, grad, states...), states updated in place.
-struct Update {
-    name: &'static str,
+/// How an update operator lays out its inputs: per weight, (weight, grad, states...,
+/// [float32 master weight]), repeated for every weight, then [a rescale_grad array].
+#[derive(Clone, Debug)]
+struct Layout {
     states: &'static [&'static str],
-    rule: Rule,
+    master: bool,
+    weights: usize,
+    rescale_input: bool,
 }
 
-/// Apply `rule` to one (weight, grad, states) group, writing the new weight into `out`.
-fn apply_rule(name: &str, rule: &Rule, weight: &Tensor, grad: &Tensor, states: &[Tensor], out: &Tensor) -> Result<()> {
-    if let Some(bad) = std::iter::once(grad).chain(states).chain(std::iter::once(out)).find(|t| t.size() != weight.size()) {
-        crate::bail!(Shape, "{name}: every array must have the weight's {} elements, got {}", weight.shape, bad.shape);
+impl Layout {
+    fn per_weight(&self) -> usize {
+        2 + self.states.len() + usize::from(self.master)
     }
-    let n = weight.size();
-    crate::dispatch_dtype!(weight.dtype, T => {
-        let (wp, gp, op) = (SendPtr(weight.ptr::<T>()), SendPtr(grad.ptr::<T>()), SendPtr(out.ptr::<T>()));
-        let sp: Vec<SendPtr<T>> = states.iter().map(|s| SendPtr(s.ptr::<T>())).collect();
-        parallel_chunks(n, PARALLEL_GRAIN, |range| {
-            let mut buf = vec![0f64; sp.len()];
-            for i in range {
-                // SAFETY: i < n for every array (checked above); states and the output are
-                // mutated in place by this op alone, each index by exactly one task.
-                unsafe {
-                    for (b, s) in buf.iter_mut().zip(&sp) {
-                        *b = (*s.get().add(i)).to_f64();
-                    }
-                    let w = rule((*wp.get().add(i)).to_f64(), (*gp.get().add(i)).to_f64(), &mut buf);
-                    for (b, s) in buf.iter().zip(&sp) {
-                        *s.get().add(i) = T::from_f64(*b);
-                    }
-                    *op.get().add(i) = T::from_f64(w);
-                }
-            }
-        });
-    });
-    Ok(())
+    fn input_names(&self) -> Vec<String> {
+        let mut base: Vec<&str> = vec!["weight", "grad"];
+        base.extend(self.states);
+        if self.master {
+            base.push("weight32");
+        }
+        let mut names: Vec<String> = if self.weights == 1 {
+            base.iter().map(|s| s.to_string()).collect()
+        } else {
+            (0..self.weights).flat_map(|i| base.iter().map(move |s| format!("{s}_{i}"))).collect()
+        };
+        if self.rescale_input {
+            names.push("rescale_grad".into());
+        }
+        names
+    }
+    /// Every output is written over its weight; states and master weights are updated in place.
+    fn inplace_pairs(&self) -> Vec<(usize, usize)> {
+        (0..self.weights).map(|i| (i * self.per_weight(), i)).collect()
+    }
+    fn mutated(&self) -> Vec<usize> {
+        (0..self.weights).flat_map(|i| (2..self.per_weight()).map(move |k| i * self.per_weight() + k)).collect()
+    }
 }
 
-impl Operator for Update {
+/// A fused update: `rule` applied to every weight of the layout.
+struct Update<R> {
+    name: &'static str,
+    layout: Layout,
+    hyper: Vec<Hyper>,
+    rule: R,
+    pairs: Vec<(usize, usize)>,
+    mutated: Vec<usize>,
+}
+
+impl<R: Rule> Update<R> {
+    fn new(name: &'static str, layout: Layout, hyper: Vec<Hyper>, rule: R) -> Update<R> {
+        let (pairs, mutated) = (layout.inplace_pairs(), layout.mutated());
+        Update { name, layout, hyper, rule, pairs, mutated }
+    }
+    /// An update whose output is a new array rather than the weight (LAMB's first phase
+    /// returns the update direction and leaves the weight alone).
+    fn not_in_place(mut self) -> Self {
+        self.pairs.clear();
+        self
+    }
+}
+
+/// Apply `rule` to one weight's (weight, grad, states, master) group, writing `out`.
+fn apply_rule<W: Elem, S: Elem>(rule: &impl Rule, h: &Hyper, weight: &Tensor, grad: &Tensor, states: &[Tensor], master: Option<&Tensor>, out: &Tensor) {
+    let n = weight.size();
+    let (wp, gp, op) = (SendPtr(weight.ptr::<W>()), SendPtr(grad.ptr::<W>()), SendPtr(out.ptr::<W>()));
+    let mp = master.map(|m| SendPtr(m.ptr::<S>()));
+    let mut sp = [SendPtr(std::ptr::null_mut::<S>()); MAX_STATES];
+    for (slot, s) in sp.iter_mut().zip(states) {
+        *slot = SendPtr(s.ptr::<S>());
+    }
+    let count = states.len();
+    parallel_chunks(n, PARALLEL_GRAIN, |range| {
+        let mut buf = [0f64; MAX_STATES];
+        for i in range {
+            // SAFETY: every array holds n elements (checked by infer_shape and `check`); the
+            // states, master and output are written by this op alone, each index by exactly one
+            // task, and an output aliasing the weight is read at index i before it is written.
+            unsafe {
+                for k in 0..count {
+                    buf[k] = (*sp[k].get().add(i)).to_f64();
+                }
+                let w = match mp {
+                    Some(m) => (*m.get().add(i)).to_f64(),
+                    None => (*wp.get().add(i)).to_f64(),
+                };
+                let new = rule(h, w, (*gp.get().add(i)).to_f64(), &mut buf[..count]);
+                for k in 0..count {
+                    *sp[k].get().add(i) = S::from_f64(buf[k]);
+                }
+                if let Some(m) = mp {
+                    *m.get().add(i) = S::from_f64(new);
+                }
+                *op.get().add(i) = W::from_f64(new);
+            }
+        }
+    });
+}
+
+/// Dispatch over the floating-point element types.
+macro_rules! dispatch_float {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            DType::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            DType::BF16 => {
+                type $T = half::bf16;
+                $body
+            }
+            other => crate::bail!(Type, "optimizer updates need floating-point weights, got {other}"),
+        }
+    };
+}
+
+impl<R: Rule> Operator for Update<R> {
     fn input_names(&self) -> Vec<String> {
-        ["weight", "grad"].iter().chain(self.states).map(|s| s.to_string()).collect()
+        self.layout.input_names()
+    }
+    fn num_outputs(&self) -> usize {
+        self.layout.weights
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        if let Some(bad) = inputs.iter().find(|s| s.size() != inputs[0].size()) {
-            crate::bail!(Shape, "{}: weight {}, gradient and states must have one shape, got {bad}", self.name, inputs[0]);
+        let per = self.layout.per_weight();
+        let mut outs = Vec::with_capacity(self.layout.weights);
+        for group in inputs[..per * self.layout.weights].chunks(per) {
+            if let Some(bad) = group.iter().find(|s| s.size() != group[0].size()) {
+                crate::bail!(Shape, "{}: weight {}, gradient and states must have one shape, got {bad}", self.name, group[0]);
+            }
+            outs.push(group[0].clone());
         }
-        Ok(vec![inputs[0].clone()])
+        if self.layout.rescale_input && inputs[inputs.len() - 1].size() != 1 {
+            crate::bail!(Shape, "{}: rescale_grad must hold one value, got shape {}", self.name, inputs[inputs.len() - 1]);
+        }
+        Ok(outs)
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        super::same_dtype(inputs, 1)
+        let per = self.layout.per_weight();
+        let mut outs = Vec::with_capacity(self.layout.weights);
+        for group in inputs[..per * self.layout.weights].chunks(per) {
+            let weight = group[0];
+            let state = if self.layout.master { DType::F32 } else { weight };
+            if group[1] != weight {
+                crate::bail!(Type, "{}: gradient is {} but the weight is {weight}", self.name, group[1]);
+            }
+            if let Some(bad) = group[2..].iter().find(|&&d| d != state) {
+                crate::bail!(Type, "{}: states{} must be {state}, got {bad}", self.name, if self.layout.master { " and weight32" } else { "" });
+            }
+            outs.push(weight);
+        }
+        Ok(outs)
     }
-    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
-        &[(0, 0)]
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
+        &self.pairs
     }
-    fn mutated_inputs(&self) -> &'static [usize] {
-        &[2, 3, 4, 5][..self.states.len()]
+    fn mutated_inputs(&self) -> &[usize] {
+        &self.mutated
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        apply_rule(self.name, &self.rule, &inputs[0], &inputs[1], &inputs[2..], &outputs[0])
+        let per = self.layout.per_weight();
+        let rescale = if self.layout.rescale_input {
+            let t = &inputs[inputs.len() - 1];
+            let value = super::normalization::to_f64(t)[0];
+            if value == 0.0 || !value.is_finite() {
+                // MXNet skips the step (a dynamic loss scaler found an overflow).
+                for (i, out) in outputs.iter().enumerate() {
+                    if !std::ptr::eq(out.raw(), inputs[i * per].raw()) {
+                        super::shape_ops::cast_into(&inputs[i * per], out);
+                    }
+                }
+                return Ok(());
+            }
+            Some(value)
+        } else {
+            None
+        };
+        for (i, out) in outputs.iter().enumerate() {
+            let group = &inputs[i * per..(i + 1) * per];
+            let (states, master) = if self.layout.master { (&group[2..per - 1], Some(&group[per - 1])) } else { (&group[2..], None) };
+            let mut h = self.hyper[i];
+            if let Some(r) = rescale {
+                h.rescale = r;
+            }
+            dispatch_float!(group[0].dtype, W => {
+                if self.layout.master {
+                    apply_rule::<W, f32>(&self.rule, &h, &group[0], &group[1], states, master, out);
+                } else {
+                    apply_rule::<W, W>(&self.rule, &h, &group[0], &group[1], states, master, out);
+                }
+            });
+        }
+        Ok(())
     }
 }
-
 crate::op_params! {
     /// Some parameters are accepted for compatibility only (see their docs).
     #[allow(dead_code)]
@@ -203,80 +361,279 @@ fn clip_weight(w: f64, clip: f64) -> f64 {
     }
 }
 
-fn update(name: &'static str, states: &'static [&'static str], rule: impl Fn(f64, f64, &mut [f64]) -> f64 + Send + Sync + 'static) -> Update {
-    Update { name, states, rule: Box::new(rule) }
+crate::op_params! {
+    pub struct AdamWParams {
+        /// Learning rate.
+        lr: f64,
+        /// Decay rate of the first moment.
+        beta1: f64 = 0.9,
+        /// Decay rate of the second moment.
+        beta2: f64 = 0.999,
+        /// Small constant for numerical stability.
+        epsilon: f64 = 1e-8,
+        /// Decoupled weight decay.
+        wd: f64 = 0.0,
+        /// Learning-rate schedule multiplier.
+        eta: f64,
+        /// Clip the rescaled gradient; negative disables.
+        clip_gradient: f64 = -1.0,
+    }
+}
+
+crate::op_params! {
+    pub struct LambPhase1Params {
+        /// Decay rate of the first moment.
+        beta1: f64 = 0.9,
+        /// Decay rate of the second moment.
+        beta2: f64 = 0.999,
+        /// Small constant for numerical stability.
+        epsilon: f64 = 1e-6,
+        /// Number of updates so far (bias correction).
+        t: usize,
+        /// Whether the moments are bias-corrected.
+        bias_correction: bool = true,
+        /// Weight decay.
+        wd: f64,
+        /// Factor the gradient is multiplied by first.
+        rescale_grad: f64 = 1.0,
+        /// Clip the rescaled gradient; negative disables.
+        clip_gradient: f64 = -1.0,
+    }
+}
+
+crate::op_params! {
+    pub struct LambPhase2Params {
+        /// Learning rate.
+        lr: f64,
+        /// Lower limit of the weight norm r1 (not applied when <= 0).
+        lower_bound: f64 = -1.0,
+        /// Upper limit of the weight norm r1 (not applied when <= 0).
+        upper_bound: f64 = -1.0,
+    }
+}
+
+crate::op_params! {
+    pub struct MultiSgdParams {
+        /// Learning rate of every weight.
+        lrs: Vec<f64>,
+        /// Weight decay of every weight.
+        wds: Vec<f64>,
+        /// Momentum (the `_mom_` forms).
+        momentum: f64 = 0.0,
+        /// Factor the gradients are multiplied by first.
+        rescale_grad: f64 = 1.0,
+        /// Clip the rescaled gradients; negative disables.
+        clip_gradient: f64 = -1.0,
+        /// Number of weights updated.
+        num_weights: usize = 1,
+    }
+}
+
+fn single(states: &'static [&'static str], master: bool) -> Layout {
+    Layout { states, master, weights: 1, rescale_input: false }
+}
+
+fn hyper(lr: f64, wd: f64, rescale: f64) -> Vec<Hyper> {
+    vec![Hyper { lr, wd, rescale }]
+}
+
+fn sgd_rule(clip: f64) -> impl Rule {
+    move |h: &Hyper, w: f64, g: f64, _: &mut [f64]| w - h.lr * (rescaled(g, h.rescale, clip) + h.wd * w)
+}
+
+fn sgd_mom_rule(momentum: f64, clip: f64) -> impl Rule {
+    move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+        s[0] = momentum * s[0] - h.lr * h.wd * w - h.lr * rescaled(g, h.rescale, clip);
+        w + s[0]
+    }
+}
+
+/// MXNet's kernel form: the momentum holds lr-scaled steps (as sgd_mom_update's does), and the
+/// weight moves by the look-ahead momentum * mom - lr * g.
+fn nag_mom_rule(momentum: f64, clip: f64) -> impl Rule {
+    move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+        let step = h.lr * (rescaled(g, h.rescale, clip) + h.wd * w);
+        s[0] = momentum * s[0] - step;
+        w + momentum * s[0] - step
+    }
+}
+
+fn adamw_rule(p: &AdamWParams) -> impl Rule {
+    let (beta1, beta2, epsilon, eta, clip) = (p.beta1, p.beta2, p.epsilon, p.eta, p.clip_gradient);
+    move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+        let g = rescaled(g, h.rescale, clip);
+        s[0] = beta1 * s[0] + (1.0 - beta1) * g;
+        s[1] = beta2 * s[1] + (1.0 - beta2) * g * g;
+        w - eta * (h.lr * s[0] / (s[1].sqrt() + epsilon) + h.wd * w)
+    }
+}
+
+/// The `multi_` forms: `states` per weight, lrs and wds per weight.
+fn multi(name: &'static str, p: &MultiSgdParams, states: &'static [&'static str], master: bool) -> Result<(Layout, Vec<Hyper>)> {
+    let n = p.num_weights;
+    if n == 0 || p.lrs.len() != n || p.wds.len() != n {
+        crate::bail!(Param, "{name}: lrs ({}) and wds ({}) need one value per weight (num_weights = {n})", p.lrs.len(), p.wds.len());
+    }
+    let hyper = p.lrs.iter().zip(&p.wds).map(|(&lr, &wd)| Hyper { lr, wd, rescale: p.rescale_grad }).collect();
+    Ok((Layout { states, master, weights: n, rescale_input: false }, hyper))
 }
 
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     add(OpDef::new("sgd_update", &[], "SGD: weight = weight - lr * (rescale_grad * grad (clipped) + wd * weight).", |p: SgdParams| {
-        Ok(update("sgd_update", &[], move |w, g, _| w - p.lr * (rescaled(g, p.rescale_grad, p.clip_gradient) + p.wd * w)))
+        Ok(Update::new("sgd_update", single(&[], false), hyper(p.lr, p.wd, p.rescale_grad), sgd_rule(p.clip_gradient)))
+    }));
+    add(OpDef::new("mp_sgd_update", &[], "sgd_update on a float32 master copy (weight32) of a lower-precision weight.", |p: SgdParams| {
+        Ok(Update::new("mp_sgd_update", single(&[], true), hyper(p.lr, p.wd, p.rescale_grad), sgd_rule(p.clip_gradient)))
     }));
     add(OpDef::new("sgd_mom_update", &[], "SGD with momentum: mom = momentum * mom - lr * (grad + wd * weight); weight += mom.", |p: SgdMomParams| {
-        Ok(update("sgd_mom_update", &["mom"], move |w, g, s| {
-            s[0] = p.momentum * s[0] - p.lr * p.wd * w - p.lr * rescaled(g, p.rescale_grad, p.clip_gradient);
-            w + s[0]
-        }))
+        Ok(Update::new("sgd_mom_update", single(&["mom"], false), hyper(p.lr, p.wd, p.rescale_grad), sgd_mom_rule(p.momentum, p.clip_gradient)))
+    }));
+    add(OpDef::new("mp_sgd_mom_update", &[], "sgd_mom_update on a float32 master copy (weight32) of a lower-precision weight.", |p: SgdMomParams| {
+        Ok(Update::new("mp_sgd_mom_update", single(&["mom"], true), hyper(p.lr, p.wd, p.rescale_grad), sgd_mom_rule(p.momentum, p.clip_gradient)))
     }));
     add(OpDef::new("nag_mom_update", &[], "Nesterov accelerated gradient with momentum.", |p: SgdMomParams| {
-        Ok(update("nag_mom_update", &["mom"], move |w, g, s| {
-            let g = rescaled(g, p.rescale_grad, p.clip_gradient) + p.wd * w;
-            s[0] = p.momentum * s[0] + g;
-            w - p.lr * (g + p.momentum * s[0])
-        }))
+        Ok(Update::new("nag_mom_update", single(&["mom"], false), hyper(p.lr, p.wd, p.rescale_grad), nag_mom_rule(p.momentum, p.clip_gradient)))
+    }));
+    add(OpDef::new("mp_nag_mom_update", &[], "nag_mom_update on a float32 master copy (weight32) of a lower-precision weight.", |p: SgdMomParams| {
+        Ok(Update::new("mp_nag_mom_update", single(&["mom"], true), hyper(p.lr, p.wd, p.rescale_grad), nag_mom_rule(p.momentum, p.clip_gradient)))
+    }));
+    add(OpDef::new("multi_sgd_update", &[], "sgd_update of num_weights (weight, grad) pairs, each with its own lr and wd.", |p: MultiSgdParams| {
+        let (layout, hyper) = multi("multi_sgd_update", &p, &[], false)?;
+        Ok(Update::new("multi_sgd_update", layout, hyper, sgd_rule(p.clip_gradient)))
+    }));
+    add(OpDef::new("multi_mp_sgd_update", &[], "mp_sgd_update of num_weights (weight, grad, weight32) groups.", |p: MultiSgdParams| {
+        let (layout, hyper) = multi("multi_mp_sgd_update", &p, &[], true)?;
+        Ok(Update::new("multi_mp_sgd_update", layout, hyper, sgd_rule(p.clip_gradient)))
+    }));
+    add(OpDef::new("multi_sgd_mom_update", &[], "sgd_mom_update of num_weights (weight, grad, mom) groups.", |p: MultiSgdParams| {
+        let (layout, hyper) = multi("multi_sgd_mom_update", &p, &["mom"], false)?;
+        Ok(Update::new("multi_sgd_mom_update", layout, hyper, sgd_mom_rule(p.momentum, p.clip_gradient)))
+    }));
+    add(OpDef::new("multi_mp_sgd_mom_update", &[], "mp_sgd_mom_update of num_weights (weight, grad, mom, weight32) groups.", |p: MultiSgdParams| {
+        let (layout, hyper) = multi("multi_mp_sgd_mom_update", &p, &["mom"], true)?;
+        Ok(Update::new("multi_mp_sgd_mom_update", layout, hyper, sgd_mom_rule(p.momentum, p.clip_gradient)))
     }));
     add(OpDef::new("adam_update", &[], "Adam: moving first and second moments; weight -= lr * mean / (sqrt(var) + epsilon).", |p: AdamParams| {
-        Ok(update("adam_update", &["mean", "var"], move |w, g, s| {
+        let (beta1, beta2, epsilon, clip) = (p.beta1, p.beta2, p.epsilon, p.clip_gradient);
+        Ok(Update::new("adam_update", single(&["mean", "var"], false), hyper(p.lr, p.wd, p.rescale_grad), move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
             let g = {
-                let g = g * p.rescale_grad + p.wd * w;
-                if p.clip_gradient >= 0.0 { g.clamp(-p.clip_gradient, p.clip_gradient) } else { g }
+                let g = g * h.rescale + h.wd * w;
+                if clip >= 0.0 { g.clamp(-clip, clip) } else { g }
             };
-            s[0] = p.beta1 * s[0] + (1.0 - p.beta1) * g;
-            s[1] = p.beta2 * s[1] + (1.0 - p.beta2) * g * g;
-            w - p.lr * s[0] / (s[1].sqrt() + p.epsilon)
+            s[0] = beta1 * s[0] + (1.0 - beta1) * g;
+            s[1] = beta2 * s[1] + (1.0 - beta2) * g * g;
+            w - h.lr * s[0] / (s[1].sqrt() + epsilon)
         }))
     }));
+    add(OpDef::new("_contrib_adamw_update", &[], "AdamW: Adam with weight decay decoupled from the gradient; skipped when the rescale_grad input is 0, NaN or Inf.", |p: AdamWParams| {
+        let layout = Layout { states: &["mean", "var"], master: false, weights: 1, rescale_input: true };
+        Ok(Update::new("_contrib_adamw_update", layout, hyper(p.lr, p.wd, 1.0), adamw_rule(&p)))
+    }));
+    add(OpDef::new("_contrib_mp_adamw_update", &[], "AdamW on a float32 master copy (weight32) of a lower-precision weight.", |p: AdamWParams| {
+        let layout = Layout { states: &["mean", "var"], master: true, weights: 1, rescale_input: true };
+        Ok(Update::new("_contrib_mp_adamw_update", layout, hyper(p.lr, p.wd, 1.0), adamw_rule(&p)))
+    }));
+    add(OpDef::new("lamb_update_phase1", &[], "LAMB phase 1: updates the moments and returns the direction g = mean_hat / (sqrt(var_hat) + epsilon) + wd * weight.", |p: LambPhase1Params| {
+        let (beta1, beta2, epsilon, clip) = (p.beta1, p.beta2, p.epsilon, p.clip_gradient);
+        let (c1, c2) = if p.bias_correction { (1.0 - beta1.powi(p.t as i32), 1.0 - beta2.powi(p.t as i32)) } else { (1.0, 1.0) };
+        let rule = move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+            let g = rescaled(g, h.rescale, clip);
+            s[0] = beta1 * s[0] + (1.0 - beta1) * g;
+            s[1] = beta2 * s[1] + (1.0 - beta2) * g * g;
+            (s[0] / c1) / ((s[1] / c2).sqrt() + epsilon) + h.wd * w
+        };
+        Ok(Update::new("lamb_update_phase1", single(&["mean", "var"], false), hyper(0.0, p.wd, p.rescale_grad), rule).not_in_place())
+    }));
+    add(OpDef::new("lamb_update_phase2", &[], "LAMB phase 2: weight -= lr * (r1 / r2) * g with r1 the (bounded) weight norm and r2 the norm of g.", |p: LambPhase2Params| {
+        Ok(LambPhase2 { p })
+    }));
     add(OpDef::new("rmsprop_update", &[], "RMSProp (Tieleman and Hinton).", |p: RmspropParams| {
-        Ok(update("rmsprop_update", &["n"], move |w, g, s| {
+        let (gamma1, epsilon, clip, clip_weights) = (p.gamma1, p.epsilon, p.clip_gradient, p.clip_weights);
+        Ok(Update::new("rmsprop_update", single(&["n"], false), hyper(p.lr, p.wd, p.rescale_grad), move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
             let g = {
-                let g = g * p.rescale_grad + p.wd * w;
-                if p.clip_gradient >= 0.0 { g.clamp(-p.clip_gradient, p.clip_gradient) } else { g }
+                let g = g * h.rescale + h.wd * w;
+                if clip >= 0.0 { g.clamp(-clip, clip) } else { g }
             };
-            s[0] = (1.0 - p.gamma1) * g * g + p.gamma1 * s[0];
-            clip_weight(w - p.lr * g / (s[0] + p.epsilon).sqrt(), p.clip_weights)
+            s[0] = (1.0 - gamma1) * g * g + gamma1 * s[0];
+            clip_weight(w - h.lr * g / (s[0] + epsilon).sqrt(), clip_weights)
         }))
     }));
     add(OpDef::new("rmspropalex_update", &[], "RMSProp with momentum (Graves).", |p: RmspropParams| {
-        Ok(update("rmspropalex_update", &["n", "g", "delta"], move |w, g, s| {
+        let (gamma1, gamma2, epsilon, clip, clip_weights) = (p.gamma1, p.gamma2, p.epsilon, p.clip_gradient, p.clip_weights);
+        Ok(Update::new("rmspropalex_update", single(&["n", "g", "delta"], false), hyper(p.lr, p.wd, p.rescale_grad), move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
             let g = {
-                let g = g * p.rescale_grad + p.wd * w;
-                if p.clip_gradient >= 0.0 { g.clamp(-p.clip_gradient, p.clip_gradient) } else { g }
+                let g = g * h.rescale + h.wd * w;
+                if clip >= 0.0 { g.clamp(-clip, clip) } else { g }
             };
-            s[0] = (1.0 - p.gamma1) * g * g + p.gamma1 * s[0];
-            s[1] = (1.0 - p.gamma1) * g + p.gamma1 * s[1];
-            s[2] = p.gamma2 * s[2] - p.lr * g / (s[0] - s[1] * s[1] + p.epsilon).sqrt();
-            clip_weight(w + s[2], p.clip_weights)
+            s[0] = (1.0 - gamma1) * g * g + gamma1 * s[0];
+            s[1] = (1.0 - gamma1) * g + gamma1 * s[1];
+            s[2] = gamma2 * s[2] - h.lr * g / (s[0] - s[1] * s[1] + epsilon).sqrt();
+            clip_weight(w + s[2], clip_weights)
         }))
     }));
     add(OpDef::new("ftrl_update", &[], "Follow the regularized leader (FTRL-proximal).", |p: FtrlParams| {
-        Ok(update("ftrl_update", &["z", "n"], move |w, g, s| {
-            let g = rescaled(g, p.rescale_grad, p.clip_gradient);
-            s[0] += g - ((s[1] + g * g).sqrt() - s[1].sqrt()) * w / p.lr;
+        let (lamda1, beta, clip) = (p.lamda1, p.beta, p.clip_gradient);
+        Ok(Update::new("ftrl_update", single(&["z", "n"], false), hyper(p.lr, p.wd, p.rescale_grad), move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+            let g = rescaled(g, h.rescale, clip);
+            s[0] += g - ((s[1] + g * g).sqrt() - s[1].sqrt()) * w / h.lr;
             s[1] += g * g;
-            if s[0].abs() > p.lamda1 {
-                (s[0].signum() * p.lamda1 - s[0]) / ((p.beta + s[1].sqrt()) / p.lr + p.wd)
+            if s[0].abs() > lamda1 {
+                (s[0].signum() * lamda1 - s[0]) / ((beta + s[1].sqrt()) / h.lr + h.wd)
             } else {
                 0.0
             }
         }))
     }));
     add(OpDef::new("signsgd_update", &[], "signSGD: weight = (1 - lr * wd) * weight - lr * sign(grad).", |p: SgdParams| {
-        Ok(update("signsgd_update", &[], move |w, g, _| (1.0 - p.lr * p.wd) * w - p.lr * rescaled(g, p.rescale_grad, p.clip_gradient).signum() * (g != 0.0) as i32 as f64))
-    }));
-    add(OpDef::new("signum_update", &[], "Signum: SGD on the sign of the momentum.", |p: SignumParams| {
-        Ok(update("signum_update", &["mom"], move |w, g, s| {
-            s[0] = p.momentum * s[0] - (1.0 - p.momentum) * (p.wd * w + rescaled(g, p.rescale_grad, p.clip_gradient));
-            let sign = if s[0] > 0.0 { 1.0 } else if s[0] < 0.0 { -1.0 } else { 0.0 };
-            (1.0 - p.lr * p.wd_lh) * w + p.lr * sign
+        let clip = p.clip_gradient;
+        Ok(Update::new("signsgd_update", single(&[], false), hyper(p.lr, p.wd, p.rescale_grad), move |h: &Hyper, w: f64, g: f64, _: &mut [f64]| {
+            (1.0 - h.lr * h.wd) * w - h.lr * rescaled(g, h.rescale, clip).signum() * (g != 0.0) as i32 as f64
         }))
     }));
+    add(OpDef::new("signum_update", &[], "Signum: SGD on the sign of the momentum.", |p: SignumParams| {
+        let (momentum, clip, wd_lh) = (p.momentum, p.clip_gradient, p.wd_lh);
+        Ok(Update::new("signum_update", single(&["mom"], false), hyper(p.lr, p.wd, p.rescale_grad), move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+            s[0] = momentum * s[0] - (1.0 - momentum) * (h.wd * w + rescaled(g, h.rescale, clip));
+            let sign = if s[0] > 0.0 { 1.0 } else if s[0] < 0.0 { -1.0 } else { 0.0 };
+            (1.0 - h.lr * wd_lh) * w + h.lr * sign
+        }))
+    }));
+}
+
+/// `lamb_update_phase2(weight, g, r1, r2)`: r1 and r2 are one-element norms.
+struct LambPhase2 {
+    p: LambPhase2Params,
+}
+
+impl Operator for LambPhase2 {
+    fn input_names(&self) -> Vec<String> {
+        ["weight", "g", "r1", "r2"].iter().map(|s| s.to_string()).collect()
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        if inputs[1] != inputs[0] {
+            crate::bail!(Shape, "lamb_update_phase2: g has shape {}, the weight {}", inputs[1], inputs[0]);
+        }
+        if inputs[2].size() != 1 || inputs[3].size() != 1 {
+            crate::bail!(Shape, "lamb_update_phase2: r1 and r2 must hold one value each, got {} and {}", inputs[2], inputs[3]);
+        }
+        Ok(vec![inputs[0].clone()])
+    }
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
+        &[(0, 0)]
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (mut r1, r2) = (super::normalization::to_f64(&inputs[2])[0], super::normalization::to_f64(&inputs[3])[0]);
+        if self.p.lower_bound > 0.0 {
+            r1 = r1.max(self.p.lower_bound);
+        }
+        if self.p.upper_bound > 0.0 {
+            r1 = r1.min(self.p.upper_bound);
+        }
+        let ratio = if r1 == 0.0 || r2 == 0.0 { 1.0 } else { r1 / r2 };
+        let step = self.p.lr * ratio;
+        dispatch_float!(inputs[0].dtype, T => {
+            super::broadcast::zip2(&inputs[0], &inputs[1], &outputs[0], |w: T, g: T| T::from_f64(w.to_f64() - step * g.to_f64()));
+        });
+        Ok(())
+    }
 }

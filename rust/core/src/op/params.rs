@@ -239,6 +239,15 @@ impl ParamValue for Vec<i64> {
     }
 }
 
+impl ParamValue for Vec<f64> {
+    fn type_name() -> &'static str {
+        "tuple of float"
+    }
+    fn parse_param(text: &str) -> std::result::Result<Self, String> {
+        tuple_items(text).into_iter().map(f64::parse_param).collect()
+    }
+}
+
 impl ParamValue for Vec<Option<i64>> {
     fn type_name() -> &'static str {
         "tuple of int or None"

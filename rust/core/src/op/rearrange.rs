@@ -320,7 +320,7 @@ impl Operator for Squeeze {
         let (x, g) = (d.input(0), d.out_grad(0));
         Ok(vec![Some(d.binary("reshape_like", &g, &x)?)])
     }
-    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {

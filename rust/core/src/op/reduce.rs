@@ -453,7 +453,7 @@ impl Operator for SumToLike {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {

@@ -24,7 +24,7 @@ impl Operator for Clip {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![inputs[0].clone()])
     }
-    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
@@ -113,7 +113,7 @@ impl Operator for AddN {
         }
         Ok(vec![inputs[0].clone()])
     }
-    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {

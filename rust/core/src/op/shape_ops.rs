@@ -180,7 +180,7 @@ impl Operator for ReshapeLike {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
@@ -314,7 +314,7 @@ impl Operator for Relayout {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![(self.shape_of)(&inputs[0])?])
     }
-    fn inplace_pairs(&self) -> &'static [(usize, usize)] {
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
