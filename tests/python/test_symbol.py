@@ -266,3 +266,32 @@ def test_fusion_shrinks_the_inference_plan():
     fused = sym.simple_bind(mx.cpu(), grad_req="null", x=(256, 1024), y=(256, 1024))
     # One fused kernel writes the output directly: only the output block is planned.
     assert fused.planned_bytes == 256 * 1024 * 4
+
+
+def test_mirroring_recomputes_cheap_activations_to_save_memory(monkeypatch):
+    """MXNET_BACKWARD_DO_MIRROR=1: swish activations (x * sigmoid(x)) between FullyConnected
+    layers are recomputed in backward instead of kept, with identical gradients."""
+    h = mx.sym.var("data")
+    for i in range(4):
+        h = mx.sym.FullyConnected(h, num_hidden=64, name="fc%d" % i)
+        h = h * mx.sym.sigmoid(h)
+    rng = np.random.RandomState(3)
+    values = {name: rng.uniform(-0.3, 0.3, shape) for name, shape in
+              zip(h.list_arguments(), h.infer_shape(data=(32, 64))[0])}
+
+    def run(mirror):
+        monkeypatch.setenv("MXNET_BACKWARD_DO_MIRROR", mirror)
+        exe = h.simple_bind(mx.cpu(), grad_req="write", data=(32, 64))
+        for name, v in values.items():
+            exe.arg_dict[name][:] = v
+        exe.forward(is_train=True)
+        exe.backward([mx.nd.ones((32, 64))])
+        return exe.planned_bytes, {k: g.asnumpy() for k, g in exe.grad_dict.items()}
+
+    kept_bytes, kept = run("0")
+    mirrored_bytes, mirrored = run("1")
+    block = 32 * 64 * 4
+    # Each layer kept its FC output, sigmoid and product (3 blocks); mirrored, only the FC output.
+    assert kept_bytes - mirrored_bytes >= 2 * 3 * block, (kept_bytes, mirrored_bytes)
+    for name in kept:
+        np.testing.assert_allclose(mirrored[name], kept[name], rtol=1e-6, atol=1e-7)

@@ -19,7 +19,7 @@ use crate::ndarray::NDArray;
 use crate::op::Attrs;
 use crate::pass::fuse::{fuse_elementwise, fusion_enabled};
 use crate::pass::plan_memory::{inplace_enabled, plan_memory, PlanRequest};
-use crate::pass::{gradient, infer};
+use crate::pass::{gradient, infer, mirror};
 use crate::symbol::Symbol;
 
 /// The gradient graph of a bound symbol.
@@ -305,6 +305,9 @@ fn plan_backward(
         grads[i] = g;
     }
     let forward: AddressSet<usize> = forward_steps.iter().map(node_key).collect();
+    if mirror::enabled() {
+        grads = mirror::mirror(&grads, &forward);
+    }
     // Visiting the last layer's gradients first makes the order follow backpropagation, so each
     // layer's temporaries die before the next layer's are made.
     let targets: Vec<Entry> = grads.iter().rev().flatten().cloned().collect();

@@ -2,5 +2,6 @@
 
 pub mod gradient;
 pub mod infer;
+pub mod mirror;
 pub mod plan_memory;
 pub mod fuse;
