@@ -9,6 +9,7 @@ use super::linalg::{matmul_into, Mat};
 use super::{ExecContext, OpDef, Operator, Scratch, SendPtr, Tensor};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
+use std::ops::Range;
 
 crate::op_params! {
     /// workspace, cudnn_tune and cudnn_off only steer MXNet's GPU algorithms: accepted, unused.
@@ -195,7 +196,7 @@ fn valid_outputs(kernel_pos: usize, axis: usize, g: &Geometry) -> (std::ops::Ran
 /// Visit every (row of the column matrix, output line) of channels `c0..c0+cs` of one image:
 /// `visit(column_line, input_line_or_none, valid_width_range, w_offset)` where an output line is
 /// the run of output positions along the last axis.
-fn for_each_line(g: &Geometry, cs: usize, mut visit: impl FnMut(usize, usize, Option<usize>, std::ops::Range<usize>, isize)) {
+fn for_each_line(g: &Geometry, cs: usize, row_stride: usize, mut visit: impl FnMut(usize, usize, Option<usize>, std::ops::Range<usize>, isize)) {
     let [_, ih, iw] = g.input;
     let [od, oh, ow] = g.output;
     let mut row = 0;
@@ -208,14 +209,14 @@ fn for_each_line(g: &Geometry, cs: usize, mut visit: impl FnMut(usize, usize, Op
                     let (w_range, w_off) = valid_outputs(kw, 2, g);
                     for o_d in 0..od {
                         for o_h in 0..oh {
-                            let line = (row * od + o_d) * oh + o_h;
+                            let start = row * row_stride + (o_d * oh + o_h) * ow;
                             let inside = d_range.contains(&o_d) && h_range.contains(&o_h);
                             let src = inside.then(|| {
                                 let d = (o_d as isize * g.stride[0] as isize + d_off) as usize;
                                 let h = (o_h as isize * g.stride[1] as isize + h_off) as usize;
                                 (c * g.input[0] + d) * ih * iw + h * iw
                             });
-                            visit(line * ow, c, src, w_range.clone(), w_off);
+                            visit(start, c, src, w_range.clone(), w_off);
                         }
                     }
                     row += 1;
@@ -226,11 +227,12 @@ fn for_each_line(g: &Geometry, cs: usize, mut visit: impl FnMut(usize, usize, Op
 }
 
 /// im2col of one image's channels `c0..c0+cs` into the column matrix (rows = channel x kernel
-/// position, columns = output positions): contiguous runs are copied, padding is zero.
-fn im2col<T: Elem>(image: &[T], g: &Geometry, c0: usize, cs: usize, col: &mut [T]) {
+/// position, columns = output positions, rows `row_stride` apart so that several images sit side
+/// by side): contiguous runs are copied, padding is zero.
+fn im2col<T: Elem>(image: &[T], g: &Geometry, c0: usize, cs: usize, col: &mut [T], row_stride: usize) {
     let (plane, ow, sw) = (g.input_size(), g.output[2], g.stride[2] as isize);
     let base = &image[c0 * plane..(c0 + cs) * plane];
-    for_each_line(g, cs, |start, _c, src, w, w_off| {
+    for_each_line(g, cs, row_stride, |start, _c, src, w, w_off| {
         let dst = &mut col[start..start + ow];
         let Some(src) = src else {
             dst.fill(T::default());
@@ -249,11 +251,12 @@ fn im2col<T: Elem>(image: &[T], g: &Geometry, c0: usize, cs: usize, col: &mut [T
     });
 }
 
-/// col2im, accumulating the column matrix back into the image's channels `c0..c0+cs`.
-fn col2im<T: Elem>(col: &[T], g: &Geometry, c0: usize, cs: usize, image: &mut [T]) {
+/// col2im, accumulating the column matrix (rows `row_stride` apart) back into the image's
+/// channels `c0..c0+cs`.
+fn col2im<T: Elem>(col: &[T], g: &Geometry, c0: usize, cs: usize, image: &mut [T], row_stride: usize) {
     let (plane, sw) = (g.input_size(), g.stride[2] as usize);
     let base = &mut image[c0 * plane..(c0 + cs) * plane];
-    for_each_line(g, cs, |start, _c, src, w, w_off| {
+    for_each_line(g, cs, row_stride, |start, _c, src, w, w_off| {
         let Some(src) = src else { return };
         let first = (w.start as isize * sw as isize + w_off) as usize + src;
         for (k, v) in col[start + w.start..start + w.end].iter().enumerate() {
@@ -263,12 +266,12 @@ fn col2im<T: Elem>(col: &[T], g: &Geometry, c0: usize, cs: usize, image: &mut [T
     });
 }
 
-/// The three per-image products that Convolution and Deconvolution (a convolution's data
-/// gradient) are built from. `image` is the convolution's input side (channels x input
-/// positions), `response` its output side (filters x output positions); `col` is one group's
-/// column matrix (col_rows x output positions) and `weight` the (filters, channels/groups, k...)
-/// weight. Each call works on one image; callers parallelize over images or hand `threads` to
-/// GEMM.
+/// The three products that Convolution and Deconvolution (a convolution's data gradient) are
+/// built from, over a chunk of images at a time: the chunk's column matrices sit side by side
+/// so that each group needs one GEMM per chunk rather than one per image. `image` is the
+/// convolution's input side (batch x channels x input positions), `response` its output side
+/// (batch x filters x output positions), both whole-batch arrays; `weight` is the (filters,
+/// channels/groups, k...) weight. Callers parallelize over chunks or hand `threads` to GEMM.
 pub(super) struct ImageProducts<'a> {
     pub g: &'a Geometry,
     pub dtype: DType,
@@ -280,76 +283,141 @@ pub(super) struct ImageProducts<'a> {
 // operator call that owns this value.
 unsafe impl Sync for ImageProducts<'_> {}
 
+/// Column-matrix elements per chunk: enough output columns to amortize GEMM packing, few enough
+/// that the chunk's columns stay in cache.
+const CHUNK_ELEMENTS: usize = 1 << 18;
+
+/// Per-chunk buffers: the side-by-side column matrices and one group's response block.
+pub(super) struct ChunkBuffers<T> {
+    col: Scratch<T>,
+    staging: Scratch<T>,
+}
+
 impl ImageProducts<'_> {
-    /// response = W * im2col(image), every group (response is overwritten).
+    /// Images per chunk.
+    pub fn chunk(&self) -> usize {
+        let per_image = (self.g.col_rows() * self.g.output_size()).max(1);
+        (CHUNK_ELEMENTS / per_image).clamp(1, self.g.batch.max(1))
+    }
+    pub fn buffers<T: Elem>(&self) -> Result<ChunkBuffers<T>> {
+        let columns = self.chunk() * self.g.output_size();
+        let fpg = self.g.filters / self.g.groups;
+        Ok(ChunkBuffers { col: Scratch::zeroed(self.g.col_rows() * columns)?, staging: Scratch::zeroed(fpg * columns)? })
+    }
+
+    /// Fills the side-by-side column matrix of group `grp` for `images`.
+    fn columns<T: Elem>(&self, images: &Range<usize>, grp: usize, image: &[T], col: &mut [T]) {
+        let g = self.g;
+        let (plane, outs, cpg) = (g.channels * g.input_size(), g.output_size(), g.channels / g.groups);
+        let stride = images.len() * outs;
+        for (k, n) in images.clone().enumerate() {
+            im2col(&image[n * plane..][..plane], g, grp * cpg, cpg, &mut col[k * outs..], stride);
+        }
+    }
+
+    /// response = W * im2col(image) for `images`, every group (response is overwritten).
     ///
     /// # Safety
-    /// `response` points to filters x output positions elements of `T`, `weight` to the whole
-    /// weight, and `T` is `self.dtype`'s element type.
-    pub unsafe fn correlate<T: Elem>(&self, image: &[T], response: *mut u8, col: &mut [T]) {
+    /// `response` points to the whole-batch response array of element type `T` (`self.dtype`),
+    /// whose blocks for `images` nobody else touches during the call.
+    pub unsafe fn correlate<T: Elem>(&self, images: Range<usize>, image: &[T], response: *mut T, buf: &mut ChunkBuffers<T>) {
         let g = self.g;
         let (outs, rows, es) = (g.output_size(), g.col_rows(), self.dtype.size());
-        let (fpg, cpg) = (g.filters / g.groups, g.channels / g.groups);
+        let fpg = g.filters / g.groups;
+        let columns = images.len() * outs;
+        let (col, staging) = (buf.col.as_mut_slice(), buf.staging.as_mut_slice());
         for grp in 0..g.groups {
-            im2col(image, g, grp * cpg, cpg, col);
+            self.columns(&images, grp, image, col);
             matmul_into(
                 self.dtype,
-                response.add(grp * fpg * outs * es),
+                staging.as_mut_ptr() as *mut u8,
                 false,
                 self.weight.add(grp * fpg * rows * es),
                 Mat::stored(fpg, rows, false),
                 col.as_ptr() as *const u8,
-                Mat::stored(rows, outs, false),
+                Mat::stored(rows, columns, false),
                 self.threads,
             );
+            for (k, n) in images.clone().enumerate() {
+                for f in 0..fpg {
+                    let dst = response.add((n * g.filters + grp * fpg + f) * outs);
+                    std::ptr::copy_nonoverlapping(staging[f * columns + k * outs..].as_ptr(), dst, outs);
+                }
+            }
         }
     }
 
-    /// image += col2im(W^T * response), every group.
+    /// One group's response block for `images`, gathered side by side.
+    fn gather<T: Elem>(&self, images: &Range<usize>, grp: usize, response: &[T], staging: &mut [T]) {
+        let g = self.g;
+        let (outs, fpg) = (g.output_size(), g.filters / g.groups);
+        let columns = images.len() * outs;
+        for (k, n) in images.clone().enumerate() {
+            for f in 0..fpg {
+                staging[f * columns + k * outs..][..outs].copy_from_slice(&response[(n * g.filters + grp * fpg + f) * outs..][..outs]);
+            }
+        }
+    }
+
+    /// image += col2im(W^T * response) for `images`, every group.
     ///
     /// # Safety
-    /// As [`Self::correlate`]; `response` holds filters x output positions elements.
-    pub unsafe fn scatter<T: Elem>(&self, response: &[T], image: &mut [T], col: &mut [T]) {
+    /// As [`Self::correlate`], for the whole-batch `image` array.
+    pub unsafe fn scatter<T: Elem>(&self, images: Range<usize>, response: &[T], image: *mut T, buf: &mut ChunkBuffers<T>) {
         let g = self.g;
         let (outs, rows, es) = (g.output_size(), g.col_rows(), self.dtype.size());
-        let (fpg, cpg) = (g.filters / g.groups, g.channels / g.groups);
+        let (fpg, cpg, plane) = (g.filters / g.groups, g.channels / g.groups, g.channels * g.input_size());
+        let columns = images.len() * outs;
+        let (col, staging) = (buf.col.as_mut_slice(), buf.staging.as_mut_slice());
         for grp in 0..g.groups {
+            self.gather(&images, grp, response, staging);
             matmul_into(
                 self.dtype,
                 col.as_mut_ptr() as *mut u8,
                 false,
                 self.weight.add(grp * fpg * rows * es),
                 Mat::stored(fpg, rows, true),
-                response[grp * fpg * outs..].as_ptr() as *const u8,
-                Mat::stored(fpg, outs, false),
+                staging.as_ptr() as *const u8,
+                Mat::stored(fpg, columns, false),
                 self.threads,
             );
-            col2im(col, g, grp * cpg, cpg, image);
+            for (k, n) in images.clone().enumerate() {
+                let target = std::slice::from_raw_parts_mut(image.add(n * plane), plane);
+                col2im(&col[k * outs..], g, grp * cpg, cpg, target, columns);
+            }
         }
     }
 
-    /// weight_grad += response * im2col(image)^T, every group.
+    /// weight_grad += response * im2col(image)^T over `images`, every group.
     ///
     /// # Safety
     /// `weight_grad` points to a buffer shaped like the weight, of element type `T`.
-    pub unsafe fn accumulate_weight_grad<T: Elem>(&self, image: &[T], response: &[T], weight_grad: *mut u8, col: &mut [T]) {
+    pub unsafe fn accumulate_weight_grad<T: Elem>(&self, images: Range<usize>, image: &[T], response: &[T], weight_grad: *mut u8, buf: &mut ChunkBuffers<T>) {
         let g = self.g;
         let (outs, rows, es) = (g.output_size(), g.col_rows(), self.dtype.size());
-        let (fpg, cpg) = (g.filters / g.groups, g.channels / g.groups);
+        let fpg = g.filters / g.groups;
+        let columns = images.len() * outs;
+        let (col, staging) = (buf.col.as_mut_slice(), buf.staging.as_mut_slice());
         for grp in 0..g.groups {
-            im2col(image, g, grp * cpg, cpg, col);
+            self.columns(&images, grp, image, col);
+            self.gather(&images, grp, response, staging);
             matmul_into(
                 self.dtype,
                 weight_grad.add(grp * fpg * rows * es),
                 true,
-                response[grp * fpg * outs..].as_ptr() as *const u8,
-                Mat::stored(fpg, outs, false),
+                staging.as_ptr() as *const u8,
+                Mat::stored(fpg, columns, false),
                 col.as_ptr() as *const u8,
-                Mat::stored(rows, outs, true),
+                Mat::stored(rows, columns, true),
                 self.threads,
             );
         }
     }
+}
+
+/// `0..batch` in chunks of `chunk` images.
+pub(super) fn chunks(batch: usize, chunk: usize) -> impl Iterator<Item = Range<usize>> {
+    (0..batch.div_ceil(chunk)).map(move |c| c * chunk..((c + 1) * chunk).min(batch))
 }
 
 /// Adds `bias[c]` to every element of channel c of `images` (batch x channels x plane).
@@ -407,24 +475,27 @@ impl Operator for Convolution {
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let g = self.p.geometry("Convolution", &inputs[0].shape)?;
         let (x, out) = (&inputs[0], &outputs[0]);
-        let (plane, outs) = (g.input_size(), g.output_size());
-        let (outer_threads, gemm_threads) = thread_split(g.batch);
-        let products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[1].raw(), threads: gemm_threads };
+        let outs = g.output_size();
+        let mut products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[1].raw(), threads: 1 };
+        let chunk = products.chunk();
+        let (outer_threads, gemm_threads) = thread_split(g.batch.div_ceil(chunk));
+        products.threads = gemm_threads;
         crate::dispatch_dtype!(x.dtype, T => {
-            // SAFETY: the input is read-only here; images write disjoint blocks of the output.
+            // SAFETY: the input is read-only here; chunks write disjoint images of the output.
             let xv = unsafe { x.slice::<T>() };
             let op = SendPtr(out.raw());
             let bias = inputs.get(2).map(|b| unsafe { b.slice::<T>() });
-            split_images(g.batch, outer_threads, |images| {
-                let mut col = Scratch::<T>::zeroed(g.col_rows() * outs)?;
-                for n in images {
-                    let image = &xv[n * g.channels * plane..][..g.channels * plane];
-                    // SAFETY: image n's output block is filters x outs elements, written by this
-                    // range alone.
-                    let response = unsafe { std::slice::from_raw_parts_mut((op.get() as *mut T).add(n * g.filters * outs), g.filters * outs) };
-                    unsafe { products.correlate(image, response.as_mut_ptr() as *mut u8, col.as_mut_slice()) };
+            let all: Vec<Range<usize>> = chunks(g.batch, chunk).collect();
+            split_images(all.len(), outer_threads, |mine| {
+                let mut buf = products.buffers::<T>()?;
+                for images in all[mine].iter().cloned() {
+                    let response = op.get() as *mut T;
+                    // SAFETY: this chunk's images of the output are written by this task alone.
+                    unsafe { products.correlate(images.clone(), xv, response, &mut buf) };
                     if let Some(bias) = bias {
-                        add_channel_bias(response, bias, outs);
+                        let block = images.len() * g.filters * outs;
+                        let region = unsafe { std::slice::from_raw_parts_mut(response.add(images.start * g.filters * outs), block) };
+                        add_channel_bias(region, bias, outs);
                     }
                 }
                 Ok(())
@@ -488,7 +559,6 @@ impl Operator for ConvolutionBackward {
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let (gt, x) = (&inputs[0], &inputs[1]);
         let g = self.p.geometry("Convolution", &x.shape)?;
-        let (plane, outs) = (g.input_size(), g.output_size());
         let (dx, dw, db) = (&outputs[0], &outputs[1], &outputs[2]);
         let products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[2].raw(), threads: rayon::current_num_threads() };
         crate::dispatch_dtype!(x.dtype, T => {
@@ -497,17 +567,15 @@ impl Operator for ConvolutionBackward {
             let (dxv, dwv, dbv) = unsafe { (dx.slice_mut::<T>(), dw.slice_mut::<T>(), db.slice_mut::<T>()) };
             dxv.fill(T::default());
             dwv.fill(T::default());
-            let mut col = Scratch::<T>::zeroed(g.col_rows() * outs)?;
-            for n in 0..g.batch {
-                let image = &xv[n * g.channels * plane..][..g.channels * plane];
-                let response = &gv[n * g.filters * outs..][..g.filters * outs];
-                // SAFETY: dw is shaped like the weight; dx's image n spans channels x plane.
-                unsafe { products.accumulate_weight_grad(image, response, dwv.as_mut_ptr() as *mut u8, col.as_mut_slice()) };
+            let mut buf = products.buffers::<T>()?;
+            for images in chunks(g.batch, products.chunk()) {
+                // SAFETY: dw is shaped like the weight; dx is the whole-batch data gradient.
+                unsafe { products.accumulate_weight_grad(images.clone(), xv, gv, dwv.as_mut_ptr() as *mut u8, &mut buf) };
                 if self.data_grad {
-                    unsafe { products.scatter(response, &mut dxv[n * g.channels * plane..][..g.channels * plane], col.as_mut_slice()) };
+                    unsafe { products.scatter(images, gv, dxv.as_mut_ptr(), &mut buf) };
                 }
             }
-            channel_sums(gv, g.filters, outs, dbv);
+            channel_sums(gv, g.filters, g.output_size(), dbv);
         });
         Ok(())
     }

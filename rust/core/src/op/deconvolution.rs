@@ -3,9 +3,9 @@
 //! data gradient correlates (im2col, W g); the weight gradient is the convolution's own formula
 //! with the roles of image and response swapped.
 
-use super::convolution::{add_channel_bias, channel_sums, spatial, split_images, thread_split, Geometry, ImageProducts};
+use super::convolution::{add_channel_bias, channel_sums, chunks, spatial, split_images, thread_split, Geometry, ImageProducts};
 use super::grad::{tuple_attr, Grad, InputGrads};
-use super::{ExecContext, OpDef, Operator, Scratch, SendPtr, Tensor};
+use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{DType, Shape};
 use crate::error::Result;
 
@@ -199,25 +199,28 @@ impl Operator for Deconvolution {
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let g = self.p.geometry(&inputs[0].shape)?;
         let (x, out) = (&inputs[0], &outputs[0]);
-        let (plane, positions) = (g.input_size(), g.output_size());
-        let (outer_threads, gemm_threads) = thread_split(g.batch);
-        let products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[1].raw(), threads: gemm_threads };
+        let plane = g.input_size();
+        let mut products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[1].raw(), threads: 1 };
+        let chunk = products.chunk();
+        let (outer_threads, gemm_threads) = thread_split(g.batch.div_ceil(chunk));
+        products.threads = gemm_threads;
         crate::dispatch_dtype!(x.dtype, T => {
-            // SAFETY: the input is read-only here; images write disjoint blocks of the output.
+            // SAFETY: the input is read-only here; chunks write disjoint images of the output.
             let xv = unsafe { x.slice::<T>() };
             let op = SendPtr(out.raw());
             let bias = inputs.get(2).map(|b| unsafe { b.slice::<T>() });
-            split_images(g.batch, outer_threads, |images| {
-                let mut col = Scratch::<T>::zeroed(g.col_rows() * positions)?;
-                for n in images {
-                    // SAFETY: image n's output block is channels x plane elements, written by
-                    // this range alone.
-                    let image = unsafe { std::slice::from_raw_parts_mut((op.get() as *mut T).add(n * g.channels * plane), g.channels * plane) };
-                    image.fill(T::default());
-                    let response = &xv[n * g.filters * positions..][..g.filters * positions];
-                    unsafe { products.scatter(response, image, col.as_mut_slice()) };
+            let all: Vec<std::ops::Range<usize>> = chunks(g.batch, chunk).collect();
+            split_images(all.len(), outer_threads, |mine| {
+                let mut buf = products.buffers::<T>()?;
+                for images in all[mine].iter().cloned() {
+                    let base = op.get() as *mut T;
+                    let block = images.len() * g.channels * plane;
+                    // SAFETY: this chunk's images of the output are written by this task alone.
+                    let region = unsafe { std::slice::from_raw_parts_mut(base.add(images.start * g.channels * plane), block) };
+                    region.fill(T::default());
+                    unsafe { products.scatter(images, xv, base, &mut buf) };
                     if let Some(bias) = bias {
-                        add_channel_bias(image, bias, plane);
+                        add_channel_bias(region, bias, plane);
                     }
                 }
                 Ok(())
@@ -285,7 +288,6 @@ impl Operator for DeconvolutionBackward {
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let (gt, x) = (&inputs[0], &inputs[1]);
         let g = self.p.geometry(&x.shape)?;
-        let (plane, positions) = (g.input_size(), g.output_size());
         let (dx, dw, db) = (&outputs[0], &outputs[1], &outputs[2]);
         let products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[2].raw(), threads: rayon::current_num_threads() };
         crate::dispatch_dtype!(x.dtype, T => {
@@ -293,20 +295,18 @@ impl Operator for DeconvolutionBackward {
             let (gv, xv) = unsafe { (gt.slice::<T>(), x.slice::<T>()) };
             let (dxv, dwv, dbv) = unsafe { (dx.slice_mut::<T>(), dw.slice_mut::<T>(), db.slice_mut::<T>()) };
             dwv.fill(T::default());
-            let mut col = Scratch::<T>::zeroed(g.col_rows() * positions)?;
-            for n in 0..g.batch {
-                let image = &gv[n * g.channels * plane..][..g.channels * plane];
-                let response = &xv[n * g.filters * positions..][..g.filters * positions];
-                // SAFETY: dw is shaped like the weight; dx's image n spans filters x positions.
-                unsafe { products.accumulate_weight_grad(image, response, dwv.as_mut_ptr() as *mut u8, col.as_mut_slice()) };
-                let data_grad = &mut dxv[n * g.filters * positions..][..g.filters * positions];
+            let mut buf = products.buffers::<T>()?;
+            for images in chunks(g.batch, products.chunk()) {
+                // SAFETY: dw is shaped like the weight; dx is the whole-batch data gradient.
+                unsafe { products.accumulate_weight_grad(images.clone(), gv, xv, dwv.as_mut_ptr() as *mut u8, &mut buf) };
                 if self.data_grad {
-                    unsafe { products.correlate(image, data_grad.as_mut_ptr() as *mut u8, col.as_mut_slice()) };
-                } else {
-                    data_grad.fill(T::default());
+                    unsafe { products.correlate(images, gv, dxv.as_mut_ptr(), &mut buf) };
                 }
             }
-            channel_sums(gv, g.channels, plane, dbv);
+            if !self.data_grad {
+                dxv.fill(T::default());
+            }
+            channel_sums(gv, g.channels, g.input_size(), dbv);
         });
         Ok(())
     }

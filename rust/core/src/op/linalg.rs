@@ -54,13 +54,25 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
     } else {
         gemm::Parallelism::Rayon(threads)
     };
+    // The gemm crate's kernels run fastest with the long side of the product as their m, so a
+    // short, wide product is handed over as its transpose (dst^T = b^T a^T): same memory, the
+    // strides swapped.
+    let transposed = m < n;
     macro_rules! fast {
         ($t:ty, $one:expr, $zero:expr) => {
-            gemm::gemm::<$t>(
-                m, n, k, dst as *mut $t, 1, n as isize, accumulate,
-                a as *const $t, am.cs, am.rs, b as *const $t, bm.cs, bm.rs,
-                if accumulate { $one } else { $zero }, $one, false, false, false, par,
-            )
+            if transposed {
+                gemm::gemm::<$t>(
+                    n, m, k, dst as *mut $t, n as isize, 1, accumulate,
+                    b as *const $t, bm.rs, bm.cs, a as *const $t, am.rs, am.cs,
+                    if accumulate { $one } else { $zero }, $one, false, false, false, par,
+                )
+            } else {
+                gemm::gemm::<$t>(
+                    m, n, k, dst as *mut $t, 1, n as isize, accumulate,
+                    a as *const $t, am.cs, am.rs, b as *const $t, bm.cs, bm.rs,
+                    if accumulate { $one } else { $zero }, $one, false, false, false, par,
+                )
+            }
         };
     }
     match dtype {
