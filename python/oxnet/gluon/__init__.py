@@ -4,6 +4,7 @@ from .parameter import Parameter, Constant, ParameterDict, DeferredInitializatio
 from .block import Block, HybridBlock, SymbolBlock
 from .trainer import Trainer
 from . import nn
+from . import rnn
 from . import loss
 from . import utils
 from . import data

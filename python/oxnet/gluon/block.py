@@ -9,7 +9,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .. import _core, initializer
+from .. import _core, autograd, initializer
 from .. import name as _name
 from .. import ndarray, symbol
 from ..ndarray import NDArray
@@ -397,7 +397,30 @@ class HybridBlock(Block):
         try:
             self.infer_shape(*args)
         except Exception as e:
-            raise ValueError("Deferred initialization failed because shape cannot be inferred. {}".format(e)) from e
+            if not self._initialize_by_running(*args):
+                raise ValueError("Deferred initialization failed because shape cannot be inferred. {}"
+                                 .format(e)) from e
+
+    def _initialize_by_running(self, *args):
+        """Some parameter shapes are not a graph's to infer (a fused RNN layer's input weights reach
+        its operator through a concatenation): run the block once imperatively, untraced and
+        unrecorded, so that each child completes its own parameters. False when that cannot help."""
+        if getattr(self, "_running_to_initialize", False) or not all(
+                isinstance(a, NDArray) for a in _flatten(args, "input")[0]):
+            return False
+        hybridized = []
+        self.apply(lambda b: hybridized.append(b) if isinstance(b, HybridBlock) and b._active else None)
+        self._running_to_initialize = True
+        for block in hybridized:
+            block._active = False
+        try:
+            with autograd.pause():
+                self.forward(*args)
+        finally:
+            for block in hybridized:
+                block._active = True
+            self._running_to_initialize = False
+        return True
 
     def _build_cache(self, *args):
         data, out = self._get_graph(*args)

@@ -359,7 +359,7 @@ def empty(shape, ctx=None, dtype=None):
     return NDArray(_core.empty([int(s) for s in shape], name, _as_context(ctx)._as_tuple()))
 
 
-def _creation(op_name, shape, ctx, dtype, **kwargs):
+def _creation(op_name, shape, ctx, dtype, name=None, **kwargs):
     if isinstance(shape, integer_types):
         shape = (shape,)
     return _op(op_name, shape=tuple(int(s) for s in shape), ctx=str(_as_context(ctx)),

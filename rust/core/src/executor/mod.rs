@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use crate::base::Context;
 use crate::error::Result;
-use crate::graph::{node_key, topo_order, AddressMap, Entry, EntryKey, Node};
+use crate::graph::{address, node_key, topo_order, AddressMap, Entry, EntryKey, Node};
+use crate::op::Operator;
+use crate::pass::infer::infer_shapes;
 use crate::imperative;
 use crate::ndarray::NDArray;
 
@@ -58,6 +60,7 @@ pub fn run(targets: &[Entry], ctx: Context, mut resolve: impl FnMut(&Arc<Node>) 
         *uses.entry(t.key()).or_default() += 1;
     }
 
+    let completed = complete_partial_operators(targets, &to_compute, &values)?;
     for node in to_compute {
         let Some(op) = &node.op else {
             crate::bail!(Value, "variable '{}' has no value", node.name);
@@ -67,9 +70,10 @@ pub fn run(targets: &[Entry], ctx: Context, mut resolve: impl FnMut(&Arc<Node>) 
             .iter()
             .map(|e| values.get(&e.key()).cloned().ok_or_else(|| crate::err!(Runtime, "value of an input of node '{}' is missing", node.name)))
             .collect::<Result<Vec<_>>>()?;
-        let outputs = match op.operator.run_on_host(&inputs) {
+        let operator = completed.get(&node_key(node)).unwrap_or(&op.operator);
+        let outputs = match operator.run_on_host(&inputs) {
             Some(result) => result.map_err(|e| e.context(format!("node '{}' ({})", node.name, op.name)))?,
-            None => imperative::invoke_operator(&op.name, op.operator.clone(), &op.attrs, &inputs, None, ctx, None)
+            None => imperative::invoke_operator(&op.name, operator.clone(), &op.attrs, &inputs, None, ctx, None)
                 .map_err(|e| e.context(format!("node '{}'", node.name)))?,
         };
         for input in &node.inputs {
@@ -121,4 +125,31 @@ pub fn run_steps(
         }
     }
     Ok(())
+}
+
+/// Operators for the nodes whose output shapes have unknown dimensions (`zeros(shape=(2, 0, 8))`),
+/// completed from the shapes the graph infers from the known values.
+fn complete_partial_operators(
+    targets: &[Entry],
+    to_compute: &[&Arc<Node>],
+    known: &AddressMap<EntryKey, NDArray>,
+) -> Result<AddressMap<usize, Arc<dyn Operator>>> {
+    let is_partial = |n: &Arc<Node>| n.op.as_ref().is_some_and(|op| op.operator.partial_output_shapes().is_some());
+    let mut completed = AddressMap::default();
+    if !to_compute.iter().any(|n| is_partial(n)) {
+        return Ok(completed);
+    }
+    let shapes = infer_shapes(targets, &|n: &Node| known.get(&(address(n), 0)).map(|a| a.shape().clone()))?;
+    for node in to_compute.iter().filter(|n| is_partial(n)) {
+        let op = node.op.as_ref().expect("partial nodes are operator nodes");
+        let outputs = (0..node.num_outputs())
+            .map(|i| {
+                shapes.get(&Entry::new((*node).clone(), i).key()).cloned().ok_or_else(|| {
+                    crate::err!(Shape, "cannot infer the unknown dimensions of node '{}' ({}): no consumer determines them", node.name, op.name)
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        completed.insert(node_key(node), op.operator.with_output_shapes(&outputs)?);
+    }
+    Ok(completed)
 }

@@ -1,6 +1,8 @@
 //! Operators that create arrays: zeros, ones, full, arange, zeros_like, ones_like and the random
 //! samplers. Creation ops have no inputs; shape, dtype and device come from their parameters.
 
+use std::sync::Arc;
+
 use super::params::NoParams;
 use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
 use crate::base::{Context, DType, Elem, Shape};
@@ -29,8 +31,9 @@ fn shape_from(op: &str, dims: &[i64]) -> Result<Shape> {
 }
 
 /// What a creation op writes at flat index `i` (given the op's seed).
-type Generator = Box<dyn Fn(u64, usize) -> f64 + Send + Sync>;
+type Generator = Arc<dyn Fn(u64, usize) -> f64 + Send + Sync>;
 
+#[derive(Clone)]
 struct Create {
     shape: Shape,
     dtype: DType,
@@ -45,6 +48,12 @@ impl Operator for Create {
     }
     fn infer_shape(&self, _inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![self.shape.clone()])
+    }
+    fn partial_output_shapes(&self) -> Option<Vec<Shape>> {
+        self.shape.dims().contains(&0).then(|| vec![self.shape.clone()])
+    }
+    fn with_output_shapes(&self, shapes: &[Shape]) -> Result<Arc<dyn Operator>> {
+        Ok(Arc::new(Create { shape: shapes[0].clone(), ..self.clone() }))
     }
     fn infer_type(&self, _inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![self.dtype])
@@ -221,7 +230,7 @@ fn sampler(
     dtype: DType,
     draw: impl Fn(u64, u64) -> f64 + Send + Sync + 'static,
 ) -> Result<Create> {
-    Ok(Create { shape: shape_from(name, shape)?, dtype, ctx, value: Box::new(move |seed, i| draw(seed, i as u64)), random: true })
+    Ok(Create { shape: shape_from(name, shape)?, dtype, ctx, value: Arc::new(move |seed, i| draw(seed, i as u64)), random: true })
 }
 
 /// zeros_like / ones_like: the input's shape and dtype, filled with a constant.
@@ -250,7 +259,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
                 shape: shape_from(name, &p.shape)?,
                 dtype: p.dtype.unwrap_or(DType::F32),
                 ctx: p.ctx,
-                value: Box::new(move |_, _| value),
+                value: Arc::new(move |_, _| value),
                 random: false,
             })
         })
@@ -259,7 +268,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     add(OpDef::new("_ones", &[], "Returns a new array filled with ones.", constant("_ones", 1.0)));
     add(OpDef::new("_full", &[], "Returns a new array filled with the given value.", |p: FullParams| {
         let value = p.value;
-        Ok(Create { shape: shape_from("_full", &p.shape)?, dtype: p.dtype.unwrap_or(DType::F32), ctx: p.ctx, value: Box::new(move |_, _| value), random: false })
+        Ok(Create { shape: shape_from("_full", &p.shape)?, dtype: p.dtype.unwrap_or(DType::F32), ctx: p.ctx, value: Arc::new(move |_, _| value), random: false })
     }));
     add(OpDef::new(
         "_arange",
@@ -282,7 +291,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
                 shape: Shape::new(vec![count * repeat]),
                 dtype: p.dtype.unwrap_or(DType::F32),
                 ctx: p.ctx,
-                value: Box::new(move |_, i| start + (i / repeat) as f64 * step),
+                value: Arc::new(move |_, i| start + (i / repeat) as f64 * step),
                 random: false,
             })
         },
@@ -361,7 +370,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             shape: shape_from("_eye", &[p.N, cols])?,
             dtype: p.dtype.unwrap_or(DType::F32),
             ctx: p.ctx,
-            value: Box::new(move |_, i| ((i % m.max(1)) as i64 - (i / m.max(1)) as i64 == k) as u8 as f64),
+            value: Arc::new(move |_, i| ((i % m.max(1)) as i64 - (i / m.max(1)) as i64 == k) as u8 as f64),
             random: false,
         })
     }));
@@ -373,7 +382,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             shape: shape_from("_linspace", &[n])?,
             dtype: p.dtype.unwrap_or(DType::F32),
             ctx: p.ctx,
-            value: Box::new(move |_, i| start + i as f64 * step),
+            value: Arc::new(move |_, i| start + i as f64 * step),
             random: false,
         })
     }));

@@ -141,6 +141,16 @@ pub trait Operator: Send + Sync + 'static {
     fn complete_input_shapes(&self, _inputs: &mut [Option<Shape>]) -> Result<()> {
         Ok(())
     }
+    /// Output shapes with unknown (0) dimensions, which MXNet 1.x symbols allow for creation ops
+    /// (`zeros(shape=(2, 0, 8))`): shape inference completes them from what the consumer
+    /// expects instead of computing them. `None` when the outputs are fully determined.
+    fn partial_output_shapes(&self) -> Option<Vec<Shape>> {
+        None
+    }
+    /// This operator with the unknown dimensions of [`Operator::partial_output_shapes`] filled in.
+    fn with_output_shapes(&self, _shapes: &[Shape]) -> Result<Arc<dyn Operator>> {
+        crate::bail!(Runtime, "the operator's output shapes are fully determined")
+    }
     /// Whether output shapes depend on input values (`boolean_mask`): the caller then waits for
     /// the inputs and asks [`Operator::infer_shape_from_values`].
     fn shape_depends_on_values(&self) -> bool {

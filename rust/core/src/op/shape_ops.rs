@@ -678,7 +678,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     ));
     add(OpDef::new(
         "Concat",
-        &["concat"],
+        &["concat", "_rnn_param_concat"],
         "Joins input arrays along a given axis; all other dimensions must agree.",
         |p: ConcatParams| Ok(Concat { num_args: p.num_args, dim: p.dim }),
     )

@@ -3,7 +3,9 @@
 //! Forward, each operator computes its output shapes once all its input shapes are known.
 //! Backward, an operator fills in the shapes of unknown variables among its inputs from the ones
 //! it knows (a FullyConnected weight from its data), which is how `simple_bind` needs only the
-//! data shape. The two alternate until nothing changes.
+//! data shape. The two alternate until nothing changes. A creation op whose `shape` has unknown
+//! (0) dimensions, as MXNet 1.x symbols allow (`zeros(shape=(2, 0, 8))` for a begin state whose
+//! batch size comes from the data), takes its shape from its consumer instead of computing it.
 
 use crate::base::{DType, Shape};
 use crate::error::Result;
@@ -26,6 +28,7 @@ pub fn infer_shapes(outputs: &[Entry], given: &dyn Fn(&Node) -> Option<Shape>) -
             let op = node.op.as_ref().expect("operator node");
             op.operator.infer_shape(inputs).map_err(|e| in_node(e, node).context(describe_shapes(inputs)))
         },
+        |node| node.op.as_ref().and_then(|op| op.operator.partial_output_shapes()),
     )
 }
 
@@ -40,6 +43,7 @@ pub fn infer_types(outputs: &[Entry], given: &dyn Fn(&Node) -> Option<DType>) ->
             Ok(())
         },
         |node, inputs| node.op.as_ref().expect("operator node").operator.infer_type(inputs).map_err(|e| in_node(e, node)),
+        |_| None,
     )
 }
 
@@ -57,7 +61,11 @@ fn infer<T: Clone + PartialEq>(
     given: &dyn Fn(&Node) -> Option<T>,
     complete_inputs: impl Fn(&Node, &mut [Option<T>]) -> Result<()>,
     forward: impl Fn(&Node, &[T]) -> Result<Vec<T>>,
-) -> Result<Inferred<T>> {
+    partial_outputs: impl Fn(&Node) -> Option<Vec<T>>,
+) -> Result<Inferred<T>>
+where
+    T: Fits,
+{
     let order = topo_order(outputs, |_| false);
     let mut known: Inferred<T> = AddressMap::default();
     for node in order.iter().filter(|n| n.is_variable()) {
@@ -76,13 +84,19 @@ fn infer<T: Clone + PartialEq>(
             if inputs.iter().any(Option::is_none) {
                 complete_inputs(node, &mut inputs)?;
                 for (entry, value) in node.inputs.iter().zip(&inputs) {
-                    if let (true, Some(v)) = (entry.node.is_variable(), value) {
-                        if !known.contains_key(&entry.key()) {
-                            known.insert(entry.key(), v.clone());
-                            changed = true;
-                        }
+                    let Some(v) = value else { continue };
+                    if known.contains_key(&entry.key()) {
+                        continue;
+                    }
+                    let completes_partial = || partial_outputs(&entry.node).is_some_and(|p| p[entry.index].fits_into(v));
+                    if entry.node.is_variable() || completes_partial() {
+                        known.insert(entry.key(), v.clone());
+                        changed = true;
                     }
                 }
+            }
+            if partial_outputs(node).is_some() {
+                continue;
             }
             let inputs: Vec<T> = node.inputs.iter().filter_map(|e| known.get(&e.key()).cloned()).collect();
             if inputs.len() == node.inputs.len() {
@@ -95,6 +109,24 @@ fn infer<T: Clone + PartialEq>(
         if !changed {
             return Ok(known);
         }
+    }
+}
+
+/// Whether a value a consumer expects can complete a partially known one.
+trait Fits {
+    fn fits_into(&self, complete: &Self) -> bool;
+}
+
+/// Same rank, and every known (non-zero) dimension agrees.
+impl Fits for Shape {
+    fn fits_into(&self, complete: &Shape) -> bool {
+        self.ndim() == complete.ndim() && self.dims().iter().zip(complete.dims()).all(|(&p, &d)| p == 0 || p == d)
+    }
+}
+
+impl Fits for DType {
+    fn fits_into(&self, complete: &DType) -> bool {
+        self == complete
     }
 }
 
@@ -136,6 +168,20 @@ mod tests {
             .err()
             .unwrap();
         assert!(err.to_string().contains("'plus'"), "{err}");
+    }
+
+    #[test]
+    fn partial_creation_shapes_are_completed_by_their_consumer() {
+        let data = Symbol::variable("data", Attrs::new());
+        let params = Symbol::variable("params", Attrs::new());
+        let state = Symbol::create("_zeros", attrs(&[("shape", "(1, 0, 6)")]), "h0", &[], &[]).unwrap();
+        let rnn_attrs = attrs(&[("mode", "rnn_tanh"), ("state_size", "6"), ("num_layers", "1")]);
+        let rnn = Symbol::create("RNN", rnn_attrs, "rnn", &[data, params, state.clone()], &[]).unwrap();
+        let shapes = infer_shapes(&rnn.outputs, &|n| (n.name == "data").then(|| Shape::from(vec![5, 3, 4]))).unwrap();
+        assert_eq!(shapes[&state.outputs[0].key()], Shape::from(vec![1, 3, 6]));
+        assert_eq!(shapes[&rnn.outputs[0].key()], Shape::from(vec![5, 3, 6]));
+        let unknown = infer_shapes(&state.outputs, &|_| None).unwrap();
+        assert!(!unknown.contains_key(&state.outputs[0].key()));
     }
 
     #[test]

@@ -1,0 +1,232 @@
+"""gluon.rnn: fused RNN/LSTM/GRU layers and the recurrent cells, against MXNet 1.9.1's outputs,
+gradients and files (tests/fixtures/extra/make_gluon_rnn.py wrote them), and against each other
+(a fused layer equals its cells unrolled with the same weights)."""
+
+import pathlib
+
+import numpy as np
+import pytest
+
+import oxnet as mx
+from oxnet import autograd, gluon, nd
+from oxnet.gluon import rnn
+from oxnet.test_utils import assert_almost_equal
+
+EXTRA = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "extra"
+REF = nd.load(str(EXTRA / "gluon-rnn.params"))
+
+
+def _ref(key):
+    return REF[key].asnumpy()
+
+
+class LM(gluon.HybridBlock):
+    """The fixture's language model: embedding, 2-layer bidirectional LSTM, decoder."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        with self.name_scope():
+            self.embed = gluon.nn.Embedding(11, 4)
+            self.lstm = rnn.LSTM(5, num_layers=2, bidirectional=True)
+            self.decoder = gluon.nn.Dense(11, flatten=False)
+
+    def hybrid_forward(self, F, x):
+        return self.decoder(self.lstm(self.embed(x)))
+
+
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_language_model_loads_mxnet_parameters_and_matches_outputs_and_gradients(hybridize):
+    lm = LM(prefix="lm_")
+    lm.load_parameters(str(EXTRA / "gluon-rnn-lm.params"))
+    if hybridize:
+        lm.hybridize()
+    with autograd.record():
+        y = lm(REF["lm_tokens"])
+    y.backward(REF["lm_head"])
+    assert_almost_equal(y.asnumpy(), _ref("lm_out"), rtol=1e-4, atol=1e-5)
+    for name, param in lm.collect_params().items():
+        assert_almost_equal(param.grad().asnumpy(), _ref("lm_grad_" + name), rtol=1e-3, atol=1e-5)
+
+
+def test_saved_parameter_names_match_mxnet(tmp_path):
+    lm = LM(prefix="lm_")
+    lm.load_parameters(str(EXTRA / "gluon-rnn-lm.params"))
+    lm.save_parameters(str(tmp_path / "lm.params"))
+    ours = nd.load(str(tmp_path / "lm.params"))
+    theirs = nd.load(str(EXTRA / "gluon-rnn-lm.params"))
+    assert sorted(ours) == sorted(theirs)
+    assert "lstm._unfused.1.r_cell.h2h_weight" in ours
+    for key in theirs:
+        assert_almost_equal(ours[key].asnumpy(), theirs[key].asnumpy())
+
+
+def test_mxnet_export_with_partial_begin_states_imports_and_runs():
+    # MXNet exports zero begin states as `_zeros(shape=(4, 0, 5))`: the batch comes from the data.
+    block = gluon.SymbolBlock.imports(str(EXTRA / "gluon-rnn-lm-symbol.json"), ["data"],
+                                      str(EXTRA / "gluon-rnn-lm-0000.params"))
+    assert_almost_equal(block(REF["lm_tokens"]).asnumpy(), _ref("lm_out"), rtol=1e-4, atol=1e-5)
+    wider = nd.concat(REF["lm_tokens"], REF["lm_tokens"], dim=1)
+    assert block(wider).shape == (6, 6, 11)
+
+
+def test_export_round_trip_of_a_hybridized_parent(tmp_path):
+    lm = LM(prefix="lm_")
+    lm.initialize()
+    lm.hybridize()
+    tokens = nd.array(np.random.RandomState(0).randint(0, 11, (7, 2)))
+    y = lm(tokens)
+    assert lm.lstm.l0_i2h_weight.shape == (20, 4)
+    assert lm.lstm.l1_i2h_weight.shape == (20, 10)
+    lm.export(str(tmp_path / "lm"))
+    back = gluon.SymbolBlock.imports(str(tmp_path / "lm-symbol.json"), ["data"], str(tmp_path / "lm-0000.params"))
+    assert_almost_equal(back(tokens).asnumpy(), y.asnumpy(), rtol=1e-5, atol=1e-6)
+
+
+def _set_params(block, key_of):
+    """Give every (deferred) parameter of ``block`` the fixture value ``REF[key_of(name)]``."""
+    for name, param in block.collect_params().items():
+        value = REF[key_of(name)]
+        param.shape = value.shape
+        param._finish_deferred_init()
+        param.set_data(value)
+
+
+def _layer(case):
+    return {"gru_ntc": lambda: rnn.GRU(4, num_layers=2, layout="NTC", prefix="gru_ntc_"),
+            "rnn_tanh": lambda: rnn.RNN(4, activation="tanh", bidirectional=True, prefix="rnn_tanh_"),
+            "rnn_relu": lambda: rnn.RNN(4, num_layers=2, prefix="rnn_relu_")}[case]()
+
+
+@pytest.mark.parametrize("hybridize", [False, True])
+@pytest.mark.parametrize("case", ["gru_ntc", "rnn_tanh", "rnn_relu"])
+def test_layers_with_states_match_mxnet(case, hybridize):
+    layer = _layer(case)
+    layer.initialize()
+    _set_params(layer, lambda name: "%s_p_%s" % (case, name[len(layer.prefix):]))
+    if hybridize:
+        layer.hybridize()
+    x = REF[case + "_x"].copy()
+    x.attach_grad()
+    states = [REF["%s_s%d" % (case, i)] for i in range(len(layer.state_info()))]
+    with autograd.record():
+        y, new_states = layer(x, states)
+        loss = (y * y).sum() + sum((s * s).sum() for s in new_states)
+    loss.backward()
+    assert_almost_equal(y.asnumpy(), _ref(case + "_y"), rtol=1e-4, atol=1e-5)
+    for i, s in enumerate(new_states):
+        assert_almost_equal(s.asnumpy(), _ref("%s_ns%d" % (case, i)), rtol=1e-4, atol=1e-5)
+    assert_almost_equal(x.grad.asnumpy(), _ref(case + "_dx"), rtol=1e-3, atol=1e-5)
+
+
+CELLS = {"lstmcell": lambda: rnn.LSTMCell(3, prefix="lstmcell_"),
+         "grucell": lambda: rnn.GRUCell(3, prefix="grucell_"),
+         "rnncell": lambda: rnn.RNNCell(3, activation="relu", prefix="rnncell_")}
+
+
+@pytest.mark.parametrize("hybridize", [False, True])
+@pytest.mark.parametrize("case", sorted(CELLS))
+def test_cells_unrolled_match_mxnet(case, hybridize):
+    cell = CELLS[case]()
+    cell.initialize()
+    _set_params(cell, lambda name: "%s_p_%s" % (case, name[len(cell.prefix):]))
+    if hybridize:
+        cell.hybridize()
+    y, states = cell.unroll(4, REF["cell_x"], merge_outputs=True)
+    assert_almost_equal(y.asnumpy(), _ref(case + "_y"), rtol=1e-4, atol=1e-5)
+    for i, s in enumerate(states):
+        assert_almost_equal(s.asnumpy(), _ref("%s_s%d" % (case, i)), rtol=1e-4, atol=1e-5)
+    y, states = cell.unroll(4, REF["cell_x"], merge_outputs=True, valid_length=REF["cell_valid"])
+    assert_almost_equal(y.asnumpy(), _ref(case + "_vy"), rtol=1e-4, atol=1e-5)
+    for i, s in enumerate(states):
+        assert_almost_equal(s.asnumpy(), _ref("%s_vs%d" % (case, i)), rtol=1e-4, atol=1e-5)
+
+
+def test_stacked_bidirectional_dropout_residual_cells_match_mxnet():
+    stack = rnn.SequentialRNNCell(prefix="stack_")
+    with stack.name_scope():
+        stack.add(rnn.BidirectionalCell(rnn.LSTMCell(3, prefix="l_"), rnn.LSTMCell(3, prefix="r_")))
+        stack.add(rnn.DropoutCell(0.0))
+        stack.add(rnn.ResidualCell(rnn.GRUCell(6, prefix="res_")))
+    stack.initialize()
+    _set_params(stack, lambda name: "stack_p_" + name)
+    x = REF["cell_x"].transpose((1, 0, 2))
+    y, states = stack.unroll(4, x, layout="TNC", merge_outputs=True, valid_length=REF["cell_valid"])
+    assert_almost_equal(y.asnumpy(), _ref("stack_y"), rtol=1e-4, atol=1e-5)
+    assert len(states) == 5
+    for i, s in enumerate(states):
+        assert_almost_equal(s.asnumpy(), _ref("stack_s%d" % i), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["TNC", "NTC"])
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+def test_fused_layer_equals_its_cells_unrolled(mode, layout):
+    hidden, layers = 4, 2
+    if mode == "lstm":
+        layer, cell = rnn.LSTM(hidden, layers, layout=layout, bidirectional=True), rnn.LSTMCell
+    elif mode == "gru":
+        layer, cell = rnn.GRU(hidden, layers, layout=layout, bidirectional=True), rnn.GRUCell
+    else:
+        layer = rnn.RNN(hidden, layers, activation="tanh", layout=layout, bidirectional=True)
+        cell = lambda h, prefix: rnn.RNNCell(h, activation="tanh", prefix=prefix)  # noqa: E731
+    layer.initialize(mx.init.Uniform(0.5))
+    x = nd.random.normal(shape=(5, 3, 2) if layout == "TNC" else (3, 5, 2))
+    fused = layer(x)
+    stack = rnn.SequentialRNNCell()
+    for i in range(layers):
+        stack.add(rnn.BidirectionalCell(cell(hidden, prefix="l%d_" % i), cell(hidden, prefix="r%d_" % i)))
+    stack.initialize()
+    for name, param in stack.collect_params().items():
+        source = getattr(layer, name)
+        param.shape = source.shape
+        param._finish_deferred_init()
+        param.set_data(source.data())
+    unrolled, _ = stack.unroll(x.shape[layout.find("T")], x, layout=layout, merge_outputs=True)
+    assert_almost_equal(fused.asnumpy(), unrolled.asnumpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_layer_defaults_shapes_and_repr():
+    with mx.name.Prefix("fresh_"):
+        layer = rnn.LSTM(6, num_layers=2, bidirectional=True)
+        assert [rnn.GRU(3).prefix, rnn.RNN(3).prefix, rnn.LSTMCell(2).prefix] == ["fresh_gru0_", "fresh_rnn0_",
+                                                                                 "fresh_lstm1_"]
+    assert layer.prefix == "fresh_lstm0_"
+    assert sorted(layer.params.keys())[:2] == ["fresh_lstm0_l0_h2h_bias", "fresh_lstm0_l0_h2h_weight"]
+    assert layer.l1_i2h_weight.shape == (24, 12) and layer.l0_i2h_weight.shape == (24, 0)
+    assert repr(layer) == "LSTM(None -> 6, TNC, num_layers=2, bidirectional)"
+    assert [s["shape"] for s in layer.state_info(5)] == [(4, 5, 6), (4, 5, 6)]
+    layer.initialize()
+    out, states = layer(nd.ones((7, 5, 3)), layer.begin_state(5))
+    assert out.shape == (7, 5, 12) and [s.shape for s in states] == [(4, 5, 6), (4, 5, 6)]
+    assert repr(layer) == "LSTM(3 -> 6, TNC, num_layers=2, bidirectional)"
+
+
+def test_bad_states_and_layouts_raise_clear_errors():
+    layer = rnn.GRU(4)
+    layer.initialize()
+    with pytest.raises(ValueError, match=r"Invalid recurrent state shape. Expecting \(1, 2, 4\)"):
+        layer(nd.ones((3, 2, 5)), nd.zeros((1, 3, 4)))
+    with pytest.raises(ValueError, match="layout"):
+        rnn.LSTM(4, layout="CNT")
+    with pytest.raises(NotImplementedError, match="projection_size"):
+        rnn.LSTM(4, projection_size=2)
+    with pytest.raises(NotImplementedError, match="Bidirectional cannot be stepped"):
+        rnn.BidirectionalCell(rnn.GRUCell(2), rnn.GRUCell(2))(nd.ones((1, 2)), [])
+
+
+def test_lstm_language_model_trains():
+    mx.random.seed(0)
+    lm = LM()
+    lm.initialize(mx.init.Xavier())
+    lm.hybridize()
+    trainer = gluon.Trainer(lm.collect_params(), "adam", {"learning_rate": 0.02})
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    tokens = nd.array(np.tile(np.arange(11), 4)[:40].reshape(10, 4))
+    target = (tokens + 1) % 11
+    losses = []
+    for _ in range(60):
+        with autograd.record():
+            loss = loss_fn(lm(tokens), target)
+        loss.backward()
+        trainer.step(tokens.shape[1])
+        losses.append(loss.mean().asscalar())
+    assert losses[-1] < 0.1 * losses[0], losses
