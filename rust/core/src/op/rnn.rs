@@ -13,7 +13,7 @@
 use super::fast_math::{sigmoid_f32, tanh_f32};
 use super::grad::{Grad, InputGrads};
 use super::linalg::{matmul_into, Mat};
-use super::{ExecContext, OpDef, Operator, Tensor};
+use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 
@@ -74,9 +74,11 @@ trait Real: Elem + std::ops::Add<Output = Self> + std::ops::Sub<Output = Self> +
 impl Real for f32 {
     const ZERO: f32 = 0.0;
     const ONE: f32 = 1.0;
+    #[inline(always)]
     fn sigmoid(self) -> f32 {
         sigmoid_f32(self)
     }
+    #[inline(always)]
     fn tanh(self) -> f32 {
         tanh_f32(self)
     }
@@ -262,6 +264,170 @@ fn column_sums_into<T: Real>(sums: &mut [T], values: &[T]) {
     }
 }
 
+/// Cell clipping (`lstm_state_clip_min/max`): the clipped value and whether it was clipped;
+/// NaN becomes the lower bound only with `lstm_state_clip_nan`.
+fn clip_cell<T: Real>(c: T, clip: Option<(f64, f64, bool)>) -> (T, bool) {
+    let Some((lo, hi, clip_nan)) = clip else { return (c, false) };
+    let v = c.to_f64();
+    if v.is_nan() && !clip_nan {
+        (c, false)
+    } else if v.is_nan() || v < lo {
+        (T::from_f64(lo), true)
+    } else if v > hi {
+        (T::from_f64(hi), true)
+    } else {
+        (c, false)
+    }
+}
+
+/// One batch row of an LSTM step: pre-activation gates (i, f, g, o blocks of `hidden`) become
+/// activations, `cell` goes from c_(t-1) to c_t, `out` receives h_t.
+struct LstmRow<'a, T> {
+    gates: &'a mut [T],
+    cell: &'a mut [T],
+    out: &'a mut [T],
+}
+
+/// The same row in backpropagation: activated gates become pre-activation gradients and
+/// `prev_cell_grad` receives the gradient of c_(t-1).
+struct LstmGradRow<'a, T> {
+    gates: &'a mut [T],
+    cell: &'a [T],
+    prev_cell: &'a [T],
+    h_grad: &'a [T],
+    out_grad: &'a [T],
+    cell_grad: &'a [T],
+    prev_cell_grad: &'a mut [T],
+}
+
+/// Runs `body` compiled for AVX2+FMA when the CPU has them: the cell loops below are written
+/// as straight slice loops over the fast transcendental functions so that they vectorize.
+macro_rules! with_avx2 {
+    ($name:ident, $row:ident, $body:ident) => {
+        fn $name<T: Real>(row: $row<'_, T>, clip: Option<(f64, f64, bool)>) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn wide<T: Real>(row: $row<'_, T>, clip: Option<(f64, f64, bool)>) {
+                    $body(row, clip)
+                }
+                if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                    // SAFETY: the CPU supports the features `wide` is compiled for.
+                    return unsafe { wide(row, clip) };
+                }
+            }
+            $body(row, clip)
+        }
+    };
+}
+
+with_avx2!(lstm_forward_row, LstmRow, lstm_forward_body);
+with_avx2!(lstm_backward_row, LstmGradRow, lstm_backward_body);
+
+#[inline(always)]
+fn lstm_forward_body<T: Real>(row: LstmRow<'_, T>, clip: Option<(f64, f64, bool)>) {
+    let h = row.cell.len();
+    let (input, rest) = row.gates.split_at_mut(h);
+    let (forget, rest) = rest.split_at_mut(h);
+    let (candidate, output) = rest.split_at_mut(h);
+    // Separate loops (not one chained iterator) so that each vectorizes.
+    for gate in [&mut *input, &mut *forget, &mut *output] {
+        for v in gate.iter_mut() {
+            *v = v.sigmoid();
+        }
+    }
+    for v in candidate.iter_mut() {
+        *v = v.tanh();
+    }
+    for (((c, &f), &i), &g) in row.cell.iter_mut().zip(&*forget).zip(&*input).zip(&*candidate) {
+        *c = f * *c + i * g;
+    }
+    if clip.is_some() {
+        for c in row.cell.iter_mut() {
+            *c = clip_cell(*c, clip).0;
+        }
+    }
+    for ((out, &c), &o) in row.out.iter_mut().zip(&*row.cell).zip(&*output) {
+        *out = o * c.tanh();
+    }
+}
+
+#[inline(always)]
+fn lstm_backward_body<T: Real>(row: LstmGradRow<'_, T>, clip: Option<(f64, f64, bool)>) {
+    if clip.is_none() {
+        return lstm_backward_cells(row, |_| false);
+    }
+    // A clipped cell passes no gradient to its gates or to c_(t-1).
+    let h = row.cell.len();
+    let g = &row.gates;
+    let clipped: Vec<bool> = (0..h).map(|j| clip_cell(g[h + j] * row.prev_cell[j] + g[j] * g[2 * h + j], clip).1).collect();
+    lstm_backward_cells(row, |j| clipped[j])
+}
+
+#[inline(always)]
+fn lstm_backward_cells<T: Real>(row: LstmGradRow<'_, T>, clipped: impl Fn(usize) -> bool) {
+    let h = row.cell.len();
+    let (input, rest) = row.gates.split_at_mut(h);
+    let (forget, rest) = rest.split_at_mut(h);
+    let (candidate, output) = rest.split_at_mut(h);
+    for j in 0..h {
+        let (i, f, g, o) = (input[j], forget[j], candidate[j], output[j]);
+        let grad = row.h_grad[j] + row.out_grad[j];
+        let tanh_c = row.cell[j].tanh();
+        let through = row.cell_grad[j] + grad * o * (T::ONE - tanh_c * tanh_c);
+        let cell_grad = if clipped(j) { T::ZERO } else { through };
+        input[j] = cell_grad * g * i * (T::ONE - i);
+        forget[j] = cell_grad * row.prev_cell[j] * f * (T::ONE - f);
+        candidate[j] = cell_grad * i * (T::ONE - g * g);
+        output[j] = grad * tanh_c * o * (T::ONE - o);
+        row.prev_cell_grad[j] = cell_grad * f;
+    }
+}
+
+/// A buffer that concurrent batch-range sweeps share; each touches only its own rows.
+struct Shared<T> {
+    ptr: SendPtr<T>,
+    len: usize,
+}
+
+impl<T> Shared<T> {
+    fn new(values: &mut [T]) -> Shared<T> {
+        Shared { ptr: SendPtr(values.as_mut_ptr()), len: values.len() }
+    }
+
+    /// The `len` elements from `start`.
+    ///
+    /// # Safety
+    /// No other live slice from this buffer overlaps them.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn rows(&self, start: usize, len: usize) -> &mut [T] {
+        assert!(start + len <= self.len, "row range outside the shared buffer");
+        std::slice::from_raw_parts_mut(self.ptr.get().add(start), len)
+    }
+}
+
+// SAFETY: the pointer is only turned into slices of disjoint rows by the sweeps (see `rows`),
+// and the buffer outlives the scope in which the sweeps run.
+unsafe impl<T: Send> Sync for Shared<T> {}
+
+/// What the forward sweeps write: gates, LSTM cells, GRU's W_hn h + b_hn, outputs, states.
+struct SweepBuffers<T> {
+    gates: Shared<T>,
+    cells: Shared<T>,
+    hidden_n: Shared<T>,
+    out: Shared<T>,
+    hy: Shared<T>,
+    cy: Shared<T>,
+}
+
+/// What the backward sweeps write: gate gradients, GRU's recurrent gradients, state gradients.
+struct GradBuffers<T> {
+    gates: Shared<T>,
+    recurrent: Shared<T>,
+    dh: Shared<T>,
+    dc: Shared<T>,
+}
+
 /// Time step processed at position `s` of a direction's sweep.
 fn step_time(dir: usize, steps: usize, s: usize) -> usize {
     if dir == 1 {
@@ -272,105 +438,122 @@ fn step_time(dir: usize, steps: usize, s: usize) -> usize {
 }
 
 impl<T: Real> Pass<'_, T> {
-    fn clip_cell(&self, c: T) -> (T, bool) {
-        match self.rnn.clip {
-            Some((lo, hi, clip_nan)) => {
-                let v = c.to_f64();
-                if v.is_nan() && !clip_nan {
-                    (c, false)
-                } else if v.is_nan() || v < lo {
-                    (T::from_f64(lo), true)
-                } else if v > hi {
-                    (T::from_f64(hi), true)
-                } else {
-                    (c, false)
-                }
-            }
-            None => (c, false),
-        }
-    }
 
     /// Runs one direction of one layer over `x` (steps x batch x layer input), writing its
     /// hidden states into its half of `out` (steps x batch x dirs*hidden) and its final states
-    /// into `hy`/`cy`.
+    /// into `hy`/`cy`. The input projection of all steps is one GEMM; the recurrence then runs
+    /// on disjoint ranges of batch rows concurrently (rows never interact), each with
+    /// single-threaded per-step GEMMs, so no step waits for the other threads.
     #[allow(clippy::too_many_arguments)]
     fn direction_forward(&self, layer: usize, dir: usize, x: &[T], h0: &[T], c0: &[T], out: &mut [T], trace: &mut Trace<T>, hy: &mut [T], cy: &mut [T]) {
         let (rnn, d) = (self.rnn, self.d);
-        let (h, gh, n, width) = (rnn.hidden, rnn.gate_width(), d.batch, rnn.dirs * rnn.hidden);
+        let gh = rnn.gate_width();
         let s = rnn.slots(d.input, layer, dir);
         let p = self.params;
-        let (w_ih, w_hh) = (&p[s.w_ih..][..gh * s.input], &p[s.w_hh..][..gh * h]);
+        let w_ih = &p[s.w_ih..][..gh * s.input];
         let (b_ih, b_hh) = (&p[s.b_ih..][..gh], &p[s.b_hh..][..gh]);
-        let rows = d.steps * n;
+        let rows = d.steps * d.batch;
         // SAFETY: x is (rows, input), w_ih (gh, input) read transposed, gates (rows, gh).
         unsafe { gemm(self.dtype, &mut trace.gates, false, x, (rows, s.input, false), w_ih, (gh, s.input, true), self.threads) };
         add_rows(&mut trace.gates, b_ih);
         if rnn.mode != Mode::Gru {
             add_rows(&mut trace.gates, b_hh);
         }
-        let mut h_prev = h0.to_vec();
-        let mut c_prev = c0.to_vec();
-        let mut recurrent = vec![T::ZERO; if rnn.mode == Mode::Gru { n * gh } else { 0 }];
+        let shared = SweepBuffers {
+            gates: Shared::new(&mut trace.gates),
+            cells: Shared::new(&mut trace.cells),
+            hidden_n: Shared::new(&mut trace.hidden_n),
+            out: Shared::new(out),
+            hy: Shared::new(hy),
+            cy: Shared::new(cy),
+        };
+        self.over_batch_ranges(|range| {
+            // SAFETY: each range touches only its own batch rows of the shared buffers.
+            unsafe { self.sweep_forward(layer, dir, range, h0, c0, &shared) }
+        });
+    }
+
+    /// Splits the batch into one range per thread (ranges of at least a few rows) and runs
+    /// `sweep` on each concurrently.
+    fn over_batch_ranges(&self, sweep: impl Fn(std::ops::Range<usize>) + Sync) {
+        const MIN_ROWS: usize = 4;
+        let n = self.d.batch;
+        let ranges = self.threads.min(n / MIN_ROWS).max(1);
+        let per = n.div_ceil(ranges);
+        rayon::scope(|scope| {
+            for r in 1..ranges {
+                let sweep = &sweep;
+                scope.spawn(move |_| sweep(r * per..((r + 1) * per).min(n)));
+            }
+            sweep(0..per.min(n));
+        });
+    }
+
+    /// The recurrence of one direction for batch rows `range`.
+    ///
+    /// # Safety
+    /// No other thread accesses the rows `range` of the shared buffers meanwhile.
+    unsafe fn sweep_forward(&self, layer: usize, dir: usize, range: std::ops::Range<usize>, h0: &[T], c0: &[T], buf: &SweepBuffers<T>) {
+        let (rnn, d) = (self.rnn, self.d);
+        let (h, gh, n, width) = (rnn.hidden, rnn.gate_width(), d.batch, rnn.dirs * rnn.hidden);
+        let s = rnn.slots(d.input, layer, dir);
+        let (w_hh, b_hh) = (&self.params[s.w_hh..][..gh * h], &self.params[s.b_hh..][..gh]);
+        let (first, nb) = (range.start, range.len());
+        let mut h_prev = h0[first * h..][..nb * h].to_vec();
+        let mut c_prev = if rnn.mode == Mode::Lstm { c0[first * h..][..nb * h].to_vec() } else { Vec::new() };
+        let mut recurrent = vec![T::ZERO; if rnn.mode == Mode::Gru { nb * gh } else { 0 }];
         for step in 0..d.steps {
             let t = step_time(dir, d.steps, step);
-            let gates = &mut trace.gates[t * n * gh..][..n * gh];
-            // SAFETY: h_prev is (n, h), w_hh (gh, h) read transposed, the destination (n, gh).
-            unsafe {
-                if rnn.mode == Mode::Gru {
-                    gemm(self.dtype, &mut recurrent, false, &h_prev, (n, h, false), w_hh, (gh, h, true), self.threads);
-                    add_rows(&mut recurrent, b_hh);
-                } else {
-                    gemm(self.dtype, gates, true, &h_prev, (n, h, false), w_hh, (gh, h, true), self.threads);
-                }
+            let gates = buf.gates.rows((t * n + first) * gh, nb * gh);
+            // SAFETY: h_prev is (nb, h), w_hh (gh, h) read transposed, the destination (nb, gh).
+            if rnn.mode == Mode::Gru {
+                gemm(self.dtype, &mut recurrent, false, &h_prev, (nb, h, false), w_hh, (gh, h, true), 1);
+                add_rows(&mut recurrent, b_hh);
+            } else {
+                gemm(self.dtype, gates, true, &h_prev, (nb, h, false), w_hh, (gh, h, true), 1);
             }
-            for b in 0..n {
+            for b in 0..nb {
                 let g = &mut gates[b * gh..][..gh];
-                let out_row = &mut out[(t * n + b) * width + dir * h..][..h];
-                for j in 0..h {
-                    let at = b * h + j;
-                    let value = match rnn.mode {
-                        Mode::Relu => {
-                            g[j] = if g[j] > T::ZERO { g[j] } else { T::ZERO };
-                            g[j]
+                let out_row = buf.out.rows((t * n + first + b) * width + dir * h, h);
+                let state = &mut h_prev[b * h..][..h];
+                match rnn.mode {
+                    Mode::Lstm => {
+                        let cell = &mut c_prev[b * h..][..h];
+                        lstm_forward_row(LstmRow { gates: g, cell, out: out_row }, rnn.clip);
+                        buf.cells.rows((t * n + first + b) * h, h).copy_from_slice(cell);
+                    }
+                    Mode::Relu | Mode::Tanh => {
+                        for (o, v) in out_row.iter_mut().zip(&mut g[..h]) {
+                            *v = if rnn.mode == Mode::Relu { if *v > T::ZERO { *v } else { T::ZERO } } else { v.tanh() };
+                            *o = *v;
                         }
-                        Mode::Tanh => {
-                            g[j] = g[j].tanh();
-                            g[j]
-                        }
-                        Mode::Lstm => {
-                            let (i, f, c_new, o) = (g[j].sigmoid(), g[h + j].sigmoid(), g[2 * h + j].tanh(), g[3 * h + j].sigmoid());
-                            let (c, _) = self.clip_cell(f * c_prev[at] + i * c_new);
-                            (g[j], g[h + j], g[2 * h + j], g[3 * h + j]) = (i, f, c_new, o);
-                            trace.cells[t * n * h + at] = c;
-                            c_prev[at] = c;
-                            o * c.tanh()
-                        }
-                        Mode::Gru => {
-                            let r = &recurrent[b * gh..];
+                    }
+                    Mode::Gru => {
+                        let r = &recurrent[b * gh..][..gh];
+                        let hidden_n = buf.hidden_n.rows((t * n + first + b) * h, h);
+                        for j in 0..h {
                             let (reset, update) = ((g[j] + r[j]).sigmoid(), (g[h + j] + r[h + j]).sigmoid());
-                            let hidden_n = r[2 * h + j];
-                            let candidate = (g[2 * h + j] + reset * hidden_n).tanh();
+                            let candidate = (g[2 * h + j] + reset * r[2 * h + j]).tanh();
                             (g[j], g[h + j], g[2 * h + j]) = (reset, update, candidate);
-                            trace.hidden_n[t * n * h + at] = hidden_n;
-                            (T::ONE - update) * candidate + update * h_prev[at]
+                            hidden_n[j] = r[2 * h + j];
+                            out_row[j] = (T::ONE - update) * candidate + update * state[j];
                         }
-                    };
-                    out_row[j] = value;
+                    }
                 }
-            }
-            for b in 0..n {
-                h_prev[b * h..][..h].copy_from_slice(&out[(t * n + b) * width + dir * h..][..h]);
+                state.copy_from_slice(out_row);
             }
         }
-        hy.copy_from_slice(&h_prev);
+        buf.hy.rows(first * h, nb * h).copy_from_slice(&h_prev);
         if rnn.mode == Mode::Lstm {
-            cy.copy_from_slice(&c_prev);
+            buf.cy.rows(first * h, nb * h).copy_from_slice(&c_prev);
         }
     }
 
     /// Backpropagates one direction of one layer: `dout` is the gradient of the layer's output,
     /// `dh`/`dc` enter as the final states' gradients and leave as the initial states'. The
-    /// data gradient is added to `dx` and the parameter gradients to `dparams`.
+    /// data gradient is added to `dx` and the parameter gradients to `dparams`. The recurrence
+    /// runs on batch ranges concurrently as in the forward; the weight gradients of all steps
+    /// are then single large GEMMs.
     #[allow(clippy::too_many_arguments)]
     fn direction_backward(
         &self,
@@ -390,54 +573,124 @@ impl<T: Real> Pass<'_, T> {
         let (rnn, d) = (self.rnn, self.d);
         let (h, gh, n, width) = (rnn.hidden, rnn.gate_width(), d.batch, rnn.dirs * rnn.hidden);
         let s = rnn.slots(d.input, layer, dir);
-        let p = self.params;
-        let (w_ih, w_hh) = (&p[s.w_ih..][..gh * s.input], &p[s.w_hh..][..gh * h]);
-        let mut h_prev = vec![T::ZERO; n * h];
-        let mut recurrent_grad = vec![T::ZERO; if rnn.mode == Mode::Gru { n * gh } else { 0 }];
-        let mut dh_next = vec![T::ZERO; n * h];
+        let w_ih = &self.params[s.w_ih..][..gh * s.input];
+        let rows = d.steps * n;
+        // GRU's recurrent pre-activation gradients differ from its gate gradients (the reset gate
+        // scales W_hn h + b_hn); for the other modes they are the gate gradients themselves.
+        let mut recurrent_grads = vec![T::ZERO; if rnn.mode == Mode::Gru { rows * gh } else { 0 }];
+        let shared = GradBuffers {
+            gates: Shared::new(&mut trace.gates),
+            recurrent: Shared::new(&mut recurrent_grads),
+            dh: Shared::new(dh),
+            dc: Shared::new(dc),
+        };
+        let trace_view = (&trace.cells[..], &trace.hidden_n[..]);
+        self.over_batch_ranges(|range| {
+            // SAFETY: each range touches only its own batch rows of the shared buffers.
+            unsafe { self.sweep_backward(layer, dir, range, h0, c0, out, trace_view, dout, &shared) }
+        });
+        // The hidden state each step read: h0 for the first step, the previous output after.
+        let mut h_prev = vec![T::ZERO; rows * h];
+        for step in 0..d.steps {
+            let t = step_time(dir, d.steps, step);
+            let dst = &mut h_prev[t * n * h..][..n * h];
+            match (step > 0).then(|| step_time(dir, d.steps, step - 1)) {
+                Some(tp) => (0..n).for_each(|b| dst[b * h..][..h].copy_from_slice(&out[(tp * n + b) * width + dir * h..][..h])),
+                None => dst.copy_from_slice(h0),
+            }
+        }
+        let recurrent = if rnn.mode == Mode::Gru { &recurrent_grads[..] } else { &trace.gates[..] };
+        // SAFETY: recurrent (rows, gh) read transposed times h_prev (rows, h) into the (gh, h)
+        // weight gradient; gates (rows, gh) transposed times x (rows, input) into the
+        // (gh, input) weight gradient; gates times w_ih (gh, input) into dx (rows, input).
+        unsafe {
+            gemm(self.dtype, &mut dparams[s.w_hh..][..gh * h], true, recurrent, (rows, gh, true), &h_prev, (rows, h, false), self.threads);
+            gemm(self.dtype, &mut dparams[s.w_ih..][..gh * s.input], true, &trace.gates, (rows, gh, true), x, (rows, s.input, false), self.threads);
+            gemm(self.dtype, dx, true, &trace.gates, (rows, gh, false), w_ih, (gh, s.input, false), self.threads);
+        }
+        column_sums_into(&mut dparams[s.b_hh..][..gh], recurrent);
+        column_sums_into(&mut dparams[s.b_ih..][..gh], &trace.gates);
+    }
+
+    /// Backpropagation through time for batch rows `range`: turns the rows' activated gates
+    /// into pre-activation gradients (and GRU's recurrent gradients) and their `dh`/`dc` from
+    /// final-state into initial-state gradients.
+    ///
+    /// # Safety
+    /// No other thread accesses the rows `range` of the shared buffers meanwhile.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn sweep_backward(
+        &self,
+        layer: usize,
+        dir: usize,
+        range: std::ops::Range<usize>,
+        h0: &[T],
+        c0: &[T],
+        out: &[T],
+        (cells, hidden_n): (&[T], &[T]),
+        dout: &[T],
+        buf: &GradBuffers<T>,
+    ) {
+        let (rnn, d) = (self.rnn, self.d);
+        let (h, gh, n, width) = (rnn.hidden, rnn.gate_width(), d.batch, rnn.dirs * rnn.hidden);
+        let s = rnn.slots(d.input, layer, dir);
+        let w_hh = &self.params[s.w_hh..][..gh * h];
+        let (first, nb) = (range.start, range.len());
+        let dh = buf.dh.rows(first * h, nb * h);
+        let dc = if rnn.mode == Mode::Lstm { buf.dc.rows(first * h, nb * h) } else { &mut [] };
+        let mut dh_next = vec![T::ZERO; nb * h];
+        let mut c_grads = vec![T::ZERO; if rnn.mode == Mode::Lstm { nb * h } else { 0 }];
         for step in (0..d.steps).rev() {
             let t = step_time(dir, d.steps, step);
             let previous = (step > 0).then(|| step_time(dir, d.steps, step - 1));
-            match previous {
-                Some(tp) => (0..n).for_each(|b| h_prev[b * h..][..h].copy_from_slice(&out[(tp * n + b) * width + dir * h..][..h])),
-                None => h_prev.copy_from_slice(h0),
-            }
-            let c_prev = |at: usize| match previous {
-                Some(tp) => trace.cells[tp * n * h + at],
-                None => c0[at],
-            };
-            let mut c_grads = vec![T::ZERO; if rnn.mode == Mode::Lstm { n * h } else { 0 }];
-            for b in 0..n {
-                for j in 0..h {
-                    let at = b * h + j;
-                    let grad = dh[at] + dout[(t * n + b) * width + dir * h + j];
-                    let g = &mut trace.gates[(t * n + b) * gh..][..gh];
-                    match rnn.mode {
-                        Mode::Relu => g[j] = if g[j] > T::ZERO { grad } else { T::ZERO },
-                        Mode::Tanh => g[j] = grad * (T::ONE - g[j] * g[j]),
-                        Mode::Lstm => {
-                            let (i, f, c_new, o) = (g[j], g[h + j], g[2 * h + j], g[3 * h + j]);
-                            let c = trace.cells[t * n * h + at];
-                            let tanh_c = c.tanh();
-                            let (_, clipped) = self.clip_cell(f * c_prev(at) + i * c_new);
-                            let through_c = dc[at] + grad * o * (T::ONE - tanh_c * tanh_c);
-                            let dcell = if clipped { T::ZERO } else { through_c };
-                            g[j] = dcell * c_new * i * (T::ONE - i);
-                            g[h + j] = dcell * c_prev(at) * f * (T::ONE - f);
-                            g[2 * h + j] = dcell * i * (T::ONE - c_new * c_new);
-                            g[3 * h + j] = grad * tanh_c * o * (T::ONE - o);
-                            c_grads[at] = dcell * f;
+            let gates = buf.gates.rows((t * n + first) * gh, nb * gh);
+            for b in 0..nb {
+                let row = first + b;
+                let g = &mut gates[b * gh..][..gh];
+                let out_grad = &dout[(t * n + row) * width + dir * h..][..h];
+                let state_grad = &dh[b * h..][..h];
+                match rnn.mode {
+                    Mode::Lstm => {
+                        let prev_cell = match previous {
+                            Some(tp) => &cells[(tp * n + row) * h..][..h],
+                            None => &c0[row * h..][..h],
+                        };
+                        let grads = LstmGradRow {
+                            gates: g,
+                            cell: &cells[(t * n + row) * h..][..h],
+                            prev_cell,
+                            h_grad: state_grad,
+                            out_grad,
+                            cell_grad: &dc[b * h..][..h],
+                            prev_cell_grad: &mut c_grads[b * h..][..h],
+                        };
+                        lstm_backward_row(grads, rnn.clip);
+                    }
+                    Mode::Relu | Mode::Tanh => {
+                        for j in 0..h {
+                            let grad = state_grad[j] + out_grad[j];
+                            g[j] = match rnn.mode {
+                                Mode::Relu => if g[j] > T::ZERO { grad } else { T::ZERO },
+                                _ => grad * (T::ONE - g[j] * g[j]),
+                            };
                         }
-                        Mode::Gru => {
+                    }
+                    Mode::Gru => {
+                        let prev_h = match previous {
+                            Some(tp) => &out[(tp * n + row) * width + dir * h..][..h],
+                            None => &h0[row * h..][..h],
+                        };
+                        let hn = &hidden_n[(t * n + row) * h..][..h];
+                        let r = buf.recurrent.rows((t * n + row) * gh, gh);
+                        for j in 0..h {
+                            let grad = state_grad[j] + out_grad[j];
                             let (reset, update, candidate) = (g[j], g[h + j], g[2 * h + j]);
-                            let hidden_n = trace.hidden_n[t * n * h + at];
                             let d_candidate = grad * (T::ONE - update) * (T::ONE - candidate * candidate);
-                            let d_update = grad * (h_prev[at] - candidate) * update * (T::ONE - update);
-                            let d_reset = d_candidate * hidden_n * reset * (T::ONE - reset);
+                            let d_update = grad * (prev_h[j] - candidate) * update * (T::ONE - update);
+                            let d_reset = d_candidate * hn[j] * reset * (T::ONE - reset);
                             (g[j], g[h + j], g[2 * h + j]) = (d_reset, d_update, d_candidate);
-                            let r = &mut recurrent_grad[b * gh..];
                             (r[j], r[h + j], r[2 * h + j]) = (d_reset, d_update, d_candidate * reset);
-                            dh_next[at] = grad * update;
+                            dh_next[b * h + j] = grad * update;
                         }
                     }
                 }
@@ -445,26 +698,11 @@ impl<T: Real> Pass<'_, T> {
             if rnn.mode == Mode::Lstm {
                 dc.copy_from_slice(&c_grads);
             }
-            let gates = &trace.gates[t * n * gh..][..n * gh];
-            let recurrent = if rnn.mode == Mode::Gru { &recurrent_grad[..] } else { gates };
-            let (w_hh_grad, b_hh_grad) = (s.w_hh, s.b_hh);
-            // SAFETY: recurrent (n, gh) times w_hh (gh, h) into (n, h); recurrent read
-            // transposed (gh, n) times h_prev (n, h) into the (gh, h) weight gradient.
-            unsafe {
-                gemm(self.dtype, &mut dh_next, rnn.mode == Mode::Gru, recurrent, (n, gh, false), w_hh, (gh, h, false), self.threads);
-                gemm(self.dtype, &mut dparams[w_hh_grad..][..gh * h], true, recurrent, (n, gh, true), &h_prev, (n, h, false), self.threads);
-            }
-            column_sums_into(&mut dparams[b_hh_grad..][..gh], recurrent);
+            let recurrent: &[T] = if rnn.mode == Mode::Gru { buf.recurrent.rows((t * n + first) * gh, nb * gh) } else { gates };
+            // SAFETY: recurrent (nb, gh) times w_hh (gh, h) into (nb, h).
+            gemm(self.dtype, &mut dh_next, rnn.mode == Mode::Gru, recurrent, (nb, gh, false), w_hh, (gh, h, false), 1);
             dh.copy_from_slice(&dh_next);
         }
-        let rows = d.steps * n;
-        // SAFETY: gates (rows, gh) transposed times x (rows, input) into the (gh, input) weight
-        // gradient; gates times w_ih (gh, input) into dx (rows, input).
-        unsafe {
-            gemm(self.dtype, &mut dparams[s.w_ih..][..gh * s.input], true, &trace.gates, (rows, gh, true), x, (rows, s.input, false), self.threads);
-            gemm(self.dtype, dx, true, &trace.gates, (rows, gh, false), w_ih, (gh, s.input, false), self.threads);
-        }
-        column_sums_into(&mut dparams[s.b_ih..][..gh], &trace.gates);
     }
 
     /// Runs all layers: the last layer's output goes to `out`, final states to `hy`/`cy`. With
