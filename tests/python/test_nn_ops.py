@@ -543,6 +543,7 @@ POOL_CASES = [
     ((1, 2, 7, 6), (3, 2), (2, 2), (0, 0), "full"),
     ((2, 3, 9), (3,), (2,), (1,), "valid"),
     ((1, 2, 4, 5, 6), (2, 2, 3), (2, 1, 3), (0, 1, 0), "valid"),
+    ((2, 2, 5, 6, 7), (2, 3, 2), (2, 3, 2), (0, 0, 0), "valid"),
 ]
 
 
@@ -555,6 +556,31 @@ def test_pooling(pool_type, case, ctx):
     out = nd.Pooling(nd.array(x, ctx=ctx, dtype="float64"), **kwargs)
     assert_almost_equal(out.asnumpy(), _pool_reference(x, kernel, stride, pad, pool_type, convention), rtol=1e-10)
     check_gradient(lambda v: nd.Pooling(v, **kwargs), [shape], ctx, dtypes=["float64", "float32"])
+
+
+@pytest.mark.parametrize("kernel", [(2, 2), (3, 2)])
+def test_max_pooling_gradient_goes_to_the_first_maximum_of_each_window(kernel, ctx):
+    # Windows that tile the input take a dedicated path; ties must still go to the first cell.
+    rng = np.random.RandomState(5)
+    x = rng.randint(0, 3, size=(2, 3, 7, 8)).astype(np.float32)
+    x[0, 0, 0, 1] = np.nan
+    head = rng.randn(2, 3, 7 // kernel[0], 8 // kernel[1]).astype(np.float32)
+    a = nd.array(x, ctx=ctx)
+    a.attach_grad()
+    with autograd.record():
+        y = nd.Pooling(a, kernel=kernel, stride=kernel, pool_type="max")
+    y.backward(nd.array(head, ctx=ctx))
+    expected_grad = np.zeros_like(x)
+    expected_out = np.zeros_like(head)
+    for n, c, i, j in np.ndindex(*head.shape):
+        window = x[n, c, i * kernel[0]:(i + 1) * kernel[0], j * kernel[1]:(j + 1) * kernel[1]]
+        flat = window.reshape(-1)
+        first = int(np.argmax(np.isnan(flat))) if np.isnan(flat).any() else int(np.argmax(flat))
+        expected_out[n, c, i, j] = flat[first]
+        di, dj = divmod(first, kernel[1])
+        expected_grad[n, c, i * kernel[0] + di, j * kernel[1] + dj] = head[n, c, i, j]
+    np.testing.assert_array_equal(y.asnumpy(), expected_out)
+    np.testing.assert_array_equal(a.grad.asnumpy(), expected_grad)
 
 
 def test_global_and_lp_pooling_and_pad_counting(ctx):

@@ -100,39 +100,76 @@ impl<R: Rule> Update<R> {
 
 /// Apply `rule` to one weight's (weight, grad, states, master) group, writing `out`.
 fn apply_rule<W: Elem, S: Elem>(rule: &impl Rule, h: &Hyper, weight: &Tensor, grad: &Tensor, states: &[Tensor], master: Option<&Tensor>, out: &Tensor) {
-    let n = weight.size();
-    let (wp, gp, op) = (SendPtr(weight.ptr::<W>()), SendPtr(grad.ptr::<W>()), SendPtr(out.ptr::<W>()));
-    let mp = master.map(|m| SendPtr(m.ptr::<S>()));
-    let mut sp = [SendPtr(std::ptr::null_mut::<S>()); MAX_STATES];
-    for (slot, s) in sp.iter_mut().zip(states) {
-        *slot = SendPtr(s.ptr::<S>());
+    // The state count is a constant inside the element loop, so that the loop vectorizes.
+    match states.len() {
+        0 => apply_rule_with::<W, S, 0>(rule, h, weight, grad, states, master, out),
+        1 => apply_rule_with::<W, S, 1>(rule, h, weight, grad, states, master, out),
+        2 => apply_rule_with::<W, S, 2>(rule, h, weight, grad, states, master, out),
+        _ => apply_rule_with::<W, S, MAX_STATES>(rule, h, weight, grad, states, master, out),
     }
-    let count = states.len();
-    parallel_chunks(n, PARALLEL_GRAIN, |range| {
-        let mut buf = [0f64; MAX_STATES];
-        for i in range {
-            // SAFETY: every array holds n elements (checked by infer_shape and `check`); the
-            // states, master and output are written by this op alone, each index by exactly one
-            // task, and an output aliasing the weight is read at index i before it is written.
-            unsafe {
-                for k in 0..count {
-                    buf[k] = (*sp[k].get().add(i)).to_f64();
-                }
-                let w = match mp {
-                    Some(m) => (*m.get().add(i)).to_f64(),
-                    None => (*wp.get().add(i)).to_f64(),
-                };
-                let new = rule(h, w, (*gp.get().add(i)).to_f64(), &mut buf[..count]);
-                for k in 0..count {
-                    *sp[k].get().add(i) = S::from_f64(buf[k]);
-                }
-                if let Some(m) = mp {
-                    *m.get().add(i) = S::from_f64(new);
-                }
-                *op.get().add(i) = W::from_f64(new);
+}
+
+/// The arrays of one update, as pointers shared by the tasks that each update one index range.
+struct UpdateArrays<W, S, const N: usize> {
+    weight: SendPtr<W>,
+    grad: SendPtr<W>,
+    out: SendPtr<W>,
+    states: [SendPtr<S>; N],
+    master: Option<SendPtr<S>>,
+}
+
+fn apply_rule_with<W: Elem, S: Elem, const N: usize>(rule: &impl Rule, h: &Hyper, weight: &Tensor, grad: &Tensor, states: &[Tensor], master: Option<&Tensor>, out: &Tensor) {
+    let arrays = UpdateArrays::<W, S, N> {
+        weight: SendPtr(weight.ptr::<W>()),
+        grad: SendPtr(grad.ptr::<W>()),
+        out: SendPtr(out.ptr::<W>()),
+        states: std::array::from_fn(|k| SendPtr(states[k].ptr::<S>())),
+        master: master.map(|m| SendPtr(m.ptr::<S>())),
+    };
+    parallel_chunks(weight.size(), PARALLEL_GRAIN, |range| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn wide<W: Elem, S: Elem, const N: usize>(rule: &impl Rule, h: &Hyper, a: &UpdateArrays<W, S, N>, range: std::ops::Range<usize>) {
+                update_range(rule, h, a, range)
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                // SAFETY: the CPU supports the features `wide` is compiled for; the range
+                // invariants are those of `update_range`.
+                return unsafe { wide(rule, h, &arrays, range) };
             }
         }
+        // SAFETY: see `update_range`.
+        unsafe { update_range(rule, h, &arrays, range) }
     });
+}
+
+/// Updates the indices `range`.
+///
+/// # Safety
+/// Every array holds `range.end` elements or more (checked by infer_shape and `check`); the
+/// states, master and output are written by this op alone, each index by exactly one task, and an
+/// output aliasing the weight is read at index i before it is written.
+#[inline(always)]
+unsafe fn update_range<W: Elem, S: Elem, const N: usize>(rule: &impl Rule, h: &Hyper, a: &UpdateArrays<W, S, N>, range: std::ops::Range<usize>) {
+    for i in range {
+        let mut buf = [0f64; N];
+        for k in 0..N {
+            buf[k] = (*a.states[k].get().add(i)).to_f64();
+        }
+        let w = match a.master {
+            Some(m) => (*m.get().add(i)).to_f64(),
+            None => (*a.weight.get().add(i)).to_f64(),
+        };
+        let new = rule(h, w, (*a.grad.get().add(i)).to_f64(), &mut buf);
+        for k in 0..N {
+            *a.states[k].get().add(i) = S::from_f64(buf[k]);
+        }
+        if let Some(m) = a.master {
+            *m.get().add(i) = S::from_f64(new);
+        }
+        *a.out.get().add(i) = W::from_f64(new);
+    }
 }
 
 /// Dispatch over the floating-point element types.

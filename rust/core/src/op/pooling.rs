@@ -179,6 +179,100 @@ fn for_each_window(w: &Window, mut visit: impl FnMut(usize, &Cells, usize)) {
     }
 }
 
+/// NaN-propagating maximum as a select (vectorizes).
+#[inline(always)]
+fn nan_max(a: f64, b: f64) -> f64 {
+    if b > a || b.is_nan() {
+        b
+    } else {
+        a
+    }
+}
+
+impl Window {
+    /// Max pooling whose windows tile the input exactly (stride = kernel, no padding, every
+    /// window inside the input; 2x2 stride 2 is the common case). Those planes run as row-wise
+    /// vector loops instead of window by window.
+    fn tiles(&self) -> bool {
+        self.kernel == self.stride && self.pad == [0; 3] && (0..3).all(|a| self.output[a] * self.kernel[a] <= self.input[a])
+    }
+}
+
+/// Tiled max pooling of one plane: the maximum over a window's rows first (row against row),
+/// then over each window's columns.
+fn tiled_max_forward<T: Elem>(w: &Window, x: &[T], y: &mut [T], rows: &mut Vec<f64>) {
+    let ([_, ih, iw], [kd, kh, kw], [od, oh, ow]) = (w.input, w.kernel, w.output);
+    rows.resize(ow * kw, 0.0);
+    for (d_out, h_out) in (0..od).flat_map(|d| (0..oh).map(move |h| (d, h))) {
+        rows.fill(f64::NEG_INFINITY);
+        for d in d_out * kd..(d_out + 1) * kd {
+            for h in h_out * kh..(h_out + 1) * kh {
+                let line = &x[(d * ih + h) * iw..][..ow * kw];
+                rows.iter_mut().zip(line).for_each(|(m, v)| *m = nan_max(*m, v.to_f64()));
+            }
+        }
+        let out = &mut y[(d_out * oh + h_out) * ow..][..ow];
+        for (o, window) in out.iter_mut().zip(rows.chunks_exact(kw)) {
+            *o = T::from_f64(window.iter().fold(f64::NEG_INFINITY, |m, &v| nan_max(m, v)));
+        }
+    }
+}
+
+/// Its gradient: each window's first cell (row-major) equal to the window's maximum `y`
+/// receives the output gradient, every other cell zero. Every cell equal to its maximum is
+/// found with row-long vector loops; the rare windows with ties are then fixed one by one.
+fn tiled_max_backward<T: Elem>(w: &Window, x: &[T], y: &[T], g: &[T], dx: &mut [T], scratch: &mut TiledScratch<T>) {
+    let ([_, ih, iw], [kd, kh, kw], [od, oh, ow]) = (w.input, w.kernel, w.output);
+    let width = ow * kw;
+    let TiledScratch { maxima, grads, hits } = scratch;
+    dx.fill(T::default());
+    for (d_out, h_out) in (0..od).flat_map(|d| (0..oh).map(move |h| (d, h))) {
+        let first = (d_out * oh + h_out) * ow;
+        // The window's maximum and gradient under each of its columns.
+        maxima.clear();
+        grads.clear();
+        for o in first..first + ow {
+            maxima.extend(std::iter::repeat_n(y[o].to_f64(), kw));
+            grads.extend(std::iter::repeat_n(g[o], kw));
+        }
+        hits.clear();
+        hits.resize(width, 0);
+        let rows = (d_out * kd..(d_out + 1) * kd).flat_map(|d| (h_out * kh..(h_out + 1) * kh).map(move |h| (d * ih + h) * iw));
+        for start in rows.clone() {
+            let (line, out) = (&x[start..][..width], &mut dx[start..][..width]);
+            for ((((o, v), &m), &gv), hit) in out.iter_mut().zip(line).zip(&*maxima).zip(&*grads).zip(hits.iter_mut()) {
+                let v = v.to_f64();
+                let equal = v == m || (v.is_nan() && m.is_nan());
+                *o = if equal { gv } else { T::default() };
+                *hit += u32::from(equal);
+            }
+        }
+        for o in 0..ow {
+            if hits[o * kw..][..kw].iter().sum::<u32>() > 1 {
+                let mut taken = false;
+                for start in rows.clone() {
+                    // Cells equal to the maximum hold the (non-zero) gradient now; with a zero
+                    // gradient every cell is zero and nothing needs fixing.
+                    for cell in &mut dx[start + o * kw..][..kw] {
+                        let equal = cell.to_f64() != 0.0;
+                        if equal && taken {
+                            *cell = T::default();
+                        }
+                        taken |= equal;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Reusable per-task buffers of the tiled max-pooling gradient.
+struct TiledScratch<T> {
+    maxima: Vec<f64>,
+    grads: Vec<T>,
+    hits: Vec<u32>,
+}
+
 impl Operator for Pooling {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![self.window(&inputs[0])?.out_shape])
@@ -187,14 +281,20 @@ impl Operator for Pooling {
         let w = self.window(&inputs[0].shape)?;
         let (plane, outs) = (w.input.iter().product::<usize>(), w.output.iter().product::<usize>());
         let (kind, include_pad) = (self.kind, self.include_pad());
+        let tiled_max = kind == PoolType::Max && w.tiles();
         crate::dispatch_dtype!(inputs[0].dtype, T => {
             let (xp, op) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
             parallel_chunks(w.planes, ((1usize << 14) / plane.max(1)).max(1), |planes| {
+                let mut rows = Vec::new();
                 for pl in planes {
                     // SAFETY: plane pl of the input and of the output belong to this task.
                     let (x, y) = unsafe {
                         (std::slice::from_raw_parts(xp.get().add(pl * plane), plane), std::slice::from_raw_parts_mut(op.get().add(pl * outs), outs))
                     };
+                    if tiled_max {
+                        tiled_max_forward(&w, x, y, &mut rows);
+                        continue;
+                    }
                     for_each_window(&w, |o, cells, padded| {
                         let value = match kind {
                             PoolType::Max => {
@@ -278,10 +378,12 @@ impl Operator for PoolingBackward {
         let w = self.pool.window(&inputs[1].shape)?;
         let (plane, outs) = (w.input.iter().product::<usize>(), w.output.iter().product::<usize>());
         let (kind, include_pad) = (self.pool.kind, self.pool.include_pad());
+        let tiled_max = kind == PoolType::Max && w.tiles();
         crate::dispatch_dtype!(inputs[1].dtype, T => {
             let (gp, xp, yp, dp) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(inputs[1].ptr::<T>()), SendPtr(inputs[2].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
             parallel_chunks(w.planes, ((1usize << 14) / plane.max(1)).max(1), |planes| {
-                let mut acc = vec![0f64; plane];
+                let mut acc = vec![0f64; if tiled_max { 0 } else { plane }];
+                let mut scratch = TiledScratch { maxima: Vec::new(), grads: Vec::new(), hits: Vec::new() };
                 for pl in planes {
                     // SAFETY: plane pl of every array belongs to this task; inputs are read-only.
                     let (g, x, y, dx) = unsafe {
@@ -292,6 +394,10 @@ impl Operator for PoolingBackward {
                             std::slice::from_raw_parts_mut(dp.get().add(pl * plane), plane),
                         )
                     };
+                    if tiled_max {
+                        tiled_max_backward(&w, x, y, g, dx, &mut scratch);
+                        continue;
+                    }
                     acc.iter_mut().for_each(|v| *v = 0.0);
                     for_each_window(&w, |o, cells, padded| {
                         let (go, yo) = (g[o].to_f64(), y[o].to_f64());
