@@ -219,58 +219,59 @@ fn tiled_max_forward<T: Elem>(w: &Window, x: &[T], y: &mut [T], rows: &mut Vec<f
 }
 
 /// Its gradient: each window's first cell (row-major) equal to the window's maximum `y`
-/// receives the output gradient, every other cell zero. Every cell equal to its maximum is
-/// found with row-long vector loops; the rare windows with ties are then fixed one by one.
-fn tiled_max_backward<T: Elem>(w: &Window, x: &[T], y: &[T], g: &[T], dx: &mut [T], scratch: &mut TiledScratch<T>) {
+/// receives the output gradient, every other cell zero. Windows do not overlap, so every cell
+/// is written exactly once, by its own window, with branch-free selects.
+fn tiled_max_backward<T: Elem>(w: &Window, x: &[T], y: &[T], g: &[T], dx: &mut [T], starts: &mut Vec<usize>, taken: &mut Vec<bool>) {
     let ([_, ih, iw], [kd, kh, kw], [od, oh, ow]) = (w.input, w.kernel, w.output);
     let width = ow * kw;
-    let TiledScratch { maxima, grads, hits } = scratch;
-    dx.fill(T::default());
+    // Cells right of or below the last window belong to none.
+    if width < iw || oh * kh < ih || od * kd < w.input[0] {
+        dx.fill(T::default());
+    }
     for (d_out, h_out) in (0..od).flat_map(|d| (0..oh).map(move |h| (d, h))) {
+        starts.clear();
+        starts.extend((d_out * kd..(d_out + 1) * kd).flat_map(|d| (h_out * kh..(h_out + 1) * kh).map(move |h| (d * ih + h) * iw)));
         let first = (d_out * oh + h_out) * ow;
-        // The window's maximum and gradient under each of its columns.
-        maxima.clear();
-        grads.clear();
-        for o in first..first + ow {
-            maxima.extend(std::iter::repeat_n(y[o].to_f64(), kw));
-            grads.extend(std::iter::repeat_n(g[o], kw));
-        }
-        hits.clear();
-        hits.resize(width, 0);
-        let rows = (d_out * kd..(d_out + 1) * kd).flat_map(|d| (h_out * kh..(h_out + 1) * kh).map(move |h| (d * ih + h) * iw));
-        for start in rows.clone() {
-            let (line, out) = (&x[start..][..width], &mut dx[start..][..width]);
-            for ((((o, v), &m), &gv), hit) in out.iter_mut().zip(line).zip(&*maxima).zip(&*grads).zip(hits.iter_mut()) {
-                let v = v.to_f64();
-                let equal = v == m || (v.is_nan() && m.is_nan());
-                *o = if equal { gv } else { T::default() };
-                *hit += u32::from(equal);
-            }
+        if kw == 2 {
+            pair_windows_backward(x, &y[first..][..ow], &g[first..][..ow], dx, starts, taken);
+            continue;
         }
         for o in 0..ow {
-            if hits[o * kw..][..kw].iter().sum::<u32>() > 1 {
-                let mut taken = false;
-                for start in rows.clone() {
-                    // Cells equal to the maximum hold the (non-zero) gradient now; with a zero
-                    // gradient every cell is zero and nothing needs fixing.
-                    for cell in &mut dx[start + o * kw..][..kw] {
-                        let equal = cell.to_f64() != 0.0;
-                        if equal && taken {
-                            *cell = T::default();
-                        }
-                        taken |= equal;
-                    }
+            let (m, grad) = (y[first + o].to_f64(), g[first + o]);
+            let mut taken = false;
+            for &start in starts.iter() {
+                let cells = start + o * kw..start + (o + 1) * kw;
+                for (v, d) in x[cells.clone()].iter().zip(&mut dx[cells]) {
+                    let v = v.to_f64();
+                    let hit = !taken & ((v == m) | (v.is_nan() & m.is_nan()));
+                    *d = if hit { grad } else { T::default() };
+                    taken |= hit;
                 }
             }
         }
     }
 }
 
-/// Reusable per-task buffers of the tiled max-pooling gradient.
-struct TiledScratch<T> {
-    maxima: Vec<f64>,
-    grads: Vec<T>,
-    hits: Vec<u32>,
+/// One output row of windows two cells wide (2x2 pooling): window rows in order, the two cells
+/// of each window side by side, so that the loop over windows vectorizes (pairs de-interleave).
+#[inline(always)]
+fn pair_windows_backward<T: Elem>(x: &[T], maxima: &[T], grads: &[T], dx: &mut [T], starts: &[usize], taken: &mut Vec<bool>) {
+    let ow = maxima.len();
+    taken.clear();
+    taken.resize(ow, false);
+    for &start in starts {
+        let (cells, out) = (&x[start..][..2 * ow], &mut dx[start..][..2 * ow]);
+        let windows = cells.chunks_exact(2).zip(out.chunks_exact_mut(2)).zip(maxima.iter().zip(grads)).zip(taken.iter_mut());
+        for (((pair, dpair), (m, &grad)), taken) in windows {
+            let (a, b, m) = (pair[0].to_f64(), pair[1].to_f64(), m.to_f64());
+            let equal = |v: f64| (v == m) | (v.is_nan() & m.is_nan());
+            let hit_a = !*taken & equal(a);
+            let hit_b = !*taken & !hit_a & equal(b);
+            dpair[0] = if hit_a { grad } else { T::default() };
+            dpair[1] = if hit_b { grad } else { T::default() };
+            *taken |= hit_a | hit_b;
+        }
+    }
 }
 
 impl Operator for Pooling {
@@ -383,7 +384,7 @@ impl Operator for PoolingBackward {
             let (gp, xp, yp, dp) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(inputs[1].ptr::<T>()), SendPtr(inputs[2].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
             parallel_chunks(w.planes, ((1usize << 14) / plane.max(1)).max(1), |planes| {
                 let mut acc = vec![0f64; if tiled_max { 0 } else { plane }];
-                let mut scratch = TiledScratch { maxima: Vec::new(), grads: Vec::new(), hits: Vec::new() };
+                let (mut starts, mut taken) = (Vec::new(), Vec::new());
                 for pl in planes {
                     // SAFETY: plane pl of every array belongs to this task; inputs are read-only.
                     let (g, x, y, dx) = unsafe {
@@ -395,7 +396,7 @@ impl Operator for PoolingBackward {
                         )
                     };
                     if tiled_max {
-                        tiled_max_backward(&w, x, y, g, dx, &mut scratch);
+                        tiled_max_backward(&w, x, y, g, dx, &mut starts, &mut taken);
                         continue;
                     }
                     acc.iter_mut().for_each(|v| *v = 0.0);
