@@ -211,3 +211,32 @@ def test_tile_and_concat_second_order(ctx):
     # y = 4 * sum(x^3): g = 12 x^2, z = sum(144 x^4), dz/dx = 576 x^3
     assert_almost_equal(g.asnumpy(), 12 * xn ** 2, rtol=1e-5)
     assert_almost_equal(x.grad.asnumpy(), 576 * xn ** 3, rtol=1e-5)
+
+
+@pytest.mark.parametrize("op, kwargs", [("softmax", {"axis": -1}), ("log_softmax", {"axis": -1}),
+                                        ("log_softmax", {"axis": 0}), ("softmin", {"axis": 1, "temperature": 2.0})])
+def test_softmax_gradients_are_differentiable(op, kwargs, ctx):
+    # The fused _backward_softmax/_backward_log_softmax kernels have their own gradients:
+    # z = sum(w * d/dx sum(v * op(x))) differentiated by autograd and by central differences.
+    check_gradient(lambda x: getattr(nd, op)(x, **kwargs), [(3, 5)], ctx)
+    rng = np.random.RandomState(4)
+    x0, v, w = (rng.uniform(-1, 1, (3, 5)) for _ in range(3))
+    v_nd, w_nd = mx.nd.array(v, ctx=ctx, dtype="float64"), mx.nd.array(w, ctx=ctx, dtype="float64")
+
+    def z_of(values, create_graph):
+        x = mx.nd.array(values, ctx=ctx, dtype="float64")
+        x.attach_grad()
+        with autograd.record():
+            y = (v_nd * getattr(nd, op)(x, **kwargs)).sum()
+            (g,) = autograd.grad(y, [x], create_graph=create_graph)
+            z = (w_nd * g).sum()
+        return x, z
+
+    x, z = z_of(x0, True)
+    z.backward()
+    numeric = np.zeros_like(x0)
+    for i in np.ndindex(*x0.shape):
+        step = np.zeros_like(x0)
+        step[i] = 1e-6
+        numeric[i] = (z_of(x0 + step, False)[1].asscalar() - z_of(x0 - step, False)[1].asscalar()) / 2e-6
+    assert_almost_equal(x.grad.asnumpy(), numeric, rtol=1e-5, atol=1e-7)

@@ -519,6 +519,10 @@ impl Operator for Softmax {
             vec![("axis", format!("({},)", self.axis)), ("keepdims", "True".to_string())]
         };
         let dx = match self.kind {
+            _ if !self.per_instance => {
+                let name = if self.kind == SoftmaxKind::LogSoftmax { "_backward_log_softmax" } else { "_backward_softmax" };
+                d.op(name, &[("axis", self.axis.to_string())], &[&g, &y])?
+            }
             SoftmaxKind::LogSoftmax => {
                 let total = d.op("sum", &keep, &[&g])?;
                 let p = d.unary("exp", &y)?;
@@ -540,6 +544,139 @@ impl Operator for Softmax {
             grads.push(None);
         }
         Ok(grads)
+    }
+}
+
+crate::op_params! {
+    pub struct SoftmaxBackwardParams {
+        /// The axis the forward pass normalized along.
+        axis: i64 = -1,
+    }
+}
+
+/// The gradient of softmax (`dx = y * (g - sum(g * y))`) or log-softmax
+/// (`dx = g - exp(y) * sum(g)`) from the output gradient `g` and the output `y`, in one pass
+/// per row with no temporaries (temperature and softmin's sign are applied by the caller).
+struct SoftmaxBackward {
+    axis: i64,
+    log: bool,
+}
+
+/// One contiguous float32 row of the softmax gradient: the row sum, then one write pass.
+fn softmax_backward_row_f32(g: &[f32], y: &[f32], dx: &mut [f32], log: bool) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn wide(g: &[f32], y: &[f32], dx: &mut [f32], log: bool) {
+            softmax_backward_row_body(g, y, dx, log)
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports the features `wide` is compiled for.
+            return unsafe { wide(g, y, dx, log) };
+        }
+    }
+    softmax_backward_row_body(g, y, dx, log)
+}
+
+#[inline(always)]
+fn softmax_backward_row_body(g: &[f32], y: &[f32], dx: &mut [f32], log: bool) {
+    // Eight running sums, so that the reduction vectorizes.
+    let mut sums = [0f32; LANES];
+    for (gc, yc) in g.chunks(LANES).zip(y.chunks(LANES)) {
+        for ((s, &gv), &yv) in sums.iter_mut().zip(gc).zip(yc) {
+            *s += if log { gv } else { gv * yv };
+        }
+    }
+    let total: f32 = sums.iter().sum();
+    for ((d, &gv), &yv) in dx.iter_mut().zip(g).zip(y) {
+        *d = if log { gv - fast_math::exp_f32(yv) * total } else { yv * (gv - total) };
+    }
+}
+
+impl Operator for SoftmaxBackward {
+    fn input_names(&self) -> Vec<String> {
+        vec!["ograd".into(), "output".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        if inputs[0] != inputs[1] {
+            crate::bail!(Shape, "softmax gradient: ograd has shape {}, the output {}", inputs[0], inputs[1]);
+        }
+        normalize_axis(self.axis, inputs[0].ndim())?;
+        Ok(vec![inputs[0].clone()])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let shape = &inputs[0].shape;
+        let axis = normalize_axis(self.axis, shape.ndim())?;
+        let d = shape.dims();
+        let (outer, n, inner) = (d[..axis].iter().product::<usize>(), d[axis], d[axis + 1..].iter().product::<usize>());
+        let log = self.log;
+        let grain = ((1usize << 14) / n.max(1)).max(1);
+        if inputs[0].dtype == DType::F32 && inner == 1 {
+            let (gp, yp, dp) = (SendPtr(inputs[0].ptr::<f32>()), SendPtr(inputs[1].ptr::<f32>()), SendPtr(outputs[0].ptr::<f32>()));
+            parallel_chunks(outer, grain, |rows| {
+                for row in rows {
+                    // SAFETY: row `row` spans n contiguous elements of each array; this task owns
+                    // its output row; the output aliases no input (no in-place pair).
+                    let (g, y, dx) = unsafe {
+                        (
+                            std::slice::from_raw_parts(gp.get().add(row * n), n),
+                            std::slice::from_raw_parts(yp.get().add(row * n), n),
+                            std::slice::from_raw_parts_mut(dp.get().add(row * n), n),
+                        )
+                    };
+                    softmax_backward_row_f32(g, y, dx, log);
+                }
+            });
+            return Ok(());
+        }
+        crate::dispatch_dtype!(inputs[0].dtype, T => {
+            let (gp, yp, dp) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(inputs[1].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
+            parallel_chunks(outer * inner, grain, |lanes| {
+                for lane in lanes {
+                    let start = (lane / inner) * n * inner + lane % inner;
+                    // SAFETY: lane `lane` spans n elements at stride inner inside every array; this
+                    // task owns its output lane.
+                    unsafe {
+                        let at = |p: *mut T, k: usize| (*p.add(start + k * inner)).to_f64();
+                        let total: f64 = (0..n).map(|k| if log { at(gp.get(), k) } else { at(gp.get(), k) * at(yp.get(), k) }).sum();
+                        for k in 0..n {
+                            let (gv, yv) = (at(gp.get(), k), at(yp.get(), k));
+                            let v = if log { gv - yv.exp() * total } else { yv * (gv - total) };
+                            *dp.get().add(start + k * inner) = T::from_f64(v);
+                        }
+                    }
+                }
+            });
+        });
+        Ok(())
+    }
+    /// Second-order gradients from the head gradient h: log-softmax gives
+    /// `(h - sum(h e), -h e sum(g))` with e = exp(y); softmax gives
+    /// `(y (h - sum(h y)), h (g - sum(g y)) - g sum(h y))`.
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (g, y, h) = (d.input(0), d.input(1), d.out_grad(0));
+        let keep = [("axis", format!("({},)", self.axis)), ("keepdims", "True".to_string())];
+        if self.log {
+            let e = d.unary("exp", &y)?;
+            let he = d.mul(&h, &e)?;
+            let he_sum = d.op("sum", &keep, &[&he])?;
+            let dg = d.binary("broadcast_sub", &h, &he_sum)?;
+            let g_sum = d.op("sum", &keep, &[&g])?;
+            let scaled = d.binary("broadcast_mul", &he, &g_sum)?;
+            let dy = d.unary("negative", &scaled)?;
+            return Ok(vec![Some(dg), Some(dy)]);
+        }
+        let hy = d.mul(&h, &y)?;
+        let hy_sum = d.op("sum", &keep, &[&hy])?;
+        let centered_h = d.binary("broadcast_sub", &h, &hy_sum)?;
+        let dg = d.mul(&y, &centered_h)?;
+        let gy = d.mul(&g, &y)?;
+        let gy_sum = d.op("sum", &keep, &[&gy])?;
+        let centered_g = d.binary("broadcast_sub", &g, &gy_sum)?;
+        let first = d.mul(&h, &centered_g)?;
+        let second = d.binary("broadcast_mul", &g, &hy_sum)?;
+        let dy = d.binary("elemwise_sub", &first, &second)?;
+        Ok(vec![Some(dg), Some(dy)])
     }
 }
 
@@ -586,6 +723,12 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     };
     add(OpDef::new("softmax", &[], "Applies the softmax function along an axis (one pass per row).", softmax(SoftmaxKind::Softmax)));
     add(OpDef::new("log_softmax", &[], "Computes the log of the softmax along an axis.", softmax(SoftmaxKind::LogSoftmax)));
+    add(OpDef::new("_backward_softmax", &[], "Gradient of softmax from its output gradient and output.", |p: SoftmaxBackwardParams| {
+        Ok(SoftmaxBackward { axis: p.axis, log: false })
+    }));
+    add(OpDef::new("_backward_log_softmax", &[], "Gradient of log_softmax from its output gradient and output.", |p: SoftmaxBackwardParams| {
+        Ok(SoftmaxBackward { axis: p.axis, log: true })
+    }));
     add(OpDef::new("softmin", &[], "Applies the softmin function (softmax of the negated input) along an axis.", softmax(SoftmaxKind::Softmin)));
     add(OpDef::new("SoftmaxActivation", &[], "Softmax over each instance (mode='instance') or over channels (mode='channel').", |p: SoftmaxActivationParams| {
         let per_instance = match p.mode.as_str() {
