@@ -96,25 +96,61 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
     }
 }
 
-/// `dst (cols x rows) = src (rows x cols)^T` in 32x32 blocks (both sides stay in cache),
-/// parallel over blocks of destination rows.
+/// `dst (cols x rows) = src (rows x cols)^T`, parallel over bands of 32 destination rows; each
+/// band moves 8x8 tiles through a local array (contiguous loads and stores on both sides, which
+/// the compiler turns into register shuffles), edges element by element.
 fn transpose_f32(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
-    const BLOCK: usize = 32;
+    const BAND: usize = 32;
     let out = SendPtr(dst.as_mut_ptr());
-    super::parallel_chunks(cols.div_ceil(BLOCK), 4, |blocks| {
-        for block in blocks {
-            let dst_rows = block * BLOCK..((block + 1) * BLOCK).min(cols);
-            for j0 in (0..rows).step_by(BLOCK) {
-                for p in dst_rows.clone() {
-                    for j in j0..(j0 + BLOCK).min(rows) {
-                        // SAFETY: destination rows `dst_rows` belong to this task alone and
-                        // p * rows + j < cols * rows = dst.len().
-                        unsafe { *out.get().add(p * rows + j) = src[j * cols + p] };
-                    }
+    super::parallel_chunks(cols.div_ceil(BAND), 4, |bands| {
+        for band in bands {
+            let (p0, p1) = (band * BAND, ((band + 1) * BAND).min(cols));
+            // SAFETY: destination rows p0..p1 belong to this task alone.
+            let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add(p0 * rows), (p1 - p0) * rows) };
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2")]
+                unsafe fn wide(src: &[f32], rows: usize, cols: usize, p0: usize, p1: usize, dst: &mut [f32]) {
+                    transpose_band(src, rows, cols, p0, p1, dst)
+                }
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU supports the feature `wide` is compiled for.
+                    unsafe { wide(src, rows, cols, p0, p1, dst) };
+                    continue;
+                }
+            }
+            transpose_band(src, rows, cols, p0, p1, dst);
+        }
+    });
+}
+
+/// Destination rows p0..p1 (source columns) of the transpose; `dst` starts at row p0.
+#[inline(always)]
+fn transpose_band(src: &[f32], rows: usize, cols: usize, p0: usize, p1: usize, dst: &mut [f32]) {
+    const TILE: usize = 8;
+    let full_p = p0 + (p1 - p0) / TILE * TILE;
+    let full_j = rows / TILE * TILE;
+    for pt in (p0..full_p).step_by(TILE) {
+        for jt in (0..full_j).step_by(TILE) {
+            let mut tile = [[0f32; TILE]; TILE];
+            for (r, line) in tile.iter_mut().enumerate() {
+                line.copy_from_slice(&src[(jt + r) * cols + pt..][..TILE]);
+            }
+            for c in 0..TILE {
+                let row = &mut dst[(pt + c - p0) * rows + jt..][..TILE];
+                for (r, v) in row.iter_mut().enumerate() {
+                    *v = tile[r][c];
                 }
             }
         }
-    });
+    }
+    // Edges: the columns past the last whole tile, and the rows past it for the tiled columns.
+    for p in p0..p1 {
+        let start = if p < full_p { full_j } else { 0 };
+        for j in start..rows {
+            dst[(p - p0) * rows + j] = src[j * cols + p];
+        }
+    }
 }
 
 /// Reference loop for dtypes the SIMD kernels do not cover (bfloat16 and integers).
