@@ -416,7 +416,7 @@ impl ImageProducts<'_> {
 }
 
 /// `0..batch` in chunks of `chunk` images.
-pub(super) fn chunks(batch: usize, chunk: usize) -> impl Iterator<Item = Range<usize>> {
+fn chunks(batch: usize, chunk: usize) -> impl Iterator<Item = Range<usize>> {
     (0..batch.div_ceil(chunk)).map(move |c| c * chunk..((c + 1) * chunk).min(batch))
 }
 
@@ -432,9 +432,23 @@ pub(super) fn add_channel_bias<T: Elem>(images: &mut [T], bias: &[T], plane: usi
 pub(super) fn channel_sums<T: Elem>(images: &[T], channels: usize, plane: usize, sums: &mut [T]) {
     let mut acc = vec![0f64; channels];
     for (i, values) in images.chunks(plane).enumerate() {
-        acc[i % channels] += values.iter().map(|v| v.to_f64()).sum::<f64>();
+        acc[i % channels] += sum_in_lanes(values);
     }
     sums.iter_mut().zip(&acc).for_each(|(v, &a)| *v = T::from_f64(a));
+}
+
+/// The f64 sum of `values` over eight independent accumulators, which the compiler can keep in
+/// vector registers (one accumulator would serialize every addition).
+fn sum_in_lanes<T: Elem>(values: &[T]) -> f64 {
+    const LANES: usize = 8;
+    let mut lanes = [0f64; LANES];
+    let mut blocks = values.chunks_exact(LANES);
+    for block in &mut blocks {
+        for (lane, v) in lanes.iter_mut().zip(block) {
+            *lane += v.to_f64();
+        }
+    }
+    lanes.iter().sum::<f64>() + blocks.remainder().iter().map(|v| v.to_f64()).sum::<f64>()
 }
 
 struct Convolution {
@@ -477,18 +491,16 @@ impl Operator for Convolution {
         let (x, out) = (&inputs[0], &outputs[0]);
         let outs = g.output_size();
         let mut products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[1].raw(), threads: 1 };
-        let chunk = products.chunk();
-        let (outer_threads, gemm_threads) = thread_split(g.batch.div_ceil(chunk));
-        products.threads = gemm_threads;
+        let plan = ChunkPlan::new(g.batch, products.chunk());
+        products.threads = plan.gemm_threads;
         crate::dispatch_dtype!(x.dtype, T => {
             // SAFETY: the input is read-only here; chunks write disjoint images of the output.
             let xv = unsafe { x.slice::<T>() };
             let op = SendPtr(out.raw());
             let bias = inputs.get(2).map(|b| unsafe { b.slice::<T>() });
-            let all: Vec<Range<usize>> = chunks(g.batch, chunk).collect();
-            split_images(all.len(), outer_threads, |mine| {
+            plan.run(|mine| {
                 let mut buf = products.buffers::<T>()?;
-                for images in all[mine].iter().cloned() {
+                for images in mine.iter().cloned() {
                     let response = op.get() as *mut T;
                     // SAFETY: this chunk's images of the output are written by this task alone.
                     unsafe { products.correlate(images.clone(), xv, response, &mut buf) };
@@ -516,25 +528,68 @@ impl Operator for Convolution {
     }
 }
 
-/// (threads over images, threads inside GEMM): images in parallel when there are enough of
-/// them, otherwise GEMM gets the threads.
-pub(super) fn thread_split(batch: usize) -> (usize, usize) {
-    let threads = rayon::current_num_threads();
-    if batch >= threads {
-        (threads, 1)
-    } else {
-        (1, threads)
+/// How a batch is cut into chunks of images and spread over the thread pool.
+pub(super) struct ChunkPlan {
+    /// The chunks, in batch order.
+    pub chunks: Vec<Range<usize>>,
+    /// Tasks running chunks concurrently (each takes a contiguous run of chunks).
+    pub tasks: usize,
+    /// Threads each GEMM may use: all of them when the chunks run one after another.
+    pub gemm_threads: usize,
+}
+
+impl ChunkPlan {
+    /// Chunks of at most `chunk` images, their count rounded up to a multiple of the thread count
+    /// so that every task gets the same number of images; with fewer images than threads the
+    /// chunks run in turn and GEMM gets the threads.
+    pub fn new(batch: usize, chunk: usize) -> ChunkPlan {
+        let threads = rayon::current_num_threads().max(1);
+        if batch < threads {
+            return ChunkPlan { chunks: chunks(batch, chunk).collect(), tasks: 1, gemm_threads: threads };
+        }
+        let count = batch.div_ceil(chunk.max(1)).div_ceil(threads) * threads;
+        ChunkPlan { chunks: chunks(batch, batch.div_ceil(count)).collect(), tasks: threads, gemm_threads: 1 }
+    }
+
+    /// Runs `work` on each task's run of chunks on the thread pool; returns the tasks' results in
+    /// chunk order.
+    pub fn run<R: Send>(&self, work: impl Fn(&[Range<usize>]) -> Result<R> + Sync) -> Result<Vec<R>> {
+        let per_task = self.chunks.len().div_ceil(self.tasks.max(1)).max(1);
+        if self.tasks <= 1 {
+            return Ok(vec![work(&self.chunks)?]);
+        }
+        use rayon::prelude::*;
+        self.chunks.par_chunks(per_task).map(|mine| work(mine)).collect()
     }
 }
 
-/// Run `work` over `0..batch` split into `parts` contiguous ranges on the thread pool.
-pub(super) fn split_images(batch: usize, parts: usize, work: impl Fn(std::ops::Range<usize>) -> Result<()> + Sync) -> Result<()> {
-    if parts <= 1 {
-        return work(0..batch);
+/// The weight gradient accumulated over every chunk of `plan`: each task sums its chunks into a
+/// partial of its own (`accumulate(images, buffers, partial)`), and the partials are added in
+/// task order, so the result does not depend on thread timing.
+pub(super) fn weight_grad_over_chunks<T: Elem>(
+    plan: &ChunkPlan,
+    products: &ImageProducts,
+    weight_grad: &mut [T],
+    accumulate: impl Fn(Range<usize>, &mut ChunkBuffers<T>, *mut u8) + Sync,
+) -> Result<()> {
+    let partials = plan.run(|mine| {
+        let mut buf = products.buffers::<T>()?;
+        let mut partial = Scratch::<T>::zeroed(weight_grad.len())?;
+        for images in mine {
+            accumulate(images.clone(), &mut buf, partial.as_mut_slice().as_mut_ptr() as *mut u8);
+        }
+        Ok(partial)
+    })?;
+    let mut partials = partials.into_iter();
+    if let Some(mut first) = partials.next() {
+        weight_grad.copy_from_slice(first.as_mut_slice());
     }
-    use rayon::prelude::*;
-    let step = batch.div_ceil(parts);
-    (0..parts).into_par_iter().map(|p| work((p * step).min(batch)..((p + 1) * step).min(batch))).collect()
+    for mut partial in partials {
+        for (total, &p) in weight_grad.iter_mut().zip(partial.as_mut_slice().iter()) {
+            *total = T::from_f64(total.to_f64() + p.to_f64());
+        }
+    }
+    Ok(())
 }
 
 /// `_backward_Convolution(grad, data, weight)`: gradients of data, weight and bias.
@@ -560,21 +615,25 @@ impl Operator for ConvolutionBackward {
         let (gt, x) = (&inputs[0], &inputs[1]);
         let g = self.p.geometry("Convolution", &x.shape)?;
         let (dx, dw, db) = (&outputs[0], &outputs[1], &outputs[2]);
-        let products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[2].raw(), threads: rayon::current_num_threads() };
+        let mut products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[2].raw(), threads: 1 };
+        let plan = ChunkPlan::new(g.batch, products.chunk());
+        products.threads = plan.gemm_threads;
         crate::dispatch_dtype!(x.dtype, T => {
             // SAFETY: inputs are read-only here; each output is this op's alone.
             let (gv, xv) = unsafe { (gt.slice::<T>(), x.slice::<T>()) };
             let (dxv, dwv, dbv) = unsafe { (dx.slice_mut::<T>(), dw.slice_mut::<T>(), db.slice_mut::<T>()) };
             dxv.fill(T::default());
-            dwv.fill(T::default());
-            let mut buf = products.buffers::<T>()?;
-            for images in chunks(g.batch, products.chunk()) {
-                // SAFETY: dw is shaped like the weight; dx is the whole-batch data gradient.
-                unsafe { products.accumulate_weight_grad(images.clone(), xv, gv, dwv.as_mut_ptr() as *mut u8, &mut buf) };
-                if self.data_grad {
-                    unsafe { products.scatter(images, gv, dxv.as_mut_ptr(), &mut buf) };
+            let dx_ptr = SendPtr(dxv.as_mut_ptr());
+            weight_grad_over_chunks(&plan, &products, dwv, |images, buf, partial| {
+                // SAFETY: the partial is shaped like the weight; each chunk's images of dx are
+                // written by the task running that chunk alone.
+                unsafe {
+                    products.accumulate_weight_grad(images.clone(), xv, gv, partial, buf);
+                    if self.data_grad {
+                        products.scatter(images, gv, dx_ptr.get(), buf);
+                    }
                 }
-            }
+            })?;
             channel_sums(gv, g.filters, g.output_size(), dbv);
         });
         Ok(())

@@ -3,7 +3,7 @@
 //! data gradient correlates (im2col, W g); the weight gradient is the convolution's own formula
 //! with the roles of image and response swapped.
 
-use super::convolution::{add_channel_bias, channel_sums, chunks, spatial, split_images, thread_split, Geometry, ImageProducts};
+use super::convolution::{add_channel_bias, channel_sums, spatial, weight_grad_over_chunks, ChunkPlan, Geometry, ImageProducts};
 use super::grad::{tuple_attr, Grad, InputGrads};
 use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{DType, Shape};
@@ -201,18 +201,16 @@ impl Operator for Deconvolution {
         let (x, out) = (&inputs[0], &outputs[0]);
         let plane = g.input_size();
         let mut products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[1].raw(), threads: 1 };
-        let chunk = products.chunk();
-        let (outer_threads, gemm_threads) = thread_split(g.batch.div_ceil(chunk));
-        products.threads = gemm_threads;
+        let plan = ChunkPlan::new(g.batch, products.chunk());
+        products.threads = plan.gemm_threads;
         crate::dispatch_dtype!(x.dtype, T => {
             // SAFETY: the input is read-only here; chunks write disjoint images of the output.
             let xv = unsafe { x.slice::<T>() };
             let op = SendPtr(out.raw());
             let bias = inputs.get(2).map(|b| unsafe { b.slice::<T>() });
-            let all: Vec<std::ops::Range<usize>> = chunks(g.batch, chunk).collect();
-            split_images(all.len(), outer_threads, |mine| {
+            plan.run(|mine| {
                 let mut buf = products.buffers::<T>()?;
-                for images in all[mine].iter().cloned() {
+                for images in mine.iter().cloned() {
                     let base = op.get() as *mut T;
                     let block = images.len() * g.channels * plane;
                     // SAFETY: this chunk's images of the output are written by this task alone.
@@ -289,20 +287,24 @@ impl Operator for DeconvolutionBackward {
         let (gt, x) = (&inputs[0], &inputs[1]);
         let g = self.p.geometry(&x.shape)?;
         let (dx, dw, db) = (&outputs[0], &outputs[1], &outputs[2]);
-        let products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[2].raw(), threads: rayon::current_num_threads() };
+        let mut products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[2].raw(), threads: 1 };
+        let plan = ChunkPlan::new(g.batch, products.chunk());
+        products.threads = plan.gemm_threads;
         crate::dispatch_dtype!(x.dtype, T => {
             // SAFETY: inputs are read-only here; each output is this op's alone.
             let (gv, xv) = unsafe { (gt.slice::<T>(), x.slice::<T>()) };
             let (dxv, dwv, dbv) = unsafe { (dx.slice_mut::<T>(), dw.slice_mut::<T>(), db.slice_mut::<T>()) };
-            dwv.fill(T::default());
-            let mut buf = products.buffers::<T>()?;
-            for images in chunks(g.batch, products.chunk()) {
-                // SAFETY: dw is shaped like the weight; dx is the whole-batch data gradient.
-                unsafe { products.accumulate_weight_grad(images.clone(), gv, xv, dwv.as_mut_ptr() as *mut u8, &mut buf) };
-                if self.data_grad {
-                    unsafe { products.correlate(images, gv, dxv.as_mut_ptr(), &mut buf) };
+            let dx_ptr = SendPtr(dxv.as_mut_ptr());
+            weight_grad_over_chunks(&plan, &products, dwv, |images, buf, partial| {
+                // SAFETY: the partial is shaped like the weight; each chunk's images of dx are
+                // written by the task running that chunk alone.
+                unsafe {
+                    products.accumulate_weight_grad(images.clone(), gv, xv, partial, buf);
+                    if self.data_grad {
+                        products.correlate(images, gv, dx_ptr.get(), buf);
+                    }
                 }
-            }
+            })?;
             if !self.data_grad {
                 dxv.fill(T::default());
             }
