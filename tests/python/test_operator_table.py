@@ -286,7 +286,10 @@ def test_dot(dtype, ctx):
              ((3, 4), (4, 2, 2), False, False), ((4, 2, 3), (4, 5), True, False), ((130, 70), (70, 90), False, False),
              # Enough rows that float32 x * W^T transposes W into row-major scratch first
              # (8x8 tiles plus ragged edges on both sides).
-             ((130, 70), (83, 70), False, True), ((70, 133), (90, 70), True, True)]
+             ((130, 70), (83, 70), False, True), ((70, 133), (90, 70), True, True),
+             # Few outputs over a long k: float32 row-dot kernel, blocks ragged on both sides
+             # and a k tail shorter than a vector.
+             ((7, 1037), (13, 1037), False, True)]
     for sa, sb, ta, tb in cases:
         a, b = _data(sa, dtype, -1, 1, seed=4), _data(sb, dtype, -1, 1, seed=5)
         if dtype == "uint8":

@@ -48,6 +48,14 @@ unsafe fn matmul(dtype: DType, dst: *mut u8, a: *const u8, am: Mat, b: *const u8
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a: *const u8, am: Mat, b: *const u8, bm: Mat, threads: usize) {
     let (m, k, n) = (am.rows, am.cols, bm.cols);
+    // Both operands along k and few outputs (a convolution's weight gradient): dot products of
+    // rows beat packing both operands for a blocked GEMM.
+    if dtype == DType::F32 && am.cs == 1 && bm.rs == 1 && am.rs > 0 && bm.cs > 0 && super::row_dots::suits(m, n, k) && super::row_dots::available() {
+        // SAFETY: a is m x k with row stride am.rs, b is n x k with row stride bm.cs (read
+        // transposed), dst is m x n; the kernel's CPU feature was checked just above.
+        super::row_dots::row_dots(m, n, k, a as *const f32, am.rs as usize, b as *const f32, bm.cs as usize, dst as *mut f32, n, accumulate, threads);
+        return;
+    }
     // The gemm crate's AVX-512 path runs about half speed on a right operand read transposed
     // (`x * W^T`, FullyConnected's form): 256x1024x1024 takes 2.3 ms against 1.1 ms row-major.
     // With enough rows to amortize it, the operand is first transposed into row-major scratch

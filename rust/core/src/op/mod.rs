@@ -31,6 +31,7 @@ mod pooling;
 mod rearrange;
 mod rnn;
 mod reduce;
+mod row_dots;
 mod sampling;
 mod select;
 mod sequence;
