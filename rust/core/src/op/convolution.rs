@@ -88,6 +88,10 @@ impl Geometry {
     pub fn kernel_size(&self) -> usize {
         self.kernel.iter().product()
     }
+    /// Unit stride and dilation and no padding: output lines read contiguous input runs.
+    pub fn is_dense(&self) -> bool {
+        self.stride == [1; 3] && self.dilate == [1; 3] && self.pad == [0; 3]
+    }
     /// Rows of the column matrix of one group: channels per group times kernel positions.
     pub fn col_rows(&self) -> usize {
         self.channels / self.groups * self.kernel_size()
@@ -226,12 +230,69 @@ fn for_each_line(g: &Geometry, cs: usize, row_stride: usize, mut visit: impl FnM
     }
 }
 
+/// [`for_each_line`] for dense geometries (unit stride and dilation, no padding), where every
+/// output line reads one contiguous run of the input: `visit(column_line, input_line)`.
+#[inline(always)]
+fn for_each_dense_line(g: &Geometry, cs: usize, row_stride: usize, mut visit: impl FnMut(usize, usize)) {
+    let [id, ih, iw] = g.input;
+    let [od, oh, ow] = g.output;
+    let mut row = 0;
+    for c in 0..cs {
+        for kd in 0..g.kernel[0] {
+            for kh in 0..g.kernel[1] {
+                for kw in 0..g.kernel[2] {
+                    for o_d in 0..od {
+                        let input_rows = (c * id + o_d + kd) * ih + kh;
+                        for o_h in 0..oh {
+                            visit(row * row_stride + (o_d * oh + o_h) * ow, (input_rows + o_h) * iw + kw);
+                        }
+                    }
+                    row += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Lines of a column matrix are short (8 to 30 elements in small CNNs): copied in fixed blocks
+/// of eight, which compile to plain vector moves instead of a call into memmove per line.
+#[inline(always)]
+fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
+    let (dst_blocks, dst_tail) = dst.as_chunks_mut::<8>();
+    let (src_blocks, src_tail) = src.as_chunks::<8>();
+    for (d, s) in dst_blocks.iter_mut().zip(src_blocks) {
+        *d = *s;
+    }
+    for (d, s) in dst_tail.iter_mut().zip(src_tail) {
+        *d = *s;
+    }
+}
+
+/// `dst += src` for short lines, in blocks of eight as [`copy_short`].
+#[inline(always)]
+fn add_short<T: Elem>(dst: &mut [T], src: &[T]) {
+    let (dst_blocks, dst_tail) = dst.as_chunks_mut::<8>();
+    let (src_blocks, src_tail) = src.as_chunks::<8>();
+    for (d, s) in dst_blocks.iter_mut().zip(src_blocks) {
+        for (d, s) in d.iter_mut().zip(s) {
+            *d = T::from_f64(d.to_f64() + s.to_f64());
+        }
+    }
+    for (d, s) in dst_tail.iter_mut().zip(src_tail) {
+        *d = T::from_f64(d.to_f64() + s.to_f64());
+    }
+}
+
 /// im2col of one image's channels `c0..c0+cs` into the column matrix (rows = channel x kernel
 /// position, columns = output positions, rows `row_stride` apart so that several images sit side
 /// by side): contiguous runs are copied, padding is zero.
 fn im2col<T: Elem>(image: &[T], g: &Geometry, c0: usize, cs: usize, col: &mut [T], row_stride: usize) {
     let (plane, ow, sw) = (g.input_size(), g.output[2], g.stride[2] as isize);
     let base = &image[c0 * plane..(c0 + cs) * plane];
+    if g.is_dense() {
+        for_each_dense_line(g, cs, row_stride, |line, src| copy_short(&mut col[line..line + ow], &base[src..src + ow]));
+        return;
+    }
     for_each_line(g, cs, row_stride, |start, _c, src, w, w_off| {
         let dst = &mut col[start..start + ow];
         let Some(src) = src else {
@@ -254,8 +315,12 @@ fn im2col<T: Elem>(image: &[T], g: &Geometry, c0: usize, cs: usize, col: &mut [T
 /// col2im, accumulating the column matrix (rows `row_stride` apart) back into the image's
 /// channels `c0..c0+cs`.
 fn col2im<T: Elem>(col: &[T], g: &Geometry, c0: usize, cs: usize, image: &mut [T], row_stride: usize) {
-    let (plane, sw) = (g.input_size(), g.stride[2] as usize);
+    let (plane, sw, ow) = (g.input_size(), g.stride[2] as usize, g.output[2]);
     let base = &mut image[c0 * plane..(c0 + cs) * plane];
+    if g.is_dense() {
+        for_each_dense_line(g, cs, row_stride, |line, dst| add_short(&mut base[dst..dst + ow], &col[line..line + ow]));
+        return;
+    }
     for_each_line(g, cs, row_stride, |start, _c, src, w, w_off| {
         let Some(src) = src else { return };
         let first = (w.start as isize * sw as isize + w_off) as usize + src;
