@@ -56,3 +56,14 @@ def test_assert_exception_helper():
     with pytest.raises(AssertionError):
         assert_exception(mx.nd.sum, mx.MXNetError, mx.nd.ones((2,)))
     assert issubclass(mx.MXNetError, RuntimeError) and mx.base.MXNetError is mx.MXNetError
+
+
+def test_allocations_beyond_the_machine_raise():
+    with pytest.raises(mx.MXNetError, match=r"_zeros.*cannot allocate an array of shape \(4611686018427387904, 4\)"):
+        mx.nd.zeros((1 << 62, 4))
+    # Larger than physical memory: refused instead of overcommitted (which would kill the
+    # process on first touch); the error reaches the caller when the result is read.
+    big = mx.nd.zeros((1 << 38,))
+    with pytest.raises(mx.MXNetError, match="out of host memory: 1099511627776 bytes requested"):
+        big.wait_to_read()
+    assert mx.nd.ones((2,)).asnumpy().tolist() == [1, 1]

@@ -218,3 +218,15 @@ def test_pool_reuses_memory():
     used1, pooled, hits1, _, _ = mx._core.cpu_pool_stats()
     assert hits1 - hits0 >= 30 and pooled > 0
     assert used1 <= used0 + 2 * 1000 * 100 * 4
+
+
+def test_memory_is_taken_when_the_op_runs():
+    # Delayed allocation (as MXNet's): pushing work reserves no memory; running it does.
+    mx.nd.waitall()
+    used0 = mx._core.cpu_pool_stats()[0]
+    a = mx.nd.empty((2000, 500))
+    assert mx._core.cpu_pool_stats()[0] == used0
+    a[:] = 3
+    a.wait_to_read()
+    assert mx._core.cpu_pool_stats()[0] >= used0 + 2000 * 500 * 4
+    assert a.asnumpy().sum() == 3 * 2000 * 500

@@ -105,7 +105,7 @@ pub fn invoke_operator(
         for a in inputs {
             a.wait_to_read().map_err(fail)?;
         }
-        let tensors: Vec<_> = inputs.iter().map(NDArray::tensor).collect();
+        let tensors: Vec<_> = inputs.iter().map(NDArray::tensor).collect::<Result<_>>().map_err(fail)?;
         operator.infer_shape_from_values(&tensors).map_err(fail)?
     } else {
         operator.infer_shape(&in_shapes).map_err(fail)?
@@ -177,8 +177,8 @@ pub fn invoke_operator(
     let kernel_op = operator.clone();
     engine::push(
         Box::new(move || {
-            let ins: Vec<_> = kernel_inputs.iter().map(NDArray::tensor).collect();
-            let outs: Vec<_> = kernel_outputs.iter().map(NDArray::tensor).collect();
+            let ins: Vec<_> = kernel_inputs.iter().map(NDArray::tensor).collect::<Result<_>>()?;
+            let outs: Vec<_> = kernel_outputs.iter().map(NDArray::tensor).collect::<Result<_>>()?;
             kernel_op.forward(&exec, &ins, &outs)
         }),
         &reads,
@@ -224,7 +224,7 @@ pub fn copy(src: &NDArray, dst: &NDArray, site: Site) -> Result<()> {
     let (s, d) = (src.clone(), dst.clone());
     engine::push(
         Box::new(move || {
-            op::cast_into(&s.tensor(), &d.tensor());
+            op::cast_into(&s.tensor()?, &d.tensor()?);
             Ok(())
         }),
         &[src.var().clone()],

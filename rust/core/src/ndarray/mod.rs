@@ -5,7 +5,7 @@
 //! views that share the chunk and therefore its var: writes through a view are ordered with reads
 //! of the original.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::base::{Context, DType, Shape};
 use crate::engine::{self, Var};
@@ -15,9 +15,25 @@ use crate::op::Tensor;
 use crate::storage::{self, Buffer};
 
 pub struct Chunk {
-    buffer: Buffer,
+    /// Allocated on first access, as MXNet's delayed allocation: an op's output gets memory when
+    /// the op runs rather than when it is pushed, so a Python thread running ahead of the engine
+    /// holds no memory for work that has not started (and the pool can hand the op buffers that
+    /// its predecessors released meanwhile).
+    buffer: OnceLock<Buffer>,
+    bytes: usize,
     pub var: Arc<Var>,
     pub ctx: Context,
+}
+
+impl Chunk {
+    fn buffer(&self) -> Result<&Buffer> {
+        if let Some(buffer) = self.buffer.get() {
+            return Ok(buffer);
+        }
+        let fresh = storage::alloc(self.ctx, self.bytes)?;
+        // Two threads may race to the first access; the loser's buffer goes back to the pool.
+        Ok(self.buffer.get_or_init(|| fresh))
+    }
 }
 
 #[derive(Clone)]
@@ -34,8 +50,12 @@ pub struct NDArray {
 impl NDArray {
     /// A new array with uninitialized contents (MXNet's `empty`).
     pub fn empty(shape: Shape, dtype: DType, ctx: Context) -> Result<NDArray> {
-        let buffer = storage::alloc(ctx, shape.size() * dtype.size())?;
-        Ok(NDArray { chunk: Arc::new(Chunk { buffer, var: Var::new(), ctx }), offset: 0, shape, dtype, autograd: None })
+        let bytes = shape.dims().iter().try_fold(dtype.size(), |total, &d| total.checked_mul(d));
+        let Some(bytes) = bytes.filter(|&b| b <= isize::MAX as usize / 2) else {
+            crate::bail!(Value, "cannot allocate an array of shape {shape} and dtype {dtype}: too many bytes");
+        };
+        let chunk = Chunk { buffer: OnceLock::new(), bytes, var: Var::new(), ctx };
+        Ok(NDArray { chunk: Arc::new(chunk), offset: 0, shape, dtype, autograd: None })
     }
 
     /// A new array holding a copy of `bytes` (row-major elements of `dtype`).
@@ -47,7 +67,7 @@ impl NDArray {
         let arr = NDArray::empty(shape, dtype, ctx)?;
         // SAFETY: the array is brand new, so no engine op can be using its chunk, and the buffer
         // holds exactly `expected` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), arr.data_ptr(), expected) };
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), arr.data_ptr()?, expected) };
         Ok(arr)
     }
 
@@ -90,18 +110,20 @@ impl NDArray {
         NDArray { autograd: None, ..self.clone() }
     }
 
-    /// Address of the first element. Dereferencing it is only sound inside an engine op that was
+    /// Address of the first element, allocating the chunk on first use (which fails only when
+    /// the host is out of memory). Dereferencing it is only sound inside an engine op that was
     /// granted this array's var (or on a chunk no op can reach yet).
-    pub fn data_ptr(&self) -> *mut u8 {
+    pub fn data_ptr(&self) -> Result<*mut u8> {
+        let buffer = self.chunk.buffer()?;
         // SAFETY: offset * size stays within the buffer: views are only created in-bounds.
-        unsafe { self.chunk.buffer.as_ptr().add(self.offset * self.dtype.size()) }
+        Ok(unsafe { buffer.as_ptr().add(self.offset * self.dtype.size()) })
     }
 
     /// The kernel's view of this array, for an op that holds its var.
-    pub fn tensor(&self) -> Tensor {
+    pub fn tensor(&self) -> Result<Tensor> {
         // SAFETY: the pointer addresses shape.size() elements of dtype inside the chunk, which
         // the op's closure keeps alive by holding this NDArray.
-        unsafe { Tensor::new(self.data_ptr(), self.shape.clone(), self.dtype) }
+        Ok(unsafe { Tensor::new(self.data_ptr()?, self.shape.clone(), self.dtype) })
     }
 
     /// A view with another shape of the same size (reshape without copy). Views start outside
@@ -170,7 +192,7 @@ impl NDArray {
         self.wait_to_read()?;
         // SAFETY: after wait_to_read no writer is pending on this chunk; a writer pushed later
         // from another thread would race, exactly as with MXNet's SyncCopyToCPU.
-        unsafe { std::ptr::copy_nonoverlapping(self.data_ptr(), dst.as_mut_ptr(), dst.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(self.data_ptr()?, dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 
@@ -181,7 +203,7 @@ impl NDArray {
         }
         self.wait_to_read()?;
         // SAFETY: dtype matches T; no writer is pending (see read_into).
-        Ok(unsafe { std::slice::from_raw_parts(self.data_ptr() as *const T, self.size()) }.to_vec())
+        Ok(unsafe { std::slice::from_raw_parts(self.data_ptr()? as *const T, self.size()) }.to_vec())
     }
 
     /// Build an array from typed elements.

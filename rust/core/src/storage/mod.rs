@@ -96,6 +96,12 @@ impl CpuPool {
     }
 
     fn system_alloc(class: usize) -> Result<NonNull<u8>> {
+        // The OS overcommits: a request beyond the machine's memory would "succeed" and the
+        // process be killed on first touch, so it is refused here with a clear error instead.
+        let physical = physical_memory_bytes();
+        if class as u64 > physical {
+            crate::bail!(Runtime, "out of host memory: {class} bytes requested, the machine has {physical}");
+        }
         let layout = Layout::from_size_align(class, ALIGNMENT)
             .map_err(|_| crate::err!(Value, "cannot allocate {class} bytes"))?;
         // SAFETY: layout has a non-zero size (size_class returns at least ALIGNMENT).
@@ -136,6 +142,28 @@ impl CpuPool {
             peak_used_bytes: self.peak.load(Ordering::Relaxed),
         }
     }
+}
+
+/// Total physical memory, or u64::MAX where it cannot be read.
+fn physical_memory_bytes() -> u64 {
+    static BYTES: OnceLock<u64> = OnceLock::new();
+    *BYTES.get_or_init(|| {
+        #[cfg(target_os = "linux")]
+        {
+            extern "C" {
+                fn sysconf(name: i32) -> i64;
+            }
+            // glibc's and musl's _SC_PAGESIZE and _SC_PHYS_PAGES.
+            const SC_PAGESIZE: i32 = 30;
+            const SC_PHYS_PAGES: i32 = 85;
+            // SAFETY: sysconf only reads system configuration.
+            let (page, pages) = unsafe { (sysconf(SC_PAGESIZE), sysconf(SC_PHYS_PAGES)) };
+            if page > 0 && pages > 0 {
+                return (page as u64).saturating_mul(pages as u64);
+            }
+        }
+        u64::MAX
+    })
 }
 
 #[cfg(target_os = "linux")]
