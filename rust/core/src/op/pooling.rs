@@ -204,6 +204,11 @@ fn tiled_max_forward<T: Elem>(w: &Window, x: &[T], y: &mut [T], rows: &mut Vec<f
     let ([_, ih, iw], [kd, kh, kw], [od, oh, ow]) = (w.input, w.kernel, w.output);
     rows.resize(ow * kw, 0.0);
     for (d_out, h_out) in (0..od).flat_map(|d| (0..oh).map(move |h| (d, h))) {
+        if kw == 2 {
+            let starts = (d_out * kd..(d_out + 1) * kd).flat_map(|d| (h_out * kh..(h_out + 1) * kh).map(move |h| (d * ih + h) * iw));
+            pair_windows_forward(x, starts, &mut y[(d_out * oh + h_out) * ow..][..ow]);
+            continue;
+        }
         rows.fill(f64::NEG_INFINITY);
         for d in d_out * kd..(d_out + 1) * kd {
             for h in h_out * kh..(h_out + 1) * kh {
@@ -248,6 +253,23 @@ fn tiled_max_backward<T: Elem>(w: &Window, x: &[T], y: &[T], g: &[T], dx: &mut [
                     taken |= hit;
                 }
             }
+        }
+    }
+}
+
+/// Maxima of one output row of windows two cells wide, whose rows start at `starts`: pairs of
+/// cells reduce side by side, so the loop over windows vectorizes.
+#[inline(always)]
+fn pair_windows_forward<T: Elem>(x: &[T], mut starts: impl Iterator<Item = usize>, maxima: &mut [T]) {
+    let ow = maxima.len();
+    let pairs = |start: usize| x[start..][..2 * ow].as_chunks::<2>().0;
+    let Some(first) = starts.next() else { return };
+    for (m, pair) in maxima.iter_mut().zip(pairs(first)) {
+        *m = T::from_f64(nan_max(pair[0].to_f64(), pair[1].to_f64()));
+    }
+    for start in starts {
+        for (m, pair) in maxima.iter_mut().zip(pairs(start)) {
+            *m = T::from_f64(nan_max(m.to_f64(), nan_max(pair[0].to_f64(), pair[1].to_f64())));
         }
     }
 }
