@@ -234,3 +234,27 @@ def test_conv_transpose_layers(layer, shape):
     hybrid_out.backward()
     np.testing.assert_allclose(hybrid_out.asnumpy(), out.asnumpy(), rtol=1e-5, atol=1e-6)
     assert np.abs(block.weight.grad().asnumpy()).sum() > 0
+
+
+def test_trainer_rejects_stale_gradients():
+    # As MXNet: a parameter whose gradient backward has not written since the last step raises
+    # UserWarning; ignore_stale_grad=True skips it and updates the others.
+    used, unused = gluon.nn.Dense(2, in_units=3), gluon.nn.Dense(2, in_units=3)
+    for block in (used, unused):
+        block.initialize(mx.init.One())
+    params = used.collect_params()
+    params.update(unused.collect_params())
+    trainer = gluon.Trainer(params, "sgd", {"learning_rate": 0.1})
+    x = mx.nd.ones((4, 3))
+    with mx.autograd.record():
+        loss = used(x).sum()
+    loss.backward()
+    with pytest.raises(UserWarning, match="Gradient of Parameter `%s` on context cpu\\(0\\) has not been updated"
+                       % unused.weight.name):
+        trainer.step(4)
+    trainer.step(4, ignore_stale_grad=True)
+    assert np.all(unused.weight.data().asnumpy() == 1)
+    assert np.allclose(used.weight.data().asnumpy(), 1 - 0.1 * 4 / 4)
+    # The update consumed the fresh gradients: stepping again without backward is stale.
+    with pytest.raises(UserWarning, match="has not been updated by backward"):
+        trainer.step(4)

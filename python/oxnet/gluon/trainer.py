@@ -63,7 +63,7 @@ class Trainer:
         """One update with gradients scaled by 1/batch_size (after summing across contexts)."""
         self._optimizer.rescale_grad = self._scale / batch_size
         self.allreduce_grads()
-        self._update()
+        self._update(ignore_stale_grad)
 
     def allreduce_grads(self):
         """Sum each parameter's gradients over its contexts, leaving the sum on every context."""
@@ -81,16 +81,30 @@ class Trainer:
     def update(self, batch_size, ignore_stale_grad=False):
         """``step`` without the cross-context reduction (call ``allreduce_grads`` first)."""
         self._optimizer.rescale_grad = self._scale / batch_size
-        self._update()
+        self._update(ignore_stale_grad)
 
-    def _update(self):
+    def _update(self, ignore_stale_grad=False):
         # Per device, every parameter goes to the updater in one call, so optimizers with
         # multi-weight update ops can fuse them.
         per_ctx = {}
-        for i, param in enumerate(self._params):
-            if param.grad_req == "null":
-                continue
+        trained = [(i, param) for i, param in enumerate(self._params) if param.grad_req != "null"]
+        # Every parameter is checked before any is touched, so a raised error leaves all of
+        # them (and their fresh-gradient flags) as they were.
+        for _, param in [] if ignore_stale_grad else trained:
+            for data in param.list_data():
+                if not data._fresh_grad:
+                    raise UserWarning(
+                        "Gradient of Parameter `%s` on context %s has not been updated by backward "
+                        "since last `step`. This could mean a bug in your model that made it only use "
+                        "a subset of the Parameters (Blocks) for this iteration. If you are "
+                        "intentionally only using a subset, call step with ignore_stale_grad=True to "
+                        "suppress this warning and skip updating of Parameters with stale gradient"
+                        % (param.name, str(data.context)))
+        for i, param in trained:
             for data, grad in zip(param.list_data(), param.list_grad()):
+                if ignore_stale_grad and not data._fresh_grad:
+                    continue
+                data._fresh_grad = False
                 indices, grads, weights = per_ctx.setdefault(data.context, ([], [], []))
                 indices.append(i)
                 grads.append(grad)

@@ -167,6 +167,16 @@ class NDArray:
         handle = _core.grad_of(self.handle)
         return None if handle is None else NDArray(handle)
 
+    @property
+    def _fresh_grad(self):
+        """Whether ``autograd.backward`` wrote this variable's gradient since the flag was last
+        cleared (``gluon.Trainer`` clears it after each update and checks it for staleness)."""
+        return _core.fresh_grad(self.handle)
+
+    @_fresh_grad.setter
+    def _fresh_grad(self, state):
+        _core.set_fresh_grad(self.handle, bool(state))
+
     def detach(self):
         """The same data outside the recorded graph: no gradient flows back through it."""
         return NDArray(_core.detach(self.handle), self.writable)

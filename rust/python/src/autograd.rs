@@ -50,6 +50,20 @@ fn grad_of(py: Python<'_>, array: &NDArrayHandle) -> PyResult<Option<Py<NDArrayH
     autograd::grad_of(&array.inner).map(|g| wrap(py, g)).transpose()
 }
 
+/// Whether backward wrote the marked variable's gradient since it was last consumed (False
+/// for arrays that are not marked variables), as MXNet's `_fresh_grad`.
+#[pyfunction]
+fn fresh_grad(array: &NDArrayHandle) -> bool {
+    autograd::grad_of(&array.inner).is_some_and(|g| g.fresh_grad())
+}
+
+#[pyfunction]
+fn set_fresh_grad(array: &NDArrayHandle, fresh: bool) {
+    if let Some(g) = autograd::grad_of(&array.inner) {
+        g.set_fresh_grad(fresh);
+    }
+}
+
 #[pyfunction]
 fn detach(py: Python<'_>, array: &NDArrayHandle) -> PyResult<Py<NDArrayHandle>> {
     wrap(py, array.inner.detached())
@@ -147,6 +161,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mark_variables, m)?)?;
     m.add_function(wrap_pyfunction!(grad_of, m)?)?;
     m.add_function(wrap_pyfunction!(detach, m)?)?;
+    m.add_function(wrap_pyfunction!(fresh_grad, m)?)?;
+    m.add_function(wrap_pyfunction!(set_fresh_grad, m)?)?;
     m.add_function(wrap_pyfunction!(in_graph, m)?)?;
     m.add_function(wrap_pyfunction!(backward, m)?)?;
     Ok(())

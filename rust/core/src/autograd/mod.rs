@@ -224,6 +224,7 @@ pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>,
         return Ok(if options.create_graph { results } else { results.iter().map(NDArray::detached).collect() });
     }
     for (value, (buffer, req)) in results.iter().zip(&stored) {
+        buffer.set_fresh_grad(*req != GradReq::Null);
         match req {
             GradReq::Write => imperative::copy(value, buffer, None)?,
             GradReq::Add => {

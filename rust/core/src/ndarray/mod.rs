@@ -5,6 +5,7 @@
 //! views that share the chunk and therefore its var: writes through a view are ordered with reads
 //! of the original.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::base::{Context, DType, Shape};
@@ -21,6 +22,10 @@ pub struct Chunk {
     /// its predecessors released meanwhile).
     buffer: OnceLock<Buffer>,
     bytes: usize,
+    /// For a gradient buffer: written by `backward` since the optimizer last consumed it
+    /// (MXNet's fresh_out_grad, which Trainer checks for stale gradients). Only a status flag:
+    /// Relaxed, nothing is published through it.
+    fresh_grad: AtomicBool,
     pub var: Arc<Var>,
     pub ctx: Context,
 }
@@ -54,7 +59,7 @@ impl NDArray {
         let Some(bytes) = bytes.filter(|&b| b <= isize::MAX as usize / 2) else {
             crate::bail!(Value, "cannot allocate an array of shape {shape} and dtype {dtype}: too many bytes");
         };
-        let chunk = Chunk { buffer: OnceLock::new(), bytes, var: Var::new(), ctx };
+        let chunk = Chunk { buffer: OnceLock::new(), bytes, fresh_grad: AtomicBool::new(false), var: Var::new(), ctx };
         Ok(NDArray { chunk: Arc::new(chunk), offset: 0, shape, dtype, autograd: None })
     }
 
@@ -88,6 +93,13 @@ impl NDArray {
     }
     pub fn nbytes(&self) -> usize {
         self.size() * self.dtype.size()
+    }
+    /// Whether `backward` wrote this (gradient) array since the flag was last cleared.
+    pub fn fresh_grad(&self) -> bool {
+        self.chunk.fresh_grad.load(Ordering::Relaxed)
+    }
+    pub fn set_fresh_grad(&self, fresh: bool) {
+        self.chunk.fresh_grad.store(fresh, Ordering::Relaxed)
     }
     /// Whether two arrays share one chunk (and so one var).
     pub fn same_chunk(&self, other: &NDArray) -> bool {
