@@ -165,6 +165,23 @@ def test_dataloader_batches_shuffles_and_uses_workers():
         np.testing.assert_array_equal(got[0].asnumpy(), expected[0].asnumpy())
 
 
+def test_dataloader_workers_hand_batches_over_in_shared_memory():
+    import os
+    data = np.arange(60, dtype=np.float32).reshape(20, 3)
+    labels = np.arange(20, dtype=np.int32)
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    loader = gluon.data.DataLoader(gluon.data.ArrayDataset(data, labels), batch_size=6, num_workers=2)
+    batches = list(loader)
+    loader.close()
+    assert [b[0].shape for b in batches] == [(6, 3), (6, 3), (6, 3), (2, 3)]
+    assert batches[0][1].dtype == np.int32
+    np.testing.assert_array_equal(np.concatenate([b[0].asnumpy() for b in batches]), data)
+    np.testing.assert_array_equal(np.concatenate([b[1].asnumpy() for b in batches]), labels)
+    if shm_before or os.path.isdir("/dev/shm"):
+        # Every block a worker made was unlinked once the parent copied it.
+        assert set(os.listdir("/dev/shm")) <= shm_before
+
+
 def test_split_and_load_and_clip_global_norm():
     parts = gluon.utils.split_and_load(mx.nd.arange(12).reshape((6, 2)), [mx.cpu(0), mx.cpu(1)])
     assert [p.shape for p in parts] == [(3, 2), (3, 2)] and parts[1].context == mx.cpu(1)

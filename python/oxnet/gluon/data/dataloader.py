@@ -1,6 +1,7 @@
 """The DataLoader: batches from a dataset, optionally built in worker processes."""
 
 import multiprocessing
+from multiprocessing import shared_memory
 
 import numpy as np
 
@@ -21,6 +22,8 @@ def _as_numpy_batch(data):
 def _to_ndarray(batch):
     if isinstance(batch, tuple):
         return [_to_ndarray(b) for b in batch]
+    if isinstance(batch, _SharedArray):
+        return batch.to_ndarray()
     return ndarray.array(batch, dtype=batch.dtype)
 
 
@@ -42,15 +45,41 @@ def _worker_init(dataset):
     _worker_dataset = dataset
 
 
+class _SharedArray:
+    """A NumPy array a worker left in a shared-memory block: only its name, shape and dtype
+    travel through the pool's pipe; the parent copies the block into an NDArray and unlinks it."""
+
+    def __init__(self, array):
+        block = shared_memory.SharedMemory(create=True, size=array.nbytes)
+        np.ndarray(array.shape, array.dtype, buffer=block.buf)[...] = array
+        self.name, self.shape, self.dtype = block.name, array.shape, array.dtype
+        block.close()
+
+    def to_ndarray(self):
+        block = shared_memory.SharedMemory(name=self.name)
+        try:
+            return ndarray.array(np.ndarray(self.shape, self.dtype, buffer=block.buf), dtype=self.dtype)
+        finally:
+            block.close()
+            block.unlink()
+
+
+def _share(batch):
+    if isinstance(batch, tuple):
+        return tuple(_share(b) for b in batch)
+    return _SharedArray(batch) if batch.nbytes else batch
+
+
 def _worker_batch(indices):
     """Runs in a worker process: NumPy only, so no engine threads are needed there."""
-    return _as_numpy_batch([_worker_dataset[i] for i in indices])
+    return _share(_as_numpy_batch([_worker_dataset[i] for i in indices]))
 
 
 class DataLoader:
     """Iterate over ``dataset`` in batches. With ``num_workers > 0`` batches are assembled in
-    worker processes (spawned, so they never inherit the engine's threads) and converted to
-    NDArrays in the main process; the pool is shut down when the loader is collected."""
+    worker processes (spawned, so they never inherit the engine's threads), handed over in
+    shared memory and converted to NDArrays in the main process; the pool is shut down when the
+    loader is collected."""
 
     def __init__(self, dataset, batch_size=None, shuffle=False, sampler=None, last_batch=None, batch_sampler=None,
                  batchify_fn=None, num_workers=0, pin_memory=False, pin_device_id=0, prefetch=None,
