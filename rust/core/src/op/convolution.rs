@@ -303,7 +303,7 @@ fn im2col<T: Elem>(image: &[T], g: &Geometry, c0: usize, cs: usize, col: &mut [T
         dst[w.end..].fill(T::default());
         let first = (w.start as isize * sw + w_off) as usize + src;
         if sw == 1 {
-            dst[w.clone()].copy_from_slice(&base[first..first + w.len()]);
+            copy_short(&mut dst[w.clone()], &base[first..first + w.len()]);
         } else {
             for (k, d) in dst[w.clone()].iter_mut().enumerate() {
                 *d = base[first + k * sw as usize];
