@@ -90,16 +90,16 @@ class Trainer:
         trained = [(i, param) for i, param in enumerate(self._params) if param.grad_req != "null"]
         # Every parameter is checked before any is touched, so a raised error leaves all of
         # them (and their fresh-gradient flags) as they were.
-        for _, param in [] if ignore_stale_grad else trained:
-            for data in param.list_data():
-                if not data._fresh_grad:
-                    raise UserWarning(
-                        "Gradient of Parameter `%s` on context %s has not been updated by backward "
-                        "since last `step`. This could mean a bug in your model that made it only use "
-                        "a subset of the Parameters (Blocks) for this iteration. If you are "
-                        "intentionally only using a subset, call step with ignore_stale_grad=True to "
-                        "suppress this warning and skip updating of Parameters with stale gradient"
-                        % (param.name, str(data.context)))
+        for _, param in trained:
+            stale = None if ignore_stale_grad else next((d for d in param.list_data() if not d._fresh_grad), None)
+            if stale is not None:
+                raise UserWarning(
+                    "Gradient of Parameter `%s` on context %s has not been updated by backward "
+                    "since last `step`. This could mean a bug in your model that made it only use "
+                    "a subset of the Parameters (Blocks) for this iteration. If you are "
+                    "intentionally only using a subset, call step with ignore_stale_grad=True to "
+                    "suppress this warning and skip updating of Parameters with stale gradient"
+                    % (param.name, str(stale.context)))
         for i, param in trained:
             for data, grad in zip(param.list_data(), param.list_grad()):
                 if ignore_stale_grad and not data._fresh_grad:

@@ -254,33 +254,28 @@ fn for_each_dense_line(g: &Geometry, cs: usize, row_stride: usize, mut visit: im
     }
 }
 
-/// Lines of a column matrix are short (8 to 30 elements in small CNNs): copied in fixed blocks
-/// of eight, which compile to plain vector moves instead of a call into memmove per line.
+/// `apply(d, s)` over the pairs of two short lines (8 to 30 elements in small CNNs), in fixed
+/// blocks of eight: copies compile to plain vector moves instead of a memmove call per line.
 #[inline(always)]
-fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
+fn zip_short<T: Copy>(dst: &mut [T], src: &[T], apply: impl Fn(&mut T, T)) {
     let (dst_blocks, dst_tail) = dst.as_chunks_mut::<8>();
     let (src_blocks, src_tail) = src.as_chunks::<8>();
     for (d, s) in dst_blocks.iter_mut().zip(src_blocks) {
-        *d = *s;
+        for (d, &s) in d.iter_mut().zip(s) {
+            apply(d, s);
+        }
     }
-    for (d, s) in dst_tail.iter_mut().zip(src_tail) {
-        *d = *s;
+    for (d, &s) in dst_tail.iter_mut().zip(src_tail) {
+        apply(d, s);
     }
 }
 
-/// `dst += src` for short lines, in blocks of eight as [`copy_short`].
-#[inline(always)]
+fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
+    zip_short(dst, src, |d, s| *d = s);
+}
+
 fn add_short<T: Elem>(dst: &mut [T], src: &[T]) {
-    let (dst_blocks, dst_tail) = dst.as_chunks_mut::<8>();
-    let (src_blocks, src_tail) = src.as_chunks::<8>();
-    for (d, s) in dst_blocks.iter_mut().zip(src_blocks) {
-        for (d, s) in d.iter_mut().zip(s) {
-            *d = T::from_f64(d.to_f64() + s.to_f64());
-        }
-    }
-    for (d, s) in dst_tail.iter_mut().zip(src_tail) {
-        *d = T::from_f64(d.to_f64() + s.to_f64());
-    }
+    zip_short(dst, src, |d, s| *d = T::from_f64(d.to_f64() + s.to_f64()));
 }
 
 /// im2col of one image's channels `c0..c0+cs` into the column matrix (rows = channel x kernel
@@ -358,7 +353,16 @@ pub(super) struct ChunkBuffers<T> {
     staging: Scratch<T>,
 }
 
-impl ImageProducts<'_> {
+impl<'a> ImageProducts<'a> {
+    /// The products for `g` with the plan that spreads its batch over the thread pool (GEMM gets
+    /// the threads the plan leaves it).
+    pub fn planned(g: &'a Geometry, dtype: DType, weight: *const u8) -> (Self, ChunkPlan) {
+        let mut products = ImageProducts { g, dtype, weight, threads: 1 };
+        let plan = ChunkPlan::new(g.batch, products.chunk());
+        products.threads = plan.gemm_threads;
+        (products, plan)
+    }
+
     /// Images per chunk.
     pub fn chunk(&self) -> usize {
         let per_image = (self.g.col_rows() * self.g.output_size()).max(1);
@@ -555,9 +559,7 @@ impl Operator for Convolution {
         let g = self.p.geometry("Convolution", &inputs[0].shape)?;
         let (x, out) = (&inputs[0], &outputs[0]);
         let outs = g.output_size();
-        let mut products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[1].raw(), threads: 1 };
-        let plan = ChunkPlan::new(g.batch, products.chunk());
-        products.threads = plan.gemm_threads;
+        let (products, plan) = ImageProducts::planned(&g, x.dtype, inputs[1].raw());
         crate::dispatch_dtype!(x.dtype, T => {
             // SAFETY: the input is read-only here; chunks write disjoint images of the output.
             let xv = unsafe { x.slice::<T>() };
@@ -680,9 +682,7 @@ impl Operator for ConvolutionBackward {
         let (gt, x) = (&inputs[0], &inputs[1]);
         let g = self.p.geometry("Convolution", &x.shape)?;
         let (dx, dw, db) = (&outputs[0], &outputs[1], &outputs[2]);
-        let mut products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[2].raw(), threads: 1 };
-        let plan = ChunkPlan::new(g.batch, products.chunk());
-        products.threads = plan.gemm_threads;
+        let (products, plan) = ImageProducts::planned(&g, x.dtype, inputs[2].raw());
         crate::dispatch_dtype!(x.dtype, T => {
             // SAFETY: inputs are read-only here; each output is this op's alone.
             let (gv, xv) = unsafe { (gt.slice::<T>(), x.slice::<T>()) };

@@ -3,7 +3,7 @@
 //! data gradient correlates (im2col, W g); the weight gradient is the convolution's own formula
 //! with the roles of image and response swapped.
 
-use super::convolution::{add_channel_bias, channel_sums, spatial, weight_grad_over_chunks, ChunkPlan, Geometry, ImageProducts};
+use super::convolution::{add_channel_bias, channel_sums, spatial, weight_grad_over_chunks, Geometry, ImageProducts};
 use super::grad::{tuple_attr, Grad, InputGrads};
 use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{DType, Shape};
@@ -200,9 +200,7 @@ impl Operator for Deconvolution {
         let g = self.p.geometry(&inputs[0].shape)?;
         let (x, out) = (&inputs[0], &outputs[0]);
         let plane = g.input_size();
-        let mut products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[1].raw(), threads: 1 };
-        let plan = ChunkPlan::new(g.batch, products.chunk());
-        products.threads = plan.gemm_threads;
+        let (products, plan) = ImageProducts::planned(&g, x.dtype, inputs[1].raw());
         crate::dispatch_dtype!(x.dtype, T => {
             // SAFETY: the input is read-only here; chunks write disjoint images of the output.
             let xv = unsafe { x.slice::<T>() };
@@ -287,9 +285,7 @@ impl Operator for DeconvolutionBackward {
         let (gt, x) = (&inputs[0], &inputs[1]);
         let g = self.p.geometry(&x.shape)?;
         let (dx, dw, db) = (&outputs[0], &outputs[1], &outputs[2]);
-        let mut products = ImageProducts { g: &g, dtype: x.dtype, weight: inputs[2].raw(), threads: 1 };
-        let plan = ChunkPlan::new(g.batch, products.chunk());
-        products.threads = plan.gemm_threads;
+        let (products, plan) = ImageProducts::planned(&g, x.dtype, inputs[2].raw());
         crate::dispatch_dtype!(x.dtype, T => {
             // SAFETY: inputs are read-only here; each output is this op's alone.
             let (gv, xv) = unsafe { (gt.slice::<T>(), x.slice::<T>()) };

@@ -47,7 +47,7 @@ pub(super) unsafe fn row_dots(m: usize, n: usize, k: usize, a: *const f32, lda: 
     super::parallel_chunks(row_blocks, per_task.max(1), |blocks| {
         let rows = blocks.start * BLOCK_A..(blocks.end * BLOCK_A).min(m);
         for k0 in (0..k.max(1)).step_by(K_SLICE) {
-            let kc = K_SLICE.min(k - k0.min(k));
+            let kc = K_SLICE.min(k - k0);
             let add = accumulate || k0 > 0;
             for i0 in rows.clone().step_by(BLOCK_A) {
                 for j0 in (0..n).step_by(BLOCK_B) {
