@@ -331,26 +331,13 @@ impl Softmax {
 }
 
 /// Softmax (or log-softmax) of one contiguous float32 row: a vectorized max, exponentials with
-/// eight running sums, one scaling pass; compiled for AVX2+FMA where the CPU has them.
+/// sixteen running sums, one scaling pass; compiled for the CPU's widest vectors.
 fn softmax_row_f32(x: &[f32], y: &mut [f32], scale: f32, log: bool) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports the features the function is compiled for.
-            unsafe { softmax_row_f32_avx2(x, y, scale, log) };
-            return;
-        }
-    }
-    softmax_row_f32_body(x, y, scale, log);
+    super::simd::vectorized(#[inline(always)] || softmax_row_f32_body(x, y, scale, log))
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn softmax_row_f32_avx2(x: &[f32], y: &mut [f32], scale: f32, log: bool) {
-    softmax_row_f32_body(x, y, scale, log);
-}
-
-const LANES: usize = 8;
+/// Independent accumulators per row: one AVX-512 register (two AVX2 ones).
+const LANES: usize = 16;
 
 #[inline(always)]
 fn softmax_row_f32_body(x: &[f32], y: &mut [f32], scale: f32, log: bool) {
@@ -564,23 +551,12 @@ struct SoftmaxBackward {
 
 /// One contiguous float32 row of the softmax gradient: the row sum, then one write pass.
 fn softmax_backward_row_f32(g: &[f32], y: &[f32], dx: &mut [f32], log: bool) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn wide(g: &[f32], y: &[f32], dx: &mut [f32], log: bool) {
-            softmax_backward_row_body(g, y, dx, log)
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports the features `wide` is compiled for.
-            return unsafe { wide(g, y, dx, log) };
-        }
-    }
-    softmax_backward_row_body(g, y, dx, log)
+    super::simd::vectorized(#[inline(always)] || softmax_backward_row_body(g, y, dx, log))
 }
 
 #[inline(always)]
 fn softmax_backward_row_body(g: &[f32], y: &[f32], dx: &mut [f32], log: bool) {
-    // Eight running sums, so that the reduction vectorizes.
+    // Running sums in lanes, so that the reduction vectorizes.
     let mut sums = [0f32; LANES];
     for (gc, yc) in g.chunks(LANES).zip(y.chunks(LANES)) {
         for ((s, &gv), &yv) in sums.iter_mut().zip(gc).zip(yc) {

@@ -46,11 +46,13 @@ pub fn map1<A: Copy + Send + Sync, B: Copy + Send + Sync>(x: &Tensor, y: &Tensor
     parallel_chunks(n, PARALLEL_GRAIN, |r| {
         let (xp, yp) = (xp.get(), yp.get());
         if in_place {
-            for i in r {
-                // SAFETY: i < n = size of both tensors; reading i before writing i keeps the
-                // in-place update correct.
-                unsafe { *yp.add(i) = f(*xp.add(i)) };
-            }
+            super::simd::vectorized(#[inline(always)] || {
+                for i in r {
+                    // SAFETY: i < n = size of both tensors; reading i before writing i keeps
+                    // the in-place update correct.
+                    unsafe { *yp.add(i) = f(*xp.add(i)) };
+                }
+            });
             return;
         }
         // SAFETY: distinct tensors never overlap (the runner stages partial overlaps through a
@@ -60,28 +62,14 @@ pub fn map1<A: Copy + Send + Sync, B: Copy + Send + Sync>(x: &Tensor, y: &Tensor
     });
 }
 
-/// `ys[i] = f(xs[i])`, compiled for AVX2 and FMA as well where the CPU has them: math-heavy
-/// maps (exp, tanh, sigmoid) then run eight lanes at a time instead of four.
+/// `ys[i] = f(xs[i])`, compiled for the CPU's widest vectors (`simd::vectorized`): math-heavy
+/// maps (exp, tanh, sigmoid) then run sixteen lanes at a time instead of four.
 pub(super) fn map_slices<A: Copy, B: Copy>(xs: &[A], ys: &mut [B], f: &impl Fn(A) -> B) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports the features the function is compiled for.
-            unsafe { map_slices_avx2(xs, ys, f) };
-            return;
+    super::simd::vectorized(#[inline(always)] || {
+        for (y, &x) in ys.iter_mut().zip(xs) {
+            *y = f(x);
         }
-    }
-    for (y, &x) in ys.iter_mut().zip(xs) {
-        *y = f(x);
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn map_slices_avx2<A: Copy, B: Copy>(xs: &[A], ys: &mut [B], f: &impl Fn(A) -> B) {
-    for (y, &x) in ys.iter_mut().zip(xs) {
-        *y = f(x);
-    }
+    })
 }
 
 /// Strides of `t` as seen through the output shape `out`: broadcast dims advance by zero.

@@ -115,19 +115,7 @@ fn transpose_f32(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
             let (p0, p1) = (band * BAND, ((band + 1) * BAND).min(cols));
             // SAFETY: destination rows p0..p1 belong to this task alone.
             let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add(p0 * rows), (p1 - p0) * rows) };
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx2")]
-                unsafe fn wide(src: &[f32], rows: usize, cols: usize, p0: usize, p1: usize, dst: &mut [f32]) {
-                    transpose_band(src, rows, cols, p0, p1, dst)
-                }
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU supports the feature `wide` is compiled for.
-                    unsafe { wide(src, rows, cols, p0, p1, dst) };
-                    continue;
-                }
-            }
-            transpose_band(src, rows, cols, p0, p1, dst);
+            super::simd::vectorized(#[inline(always)] || transpose_band(src, rows, cols, p0, p1, dst));
         }
     });
 }

@@ -36,6 +36,7 @@ mod sampling;
 mod select;
 mod sequence;
 mod shape_ops;
+mod simd;
 mod sorting;
 
 use std::collections::HashMap;

@@ -127,20 +127,8 @@ fn apply_rule_with<W: Elem, S: Elem, const N: usize>(rule: &impl Rule, h: &Hyper
         master: master.map(|m| SendPtr(m.ptr::<S>())),
     };
     parallel_chunks(weight.size(), PARALLEL_GRAIN, |range| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            #[target_feature(enable = "avx2,fma")]
-            unsafe fn wide<W: Elem, S: Elem, const N: usize>(rule: &impl Rule, h: &Hyper, a: &UpdateArrays<W, S, N>, range: std::ops::Range<usize>) {
-                update_range(rule, h, a, range)
-            }
-            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-                // SAFETY: the CPU supports the features `wide` is compiled for; the range
-                // invariants are those of `update_range`.
-                return unsafe { wide(rule, h, &arrays, range) };
-            }
-        }
         // SAFETY: see `update_range`.
-        unsafe { update_range(rule, h, &arrays, range) }
+        super::simd::vectorized(#[inline(always)] || unsafe { update_range(rule, h, &arrays, range) })
     });
 }
 

@@ -578,21 +578,10 @@ fn reduce_tensor<T: Elem, R: Reducer>(x: &Tensor, out: &Tensor, mask: &[bool]) {
     reduce_blocks::<T, R>(tmp.as_ptr(), out.ptr::<T>(), x.size() / r.max(1), r, 1);
 }
 
-/// Sum float32 values in sixteen float32 lanes (vectorizes at the input's width) over blocks
-/// short enough that float32 accumulation stays accurate, adding each block's total in f64.
+/// Sum float32 values in thirty-two float32 lanes (vectorizes at the CPU's widest vectors) over
+/// blocks short enough that float32 accumulation stays accurate, adding each block's total in f64.
 fn sum_f32_blocked(x: &[f32]) -> f64 {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2, checked just above.
-        return unsafe { sum_f32_blocked_avx2(x) };
-    }
-    sum_f32_blocked_portable(x)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn sum_f32_blocked_avx2(x: &[f32]) -> f64 {
-    sum_f32_blocked_portable(x)
+    super::simd::vectorized(#[inline(always)] || sum_f32_blocked_portable(x))
 }
 
 #[inline(always)]
@@ -620,21 +609,10 @@ fn sum_f32_blocked_portable(x: &[f32]) -> f64 {
 /// Elements a float32 sum accumulates before its partial sums move to f64.
 const F32_SUM_BLOCK: usize = 1024;
 
-/// Reduce float32 values with `R::step_f32` in independent lanes, compiled for AVX2 where the
-/// CPU has it (the crate itself targets baseline x86-64).
+/// Reduce float32 values with `R::step_f32` in independent lanes, compiled for the CPU's widest
+/// vectors (the crate itself targets baseline x86-64).
 fn lanes_f32<R: Reducer>(x: &[f32], init: f32) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2, checked just above.
-        return unsafe { lanes_f32_avx2::<R>(x, init) };
-    }
-    lanes_f32_portable::<R>(x, init)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn lanes_f32_avx2<R: Reducer>(x: &[f32], init: f32) -> f32 {
-    lanes_f32_portable::<R>(x, init)
+    super::simd::vectorized(#[inline(always)] || lanes_f32_portable::<R>(x, init))
 }
 
 /// Thirty-two lanes: enough independent accumulators to hide the add latency at any width.
@@ -659,20 +637,9 @@ fn lanes_f32_portable<R: Reducer>(x: &[f32], init: f32) -> f32 {
 }
 
 /// Column-wise reduction of `count` float32 rows of `width` values: one f64 per column,
-/// accumulated in float32 (in blocks of rows for sums); AVX2 where the CPU has it.
+/// accumulated in float32 (in blocks of rows for sums), at the CPU's widest vectors.
 fn columns_f32<R: Reducer>(rows: impl Fn(usize) -> *const f32, count: usize, width: usize) -> Vec<f64> {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2, checked just above.
-        return unsafe { columns_f32_avx2::<R>(rows, count, width) };
-    }
-    columns_f32_portable::<R>(rows, count, width)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn columns_f32_avx2<R: Reducer>(rows: impl Fn(usize) -> *const f32, count: usize, width: usize) -> Vec<f64> {
-    columns_f32_portable::<R>(rows, count, width)
+    super::simd::vectorized(#[inline(always)] || columns_f32_portable::<R>(rows, count, width))
 }
 
 #[inline(always)]

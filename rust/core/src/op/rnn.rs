@@ -300,29 +300,18 @@ struct LstmGradRow<'a, T> {
     prev_cell_grad: &'a mut [T],
 }
 
-/// Runs `body` compiled for AVX2+FMA when the CPU has them: the cell loops below are written
-/// as straight slice loops over the fast transcendental functions so that they vectorize.
-macro_rules! with_avx2 {
+/// Runs `body` compiled for the CPU's widest vectors: the cell loops below are written as
+/// straight slice loops over the fast transcendental functions so that they vectorize.
+macro_rules! vectorized_row {
     ($name:ident, $row:ident, $body:ident) => {
         fn $name<T: Real>(row: $row<'_, T>, clip: Option<(f64, f64, bool)>) {
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx2,fma")]
-                unsafe fn wide<T: Real>(row: $row<'_, T>, clip: Option<(f64, f64, bool)>) {
-                    $body(row, clip)
-                }
-                if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-                    // SAFETY: the CPU supports the features `wide` is compiled for.
-                    return unsafe { wide(row, clip) };
-                }
-            }
-            $body(row, clip)
+            super::simd::vectorized(#[inline(always)] || $body(row, clip))
         }
     };
 }
 
-with_avx2!(lstm_forward_row, LstmRow, lstm_forward_body);
-with_avx2!(lstm_backward_row, LstmGradRow, lstm_backward_body);
+vectorized_row!(lstm_forward_row, LstmRow, lstm_forward_body);
+vectorized_row!(lstm_backward_row, LstmGradRow, lstm_backward_body);
 
 #[inline(always)]
 fn lstm_forward_body<T: Real>(row: LstmRow<'_, T>, clip: Option<(f64, f64, bool)>) {
