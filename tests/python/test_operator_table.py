@@ -1,5 +1,6 @@
 """Every registered operator of the foundation, against NumPy, for every dtype it supports."""
 
+import json
 import math
 
 import numpy as np
@@ -704,3 +705,58 @@ def test_array_parameter_samplers_multinomial_shuffle(ctx):
     a = mx.nd.random.shuffle(x).asnumpy()
     mx.random.seed(5)
     assert np.array_equal(a, mx.nd.random.shuffle(x).asnumpy())
+
+
+# MXNet 1.x's legacy and public aliases (old Symbol JSON files name operators this way): alias,
+# canonical name, scalar argument or None for a two-input operator.
+ALIASES = [
+    ("_Plus", "elemwise_add", None), ("_grad_add", "elemwise_add", None), ("_Minus", "elemwise_sub", None),
+    ("_Mul", "elemwise_mul", None), ("_Div", "elemwise_div", None), ("_Mod", "_mod", None),
+    ("_Power", "_power", None), ("_Maximum", "_maximum", None), ("_Minimum", "_minimum", None),
+    ("_Hypot", "_hypot", None), ("_Equal", "_equal", None), ("_Not_Equal", "_not_equal", None),
+    ("_Greater", "_greater", None), ("_Greater_Equal", "_greater_equal", None), ("_Lesser", "_lesser", None),
+    ("_Lesser_Equal", "_lesser_equal", None), ("_Logical_And", "_logical_and", None),
+    ("_Logical_Or", "_logical_or", None), ("_Logical_Xor", "_logical_xor", None),
+    ("_PlusScalar", "_plus_scalar", 1.5), ("_MinusScalar", "_minus_scalar", 1.5), ("_MulScalar", "_mul_scalar", 1.5),
+    ("_DivScalar", "_div_scalar", 1.5), ("_EqualScalar", "_equal_scalar", 1.0),
+    ("_NotEqualScalar", "_not_equal_scalar", 1.0), ("_GreaterScalar", "_greater_scalar", 1.0),
+    ("_GreaterEqualScalar", "_greater_equal_scalar", 1.0), ("_LesserScalar", "_lesser_scalar", 1.0),
+    ("_LesserEqualScalar", "_lesser_equal_scalar", 1.0), ("_LogicalAndScalar", "_logical_and_scalar", 1.0),
+    ("_LogicalOrScalar", "_logical_or_scalar", 0.0), ("_LogicalXorScalar", "_logical_xor_scalar", 1.0),
+]
+
+
+@pytest.mark.parametrize("alias,canonical,scalar", ALIASES, ids=[a[0] for a in ALIASES])
+def test_legacy_aliases_run_their_operator(alias, canonical, scalar, ctx):
+    a = np.round(_data((3, 4), "float32", 0.0, 3.0))
+    b = np.round(_data((3, 4), "float32", 0.5, 3.0, seed=1))
+    inputs = [mx.nd.array(a, ctx=ctx)] + ([] if scalar is not None else [mx.nd.array(b, ctx=ctx)])
+    kwargs = {} if scalar is None else {"scalar": scalar}
+    expected = getattr(mx.nd, canonical)(*inputs, **kwargs).asnumpy()
+    _check(getattr(mx.nd, alias)(*inputs, **kwargs), expected, "float32")
+    # The same alias as an operator of a legacy (pre-1.0) Symbol JSON graph.
+    nodes = [{"op": "null", "name": "x", "inputs": []}, {"op": "null", "name": "y", "inputs": []}]
+    param = {} if scalar is None else {"scalar": str(scalar)}
+    nodes.append({"op": alias, "name": "out", "param": param,
+                  "inputs": [[0, 0]] if scalar is not None else [[0, 0], [1, 0]]})
+    graph = {"nodes": nodes, "arg_nodes": [0, 1], "heads": [[2, 0]]}
+    sym = mx.sym.load_json(json.dumps(graph))
+    feed = {"x": inputs[0]} if scalar is not None else {"x": inputs[0], "y": inputs[1]}
+    _check(sym.eval(ctx=ctx, **feed)[0], expected, "float32")
+
+
+@pytest.mark.parametrize("public", ["sample_uniform", "sample_normal", "sample_gamma", "sample_exponential",
+                                    "sample_poisson", "sample_negative_binomial",
+                                    "sample_generalized_negative_binomial"])
+def test_public_sample_names_draw_as_the_internal_samplers(public, ctx):
+    params = {"sample_uniform": [[0.0, 2.0], [1.0, 3.0]], "sample_normal": [[0.0, 5.0], [1.0, 0.5]],
+              "sample_gamma": [[2.0, 3.0], [1.0, 0.5]], "sample_exponential": [[0.5, 2.0]],
+              "sample_poisson": [[3.0, 7.0]], "sample_negative_binomial": [[3.0, 2.0], [0.5, 0.4]],
+              "sample_generalized_negative_binomial": [[4.0, 2.0], [0.3, 0.1]]}[public]
+    arrays = [mx.nd.array(p, ctx=ctx) for p in params]
+    draws = []
+    for name in (public, "_" + public):
+        mx.random.seed(11)
+        draws.append(getattr(mx.nd, name)(*arrays, shape=(64,)).asnumpy())
+    assert draws[0].shape == (2, 64)
+    np.testing.assert_array_equal(draws[0], draws[1])

@@ -84,9 +84,11 @@ impl<M: BinaryMath> Operator for Binary<M> {
     fn elementwise(&self) -> Option<Elementwise> {
         Some(Elementwise {
             kernel: Arc::new(|out: &mut [f32], inputs: &[&[f32]]| {
-                for ((o, &a), &b) in out.iter_mut().zip(inputs[0]).zip(inputs[1]) {
-                    *o = M::float(a, b);
-                }
+                super::simd::vectorized(#[inline(always)] || {
+                    for ((o, &a), &b) in out.iter_mut().zip(inputs[0]).zip(inputs[1]) {
+                        *o = M::float(a, b);
+                    }
+                })
             }),
             c_expr: format!("{}($0, $1)", self.name),
         })
@@ -156,15 +158,19 @@ impl<M: BinaryMath> Operator for Scalar<M> {
         let s = self.scalar as f32;
         let kernel: BlockKernel = if self.reverse {
             Arc::new(move |out: &mut [f32], inputs: &[&[f32]]| {
-                for (o, &x) in out.iter_mut().zip(inputs[0]) {
-                    *o = M::float(s, x);
-                }
+                super::simd::vectorized(#[inline(always)] || {
+                    for (o, &x) in out.iter_mut().zip(inputs[0]) {
+                        *o = M::float(s, x);
+                    }
+                })
             })
         } else {
             Arc::new(move |out: &mut [f32], inputs: &[&[f32]]| {
-                for (o, &x) in out.iter_mut().zip(inputs[0]) {
-                    *o = M::float(x, s);
-                }
+                super::simd::vectorized(#[inline(always)] || {
+                    for (o, &x) in out.iter_mut().zip(inputs[0]) {
+                        *o = M::float(x, s);
+                    }
+                })
             })
         };
         Some(Elementwise { kernel, c_expr: format!("{}($0, {:?}f)", self.name, s) })
@@ -279,7 +285,7 @@ binary_ops! {
     Add { float: |a, b| a + b, int: |a, b| a.wrapping_add(b) }
         grad: |d, a, b, y, g| Ok((Some(g.clone()), Some(g.clone()))),
         scalar_grad: |d, x, y, g, s, rev| Ok(Some(g.clone())),
-        broadcast: "broadcast_add" ["broadcast_plus"], elemwise: "elemwise_add" ["_plus", "_Plus", "_add"],
+        broadcast: "broadcast_add" ["broadcast_plus"], elemwise: "elemwise_add" ["_plus", "_Plus", "_add", "_grad_add"],
         scalar: "_plus_scalar" ["_PlusScalar"], rscalar: none, doc: "Adds arguments element-wise.";
     Sub { float: |a, b| a - b, int: |a, b| a.wrapping_sub(b) }
         grad: |d, a, b, y, g| { let n = d.negative(g)?; Ok((Some(g.clone()), Some(n))) },
@@ -324,46 +330,46 @@ binary_ops! {
     Equal { float: |a, b| truth(a == b), int: |a, b| (a == b) as i64 }
         grad: |d, a, b, y, g| Ok((None, None)),
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
-        broadcast: "broadcast_equal" [], elemwise: "_equal" [],
-        scalar: "_equal_scalar" [], rscalar: none, doc: "Returns 1 where lhs == rhs, else 0 (in the input dtype).";
+        broadcast: "broadcast_equal" [], elemwise: "_equal" ["_Equal"],
+        scalar: "_equal_scalar" ["_EqualScalar"], rscalar: none, doc: "Returns 1 where lhs == rhs, else 0 (in the input dtype).";
     NotEqual { float: |a, b| truth(a != b), int: |a, b| (a != b) as i64 }
         grad: |d, a, b, y, g| Ok((None, None)),
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
-        broadcast: "broadcast_not_equal" [], elemwise: "_not_equal" [],
-        scalar: "_not_equal_scalar" [], rscalar: none, doc: "Returns 1 where lhs != rhs, else 0 (in the input dtype).";
+        broadcast: "broadcast_not_equal" [], elemwise: "_not_equal" ["_Not_Equal"],
+        scalar: "_not_equal_scalar" ["_NotEqualScalar"], rscalar: none, doc: "Returns 1 where lhs != rhs, else 0 (in the input dtype).";
     Greater { float: |a, b| truth(a > b), int: |a, b| (a > b) as i64 }
         grad: |d, a, b, y, g| Ok((None, None)),
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
-        broadcast: "broadcast_greater" [], elemwise: "_greater" [],
-        scalar: "_greater_scalar" [], rscalar: none, doc: "Returns 1 where lhs > rhs, else 0 (in the input dtype).";
+        broadcast: "broadcast_greater" [], elemwise: "_greater" ["_Greater"],
+        scalar: "_greater_scalar" ["_GreaterScalar"], rscalar: none, doc: "Returns 1 where lhs > rhs, else 0 (in the input dtype).";
     GreaterEqual { float: |a, b| truth(a >= b), int: |a, b| (a >= b) as i64 }
         grad: |d, a, b, y, g| Ok((None, None)),
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
-        broadcast: "broadcast_greater_equal" [], elemwise: "_greater_equal" [],
-        scalar: "_greater_equal_scalar" [], rscalar: none, doc: "Returns 1 where lhs >= rhs, else 0 (in the input dtype).";
+        broadcast: "broadcast_greater_equal" [], elemwise: "_greater_equal" ["_Greater_Equal"],
+        scalar: "_greater_equal_scalar" ["_GreaterEqualScalar"], rscalar: none, doc: "Returns 1 where lhs >= rhs, else 0 (in the input dtype).";
     Lesser { float: |a, b| truth(a < b), int: |a, b| (a < b) as i64 }
         grad: |d, a, b, y, g| Ok((None, None)),
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
-        broadcast: "broadcast_lesser" [], elemwise: "_lesser" [],
-        scalar: "_lesser_scalar" [], rscalar: none, doc: "Returns 1 where lhs < rhs, else 0 (in the input dtype).";
+        broadcast: "broadcast_lesser" [], elemwise: "_lesser" ["_Lesser"],
+        scalar: "_lesser_scalar" ["_LesserScalar"], rscalar: none, doc: "Returns 1 where lhs < rhs, else 0 (in the input dtype).";
     LesserEqual { float: |a, b| truth(a <= b), int: |a, b| (a <= b) as i64 }
         grad: |d, a, b, y, g| Ok((None, None)),
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
-        broadcast: "broadcast_lesser_equal" [], elemwise: "_lesser_equal" [],
-        scalar: "_lesser_equal_scalar" [], rscalar: none, doc: "Returns 1 where lhs <= rhs, else 0 (in the input dtype).";
+        broadcast: "broadcast_lesser_equal" [], elemwise: "_lesser_equal" ["_Lesser_Equal"],
+        scalar: "_lesser_equal_scalar" ["_LesserEqualScalar"], rscalar: none, doc: "Returns 1 where lhs <= rhs, else 0 (in the input dtype).";
     LogicalAnd { float: |a, b| truth(a != F::zero() && b != F::zero()), int: |a, b| (a != 0 && b != 0) as i64 }
         grad: |d, a, b, y, g| Ok((None, None)),
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
-        broadcast: "broadcast_logical_and" [], elemwise: "_logical_and" [],
-        scalar: "_logical_and_scalar" [], rscalar: none, doc: "Returns 1 where both operands are non-zero, else 0.";
+        broadcast: "broadcast_logical_and" [], elemwise: "_logical_and" ["_Logical_And"],
+        scalar: "_logical_and_scalar" ["_LogicalAndScalar"], rscalar: none, doc: "Returns 1 where both operands are non-zero, else 0.";
     LogicalOr { float: |a, b| truth(a != F::zero() || b != F::zero()), int: |a, b| (a != 0 || b != 0) as i64 }
         grad: |d, a, b, y, g| Ok((None, None)),
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
-        broadcast: "broadcast_logical_or" [], elemwise: "_logical_or" [],
-        scalar: "_logical_or_scalar" [], rscalar: none, doc: "Returns 1 where either operand is non-zero, else 0.";
+        broadcast: "broadcast_logical_or" [], elemwise: "_logical_or" ["_Logical_Or"],
+        scalar: "_logical_or_scalar" ["_LogicalOrScalar"], rscalar: none, doc: "Returns 1 where either operand is non-zero, else 0.";
     LogicalXor { float: |a, b| truth((a != F::zero()) != (b != F::zero())), int: |a, b| ((a != 0) != (b != 0)) as i64 }
         grad: |d, a, b, y, g| Ok((None, None)),
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
-        broadcast: "broadcast_logical_xor" [], elemwise: "_logical_xor" [],
-        scalar: "_logical_xor_scalar" [], rscalar: none, doc: "Returns 1 where exactly one operand is non-zero, else 0.";
+        broadcast: "broadcast_logical_xor" [], elemwise: "_logical_xor" ["_Logical_Xor"],
+        scalar: "_logical_xor_scalar" ["_LogicalXorScalar"], rscalar: none, doc: "Returns 1 where exactly one operand is non-zero, else 0.";
 }

@@ -194,25 +194,27 @@ fn sample_shape(op: &str, shape: &[i64]) -> Result<Vec<usize>> {
 }
 
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
-    let samplers: [(&'static str, &'static [&'static str], &'static str, Draw); 7] = [
-        ("_sample_uniform", &["low", "high"], "Draws uniform samples in [low, high) per element of low/high.", |s, i, p| {
+    // Each sampler is also registered under its public MXNet name, the name without the underscore.
+    let samplers: [(&'static str, &'static [&'static str], &'static [&'static str], &'static str, Draw); 7] = [
+        ("_sample_uniform", &["sample_uniform"], &["low", "high"], "Draws uniform samples in [low, high) per element of low/high.", |s, i, p| {
             p[0] + (p[1] - p[0]) * random::uniform(s, i)
         }),
-        ("_sample_normal", &["mu", "sigma"], "Draws normal samples with mean mu and standard deviation sigma per element.", |s, i, p| {
+        ("_sample_normal", &["sample_normal"], &["mu", "sigma"], "Draws normal samples with mean mu and standard deviation sigma per element.", |s, i, p| {
             p[0] + p[1] * random::normal(s, i)
         }),
-        ("_sample_gamma", &["alpha", "beta"], "Draws gamma samples with shape alpha and scale beta per element.", |s, i, p| {
+        ("_sample_gamma", &["sample_gamma"], &["alpha", "beta"], "Draws gamma samples with shape alpha and scale beta per element.", |s, i, p| {
             p[1] * random::gamma(s, i, p[0])
         }),
-        ("_sample_exponential", &["lam"], "Draws exponential samples with rate lam per element.", |s, i, p| {
+        ("_sample_exponential", &["sample_exponential"], &["lam"], "Draws exponential samples with rate lam per element.", |s, i, p| {
             -(1.0 - random::uniform(s, i)).ln() / p[0]
         }),
-        ("_sample_poisson", &["lam"], "Draws Poisson samples with mean lam per element.", |s, i, p| random::poisson(s, i, p[0])),
-        ("_sample_negative_binomial", &["k", "p"], "Draws negative binomial samples (failures before k successes) per element.", |s, i, p| {
+        ("_sample_poisson", &["sample_poisson"], &["lam"], "Draws Poisson samples with mean lam per element.", |s, i, p| random::poisson(s, i, p[0])),
+        ("_sample_negative_binomial", &["sample_negative_binomial"], &["k", "p"], "Draws negative binomial samples (failures before k successes) per element.", |s, i, p| {
             negative_binomial(s, i, p[0], p[1])
         }),
         (
             "_sample_generalized_negative_binomial",
+            &["sample_generalized_negative_binomial"],
             &["mu", "alpha"],
             "Draws generalized negative binomial samples with mean mu and dispersion alpha per element.",
             |s, i, p| {
@@ -225,8 +227,8 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             },
         ),
     ];
-    for (name, inputs, doc, draw) in samplers {
-        add(OpDef::new(name, &[], doc, move |p: SampleParams| {
+    for (name, aliases, inputs, doc, draw) in samplers {
+        add(OpDef::new(name, aliases, doc, move |p: SampleParams| {
             Ok(Sample { inputs, shape: sample_shape(name, &p.shape)?, dtype: p.dtype, draw })
         }));
     }
