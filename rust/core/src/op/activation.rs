@@ -341,36 +341,52 @@ const LANES: usize = 16;
 
 #[inline(always)]
 fn softmax_row_f32_body(x: &[f32], y: &mut [f32], scale: f32, log: bool) {
+    // Whole chunks of LANES values in fixed-size arrays keep the accumulators in registers; the
+    // comparison form of max ignores NaN as f32::max does (a NaN still reaches every output
+    // through its exponential) without f32::max's extra NaN test per lane.
+    let larger = |m: f32, v: f32| if v > m { v } else { m };
     let mut lanes = [f32::NEG_INFINITY; LANES];
     let chunks = x.chunks_exact(LANES);
     let tail = chunks.remainder();
     for c in chunks {
-        for (m, &v) in lanes.iter_mut().zip(c) {
-            *m = m.max(v * scale);
+        let c: &[f32; LANES] = c.try_into().expect("chunks_exact yields LANES values");
+        for l in 0..LANES {
+            lanes[l] = larger(lanes[l], c[l] * scale);
         }
     }
-    let max = tail.iter().fold(lanes.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)), |a, &v| a.max(v * scale));
+    let max = tail.iter().fold(lanes.into_iter().fold(f32::NEG_INFINITY, larger), |m, &v| larger(m, v * scale));
     let mut sums = [0f32; LANES];
+    let split = x.len() - tail.len();
+    let exp_at = |v: f32| fast_math::exp_f32(v * scale - max);
     if log {
-        for c in x.chunks(LANES) {
-            for (s, &v) in sums.iter_mut().zip(c) {
-                *s += fast_math::exp_f32(v * scale - max);
+        for c in x.chunks_exact(LANES) {
+            let c: &[f32; LANES] = c.try_into().expect("chunks_exact yields LANES values");
+            for l in 0..LANES {
+                sums[l] += exp_at(c[l]);
             }
         }
-        let log_sum = sums.iter().sum::<f32>().ln() + max;
+        let total = sums.iter().sum::<f32>() + tail.iter().map(|&v| exp_at(v)).sum::<f32>();
+        let log_sum = total.ln() + max;
         for (o, &v) in y.iter_mut().zip(x) {
             *o = v * scale - log_sum;
         }
         return;
     }
-    for (oc, xc) in y.chunks_mut(LANES).zip(x.chunks(LANES)) {
-        for ((o, &v), s) in oc.iter_mut().zip(xc).zip(sums.iter_mut()) {
-            let e = fast_math::exp_f32(v * scale - max);
-            *o = e;
-            *s += e;
+    for (oc, xc) in y[..split].chunks_exact_mut(LANES).zip(x.chunks_exact(LANES)) {
+        let (oc, xc): (&mut [f32; LANES], &[f32; LANES]) =
+            (oc.try_into().expect("chunks_exact yields LANES values"), xc.try_into().expect("chunks_exact yields LANES values"));
+        for l in 0..LANES {
+            let e = exp_at(xc[l]);
+            oc[l] = e;
+            sums[l] += e;
         }
     }
-    let inv = 1.0 / sums.iter().sum::<f32>();
+    let mut total = sums.iter().sum::<f32>();
+    for (o, &v) in y[split..].iter_mut().zip(tail) {
+        *o = exp_at(v);
+        total += *o;
+    }
+    let inv = 1.0 / total;
     for o in y.iter_mut() {
         *o *= inv;
     }
