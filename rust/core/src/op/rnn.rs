@@ -511,22 +511,26 @@ impl<T: Real> Pass<'_, T> {
                         lstm_forward_row(LstmRow { gates: g, cell, out: out_row }, rnn.clip);
                         buf.cells.rows((t * n + first + b) * h, h).copy_from_slice(cell);
                     }
-                    Mode::Relu | Mode::Tanh => {
+                    // Vectorized like the LSTM rows: the fast tanh and sigmoid use FMA, which
+                    // baseline x86-64 code would call through libm.
+                    Mode::Relu | Mode::Tanh => super::simd::vectorized(#[inline(always)] || {
                         for (o, v) in out_row.iter_mut().zip(&mut g[..h]) {
                             *v = if rnn.mode == Mode::Relu { if *v > T::ZERO { *v } else { T::ZERO } } else { v.tanh() };
                             *o = *v;
                         }
-                    }
+                    }),
                     Mode::Gru => {
                         let r = &recurrent[b * gh..][..gh];
                         let hidden_n = buf.hidden_n.rows((t * n + first + b) * h, h);
-                        for j in 0..h {
-                            let (reset, update) = ((g[j] + r[j]).sigmoid(), (g[h + j] + r[h + j]).sigmoid());
-                            let candidate = (g[2 * h + j] + reset * r[2 * h + j]).tanh();
-                            (g[j], g[h + j], g[2 * h + j]) = (reset, update, candidate);
-                            hidden_n[j] = r[2 * h + j];
-                            out_row[j] = (T::ONE - update) * candidate + update * state[j];
-                        }
+                        super::simd::vectorized(#[inline(always)] || {
+                            for j in 0..h {
+                                let (reset, update) = ((g[j] + r[j]).sigmoid(), (g[h + j] + r[h + j]).sigmoid());
+                                let candidate = (g[2 * h + j] + reset * r[2 * h + j]).tanh();
+                                (g[j], g[h + j], g[2 * h + j]) = (reset, update, candidate);
+                                hidden_n[j] = r[2 * h + j];
+                                out_row[j] = (T::ONE - update) * candidate + update * state[j];
+                            }
+                        })
                     }
                 }
                 state.copy_from_slice(out_row);

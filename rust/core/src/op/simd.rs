@@ -4,8 +4,8 @@
 //! as plain slice loops passes its body as an `#[inline(always)]` closure to [`vectorized`],
 //! which inlines it into a function compiled for AVX-512 (or AVX2 + FMA), so LLVM vectorizes the
 //! loops at that width and turns `mul_add` into FMA instructions. Without the attribute a large
-//! body may stay a call into baseline code, where `mul_add` is a libm call. The CPU is asked once per call; the
-//! answer is cached by the standard library.
+//! body may stay a call into baseline code, where `mul_add` is a libm call. The CPU is asked on
+//! every call; the standard library caches the answer.
 
 /// Run `body` compiled for AVX-512 (F, VL, DQ, BW) where the CPU has it, else for AVX2 + FMA,
 /// else as it is.
