@@ -1,10 +1,12 @@
 //! Convolution (1-D, 2-D, 3-D; NCW/NCHW/NCDHW) as im2col + GEMM per image and group, and its
 //! gradients: col2im of W^T g for the data, g col^T summed over the batch for the weight.
+//! Stride-1 float32 layers with enough channels take conv_shifted's direct kernels instead.
 //!
 //! Spatial work is done in three dimensions: 1-D and 2-D problems get leading axes of size one,
 //! so one set of loops serves every rank.
 
 use super::grad::{tuple_attr, Grad, InputGrads};
+use super::conv_shifted::{Shifted, ShiftedBuffers, ShiftedLayout};
 use super::linalg::{matmul_into, Mat};
 use super::{ExecContext, OpDef, Operator, Scratch, SendPtr, Tensor};
 use crate::base::{DType, Elem, Shape};
@@ -270,11 +272,11 @@ fn zip_short<T: Copy>(dst: &mut [T], src: &[T], apply: impl Fn(&mut T, T)) {
     }
 }
 
-fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
+pub(super) fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
     zip_short(dst, src, |d, s| *d = s);
 }
 
-fn add_short<T: Elem>(dst: &mut [T], src: &[T]) {
+pub(super) fn add_short<T: Elem>(dst: &mut [T], src: &[T]) {
     zip_short(dst, src, |d, s| *d = T::from_f64(d.to_f64() + s.to_f64()));
 }
 
@@ -337,6 +339,8 @@ pub(super) struct ImageProducts<'a> {
     pub dtype: DType,
     pub weight: *const u8,
     pub threads: usize,
+    /// Stride-1 geometries with enough channels skip the column matrix (see conv_shifted).
+    shifted: Option<ShiftedLayout>,
 }
 
 // SAFETY: the weight pointer is only read, and the weight stays alive and unwritten for the whole
@@ -347,17 +351,18 @@ unsafe impl Sync for ImageProducts<'_> {}
 /// that the chunk's columns stay in cache.
 const CHUNK_ELEMENTS: usize = 1 << 18;
 
-/// Per-chunk buffers: the side-by-side column matrices and one group's response block.
-pub(super) struct ChunkBuffers<T> {
-    col: Scratch<T>,
-    staging: Scratch<T>,
+/// Per-chunk buffers of the strategy in use.
+pub(super) enum ChunkBuffers<T> {
+    /// The side-by-side column matrices and one group's response block.
+    Columns { col: Scratch<T>, staging: Scratch<T> },
+    Shifted(ShiftedBuffers),
 }
 
 impl<'a> ImageProducts<'a> {
     /// The products for `g` with the plan that spreads its batch over the thread pool (GEMM gets
     /// the threads the plan leaves it).
     pub fn planned(g: &'a Geometry, dtype: DType, weight: *const u8) -> (Self, ChunkPlan) {
-        let mut products = ImageProducts { g, dtype, weight, threads: 1 };
+        let mut products = ImageProducts { g, dtype, weight, threads: 1, shifted: ShiftedLayout::for_geometry(g, dtype) };
         let plan = ChunkPlan::new(g.batch, products.chunk());
         products.threads = plan.gemm_threads;
         (products, plan)
@@ -365,13 +370,26 @@ impl<'a> ImageProducts<'a> {
 
     /// Images per chunk.
     pub fn chunk(&self) -> usize {
+        if let Some(layout) = &self.shifted {
+            return layout.images;
+        }
         let per_image = (self.g.col_rows() * self.g.output_size()).max(1);
         (CHUNK_ELEMENTS / per_image).clamp(1, self.g.batch.max(1))
     }
     pub fn buffers<T: Elem>(&self) -> Result<ChunkBuffers<T>> {
+        if let Some(layout) = &self.shifted {
+            return Ok(ChunkBuffers::Shifted(layout.buffers(self.g)?));
+        }
         let columns = self.chunk() * self.g.output_size();
         let fpg = self.g.filters / self.g.groups;
-        Ok(ChunkBuffers { col: Scratch::zeroed(self.g.col_rows() * columns)?, staging: Scratch::zeroed(fpg * columns)? })
+        Ok(ChunkBuffers::Columns { col: Scratch::zeroed(self.g.col_rows() * columns)?, staging: Scratch::zeroed(fpg * columns)? })
+    }
+
+    /// The shifted strategy's products; only called with buffers from [`Self::buffers`], which
+    /// are shifted exactly when the layout is.
+    fn shifted_products(&self) -> Shifted<'_> {
+        let layout = self.shifted.as_ref().expect("shifted buffers come only from a shifted layout");
+        Shifted { g: self.g, layout, threads: self.threads }
     }
 
     /// Fills the side-by-side column matrix of group `grp` for `images`.
@@ -394,7 +412,10 @@ impl<'a> ImageProducts<'a> {
         let (outs, rows, es) = (g.output_size(), g.col_rows(), self.dtype.size());
         let fpg = g.filters / g.groups;
         let columns = images.len() * outs;
-        let (col, staging) = (buf.col.as_mut_slice(), buf.staging.as_mut_slice());
+        let (col, staging) = match buf {
+            ChunkBuffers::Shifted(b) => return self.shifted_products().correlate(images, as_f32(image), self.weight, response as *mut f32, b),
+            ChunkBuffers::Columns { col, staging } => (col.as_mut_slice(), staging.as_mut_slice()),
+        };
         for grp in 0..g.groups {
             self.columns(&images, grp, image, col);
             matmul_into(
@@ -437,7 +458,10 @@ impl<'a> ImageProducts<'a> {
         let (outs, rows, es) = (g.output_size(), g.col_rows(), self.dtype.size());
         let (fpg, cpg, plane) = (g.filters / g.groups, g.channels / g.groups, g.channels * g.input_size());
         let columns = images.len() * outs;
-        let (col, staging) = (buf.col.as_mut_slice(), buf.staging.as_mut_slice());
+        let (col, staging) = match buf {
+            ChunkBuffers::Shifted(b) => return self.shifted_products().scatter(images, as_f32(response), self.weight, image as *mut f32, b),
+            ChunkBuffers::Columns { col, staging } => (col.as_mut_slice(), staging.as_mut_slice()),
+        };
         for grp in 0..g.groups {
             self.gather(&images, grp, response, staging);
             matmul_into(
@@ -466,7 +490,10 @@ impl<'a> ImageProducts<'a> {
         let (outs, rows, es) = (g.output_size(), g.col_rows(), self.dtype.size());
         let fpg = g.filters / g.groups;
         let columns = images.len() * outs;
-        let (col, staging) = (buf.col.as_mut_slice(), buf.staging.as_mut_slice());
+        let (col, staging) = match buf {
+            ChunkBuffers::Shifted(b) => return self.shifted_products().accumulate_weight_grad(images, as_f32(image), as_f32(response), weight_grad, b),
+            ChunkBuffers::Columns { col, staging } => (col.as_mut_slice(), staging.as_mut_slice()),
+        };
         for grp in 0..g.groups {
             self.columns(&images, grp, image, col);
             self.gather(&images, grp, response, staging);
@@ -482,6 +509,14 @@ impl<'a> ImageProducts<'a> {
             );
         }
     }
+}
+
+/// A float32 array seen as such: the shifted strategy (float32 only) is chosen by dtype, so its
+/// buffers only meet arrays of element type f32.
+fn as_f32<T: Elem>(values: &[T]) -> &[f32] {
+    assert_eq!(std::mem::size_of::<T>(), 4, "the shifted convolution strategy is float32 only");
+    // SAFETY: T is f32 here (the strategy is only built for DType::F32), same size and alignment.
+    unsafe { std::slice::from_raw_parts(values.as_ptr() as *const f32, values.len()) }
 }
 
 /// `0..batch` in chunks of `chunk` images.

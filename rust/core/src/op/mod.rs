@@ -9,6 +9,7 @@ pub mod params;
 
 mod activation;
 mod broadcast;
+mod conv_shifted;
 mod convolution;
 mod creation;
 mod deconvolution;

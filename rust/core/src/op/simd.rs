@@ -12,6 +12,21 @@
 #[inline(always)]
 pub fn vectorized<R>(body: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
+    match f32_lanes() {
+        // SAFETY: the CPU supports every feature `on_avx512` is compiled for.
+        16 => return unsafe { on_avx512(body) },
+        // SAFETY: the CPU supports every feature `on_avx2` is compiled for.
+        8 => return unsafe { on_avx2(body) },
+        _ => {}
+    }
+    body()
+}
+
+/// float32 lanes of the vectors [`vectorized`] compiles for on this CPU: 16 with AVX-512, 8 with
+/// AVX2 + FMA, else 4 (SSE2, no FMA). Register-tiled kernels size their tiles by it.
+#[inline(always)]
+pub fn f32_lanes() -> usize {
+    #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512vl")
@@ -19,15 +34,13 @@ pub fn vectorized<R>(body: impl FnOnce() -> R) -> R {
             && std::arch::is_x86_feature_detected!("avx512bw")
             && std::arch::is_x86_feature_detected!("fma")
         {
-            // SAFETY: the CPU supports every feature `on_avx512` is compiled for.
-            return unsafe { on_avx512(body) };
+            return 16;
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports every feature `on_avx2` is compiled for.
-            return unsafe { on_avx2(body) };
+            return 8;
         }
     }
-    body()
+    4
 }
 
 #[cfg(target_arch = "x86_64")]
