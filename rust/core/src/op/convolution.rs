@@ -481,7 +481,8 @@ impl<'a> ImageProducts<'a> {
         }
     }
 
-    /// weight_grad += response * im2col(image)^T over `images`, every group.
+    /// weight_grad += response * im2col(image)^T over `images`, every group (the shifted
+    /// strategy keeps the sum in `buf` until [`Self::finish_weight_grad`]).
     ///
     /// # Safety
     /// `weight_grad` points to a buffer shaped like the weight, of element type `T`.
@@ -491,7 +492,7 @@ impl<'a> ImageProducts<'a> {
         let fpg = g.filters / g.groups;
         let columns = images.len() * outs;
         let (col, staging) = match buf {
-            ChunkBuffers::Shifted(b) => return self.shifted_products().accumulate_weight_grad(images, as_f32(image), as_f32(response), weight_grad, b),
+            ChunkBuffers::Shifted(b) => return self.shifted_products().accumulate_weight_grad(images, as_f32(image), as_f32(response), b),
             ChunkBuffers::Columns { col, staging } => (col.as_mut_slice(), staging.as_mut_slice()),
         };
         for grp in 0..g.groups {
@@ -509,6 +510,23 @@ impl<'a> ImageProducts<'a> {
             );
         }
     }
+}
+
+impl ImageProducts<'_> {
+    /// Adds to `weight_grad` what a task's chunks left in its buffers rather than in the
+    /// gradient itself (the shifted strategy sums in its own layout and folds once per task).
+    pub fn finish_weight_grad<T: Elem>(&self, buf: &mut ChunkBuffers<T>, weight_grad: &mut [T]) {
+        if let ChunkBuffers::Shifted(b) = buf {
+            self.shifted_products().finish_weight_grad(b, as_f32_mut(weight_grad));
+        }
+    }
+}
+
+/// As [`as_f32`], writable.
+fn as_f32_mut<T: Elem>(values: &mut [T]) -> &mut [f32] {
+    assert_eq!(std::mem::size_of::<T>(), 4, "the shifted convolution strategy is float32 only");
+    // SAFETY: as in as_f32.
+    unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr() as *mut f32, values.len()) }
 }
 
 /// A float32 array seen as such: the shifted strategy (float32 only) is chosen by dtype, so its
@@ -680,6 +698,7 @@ pub(super) fn weight_grad_over_chunks<T: Elem>(
         for images in mine {
             accumulate(images.clone(), &mut buf, partial.as_mut_slice().as_mut_ptr() as *mut u8);
         }
+        products.finish_weight_grad(&mut buf, partial.as_mut_slice());
         Ok(partial)
     })?;
     let mut partials = partials.into_iter();
