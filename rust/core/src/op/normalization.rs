@@ -2,7 +2,7 @@
 //! in place; the moving ones at inference) and LayerNorm, with their gradients.
 
 use super::grad::{Grad, InputGrads};
-use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::{parallel_chunks, simd, ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
 
@@ -125,8 +125,8 @@ impl Operator for BatchNorm {
                     let block = |o: usize| unsafe { std::slice::from_raw_parts(xp.get().add((o * c + ch) * inner), inner) };
                     let (m, v) = if batch_stats {
                         let count = (outer * inner).max(1) as f64;
-                        let m = (0..outer).map(|o| block(o).iter().map(|e| e.to_f64()).sum::<f64>()).sum::<f64>() / count;
-                        let v = (0..outer).map(|o| block(o).iter().map(|e| (e.to_f64() - m).powi(2)).sum::<f64>()).sum::<f64>() / count;
+                        let m = (0..outer).map(|o| simd::vectorized(#[inline(always)] || sum_lanes(block(o), block(o), |e, _| e))).sum::<f64>() / count;
+                        let v = (0..outer).map(|o| simd::vectorized(#[inline(always)] || sum_lanes(block(o), block(o), |e, _| (e - m) * (e - m)))).sum::<f64>() / count;
                         unsafe {
                             *mp.get().add(ch) = m;
                             *vp.get().add(ch) = v;
@@ -139,9 +139,11 @@ impl Operator for BatchNorm {
                     let shift = beta[ch] - m * scale;
                     for o in 0..outer {
                         let out = unsafe { std::slice::from_raw_parts_mut(op.get().add((o * c + ch) * inner), inner) };
-                        for (y, e) in out.iter_mut().zip(block(o)) {
-                            *y = T::from_f64(e.to_f64() * scale + shift);
-                        }
+                        simd::vectorized(#[inline(always)] || {
+                            for (y, e) in out.iter_mut().zip(block(o)) {
+                                *y = T::from_f64(e.to_f64() * scale + shift);
+                            }
+                        });
                     }
                 }
             });
@@ -171,6 +173,24 @@ impl Operator for BatchNorm {
         out.extend([None, None]);
         Ok(out)
     }
+}
+
+/// The f64 sum of `term(a[i], b[i])` over eight independent accumulators: a single running sum
+/// serializes every addition on the adder's latency, lanes let the compiler use vectors.
+/// `#[inline(always)]` so that it compiles inside the caller's `simd::vectorized` body.
+#[inline(always)]
+fn sum_lanes<T: Elem>(a: &[T], b: &[T], term: impl Fn(f64, f64) -> f64) -> f64 {
+    const LANES: usize = 8;
+    let mut lanes = [0f64; LANES];
+    let (a_blocks, a_tail) = a.as_chunks::<LANES>();
+    let (b_blocks, b_tail) = b.as_chunks::<LANES>();
+    for (x, y) in a_blocks.iter().zip(b_blocks) {
+        for ((lane, x), y) in lanes.iter_mut().zip(x).zip(y) {
+            *lane += term(x.to_f64(), y.to_f64());
+        }
+    }
+    let tail: f64 = a_tail.iter().zip(b_tail).map(|(x, y)| term(x.to_f64(), y.to_f64())).sum();
+    lanes.iter().sum::<f64>() + tail
 }
 
 /// `_backward_BatchNorm(grad, data, gamma, mean, var)`: gradients of data, gamma and beta. With
@@ -210,11 +230,11 @@ impl Operator for BatchNormBackward {
                     let at = |p: SendPtr<T>, o: usize| unsafe { std::slice::from_raw_parts(p.get().add((o * c + ch) * inner), inner) };
                     let invstd = 1.0 / (var[ch] + eps).sqrt();
                     let (mut sum_g, mut sum_gx) = (0.0, 0.0);
+                    let m = mean[ch];
                     for o in 0..outer {
-                        for (g, x) in at(gp, o).iter().zip(at(xp, o)) {
-                            sum_g += g.to_f64();
-                            sum_gx += g.to_f64() * (x.to_f64() - mean[ch]) * invstd;
-                        }
+                        let (g, x) = (at(gp, o), at(xp, o));
+                        sum_g += simd::vectorized(#[inline(always)] || sum_lanes(g, x, |g, _| g));
+                        sum_gx += simd::vectorized(#[inline(always)] || sum_lanes(g, x, |g, x| g * (x - m))) * invstd;
                     }
                     unsafe {
                         *dgp.get().add(ch) = sum_gx;
@@ -223,15 +243,17 @@ impl Operator for BatchNormBackward {
                     let k = gamma[ch] * invstd;
                     for o in 0..outer {
                         let dx = unsafe { std::slice::from_raw_parts_mut(dp.get().add((o * c + ch) * inner), inner) };
-                        for ((d, g), x) in dx.iter_mut().zip(at(gp, o)).zip(at(xp, o)) {
-                            let g = g.to_f64();
-                            *d = T::from_f64(if batch_stats {
-                                let xhat = (x.to_f64() - mean[ch]) * invstd;
-                                k * (g - sum_g / count - xhat * sum_gx / count)
-                            } else {
-                                g * k
-                            });
-                        }
+                        simd::vectorized(#[inline(always)] || {
+                            for ((d, g), x) in dx.iter_mut().zip(at(gp, o)).zip(at(xp, o)) {
+                                let g = g.to_f64();
+                                *d = T::from_f64(if batch_stats {
+                                    let xhat = (x.to_f64() - m) * invstd;
+                                    k * (g - sum_g / count - xhat * sum_gx / count)
+                                } else {
+                                    g * k
+                                });
+                            }
+                        });
                     }
                 }
             });
