@@ -37,10 +37,6 @@ impl Mat {
             Mat { rows, cols, rs: cols as isize, cs: 1 }
         }
     }
-    /// A `rows x cols` view whose elements lie `rs` apart down a column and `cs` along a row.
-    pub(super) fn strided(rows: usize, cols: usize, rs: usize, cs: usize) -> Mat {
-        Mat { rows, cols, rs: rs as isize, cs: cs as isize }
-    }
 }
 
 /// `dst (m x n) = a (m x k) * b (k x n)`, overwriting dst.
@@ -51,21 +47,13 @@ unsafe fn matmul(dtype: DType, dst: *mut u8, a: *const u8, am: Mat, b: *const u8
 /// `dst (m x n) (+)= a (m x k) * b (k x n)`: adds to dst when `accumulate`.
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a: *const u8, am: Mat, b: *const u8, bm: Mat, threads: usize) {
-    matmul_strided(dtype, dst, Mat::stored(am.rows, bm.cols, false), accumulate, a, am, b, bm, threads)
-}
-
-/// `dst (+)= a * b` for a destination view `dm` (m x n, any strides, overlapping neither input).
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn matmul_strided(dtype: DType, dst: *mut u8, dm: Mat, accumulate: bool, a: *const u8, am: Mat, b: *const u8, bm: Mat, threads: usize) {
     let (m, k, n) = (am.rows, am.cols, bm.cols);
-    debug_assert!(dm.rows == m && dm.cols == n && bm.rows == k);
     // Both operands along k and few outputs (a convolution's weight gradient): dot products of
     // rows beat packing both operands for a blocked GEMM.
-    if dtype == DType::F32 && am.cs == 1 && bm.rs == 1 && dm.cs == 1 && am.rs > 0 && bm.cs > 0 && super::row_dots::suits(m, n, k) && super::row_dots::available() {
+    if dtype == DType::F32 && am.cs == 1 && bm.rs == 1 && am.rs > 0 && bm.cs > 0 && super::row_dots::suits(m, n, k) && super::row_dots::available() {
         // SAFETY: a is m x k with row stride am.rs, b is n x k with row stride bm.cs (read
-        // transposed), dst is m x n with row stride dm.rs; the kernel's CPU feature was checked
-        // just above.
-        super::row_dots::row_dots(m, n, k, a as *const f32, am.rs as usize, b as *const f32, bm.cs as usize, dst as *mut f32, dm.rs as usize, accumulate, threads);
+        // transposed), dst is m x n; the kernel's CPU feature was checked just above.
+        super::row_dots::row_dots(m, n, k, a as *const f32, am.rs as usize, b as *const f32, bm.cs as usize, dst as *mut f32, n, accumulate, threads);
         return;
     }
     // The gemm crate's AVX-512 path runs about half speed on a right operand read transposed
@@ -78,7 +66,7 @@ pub(super) unsafe fn matmul_strided(dtype: DType, dst: *mut u8, dm: Mat, accumul
             // SAFETY: b holds the stored n x k matrix that bm reads transposed (bm.cs == k).
             transpose_f32(std::slice::from_raw_parts(b as *const f32, n * k), n, k, row_major);
             let bm = Mat { rows: k, cols: n, rs: n as isize, cs: 1 };
-            return matmul_strided(dtype, dst, dm, accumulate, a, am, row_major.as_ptr() as *const u8, bm, threads);
+            return matmul_into(dtype, dst, accumulate, a, am, row_major.as_ptr() as *const u8, bm, threads);
         }
     }
     let flops = m * n * k;
@@ -95,13 +83,13 @@ pub(super) unsafe fn matmul_strided(dtype: DType, dst: *mut u8, dm: Mat, accumul
         ($t:ty, $one:expr, $zero:expr) => {
             if transposed {
                 gemm::gemm::<$t>(
-                    n, m, k, dst as *mut $t, dm.rs, dm.cs, accumulate,
+                    n, m, k, dst as *mut $t, n as isize, 1, accumulate,
                     b as *const $t, bm.rs, bm.cs, a as *const $t, am.rs, am.cs,
                     if accumulate { $one } else { $zero }, $one, false, false, false, par,
                 )
             } else {
                 gemm::gemm::<$t>(
-                    m, n, k, dst as *mut $t, dm.cs, dm.rs, accumulate,
+                    m, n, k, dst as *mut $t, 1, n as isize, accumulate,
                     a as *const $t, am.cs, am.rs, b as *const $t, bm.cs, bm.rs,
                     if accumulate { $one } else { $zero }, $one, false, false, false, par,
                 )
@@ -112,7 +100,7 @@ pub(super) unsafe fn matmul_strided(dtype: DType, dst: *mut u8, dm: Mat, accumul
         DType::F32 => fast!(f32, 1.0f32, 0.0f32),
         DType::F64 => fast!(f64, 1.0f64, 0.0f64),
         DType::F16 => fast!(f16, f16::ONE, f16::ZERO),
-        other => crate::dispatch_dtype!(other, T => naive_matmul::<T>(dst as *mut T, dm, accumulate, a as *const T, am, b as *const T, bm)),
+        other => crate::dispatch_dtype!(other, T => naive_matmul::<T>(dst as *mut T, accumulate, a as *const T, am, b as *const T, bm)),
     }
 }
 
@@ -162,7 +150,7 @@ fn transpose_band(src: &[f32], rows: usize, cols: usize, p0: usize, p1: usize, d
 }
 
 /// Reference loop for dtypes the SIMD kernels do not cover (bfloat16 and integers).
-unsafe fn naive_matmul<T: Elem>(dst: *mut T, dm: Mat, accumulate: bool, a: *const T, am: Mat, b: *const T, bm: Mat) {
+unsafe fn naive_matmul<T: Elem>(dst: *mut T, accumulate: bool, a: *const T, am: Mat, b: *const T, bm: Mat) {
     let (m, k, n) = (am.rows, am.cols, bm.cols);
     let dp = SendPtr(dst);
     let (ap, bp) = (SendPtr(a as *mut T), SendPtr(b as *mut T));
@@ -177,9 +165,8 @@ unsafe fn naive_matmul<T: Elem>(dst: *mut T, dm: Mat, accumulate: bool, a: *cons
                 }
             }
             for (j, v) in acc.iter().enumerate() {
-                let slot = dp.get().offset(i as isize * dm.rs + j as isize * dm.cs);
-                let prior = if accumulate { (*slot).to_f64() } else { 0.0 };
-                *slot = T::from_f64(prior + *v);
+                let prior = if accumulate { (*dp.get().add(i * n + j)).to_f64() } else { 0.0 };
+                *dp.get().add(i * n + j) = T::from_f64(prior + *v);
             }
         }
     });
