@@ -300,7 +300,7 @@ impl Shifted<'_> {
 
     /// Group `grp` of `response` for `images`, positions major: `transposed[q * stride + f]` with
     /// `stride` = [`filter_stride`], zero at junk positions and past the last filter. Each image
-    /// is transposed whole into `staging` first, so that an output line is one contiguous block.
+    /// is transposed whole into `staging` first (contiguous loads and stores on both sides).
     fn gather_transposed(&self, images: &Range<usize>, grp: usize, response: &[f32], transposed: &mut [f32], staging: &mut [f32]) {
         let g = self.g;
         let (fpg, outs, ow) = (g.filters / g.groups, g.output_size(), g.output[2]);
@@ -311,10 +311,6 @@ impl Shifted<'_> {
             transpose_f32(planes, fpg, outs, &mut staging[..outs * fpg]);
             self.layout.for_each_output_line(g, |from, to| {
                 let first = k * self.layout.plane + to;
-                if stride == fpg {
-                    transposed[first * fpg..][..ow * fpg].copy_from_slice(&staging[from * fpg..][..ow * fpg]);
-                    return;
-                }
                 for x in 0..ow {
                     transposed[(first + x) * stride..][..fpg].copy_from_slice(&staging[(from + x) * fpg..][..fpg]);
                 }

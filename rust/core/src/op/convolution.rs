@@ -8,7 +8,7 @@
 use super::grad::{tuple_attr, Grad, InputGrads};
 use super::conv_shifted::{Shifted, ShiftedBuffers, ShiftedLayout};
 use super::linalg::{matmul_into, Mat};
-use super::{ExecContext, OpDef, Operator, Scratch, SendPtr, Tensor};
+use super::{simd, sum_lanes, ExecContext, OpDef, Operator, Scratch, SendPtr, Tensor};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 use std::ops::Range;
@@ -554,23 +554,9 @@ pub(super) fn add_channel_bias<T: Elem>(images: &mut [T], bias: &[T], plane: usi
 pub(super) fn channel_sums<T: Elem>(images: &[T], channels: usize, plane: usize, sums: &mut [T]) {
     let mut acc = vec![0f64; channels];
     for (i, values) in images.chunks(plane).enumerate() {
-        acc[i % channels] += sum_in_lanes(values);
+        acc[i % channels] += simd::vectorized(#[inline(always)] || sum_lanes(values, values, |v, _| v));
     }
     sums.iter_mut().zip(&acc).for_each(|(v, &a)| *v = T::from_f64(a));
-}
-
-/// The f64 sum of `values` over eight independent accumulators, which the compiler can keep in
-/// vector registers (one accumulator would serialize every addition).
-fn sum_in_lanes<T: Elem>(values: &[T]) -> f64 {
-    const LANES: usize = 8;
-    let mut lanes = [0f64; LANES];
-    let mut blocks = values.chunks_exact(LANES);
-    for block in &mut blocks {
-        for (lane, v) in lanes.iter_mut().zip(block) {
-            *lane += v.to_f64();
-        }
-    }
-    lanes.iter().sum::<f64>() + blocks.remainder().iter().map(|v| v.to_f64()).sum::<f64>()
 }
 
 struct Convolution {

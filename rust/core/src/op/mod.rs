@@ -332,6 +332,24 @@ pub fn lookup(name: &str) -> Result<&'static OpDef> {
     registry().get(name)
 }
 
+/// The f64 sum of `term(a[i], b[i])` over eight independent accumulators: a single running sum
+/// serializes every addition on the adder's latency, lanes let the compiler use vectors.
+/// `#[inline(always)]` so that it compiles inside the caller's `simd::vectorized` body.
+#[inline(always)]
+pub(crate) fn sum_lanes<T: crate::base::Elem>(a: &[T], b: &[T], term: impl Fn(f64, f64) -> f64) -> f64 {
+    const LANES: usize = 8;
+    let mut lanes = [0f64; LANES];
+    let (a_blocks, a_tail) = a.as_chunks::<LANES>();
+    let (b_blocks, b_tail) = b.as_chunks::<LANES>();
+    for (x, y) in a_blocks.iter().zip(b_blocks) {
+        for ((lane, x), y) in lanes.iter_mut().zip(x).zip(y) {
+            *lane += term(x.to_f64(), y.to_f64());
+        }
+    }
+    let tail: f64 = a_tail.iter().zip(b_tail).map(|(x, y)| term(x.to_f64(), y.to_f64())).sum();
+    lanes.iter().sum::<f64>() + tail
+}
+
 /// Run `f` over `0..n` in parallel chunks when `n` is large enough to pay for the threads.
 pub(crate) fn parallel_chunks(n: usize, min_chunk: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
     let threads = rayon::current_num_threads();

@@ -2,7 +2,7 @@
 //! in place; the moving ones at inference) and LayerNorm, with their gradients.
 
 use super::grad::{Grad, InputGrads};
-use super::{parallel_chunks, simd, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::{parallel_chunks, simd, sum_lanes, ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
 
@@ -173,24 +173,6 @@ impl Operator for BatchNorm {
         out.extend([None, None]);
         Ok(out)
     }
-}
-
-/// The f64 sum of `term(a[i], b[i])` over eight independent accumulators: a single running sum
-/// serializes every addition on the adder's latency, lanes let the compiler use vectors.
-/// `#[inline(always)]` so that it compiles inside the caller's `simd::vectorized` body.
-#[inline(always)]
-fn sum_lanes<T: Elem>(a: &[T], b: &[T], term: impl Fn(f64, f64) -> f64) -> f64 {
-    const LANES: usize = 8;
-    let mut lanes = [0f64; LANES];
-    let (a_blocks, a_tail) = a.as_chunks::<LANES>();
-    let (b_blocks, b_tail) = b.as_chunks::<LANES>();
-    for (x, y) in a_blocks.iter().zip(b_blocks) {
-        for ((lane, x), y) in lanes.iter_mut().zip(x).zip(y) {
-            *lane += term(x.to_f64(), y.to_f64());
-        }
-    }
-    let tail: f64 = a_tail.iter().zip(b_tail).map(|(x, y)| term(x.to_f64(), y.to_f64())).sum();
-    lanes.iter().sum::<f64>() + tail
 }
 
 /// `_backward_BatchNorm(grad, data, gamma, mean, var)`: gradients of data, gamma and beta. With
