@@ -1,6 +1,7 @@
 """Devices (MXNet's ``mxnet.context``)."""
 
 from . import _core
+from . import cuda_libraries
 
 
 class Context:
@@ -18,6 +19,8 @@ class Context:
                                  % (device_type, ", ".join(self.devstr2type)))
             self.device_typeid = self.devstr2type[device_type]
             self.device_id = int(device_id)
+            if device_type == "gpu":
+                cuda_libraries.preload()
         self._previous = []
 
     @property
@@ -74,4 +77,5 @@ def current_context():
 
 def num_gpus():
     """Number of GPUs the CUDA driver reports (0 without CUDA)."""
+    cuda_libraries.preload()
     return _core.num_gpus()

@@ -1,5 +1,7 @@
 """NDArray semantics: creation, properties, views, reshape codes, indexing, conversion, printing."""
 
+import glob
+import os
 import pickle
 
 import numpy as np
@@ -178,6 +180,15 @@ def test_gpu_absent_is_a_clear_error():
         mx.nd.zeros((2,), ctx=mx.gpu(0))
     with pytest.raises(mx.MXNetError, match="no GPU"):
         mx.nd.array([1, 2], ctx=mx.gpu(0))
+
+
+def test_pip_cuda_libraries_are_loaded_by_path_before_gpu_use():
+    from oxnet import cuda_libraries
+
+    if not any(glob.glob(os.path.join(d, "libnvrtc.so.*")) for d in cuda_libraries.library_dirs()):
+        pytest.skip("pip's nvidia-cuda-nvrtc is not installed")
+    mx.context.num_gpus()
+    assert any(os.path.basename(p).startswith("libnvrtc.so.") for p in cuda_libraries.preload())
 
 
 def test_fluent_methods_iteration_and_pickle(ctx):

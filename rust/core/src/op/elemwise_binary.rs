@@ -19,6 +19,8 @@ use crate::graph::Entry;
 pub trait BinaryMath: Send + Sync + 'static {
     fn float<F: Float>(a: F, b: F) -> F;
     fn int(a: i64, b: i64) -> i64;
+    /// Both as one CUDA C++ expression over `$0` and `$1` (see [`Elementwise`]).
+    const CUDA: &'static str;
     /// Gradients for `a` and `b` at the broadcast output shape (the caller sums them back down
     /// to each operand's shape), from output `y` and its gradient `g`.
     fn grad(d: &mut Grad, a: &Entry, b: &Entry, y: &Entry, g: &Entry) -> Result<(Option<Entry>, Option<Entry>)>;
@@ -90,7 +92,8 @@ impl<M: BinaryMath> Operator for Binary<M> {
                     }
                 })
             }),
-            c_expr: format!("{}($0, $1)", self.name),
+            cuda_expr: M::CUDA.to_string(),
+            scalar: None,
         })
     }
     fn num_inputs(&self) -> usize {
@@ -144,7 +147,6 @@ crate::op_params! {
 }
 
 struct Scalar<M> {
-    name: &'static str,
     scalar: f64,
     reverse: bool,
     _m: PhantomData<M>,
@@ -173,7 +175,9 @@ impl<M: BinaryMath> Operator for Scalar<M> {
                 })
             })
         };
-        Some(Elementwise { kernel, c_expr: format!("{}($0, {:?}f)", self.name, s) })
+        let binary = Elementwise { kernel: kernel.clone(), cuda_expr: M::CUDA.to_string(), scalar: None };
+        let operands = if self.reverse { ["$s", "$0"] } else { ["$0", "$s"] };
+        Some(Elementwise { kernel, cuda_expr: binary.cuda_expr_of(&operands, "$s"), scalar: Some(self.scalar) })
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![inputs[0].clone()])
@@ -226,7 +230,7 @@ fn int_pow(a: i64, b: i64) -> i64 {
 
 /// Declare binary operators: math, then the names of each registered form.
 macro_rules! binary_ops {
-    ($( $ty:ident { float: |$a:ident, $b:ident| $fbody:expr, int: |$ia:ident, $ib:ident| $ibody:expr }
+    ($( $ty:ident { float: |$a:ident, $b:ident| $fbody:expr, int: |$ia:ident, $ib:ident| $ibody:expr, cuda: $cuda:literal }
         grad: |$gd:ident, $ga:ident, $gb:ident, $gy:ident, $gg:ident| $gbody:expr,
         scalar_grad: |$sd:ident, $sx:ident, $sy:ident, $sg:ident, $ss:ident, $srev:ident| $sbody:expr,
         broadcast: $bname:literal [$($balias:literal),*],
@@ -241,6 +245,7 @@ macro_rules! binary_ops {
                 fn float<F: Float>($a: F, $b: F) -> F { $fbody }
                 #[inline(always)]
                 fn int($ia: i64, $ib: i64) -> i64 { $ibody }
+                const CUDA: &'static str = $cuda;
                 #[allow(unused_variables)]
                 fn grad($gd: &mut Grad, $ga: &Entry, $gb: &Entry, $gy: &Entry, $gg: &Entry) -> Result<(Option<Entry>, Option<Entry>)> {
                     $gbody
@@ -258,7 +263,7 @@ macro_rules! binary_ops {
                 add(OpDef::new($ename, &[$($ealias),*], concat!($doc, " Both inputs must have the same shape."),
                     |_: NoParams| Ok(Binary::<$ty> { name: $ename, broadcast: false, _m: PhantomData })));
                 add(OpDef::new($sname, &[$($salias),*], concat!($doc, " The right operand is a scalar."),
-                    |p: ScalarParams| Ok(Scalar::<$ty> { name: $sname, scalar: p.scalar, reverse: false, _m: PhantomData })));
+                    |p: ScalarParams| Ok(Scalar::<$ty> { scalar: p.scalar, reverse: false, _m: PhantomData })));
                 binary_ops!(@reverse add, $ty, $rname, $doc);
             )*
         }
@@ -266,7 +271,7 @@ macro_rules! binary_ops {
     (@reverse $add:ident, $ty:ident, none, $doc:literal) => {};
     (@reverse $add:ident, $ty:ident, $rname:literal, $doc:literal) => {
         $add(OpDef::new($rname, legacy_reverse_aliases($rname), concat!($doc, " The left operand is a scalar."),
-            |p: ScalarParams| Ok(Scalar::<$ty> { name: $rname, scalar: p.scalar, reverse: true, _m: PhantomData })));
+            |p: ScalarParams| Ok(Scalar::<$ty> { scalar: p.scalar, reverse: true, _m: PhantomData })));
     };
 }
 
@@ -282,92 +287,92 @@ fn legacy_reverse_aliases(name: &str) -> &'static [&'static str] {
 }
 
 binary_ops! {
-    Add { float: |a, b| a + b, int: |a, b| a.wrapping_add(b) }
+    Add { float: |a, b| a + b, int: |a, b| a.wrapping_add(b), cuda: "$0 + $1" }
         grad: |d, a, b, y, g| Ok((Some(g.clone()), Some(g.clone()))),
         scalar_grad: |d, x, y, g, s, rev| Ok(Some(g.clone())),
         broadcast: "broadcast_add" ["broadcast_plus"], elemwise: "elemwise_add" ["_plus", "_Plus", "_add", "_grad_add"],
         scalar: "_plus_scalar" ["_PlusScalar"], rscalar: none, doc: "Adds arguments element-wise.";
-    Sub { float: |a, b| a - b, int: |a, b| a.wrapping_sub(b) }
+    Sub { float: |a, b| a - b, int: |a, b| a.wrapping_sub(b), cuda: "$0 - $1" }
         grad: |d, a, b, y, g| { let n = d.negative(g)?; Ok((Some(g.clone()), Some(n))) },
         scalar_grad: |d, x, y, g, s, rev| if rev { d.negative(g).map(Some) } else { Ok(Some(g.clone())) },
         broadcast: "broadcast_sub" ["broadcast_minus"], elemwise: "elemwise_sub" ["_minus", "_Minus", "_sub"],
         scalar: "_minus_scalar" ["_MinusScalar"], rscalar: "_rminus_scalar", doc: "Subtracts arguments element-wise.";
-    Mul { float: |a, b| a * b, int: |a, b| a.wrapping_mul(b) }
+    Mul { float: |a, b| a * b, int: |a, b| a.wrapping_mul(b), cuda: "$0 * $1" }
         grad: |d, a, b, y, g| { let ga = d.binary("broadcast_mul", g, b)?; let gb = d.binary("broadcast_mul", g, a)?; Ok((Some(ga), Some(gb))) },
         scalar_grad: |d, x, y, g, s, rev| d.scalar("_mul_scalar", g, s).map(Some),
         broadcast: "broadcast_mul" [], elemwise: "elemwise_mul" ["_mul", "_Mul"],
         scalar: "_mul_scalar" ["_MulScalar"], rscalar: none, doc: "Multiplies arguments element-wise.";
-    Div { float: |a, b| a / b, int: |a, b| if b == 0 { 0 } else { a.wrapping_div(b) } }
+    Div { float: |a, b| a / b, int: |a, b| if b == 0 { 0 } else { a.wrapping_div(b) }, cuda: "ox_div($0, $1)" }
         grad: |d, a, b, y, g| { let ga = d.binary("broadcast_div", g, b)?; let t = d.binary("broadcast_div", y, b)?; let t = d.binary("broadcast_mul", g, &t)?; let gb = d.negative(&t)?; Ok((Some(ga), Some(gb))) },
         scalar_grad: |d, x, y, g, s, rev| if rev { let t = d.div(y, x)?; let t = d.negative(&t)?; d.mul(g, &t).map(Some) } else { d.scalar("_div_scalar", g, s).map(Some) },
         broadcast: "broadcast_div" [], elemwise: "elemwise_div" ["_div", "_Div"],
         scalar: "_div_scalar" ["_DivScalar"], rscalar: "_rdiv_scalar", doc: "Divides arguments element-wise.";
-    Mod { float: |a, b| floor_mod(a, b), int: |a, b| int_floor_mod(a, b) }
+    Mod { float: |a, b| floor_mod(a, b), int: |a, b| int_floor_mod(a, b), cuda: "ox_mod($0, $1)" }
         grad: |d, a, b, y, g| { let q = d.binary("broadcast_div", a, b)?; let q = d.unary("floor", &q)?; let t = d.binary("broadcast_mul", g, &q)?; let gb = d.negative(&t)?; Ok((Some(g.clone()), Some(gb))) },
         scalar_grad: |d, x, y, g, s, rev| if rev { let q = d.scalar("_rdiv_scalar", x, s)?; let q = d.unary("floor", &q)?; let t = d.mul(g, &q)?; d.negative(&t).map(Some) } else { Ok(Some(g.clone())) },
         broadcast: "broadcast_mod" [], elemwise: "_mod" ["_Mod"],
         scalar: "_mod_scalar" ["_ModScalar"], rscalar: "_rmod_scalar", doc: "Element-wise modulo, with the sign of the divisor.";
-    Power { float: |a, b| a.powf(b), int: |a, b| int_pow(a, b) }
+    Power { float: |a, b| a.powf(b), int: |a, b| int_pow(a, b), cuda: "ox_power($0, $1)" }
         grad: |d, a, b, y, g| { let bm1 = d.scalar("_minus_scalar", b, 1.0)?; let t = d.binary("broadcast_power", a, &bm1)?; let t = d.binary("broadcast_mul", &t, b)?; let ga = d.binary("broadcast_mul", g, &t)?; let la = d.unary("log", a)?; let t = d.binary("broadcast_mul", y, &la)?; let gb = d.binary("broadcast_mul", g, &t)?; Ok((Some(ga), Some(gb))) },
         scalar_grad: |d, x, y, g, s, rev| if rev { let t = d.scalar("_mul_scalar", y, s.ln())?; d.mul(g, &t).map(Some) } else { let t = d.scalar("_power_scalar", x, s - 1.0)?; let t = d.scalar("_mul_scalar", &t, s)?; d.mul(g, &t).map(Some) },
         broadcast: "broadcast_power" [], elemwise: "_power" ["_Power"],
         scalar: "_power_scalar" ["_PowerScalar"], rscalar: "_rpower_scalar", doc: "First array elements raised to powers from the second, element-wise.";
-    Maximum { float: |a, b| if a >= b || b.is_nan() { a } else { b }, int: |a, b| a.max(b) }
+    Maximum { float: |a, b| if a >= b || b.is_nan() { a } else { b }, int: |a, b| a.max(b), cuda: "ox_maximum($0, $1)" }
         grad: |d, a, b, y, g| { let m = d.binary("broadcast_greater_equal", a, b)?; let ga = d.binary("broadcast_mul", g, &m)?; let m = d.binary("broadcast_lesser", a, b)?; let gb = d.binary("broadcast_mul", g, &m)?; Ok((Some(ga), Some(gb))) },
         scalar_grad: |d, x, y, g, s, rev| { let m = d.scalar("_greater_equal_scalar", x, s)?; d.mul(g, &m).map(Some) },
         broadcast: "broadcast_maximum" [], elemwise: "_maximum" ["_Maximum"],
         scalar: "_maximum_scalar" ["_MaximumScalar"], rscalar: none, doc: "Element-wise maximum of the arguments.";
-    Minimum { float: |a, b| if a <= b || b.is_nan() { a } else { b }, int: |a, b| a.min(b) }
+    Minimum { float: |a, b| if a <= b || b.is_nan() { a } else { b }, int: |a, b| a.min(b), cuda: "ox_minimum($0, $1)" }
         grad: |d, a, b, y, g| { let m = d.binary("broadcast_lesser_equal", a, b)?; let ga = d.binary("broadcast_mul", g, &m)?; let m = d.binary("broadcast_greater", a, b)?; let gb = d.binary("broadcast_mul", g, &m)?; Ok((Some(ga), Some(gb))) },
         scalar_grad: |d, x, y, g, s, rev| { let m = d.scalar("_lesser_equal_scalar", x, s)?; d.mul(g, &m).map(Some) },
         broadcast: "broadcast_minimum" [], elemwise: "_minimum" ["_Minimum"],
         scalar: "_minimum_scalar" ["_MinimumScalar"], rscalar: none, doc: "Element-wise minimum of the arguments.";
-    Hypot { float: |a, b| a.hypot(b), int: |a, b| (a as f64).hypot(b as f64) as i64 }
+    Hypot { float: |a, b| a.hypot(b), int: |a, b| (a as f64).hypot(b as f64) as i64, cuda: "ox_hypot($0, $1)" }
         grad: |d, a, b, y, g| { let t = d.binary("broadcast_div", a, y)?; let ga = d.binary("broadcast_mul", g, &t)?; let t = d.binary("broadcast_div", b, y)?; let gb = d.binary("broadcast_mul", g, &t)?; Ok((Some(ga), Some(gb))) },
         scalar_grad: |d, x, y, g, s, rev| { let t = d.div(x, y)?; d.mul(g, &t).map(Some) },
         broadcast: "broadcast_hypot" [], elemwise: "_hypot" ["_Hypot"],
         scalar: "_hypot_scalar" ["_HypotScalar"], rscalar: none, doc: "Element-wise sqrt(lhs^2 + rhs^2).";
-    Equal { float: |a, b| truth(a == b), int: |a, b| (a == b) as i64 }
+    Equal { float: |a, b| truth(a == b), int: |a, b| (a == b) as i64, cuda: "$0 == $1" }
         grad: |d, a, b, y, g| Ok((None, None)),
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_equal" [], elemwise: "_equal" ["_Equal"],
         scalar: "_equal_scalar" ["_EqualScalar"], rscalar: none, doc: "Returns 1 where lhs == rhs, else 0 (in the input dtype).";
-    NotEqual { float: |a, b| truth(a != b), int: |a, b| (a != b) as i64 }
+    NotEqual { float: |a, b| truth(a != b), int: |a, b| (a != b) as i64, cuda: "$0 != $1" }
         grad: |d, a, b, y, g| Ok((None, None)),
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_not_equal" [], elemwise: "_not_equal" ["_Not_Equal"],
         scalar: "_not_equal_scalar" ["_NotEqualScalar"], rscalar: none, doc: "Returns 1 where lhs != rhs, else 0 (in the input dtype).";
-    Greater { float: |a, b| truth(a > b), int: |a, b| (a > b) as i64 }
+    Greater { float: |a, b| truth(a > b), int: |a, b| (a > b) as i64, cuda: "$0 > $1" }
         grad: |d, a, b, y, g| Ok((None, None)),
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_greater" [], elemwise: "_greater" ["_Greater"],
         scalar: "_greater_scalar" ["_GreaterScalar"], rscalar: none, doc: "Returns 1 where lhs > rhs, else 0 (in the input dtype).";
-    GreaterEqual { float: |a, b| truth(a >= b), int: |a, b| (a >= b) as i64 }
+    GreaterEqual { float: |a, b| truth(a >= b), int: |a, b| (a >= b) as i64, cuda: "$0 >= $1" }
         grad: |d, a, b, y, g| Ok((None, None)),
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_greater_equal" [], elemwise: "_greater_equal" ["_Greater_Equal"],
         scalar: "_greater_equal_scalar" ["_GreaterEqualScalar"], rscalar: none, doc: "Returns 1 where lhs >= rhs, else 0 (in the input dtype).";
-    Lesser { float: |a, b| truth(a < b), int: |a, b| (a < b) as i64 }
+    Lesser { float: |a, b| truth(a < b), int: |a, b| (a < b) as i64, cuda: "$0 < $1" }
         grad: |d, a, b, y, g| Ok((None, None)),
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_lesser" [], elemwise: "_lesser" ["_Lesser"],
         scalar: "_lesser_scalar" ["_LesserScalar"], rscalar: none, doc: "Returns 1 where lhs < rhs, else 0 (in the input dtype).";
-    LesserEqual { float: |a, b| truth(a <= b), int: |a, b| (a <= b) as i64 }
+    LesserEqual { float: |a, b| truth(a <= b), int: |a, b| (a <= b) as i64, cuda: "$0 <= $1" }
         grad: |d, a, b, y, g| Ok((None, None)),
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_lesser_equal" [], elemwise: "_lesser_equal" ["_Lesser_Equal"],
         scalar: "_lesser_equal_scalar" ["_LesserEqualScalar"], rscalar: none, doc: "Returns 1 where lhs <= rhs, else 0 (in the input dtype).";
-    LogicalAnd { float: |a, b| truth(a != F::zero() && b != F::zero()), int: |a, b| (a != 0 && b != 0) as i64 }
+    LogicalAnd { float: |a, b| truth(a != F::zero() && b != F::zero()), int: |a, b| (a != 0 && b != 0) as i64, cuda: "$0 != 0 && $1 != 0" }
         grad: |d, a, b, y, g| Ok((None, None)),
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_logical_and" [], elemwise: "_logical_and" ["_Logical_And"],
         scalar: "_logical_and_scalar" ["_LogicalAndScalar"], rscalar: none, doc: "Returns 1 where both operands are non-zero, else 0.";
-    LogicalOr { float: |a, b| truth(a != F::zero() || b != F::zero()), int: |a, b| (a != 0 || b != 0) as i64 }
+    LogicalOr { float: |a, b| truth(a != F::zero() || b != F::zero()), int: |a, b| (a != 0 || b != 0) as i64, cuda: "$0 != 0 || $1 != 0" }
         grad: |d, a, b, y, g| Ok((None, None)),
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_logical_or" [], elemwise: "_logical_or" ["_Logical_Or"],
         scalar: "_logical_or_scalar" ["_LogicalOrScalar"], rscalar: none, doc: "Returns 1 where either operand is non-zero, else 0.";
-    LogicalXor { float: |a, b| truth((a != F::zero()) != (b != F::zero())), int: |a, b| ((a != 0) != (b != 0)) as i64 }
+    LogicalXor { float: |a, b| truth((a != F::zero()) != (b != F::zero())), int: |a, b| ((a != 0) != (b != 0)) as i64, cuda: "($0 != 0) != ($1 != 0)" }
         grad: |d, a, b, y, g| Ok((None, None)),
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_logical_xor" [], elemwise: "_logical_xor" ["_Logical_Xor"],

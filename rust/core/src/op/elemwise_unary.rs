@@ -29,7 +29,7 @@ pub trait UnaryMath: Send + Sync + 'static {
 }
 
 struct Unary<M> {
-    name: &'static str,
+    cuda_expr: &'static str,
     _m: PhantomData<M>,
 }
 
@@ -40,7 +40,8 @@ impl<M: UnaryMath> Operator for Unary<M> {
     fn elementwise(&self) -> Option<Elementwise> {
         Some(Elementwise {
             kernel: Arc::new(|out: &mut [f32], inputs: &[&[f32]]| map_slices(inputs[0], out, &M::float_f32)),
-            c_expr: format!("{}($0)", self.name),
+            cuda_expr: self.cuda_expr.to_string(),
+            scalar: None,
         })
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
@@ -146,7 +147,7 @@ fn digamma(mut x: f64) -> f64 {
 }
 
 macro_rules! unary_ops {
-    ($( $ty:ident $name:literal [$($alias:literal),*] $doc:literal => |$x:ident| $body:expr,
+    ($( $ty:ident $name:literal [$($alias:literal),*] $doc:literal => |$x:ident| $body:expr, cuda $cuda:literal,
         grad |$d:ident, $gx:ident, $gy:ident, $dy:ident| $grad:expr $(, f32 $fast:path)?; )*) => {
         $(
             struct $ty;
@@ -170,115 +171,115 @@ macro_rules! unary_ops {
         )*
         pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             $(
-                add(OpDef::new($name, &[$($alias),*], $doc, |_: NoParams| Ok(Unary::<$ty> { name: $name, _m: PhantomData })));
+                add(OpDef::new($name, &[$($alias),*], $doc, |_: NoParams| Ok(Unary::<$ty> { cuda_expr: $cuda, _m: PhantomData })));
             )*
         }
     };
 }
 
 unary_ops! {
-    Abs "abs" [] "Returns element-wise absolute value of the input." => |x| x.abs(),
+    Abs "abs" [] "Returns element-wise absolute value of the input." => |x| x.abs(), cuda "fabs($0)",
         grad |d, x, y, g| { let s = d.unary("sign", x)?; d.mul(g, &s) }.map(Some);
     Sign "sign" [] "Returns element-wise sign of the input (-1, 0 or 1)." =>
-        |x| if x > F::zero() { F::one() } else if x < F::zero() { -F::one() } else { F::zero() },
+        |x| if x > F::zero() { F::one() } else if x < F::zero() { -F::one() } else { F::zero() }, cuda "($0 > 0) - ($0 < 0)",
         grad |d, x, y, g| Ok(None);
-    Round "round" [] "Returns element-wise rounded value to the nearest integer, halves away from zero." => |x| x.round(),
+    Round "round" [] "Returns element-wise rounded value to the nearest integer, halves away from zero." => |x| x.round(), cuda "round($0)",
         grad |d, x, y, g| Ok(None);
     Rint "rint" [] "Returns element-wise rounded value to the nearest integer, halves to even." =>
-        |x| { let r = x.round(); if (x - x.trunc()).abs() == lit(0.5) { lit::<F>(2.0) * (x / lit(2.0)).round() } else { r } },
+        |x| { let r = x.round(); if (x - x.trunc()).abs() == lit(0.5) { lit::<F>(2.0) * (x / lit(2.0)).round() } else { r } }, cuda "rint($0)",
         grad |d, x, y, g| Ok(None);
-    Ceil "ceil" [] "Returns element-wise ceiling of the input." => |x| x.ceil(),
+    Ceil "ceil" [] "Returns element-wise ceiling of the input." => |x| x.ceil(), cuda "ceil($0)",
         grad |d, x, y, g| Ok(None);
-    Floor "floor" [] "Returns element-wise floor of the input." => |x| x.floor(),
+    Floor "floor" [] "Returns element-wise floor of the input." => |x| x.floor(), cuda "floor($0)",
         grad |d, x, y, g| Ok(None);
-    Trunc "trunc" [] "Returns element-wise truncated value of the input." => |x| x.trunc(),
+    Trunc "trunc" [] "Returns element-wise truncated value of the input." => |x| x.trunc(), cuda "trunc($0)",
         grad |d, x, y, g| Ok(None);
-    Fix "fix" [] "Returns element-wise rounded value to the nearest integer towards zero." => |x| x.trunc(),
+    Fix "fix" [] "Returns element-wise rounded value to the nearest integer towards zero." => |x| x.trunc(), cuda "trunc($0)",
         grad |d, x, y, g| Ok(None);
-    Square "square" [] "Returns element-wise squared value of the input." => |x| x * x,
+    Square "square" [] "Returns element-wise squared value of the input." => |x| x * x, cuda "$0 * $0",
         grad |d, x, y, g| { let t = d.scalar("_mul_scalar", x, 2.0)?; d.mul(g, &t) }.map(Some);
-    Sqrt "sqrt" [] "Returns element-wise square root of the input." => |x| x.sqrt(),
+    Sqrt "sqrt" [] "Returns element-wise square root of the input." => |x| x.sqrt(), cuda "sqrt($0)",
         grad |d, x, y, g| { let t = d.scalar("_mul_scalar", y, 2.0)?; d.div(g, &t) }.map(Some);
-    Rsqrt "rsqrt" [] "Returns element-wise inverse square root of the input." => |x| F::one() / x.sqrt(),
+    Rsqrt "rsqrt" [] "Returns element-wise inverse square root of the input." => |x| F::one() / x.sqrt(), cuda "rsqrt($0)",
         grad |d, x, y, g| { let t = d.div(y, x)?; let t = d.scalar("_mul_scalar", &t, -0.5)?; d.mul(g, &t) }.map(Some);
-    Cbrt "cbrt" [] "Returns element-wise cube root of the input." => |x| x.cbrt(),
+    Cbrt "cbrt" [] "Returns element-wise cube root of the input." => |x| x.cbrt(), cuda "cbrt($0)",
         grad |d, x, y, g| { let t = d.unary("square", y)?; let t = d.scalar("_mul_scalar", &t, 3.0)?; d.div(g, &t) }.map(Some);
-    Rcbrt "rcbrt" [] "Returns element-wise inverse cube root of the input." => |x| F::one() / x.cbrt(),
+    Rcbrt "rcbrt" [] "Returns element-wise inverse cube root of the input." => |x| F::one() / x.cbrt(), cuda "rcbrt($0)",
         grad |d, x, y, g| { let t = d.div(y, x)?; let t = d.scalar("_mul_scalar", &t, -1.0 / 3.0)?; d.mul(g, &t) }.map(Some);
-    Exp "exp" [] "Returns element-wise exponential value of the input." => |x| x.exp(),
+    Exp "exp" [] "Returns element-wise exponential value of the input." => |x| x.exp(), cuda "exp($0)",
         grad |d, x, y, g| d.mul(g, y).map(Some), f32 super::fast_math::exp_f32;
-    Expm1 "expm1" [] "Returns exp(x) - 1 computed element-wise." => |x| x.exp_m1(),
+    Expm1 "expm1" [] "Returns exp(x) - 1 computed element-wise." => |x| x.exp_m1(), cuda "expm1($0)",
         grad |d, x, y, g| { let t = d.scalar("_plus_scalar", y, 1.0)?; d.mul(g, &t) }.map(Some);
-    Log "log" [] "Returns element-wise natural logarithmic value of the input." => |x| x.ln(),
+    Log "log" [] "Returns element-wise natural logarithmic value of the input." => |x| x.ln(), cuda "log($0)",
         grad |d, x, y, g| d.div(g, x).map(Some);
-    Log10 "log10" [] "Returns element-wise base-10 logarithmic value of the input." => |x| x.log10(),
+    Log10 "log10" [] "Returns element-wise base-10 logarithmic value of the input." => |x| x.log10(), cuda "log10($0)",
         grad |d, x, y, g| { let t = d.scalar("_mul_scalar", x, std::f64::consts::LN_10)?; d.div(g, &t) }.map(Some);
-    Log2 "log2" [] "Returns element-wise base-2 logarithmic value of the input." => |x| x.log2(),
+    Log2 "log2" [] "Returns element-wise base-2 logarithmic value of the input." => |x| x.log2(), cuda "log2($0)",
         grad |d, x, y, g| { let t = d.scalar("_mul_scalar", x, std::f64::consts::LN_2)?; d.div(g, &t) }.map(Some);
-    Log1p "log1p" [] "Returns element-wise log(1 + x)." => |x| x.ln_1p(),
+    Log1p "log1p" [] "Returns element-wise log(1 + x)." => |x| x.ln_1p(), cuda "log1p($0)",
         grad |d, x, y, g| { let t = d.scalar("_plus_scalar", x, 1.0)?; d.div(g, &t) }.map(Some);
-    Sin "sin" [] "Computes the element-wise sine of the input array." => |x| x.sin(),
+    Sin "sin" [] "Computes the element-wise sine of the input array." => |x| x.sin(), cuda "sin($0)",
         grad |d, x, y, g| { let t = d.unary("cos", x)?; d.mul(g, &t) }.map(Some);
-    Cos "cos" [] "Computes the element-wise cosine of the input array." => |x| x.cos(),
+    Cos "cos" [] "Computes the element-wise cosine of the input array." => |x| x.cos(), cuda "cos($0)",
         grad |d, x, y, g| { let t = d.unary("sin", x)?; let t = d.negative(&t)?; d.mul(g, &t) }.map(Some);
-    Tan "tan" [] "Computes the element-wise tangent of the input array." => |x| x.tan(),
+    Tan "tan" [] "Computes the element-wise tangent of the input array." => |x| x.tan(), cuda "tan($0)",
         grad |d, x, y, g| { let t = d.unary("square", y)?; let t = d.scalar("_plus_scalar", &t, 1.0)?; d.mul(g, &t) }.map(Some);
-    Arcsin "arcsin" [] "Returns element-wise inverse sine of the input array." => |x| x.asin(),
+    Arcsin "arcsin" [] "Returns element-wise inverse sine of the input array." => |x| x.asin(), cuda "asin($0)",
         grad |d, x, y, g| { let t = d.unary("square", x)?; let t = d.scalar("_rminus_scalar", &t, 1.0)?; let t = d.unary("rsqrt", &t)?; d.mul(g, &t) }.map(Some);
-    Arccos "arccos" [] "Returns element-wise inverse cosine of the input array." => |x| x.acos(),
+    Arccos "arccos" [] "Returns element-wise inverse cosine of the input array." => |x| x.acos(), cuda "acos($0)",
         grad |d, x, y, g| { let t = d.unary("square", x)?; let t = d.scalar("_rminus_scalar", &t, 1.0)?; let t = d.unary("rsqrt", &t)?; let t = d.negative(&t)?; d.mul(g, &t) }.map(Some);
-    Arctan "arctan" [] "Returns element-wise inverse tangent of the input array." => |x| x.atan(),
+    Arctan "arctan" [] "Returns element-wise inverse tangent of the input array." => |x| x.atan(), cuda "atan($0)",
         grad |d, x, y, g| { let t = d.unary("square", x)?; let t = d.scalar("_plus_scalar", &t, 1.0)?; d.div(g, &t) }.map(Some);
-    Sinh "sinh" [] "Returns the hyperbolic sine of the input array, computed element-wise." => |x| x.sinh(),
+    Sinh "sinh" [] "Returns the hyperbolic sine of the input array, computed element-wise." => |x| x.sinh(), cuda "sinh($0)",
         grad |d, x, y, g| { let t = d.unary("cosh", x)?; d.mul(g, &t) }.map(Some);
-    Cosh "cosh" [] "Returns the hyperbolic cosine of the input array, computed element-wise." => |x| x.cosh(),
+    Cosh "cosh" [] "Returns the hyperbolic cosine of the input array, computed element-wise." => |x| x.cosh(), cuda "cosh($0)",
         grad |d, x, y, g| { let t = d.unary("sinh", x)?; d.mul(g, &t) }.map(Some);
-    Tanh "tanh" [] "Returns the hyperbolic tangent of the input array, computed element-wise." => |x| x.tanh(),
+    Tanh "tanh" [] "Returns the hyperbolic tangent of the input array, computed element-wise." => |x| x.tanh(), cuda "tanh($0)",
         grad |d, x, y, g| { let t = d.unary("square", y)?; let t = d.scalar("_rminus_scalar", &t, 1.0)?; d.mul(g, &t) }.map(Some), f32 super::fast_math::tanh_f32;
-    Arcsinh "arcsinh" [] "Returns the element-wise inverse hyperbolic sine of the input array." => |x| x.asinh(),
+    Arcsinh "arcsinh" [] "Returns the element-wise inverse hyperbolic sine of the input array." => |x| x.asinh(), cuda "asinh($0)",
         grad |d, x, y, g| { let t = d.unary("square", x)?; let t = d.scalar("_plus_scalar", &t, 1.0)?; let t = d.unary("rsqrt", &t)?; d.mul(g, &t) }.map(Some);
-    Arccosh "arccosh" [] "Returns the element-wise inverse hyperbolic cosine of the input array." => |x| x.acosh(),
+    Arccosh "arccosh" [] "Returns the element-wise inverse hyperbolic cosine of the input array." => |x| x.acosh(), cuda "acosh($0)",
         grad |d, x, y, g| { let t = d.unary("square", x)?; let t = d.scalar("_minus_scalar", &t, 1.0)?; let t = d.unary("rsqrt", &t)?; d.mul(g, &t) }.map(Some);
-    Arctanh "arctanh" [] "Returns the element-wise inverse hyperbolic tangent of the input array." => |x| x.atanh(),
+    Arctanh "arctanh" [] "Returns the element-wise inverse hyperbolic tangent of the input array." => |x| x.atanh(), cuda "atanh($0)",
         grad |d, x, y, g| { let t = d.unary("square", x)?; let t = d.scalar("_rminus_scalar", &t, 1.0)?; d.div(g, &t) }.map(Some);
-    Degrees "degrees" [] "Converts each element of the input array from radians to degrees." => |x| x.to_degrees(),
+    Degrees "degrees" [] "Converts each element of the input array from radians to degrees." => |x| x.to_degrees(), cuda "$0 * 57.29577951308232",
         grad |d, x, y, g| d.scalar("_mul_scalar", g, 180.0 / std::f64::consts::PI).map(Some);
-    Radians "radians" [] "Converts each element of the input array from degrees to radians." => |x| x.to_radians(),
+    Radians "radians" [] "Converts each element of the input array from degrees to radians." => |x| x.to_radians(), cuda "$0 * 0.017453292519943295",
         grad |d, x, y, g| d.scalar("_mul_scalar", g, std::f64::consts::PI / 180.0).map(Some);
-    Sigmoid "sigmoid" [] "Computes sigmoid of x element-wise: 1 / (1 + exp(-x))." => |x| F::one() / (F::one() + (-x).exp()),
+    Sigmoid "sigmoid" [] "Computes sigmoid of x element-wise: 1 / (1 + exp(-x))." => |x| F::one() / (F::one() + (-x).exp()), cuda "1 / (1 + exp(-$0))",
         grad |d, x, y, g| { let t = d.scalar("_rminus_scalar", y, 1.0)?; let t = d.mul(y, &t)?; d.mul(g, &t) }.map(Some), f32 super::fast_math::sigmoid_f32;
-    Relu "relu" [] "Computes rectified linear activation: max(x, 0)." => |x| if x > F::zero() { x } else { F::zero() },
+    Relu "relu" [] "Computes rectified linear activation: max(x, 0)." => |x| if x > F::zero() { x } else { F::zero() }, cuda "$0 > 0 ? $0 : 0",
         grad |d, x, y, g| { let t = d.scalar("_greater_scalar", y, 0.0)?; d.mul(g, &t) }.map(Some);
-    Softsign "softsign" [] "Computes softsign of x element-wise: x / (1 + abs(x))." => |x| x / (F::one() + x.abs()),
+    Softsign "softsign" [] "Computes softsign of x element-wise: x / (1 + abs(x))." => |x| x / (F::one() + x.abs()), cuda "$0 / (1 + fabs($0))",
         grad |d, x, y, g| { let t = d.unary("abs", x)?; let t = d.scalar("_plus_scalar", &t, 1.0)?; let t = d.unary("square", &t)?; d.div(g, &t) }.map(Some);
-    Reciprocal "reciprocal" [] "Returns the reciprocal of the argument, element-wise." => |x| F::one() / x,
+    Reciprocal "reciprocal" [] "Returns the reciprocal of the argument, element-wise." => |x| F::one() / x, cuda "1 / $0",
         grad |d, x, y, g| { let t = d.unary("square", y)?; let t = d.negative(&t)?; d.mul(g, &t) }.map(Some);
-    Negative "negative" [] "Numerical negative of the argument, element-wise." => |x| -x,
+    Negative "negative" [] "Numerical negative of the argument, element-wise." => |x| -x, cuda "-$0",
         grad |d, x, y, g| d.negative(g).map(Some);
     LogicalNot "logical_not" [] "Returns the result of logical NOT (!) function: 1 where x is 0, else 0." =>
-        |x| if x == F::zero() { F::one() } else { F::zero() },
+        |x| if x == F::zero() { F::one() } else { F::zero() }, cuda "$0 == 0",
         grad |d, x, y, g| Ok(None);
-    Erf "erf" [] "Returns element-wise Gauss error function of the input." => |x| via_f64(x, libm::erf),
+    Erf "erf" [] "Returns element-wise Gauss error function of the input." => |x| via_f64(x, libm::erf), cuda "erf($0)",
         grad |d, x, y, g| { let t = d.unary("square", x)?; let t = d.scalar("_mul_scalar", &t, -1.0)?; let t = d.unary("exp", &t)?; let t = d.scalar("_mul_scalar", &t, std::f64::consts::FRAC_2_SQRT_PI)?; d.mul(g, &t) }.map(Some);
-    Erfinv "erfinv" [] "Returns element-wise inverse Gauss error function of the input." => |x| via_f64(x, erfinv),
+    Erfinv "erfinv" [] "Returns element-wise inverse Gauss error function of the input." => |x| via_f64(x, erfinv), cuda "erfinv($0)",
         grad |d, x, y, g| { let t = d.unary("square", y)?; let t = d.unary("exp", &t)?; let t = d.scalar("_mul_scalar", &t, std::f64::consts::PI.sqrt() / 2.0)?; d.mul(g, &t) }.map(Some);
-    Gamma "gamma" [] "Returns the gamma function (extension of the factorial) of the input, element-wise." => |x| via_f64(x, libm::tgamma),
+    Gamma "gamma" [] "Returns the gamma function (extension of the factorial) of the input, element-wise." => |x| via_f64(x, libm::tgamma), cuda "tgamma($0)",
         grad |d, x, y, g| { let t = d.unary("_digamma", x)?; let t = d.mul(y, &t)?; d.mul(g, &t) }.map(Some);
-    Gammaln "gammaln" [] "Returns element-wise log of the absolute value of the gamma function of the input." => |x| via_f64(x, libm::lgamma),
+    Gammaln "gammaln" [] "Returns element-wise log of the absolute value of the gamma function of the input." => |x| via_f64(x, libm::lgamma), cuda "lgamma($0)",
         grad |d, x, y, g| { let t = d.unary("_digamma", x)?; d.mul(g, &t) }.map(Some);
-    IsNan "isnan" [] "Returns 1 where the input is NaN, else 0 (in the input dtype)." => |x| truth(x.is_nan()),
+    IsNan "isnan" [] "Returns 1 where the input is NaN, else 0 (in the input dtype)." => |x| truth(x.is_nan()), cuda "isnan($0)",
         grad |d, x, y, g| Ok(None);
-    IsInf "isinf" [] "Returns 1 where the input is infinite, else 0 (in the input dtype)." => |x| truth(x.is_infinite()),
+    IsInf "isinf" [] "Returns 1 where the input is infinite, else 0 (in the input dtype)." => |x| truth(x.is_infinite()), cuda "isinf($0)",
         grad |d, x, y, g| Ok(None);
-    IsFinite "isfinite" [] "Returns 1 where the input is finite, else 0 (in the input dtype)." => |x| truth(x.is_finite()),
+    IsFinite "isfinite" [] "Returns 1 where the input is finite, else 0 (in the input dtype)." => |x| truth(x.is_finite()), cuda "isfinite($0)",
         grad |d, x, y, g| Ok(None);
     SoftRelu "_softrelu" [] "Computes log(1 + exp(x)) element-wise (Activation's softrelu)." =>
-        |x| if x > lit(20.0) { x } else { x.exp().ln_1p() },
+        |x| if x > lit(20.0) { x } else { x.exp().ln_1p() }, cuda "$0 > 20 ? $0 : log1p(exp($0))",
         grad |d, x, y, g| { let s = d.unary("sigmoid", x)?; d.mul(g, &s) }.map(Some);
-    Digamma "_digamma" [] "Returns the digamma function (derivative of gammaln) of the input, element-wise." => |x| via_f64(x, digamma),
+    Digamma "_digamma" [] "Returns the digamma function (derivative of gammaln) of the input, element-wise." => |x| via_f64(x, digamma), cuda "ox_digamma($0)",
         grad |d, x, y, g| Err(crate::err!(Value, "the gradient of _digamma (second derivative of gamma/gammaln) is not implemented"));
-    Identity "_copy" ["identity"] "Returns a copy of the input." => |x| x,
+    Identity "_copy" ["identity"] "Returns a copy of the input." => |x| x, cuda "$0",
         grad |d, x, y, g| Ok(g.clone()).map(Some);
-    BlockGrad "BlockGrad" ["stop_gradient"] "Returns a copy of the input; no gradient flows back through it." => |x| x,
+    BlockGrad "BlockGrad" ["stop_gradient"] "Returns a copy of the input; no gradient flows back through it." => |x| x, cuda "$0",
         grad |d, x, y, g| Ok(None);
 }

@@ -28,7 +28,7 @@ pub struct FusedStep {
 pub struct FusedOp {
     pub steps: Vec<FusedStep>,
     pub num_inputs: usize,
-    pub c_expr: String,
+    pub cuda_expr: String,
 }
 
 impl Operator for FusedOp {

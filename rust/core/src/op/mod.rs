@@ -53,12 +53,61 @@ pub use shape_ops::infer_reshape;
 /// A float32 element-wise kernel over one block of values: `out[i] = f(inputs[0][i], ...)`.
 pub type BlockKernel = Arc<dyn Fn(&mut [f32], &[&[f32]]) + Send + Sync>;
 
-/// What a fusible element-wise operator contributes to a fused kernel: its block kernel (CPU)
-/// and its expression in C with `$0`, `$1` standing for its operands (NVRTC on GPU).
+/// What an element-wise operator contributes to fused and GPU kernels: its float32 block kernel
+/// (CPU fusion) and its value as a CUDA C++ expression (NVRTC), in which `$0`, `$1` stand for its
+/// operands and `$s` for its scalar parameter, all converted to the compute type: float for
+/// 16- and 32-bit floats, double for float64; integers compute in double in unary math and in
+/// long long in binary math, as the CPU kernels do.
 #[derive(Clone)]
 pub struct Elementwise {
     pub kernel: BlockKernel,
-    pub c_expr: String,
+    pub cuda_expr: String,
+    /// The scalar operand of `_<op>_scalar` operators.
+    pub scalar: Option<f64>,
+}
+
+impl Elementwise {
+    /// The CUDA expression with `$k` replaced by `operands[k]` and `$s` by `scalar`; operands
+    /// other than plain names go in parentheses so that the template's precedence is kept.
+    pub fn cuda_expr_of(&self, operands: &[&str], scalar: &str) -> String {
+        let mut text = String::new();
+        let mut rest = self.cuda_expr.as_str();
+        while let Some(at) = rest.find('$') {
+            text.push_str(&rest[..at]);
+            let after = &rest[at + 1..];
+            let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+            let (operand, consumed) = if digits > 0 {
+                (after[..digits].parse::<usize>().ok().and_then(|k| operands.get(k)).copied(), digits)
+            } else if after.starts_with('s') {
+                (Some(scalar), 1)
+            } else {
+                (None, 0)
+            };
+            match operand {
+                Some(value) if value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$') => text.push_str(value),
+                Some(value) => {
+                    text.push('(');
+                    text.push_str(value);
+                    text.push(')');
+                }
+                None => text.push('$'),
+            }
+            rest = &after[consumed..];
+        }
+        text.push_str(rest);
+        text
+    }
+}
+
+/// A float64 value as a CUDA C++ double literal, infinities and NaN included.
+pub fn cuda_double_literal(value: f64) -> String {
+    if value.is_nan() {
+        "__longlong_as_double(0x7ff8000000000000LL)".to_string()
+    } else if value.is_infinite() {
+        format!("{}__longlong_as_double(0x7ff0000000000000LL)", if value < 0.0 { "-" } else { "" })
+    } else {
+        format!("{value:e}")
+    }
 }
 
 /// A tensor as a kernel sees it: memory the engine has granted to the running op.

@@ -76,7 +76,7 @@ pub fn fuse_elementwise(outputs: &[Entry], shapes: &Inferred<Shape>, types: &Inf
             Some(&root) if root == key => {
                 let fused = build_fused(node, &root_of, root);
                 let inputs = fused.1.iter().map(|e| map(&rebuilt, e)).collect();
-                let attrs: Attrs = [("expr".to_string(), fused.0.c_expr.clone())].into_iter().collect();
+                let attrs: Attrs = [("expr".to_string(), fused.0.cuda_expr.clone())].into_iter().collect();
                 let op = NodeOp { name: "_FusedOp".into(), attrs, operator: Arc::new(fused.0) };
                 rebuilt.insert(key, Node::with_operator(op, inputs, node.name.clone(), crate::graph::Recorded::Nothing));
             }
@@ -108,7 +108,6 @@ fn build_fused(root_node: &Arc<Node>, root_of: &AddressMap<usize, usize>, root: 
             let op = node.op.as_ref().expect("a fused node is an operator");
             let elementwise = op.operator.elementwise().expect("fusible operators are element-wise");
             let mut operands = Vec::new();
-            let mut expr = elementwise.c_expr.clone();
             let mut args = Vec::new();
             for input in &node.inputs {
                 let inside = self.root_of.get(&node_key(&input.node)) == Some(&self.root) && !input.node.is_variable();
@@ -124,17 +123,18 @@ fn build_fused(root_node: &Arc<Node>, root_of: &AddressMap<usize, usize>, root: 
                 operands.push(operand);
                 args.push(text);
             }
-            for (i, arg) in args.iter().enumerate().rev() {
-                expr = expr.replace(&format!("${i}"), arg);
-            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            // The CPU kernel applies the scalar in float32; so does the GPU's.
+            let scalar = elementwise.scalar.map(|s| format!("(float){}", crate::op::cuda_double_literal(s as f32 as f64)));
+            let expr = elementwise.cuda_expr_of(&args, scalar.as_deref().unwrap_or(""));
             self.steps.push(FusedStep { kernel: elementwise.kernel, operands });
             (Operand::Step(self.steps.len() - 1), expr)
         }
     }
     let mut builder = Builder { root_of, root, steps: Vec::new(), inputs: Vec::new() };
-    let (_, c_expr) = builder.emit(root_node);
+    let (_, cuda_expr) = builder.emit(root_node);
     let num_inputs = builder.inputs.len();
-    (FusedOp { steps: builder.steps, num_inputs, c_expr }, builder.inputs)
+    (FusedOp { steps: builder.steps, num_inputs, cuda_expr }, builder.inputs)
 }
 
 #[cfg(test)]
@@ -158,7 +158,7 @@ mod tests {
         let ops: Vec<&str> = nodes.iter().filter_map(|n| n.op.as_ref().map(|o| o.name.as_str())).collect();
         assert_eq!(ops, ["_FusedOp"]);
         let expr = &nodes.last().unwrap().op.as_ref().unwrap().attrs["expr"];
-        assert_eq!(expr, "relu(_plus_scalar(elemwise_mul(in0, in1), 1.0f))");
+        assert_eq!(expr, "((in0 * in1) + ((float)1e0)) > 0 ? ((in0 * in1) + ((float)1e0)) : 0");
     }
 
     #[test]

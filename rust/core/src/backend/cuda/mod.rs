@@ -3,6 +3,11 @@
 
 use std::sync::OnceLock;
 
+pub mod kernel_source;
+pub mod nvrtc;
+#[cfg(test)]
+mod tests;
+
 /// Devices the driver reports, probed once. cudarc panics when a library is missing, so the
 /// library's presence is checked before any call into it.
 pub fn device_count() -> usize {

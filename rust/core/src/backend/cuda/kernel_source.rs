@@ -1,0 +1,178 @@
+//! CUDA C++ source of element-wise kernels, generated from each operator's expression
+//! ([`Elementwise::cuda_expr`]) for one storage dtype, and of fused chains. NVRTC compiles the
+//! text alone: the prelude defines the 16-bit float and bool storage types and their conversions
+//! itself, so no CUDA header has to be found at run time.
+
+use crate::base::DType;
+use crate::op::Elementwise;
+
+/// Device code every generated kernel may use: storage types and their loads (to the compute
+/// type) and stores (from any arithmetic value), and the math whose MXNet meaning differs from
+/// C++'s: integer division by zero gives 0, `mod` takes the divisor's sign, `maximum` and
+/// `minimum` keep NaN from the left operand, integer `power` wraps.
+pub const PRELUDE: &str = r#"
+struct ox_half { unsigned short bits; };
+struct ox_bf16 { unsigned short bits; };
+struct ox_bool { unsigned char value; };
+
+__device__ __forceinline__ float ox_load(float v) { return v; }
+__device__ __forceinline__ double ox_load(double v) { return v; }
+__device__ __forceinline__ float ox_load(ox_half v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+    return f;
+}
+__device__ __forceinline__ float ox_load(ox_bf16 v) { return __uint_as_float(((unsigned int)v.bits) << 16); }
+__device__ __forceinline__ long long ox_load(unsigned char v) { return v; }
+__device__ __forceinline__ long long ox_load(signed char v) { return v; }
+__device__ __forceinline__ long long ox_load(int v) { return v; }
+__device__ __forceinline__ long long ox_load(long long v) { return v; }
+__device__ __forceinline__ long long ox_load(ox_bool v) { return v.value; }
+
+template <typename V> __device__ __forceinline__ void ox_store(float* p, V v) { *p = (float)v; }
+template <typename V> __device__ __forceinline__ void ox_store(double* p, V v) { *p = (double)v; }
+template <typename V> __device__ __forceinline__ void ox_store(ox_half* p, V v) {
+    float f = (float)v;
+    unsigned short bits;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(f));
+    p->bits = bits;
+}
+/* Round to nearest even on the bits; NaN stays a quiet NaN (rounding could carry it to inf). */
+template <typename V> __device__ __forceinline__ void ox_store(ox_bf16* p, V v) {
+    unsigned int u = __float_as_uint((float)v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        p->bits = (unsigned short)((u >> 16) | 0x40u);
+    } else {
+        p->bits = (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+template <typename V> __device__ __forceinline__ void ox_store(unsigned char* p, V v) { *p = (unsigned char)v; }
+template <typename V> __device__ __forceinline__ void ox_store(signed char* p, V v) { *p = (signed char)v; }
+template <typename V> __device__ __forceinline__ void ox_store(int* p, V v) { *p = (int)v; }
+template <typename V> __device__ __forceinline__ void ox_store(long long* p, V v) { *p = (long long)v; }
+template <typename V> __device__ __forceinline__ void ox_store(ox_bool* p, V v) { p->value = v != 0; }
+
+template <typename T> __device__ __forceinline__ T ox_div(T a, T b) { return a / b; }
+__device__ __forceinline__ long long ox_div(long long a, long long b) {
+    return b == 0 ? 0 : (b == -1 ? (long long)(0ull - (unsigned long long)a) : a / b);
+}
+template <typename T> __device__ __forceinline__ T ox_mod(T a, T b) {
+    if (b == 0) return 0;
+    T r = fmod(a, b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+__device__ __forceinline__ long long ox_mod(long long a, long long b) {
+    if (b == 0 || b == -1) return 0;
+    long long r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+template <typename T> __device__ __forceinline__ T ox_power(T a, T b) { return pow(a, b); }
+__device__ __forceinline__ long long ox_power(long long a, long long b) {
+    if (b < 0) return (long long)pow((double)a, (double)b);
+    unsigned long long result = 1, base = (unsigned long long)a;
+    for (unsigned long long e = b > 0xffffffffll ? 0xffffffffull : (unsigned long long)b; e != 0; e >>= 1) {
+        if (e & 1) result *= base;
+        base *= base;
+    }
+    return (long long)result;
+}
+template <typename T> __device__ __forceinline__ T ox_maximum(T a, T b) { return (a >= b || isnan(b)) ? a : b; }
+__device__ __forceinline__ long long ox_maximum(long long a, long long b) { return a > b ? a : b; }
+template <typename T> __device__ __forceinline__ T ox_minimum(T a, T b) { return (a <= b || isnan(b)) ? a : b; }
+__device__ __forceinline__ long long ox_minimum(long long a, long long b) { return a < b ? a : b; }
+template <typename T> __device__ __forceinline__ T ox_hypot(T a, T b) { return hypot(a, b); }
+__device__ __forceinline__ long long ox_hypot(long long a, long long b) { return (long long)hypot((double)a, (double)b); }
+
+/* The CPU kernel's algorithm (recurrence up to 6, then the asymptotic series), in double. */
+__device__ double ox_digamma_f64(double x) {
+    if (isnan(x) || x == -__longlong_as_double(0x7ff0000000000000LL)) return x - x;
+    if (x <= 0 && x == floor(x)) return __longlong_as_double(0x7ff8000000000000LL);
+    double result = 0;
+    if (x < 0) {
+        const double pi = 3.141592653589793;
+        result = -pi / tan(pi * x);
+        x = 1 - x;
+    }
+    while (x < 6) {
+        result -= 1 / x;
+        x += 1;
+    }
+    double inv2 = 1 / (x * x);
+    return result + log(x) - 0.5 / x
+        - inv2 * (1.0 / 12 - inv2 * (1.0 / 120 - inv2 * (1.0 / 252 - inv2 * (1.0 / 240 - inv2 / 132))));
+}
+template <typename T> __device__ __forceinline__ T ox_digamma(T x) { return (T)ox_digamma_f64((double)x); }
+"#;
+
+/// The C++ type a dtype is stored as in device memory.
+pub fn storage_type(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "float",
+        DType::F64 => "double",
+        DType::F16 => "ox_half",
+        DType::BF16 => "ox_bf16",
+        DType::U8 => "unsigned char",
+        DType::I8 => "signed char",
+        DType::I32 => "int",
+        DType::I64 => "long long",
+        DType::Bool => "ox_bool",
+    }
+}
+
+/// The type the math runs in, as on the CPU: float for 16- and 32-bit floats, double for float64
+/// and for integers in unary math, long long for integers in binary math.
+fn compute_type(dtype: DType, binary_math: bool) -> &'static str {
+    match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => "float",
+        DType::F64 => "double",
+        _ if binary_math => "long long",
+        _ => "double",
+    }
+}
+
+/// The kernel's name: the operator's name and the dtype, prefixed so that it cannot collide with
+/// the prelude or a CUDA builtin.
+pub fn kernel_name(op_name: &str, dtype: DType) -> String {
+    format!("ox_{op_name}_{}", dtype.name())
+}
+
+/// `out[i] = op(in0[i], .., scalar)` over `n` elements with a grid-stride loop. Parameters: the
+/// input pointers, the output pointer (which may alias an input: in-place operators), the
+/// element count as `unsigned long long` and, for scalar operators, the scalar as `double`,
+/// converted to the dtype first as MXNet does.
+pub fn elementwise_kernel(name: &str, op: &Elementwise, num_inputs: usize, dtype: DType) -> String {
+    let storage = storage_type(dtype);
+    let compute = compute_type(dtype, num_inputs > 1 || op.scalar.is_some());
+    let mut params: Vec<String> = (0..num_inputs).map(|k| format!("const {storage}* in{k}_ptr")).collect();
+    params.push(format!("{storage}* out_ptr"));
+    params.push("unsigned long long n".to_string());
+    let mut setup = String::new();
+    if op.scalar.is_some() {
+        params.push("double scalar".to_string());
+        setup = format!("    {storage} scalar_stored;\n    ox_store(&scalar_stored, scalar);\n    const {compute} s = ({compute})ox_load(scalar_stored);\n");
+    }
+    let loads: String = (0..num_inputs).map(|k| format!("        const {compute} v{k} = ({compute})ox_load(in{k}_ptr[i]);\n")).collect();
+    let operands: Vec<String> = (0..num_inputs).map(|k| format!("v{k}")).collect();
+    let operands: Vec<&str> = operands.iter().map(String::as_str).collect();
+    let expr = op.cuda_expr_of(&operands, "s");
+    grid_stride_kernel(name, &params, &setup, &loads, &expr)
+}
+
+/// A fused chain over float32 inputs `in0..`: the fusion pass's whole expression (`FusedOp`'s
+/// `cuda_expr`) in one kernel.
+pub fn fused_kernel(name: &str, num_inputs: usize, cuda_expr: &str) -> String {
+    let mut params: Vec<String> = (0..num_inputs).map(|k| format!("const float* in{k}_ptr")).collect();
+    params.push("float* out_ptr".to_string());
+    params.push("unsigned long long n".to_string());
+    let loads: String = (0..num_inputs).map(|k| format!("        const float in{k} = in{k}_ptr[i];\n")).collect();
+    grid_stride_kernel(name, &params, "", &loads, cuda_expr)
+}
+
+fn grid_stride_kernel(name: &str, params: &[String], setup: &str, loads: &str, expr: &str) -> String {
+    format!(
+        "extern \"C\" __global__ void {name}({}) {{\n{setup}    const unsigned long long stride = (unsigned long long)blockDim.x * gridDim.x;\n    \
+         for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {{\n{loads}        \
+         ox_store(out_ptr + i, {expr});\n    }}\n}}\n",
+        params.join(", ")
+    )
+}

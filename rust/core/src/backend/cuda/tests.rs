@@ -1,0 +1,113 @@
+//! Kernel sources are checked here on any machine: their text always, their compilation by NVRTC
+//! wherever libnvrtc loads (CI installs pip's nvidia-cuda-nvrtc), so a syntax error in a
+//! generated kernel never waits for a GPU machine.
+
+use super::kernel_source::{elementwise_kernel, fused_kernel, kernel_name, PRELUDE};
+use super::nvrtc;
+use crate::base::{DType, Shape};
+use crate::graph::topo_order;
+use crate::op::{registry, Attrs, Elementwise};
+use crate::pass::fuse::fuse_elementwise;
+use crate::pass::infer::{infer_shapes, infer_types};
+use crate::symbol::Symbol;
+
+/// Every registered operator that has an element-wise expression, instantiated with its
+/// default parameters: (name, number of inputs, expression).
+fn elementwise_operators() -> Vec<(&'static str, usize, Elementwise)> {
+    registry()
+        .defs()
+        .iter()
+        .filter_map(|def| {
+            let op = def.instantiate(def.name, &Attrs::new()).ok()?;
+            let elementwise = op.elementwise()?;
+            Some((def.name, op.num_inputs(), elementwise))
+        })
+        .collect()
+}
+
+fn kernel_for(op_name: &str, dtype: DType) -> String {
+    let (name, inputs, elementwise) =
+        elementwise_operators().into_iter().find(|(name, ..)| *name == op_name).unwrap_or_else(|| panic!("{op_name} is not element-wise"));
+    elementwise_kernel(&kernel_name(name, dtype), &elementwise, inputs, dtype)
+}
+
+#[test]
+fn kernels_compute_in_the_cpu_kernels_types() {
+    let reverse_minus = kernel_for("_rminus_scalar", DType::F32);
+    assert!(reverse_minus.contains("double scalar") && reverse_minus.contains("ox_store(out_ptr + i, s - v0);"), "{reverse_minus}");
+    // Integer binary math runs in long long, with the scalar cast to the dtype first.
+    let plus = kernel_for("_plus_scalar", DType::I32);
+    assert!(plus.contains("int scalar_stored;") && plus.contains("const long long v0 = (long long)ox_load(in0_ptr[i]);"), "{plus}");
+    // Integer unary math runs in double; 16-bit floats in float.
+    assert!(kernel_for("sqrt", DType::U8).contains("const double v0"));
+    let half = kernel_for("elemwise_mul", DType::F16);
+    assert!(half.contains("const ox_half* in1_ptr") && half.contains("const float v1 = (float)ox_load(in1_ptr[i]);"), "{half}");
+    // Operands that are not plain names keep their precedence.
+    assert!(kernel_for("square", DType::F64).contains("v0 * v0"));
+}
+
+#[test]
+fn fused_chains_become_one_expression() {
+    let expr = fused_expression(|a, b| {
+        let mul = Symbol::create("elemwise_mul", Attrs::new(), "mul", &[a.clone(), b], &[]).unwrap();
+        let plus = Symbol::create("_plus_scalar", [("scalar".to_string(), "1".to_string())].into_iter().collect(), "plus", &[mul], &[]).unwrap();
+        let sig = Symbol::create("sigmoid", Attrs::new(), "sig", &[plus], &[]).unwrap();
+        Symbol::create("elemwise_mul", Attrs::new(), "gate", &[sig, a], &[]).unwrap()
+    });
+    assert_eq!(expr, "(1 / (1 + exp(-((in0 * in1) + ((float)1e0))))) * in0");
+    let kernel = fused_kernel("ox_fused_gate", 2, &expr);
+    assert!(kernel.contains("ox_store(out_ptr + i, (1 / (1 + exp(-((in0 * in1) + ((float)1e0))))) * in0);"), "{kernel}");
+}
+
+/// The expression of the single fused node the fusion pass makes of `build(a, b)`.
+fn fused_expression(build: impl Fn(Symbol, Symbol) -> Symbol) -> String {
+    let a = Symbol::variable("a", Attrs::new());
+    let b = Symbol::variable("b", Attrs::new());
+    let out = build(a, b);
+    let shapes = infer_shapes(&out.outputs, &|_| Some(Shape::new(vec![8]))).unwrap();
+    let types = infer_types(&out.outputs, &|_| Some(DType::F32)).unwrap();
+    let fused = fuse_elementwise(&out.outputs, &shapes, &types);
+    let nodes = topo_order(&fused, |_| false);
+    let ops: Vec<_> = nodes.iter().filter_map(|n| n.op.as_ref()).collect();
+    assert_eq!(ops.len(), 1, "one fused node expected");
+    ops[0].attrs["expr"].clone()
+}
+
+#[test]
+fn every_elementwise_kernel_compiles_with_nvrtc() {
+    if let Err(e) = nvrtc::available() {
+        eprintln!("skipped, NVRTC not loadable here: {e}");
+        return;
+    }
+    let operators = elementwise_operators();
+    // 50 unary operators and 18 binary ones in three forms (broadcast, same-shape, scalar) at least.
+    assert!(operators.len() >= 50 + 18 * 3, "only {} element-wise operators found", operators.len());
+    // One program per dtype (all its kernels in one compile) keeps the suite fast.
+    for dtype in DType::ALL {
+        let mut source = PRELUDE.to_string();
+        for (name, inputs, elementwise) in &operators {
+            source.push_str(&elementwise_kernel(&kernel_name(name, dtype), elementwise, *inputs, dtype));
+        }
+        let ptx = nvrtc::compile_uncached(&format!("elementwise_{}", dtype.name()), &source).unwrap_or_else(|e| panic!("{e}"));
+        let text = ptx.to_src();
+        for (name, ..) in &operators {
+            let entry = format!(".entry {}(", kernel_name(name, dtype));
+            assert!(text.contains(&entry), "{entry} missing from the PTX");
+        }
+    }
+    let fused = fused_kernel("ox_fused_relu", 2, "((in0 * in1) + ((float)1e0)) > 0 ? ((in0 * in1) + ((float)1e0)) : 0");
+    let ptx = nvrtc::compile("ox_fused_relu", &format!("{PRELUDE}{fused}")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(ptx.to_src().contains(".entry ox_fused_relu("));
+    let again = nvrtc::compile("ox_fused_relu", "this text is not compiled: the name is cached").unwrap();
+    assert!(std::sync::Arc::ptr_eq(&ptx, &again));
+}
+
+#[test]
+fn compile_errors_name_the_kernel_and_quote_the_log() {
+    if nvrtc::available().is_err() {
+        eprintln!("skipped, NVRTC not loadable here");
+        return;
+    }
+    let err = nvrtc::compile_uncached("ox_broken", "extern \"C\" __global__ void ox_broken() { undefined_name; }").unwrap_err();
+    assert!(err.message.contains("ox_broken") && err.message.contains("undefined_name"), "{}", err.message);
+}
