@@ -6,7 +6,15 @@
 //! on whether each input advances or stays put so that it vectorizes, and large outputs are split
 //! across the engine's threads.
 
+use std::mem::MaybeUninit;
+
 use super::{parallel_chunks, SendPtr, Tensor, PARALLEL_GRAIN};
+
+/// Elements per block that in-place loops copy out before overwriting: the compiler vectorizes
+/// a loop only where it can tell its input and output apart (its run-time overlap check fails
+/// on exactly aliased pointers and falls back to scalar code), so an aliased input is read
+/// through a small local copy instead.
+const STAGE: usize = 256;
 use crate::base::Shape;
 use crate::error::Result;
 
@@ -46,13 +54,18 @@ pub fn map1<A: Copy + Send + Sync, B: Copy + Send + Sync>(x: &Tensor, y: &Tensor
     parallel_chunks(n, PARALLEL_GRAIN, |r| {
         let (xp, yp) = (xp.get(), yp.get());
         if in_place {
-            super::simd::vectorized(#[inline(always)] || {
-                for i in r {
-                    // SAFETY: i < n = size of both tensors; reading i before writing i keeps
-                    // the in-place update correct.
-                    unsafe { *yp.add(i) = f(*xp.add(i)) };
+            let mut staged = [MaybeUninit::<A>::uninit(); STAGE];
+            for start in r.clone().step_by(STAGE) {
+                let len = STAGE.min(r.end - start);
+                // SAFETY: start..start + len lies in this task's range of both n-element tensors;
+                // the block is copied out before any of it is overwritten, and `staged` is a
+                // separate local array, so the map reads initialized, unaliased values.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(xp.add(start), staged.as_mut_ptr() as *mut A, len);
+                    let xs = std::slice::from_raw_parts(staged.as_ptr() as *const A, len);
+                    map_slices(xs, std::slice::from_raw_parts_mut(yp.add(start), len), &f);
                 }
-            });
+            }
             return;
         }
         // SAFETY: distinct tensors never overlap (the runner stages partial overlaps through a
@@ -122,6 +135,34 @@ unsafe fn inner_loop<A: Copy, O: Copy>(
     o: *mut O,
     f: &impl Fn(A, A) -> O,
 ) {
+    let a_aliased = sa == 1 && a as usize == o as usize;
+    if a_aliased || (sb == 1 && b as usize == o as usize) {
+        let mut staged = [MaybeUninit::<A>::uninit(); STAGE];
+        for start in (0..n).step_by(STAGE) {
+            let len = STAGE.min(n - start);
+            let source = if a_aliased { a } else { b };
+            // SAFETY (for the caller, as below): the block is copied out before the output
+            // overwrites it; `staged` is a separate local array holding len initialized values.
+            std::ptr::copy_nonoverlapping(source.add(start), staged.as_mut_ptr() as *mut A, len);
+            let copy = staged.as_ptr() as *const A;
+            let (a_block, b_block) = if a_aliased { (copy, b.add(start * sb)) } else { (a.add(start * sa), copy) };
+            strided_loop(len, a_block, sa, b_block, sb, o.add(start), f);
+        }
+        return;
+    }
+    strided_loop(n, a, sa, b, sb, o, f)
+}
+
+#[inline(always)]
+unsafe fn strided_loop<A: Copy, O: Copy>(
+    n: usize,
+    a: *const A,
+    sa: usize,
+    b: *const A,
+    sb: usize,
+    o: *mut O,
+    f: &impl Fn(A, A) -> O,
+) {
     // SAFETY (for the caller): a/b/o are valid for n steps of their strides.
     match (sa, sb) {
         (1, 1) => {
@@ -166,15 +207,15 @@ pub fn zip2<A: Copy + Send + Sync, O: Copy + Send + Sync>(a: &Tensor, b: &Tensor
     if rows == 1 {
         parallel_chunks(inner, PARALLEL_GRAIN, |r| {
             // SAFETY: r lies in 0..inner, within every operand's extent along the collapsed dim.
-            unsafe {
+            super::simd::vectorized(#[inline(always)] || unsafe {
                 inner_loop(r.len(), ap.get().add(r.start * ia), ia, bp.get().add(r.start * ib), ib, op.get().add(r.start), &f)
-            }
+            })
         });
         return;
     }
     let outer_dims = &dims[..nd - 1];
     let rows_per_chunk = (PARALLEL_GRAIN / inner.max(1)).max(1);
-    parallel_chunks(rows, rows_per_chunk, |r| {
+    parallel_chunks(rows, rows_per_chunk, |r| super::simd::vectorized(#[inline(always)] || {
         for row in r {
             let (mut rem, mut oa, mut ob) = (row, 0usize, 0usize);
             for d in (0..outer_dims.len()).rev() {
@@ -187,7 +228,7 @@ pub fn zip2<A: Copy + Send + Sync, O: Copy + Send + Sync>(a: &Tensor, b: &Tensor
             // operand's (broadcast) strides.
             unsafe { inner_loop(inner, ap.get().add(oa), ia, bp.get().add(ob), ib, op.get().add(row * inner), &f) }
         }
-    });
+    }));
 }
 
 #[cfg(test)]
