@@ -66,6 +66,5 @@ def test_allocations_beyond_the_machine_raise():
     big = mx.nd.zeros((1 << 38,))
     with pytest.raises(mx.MXNetError, match="out of host memory: 1099511627776 bytes requested"):
         big.wait_to_read()
-    with pytest.raises(mx.MXNetError, match="out of host memory"):
-        mx.nd.waitall()  # reports the failed op once, then clears
+    mx.nd.waitall()  # the error was raised at wait_to_read: not again here
     assert mx.nd.ones((2,)).asnumpy().tolist() == [1, 1]

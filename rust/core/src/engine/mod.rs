@@ -285,7 +285,7 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 /// done; return the error stored on the var, if any.
 pub fn wait_for_var(var: &Arc<Var>, for_write: bool) -> Result<()> {
     if !var.is_busy(for_write) {
-        return var.error().map_or(Ok(()), Err);
+        return var_outcome(var);
     }
     // The flag is set once by the marker; the lock orders that write with the waiter's check.
     let signal = Arc::new((Mutex::new(false), Condvar::new()));
@@ -316,7 +316,17 @@ pub fn wait_for_var(var: &Arc<Var>, for_write: bool) -> Result<()> {
         finished = cv.wait(finished).unwrap();
     }
     drop(finished);
-    var.error().map_or(Ok(()), Err)
+    var_outcome(var)
+}
+
+/// The var's stored error, if any. An error raised here has been seen, so `wait_all` no longer
+/// reports it (as in MXNet, where the rethrown exception is cleared); the var keeps it, so that
+/// reading an array whose computation failed keeps failing.
+fn var_outcome(var: &Arc<Var>) -> Result<()> {
+    let Some(error) = var.error() else { return Ok(()) };
+    // The lock guards only this list; it is never held while waiting on anything.
+    engine().global_errors.lock().unwrap().retain(|seen| seen.message != error.message || seen.kind != error.kind);
+    Err(error)
 }
 
 /// Block until every pushed op has finished; return (and clear) the first error raised since the
