@@ -14,7 +14,7 @@ use super::{parallel_chunks, SendPtr, Tensor, PARALLEL_GRAIN};
 /// a loop only where it can tell its input and output apart (its run-time overlap check fails
 /// on exactly aliased pointers and falls back to scalar code), so an aliased input is read
 /// through a small local copy instead.
-const STAGE: usize = 256;
+pub(super) const STAGE: usize = 256;
 use crate::base::Shape;
 use crate::error::Result;
 

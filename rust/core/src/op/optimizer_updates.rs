@@ -140,23 +140,35 @@ fn apply_rule_with<W: Elem, S: Elem, const N: usize>(rule: &impl Rule, h: &Hyper
 /// output aliasing the weight is read at index i before it is written.
 #[inline(always)]
 unsafe fn update_range<W: Elem, S: Elem, const N: usize>(rule: &impl Rule, h: &Hyper, a: &UpdateArrays<W, S, N>, range: std::ops::Range<usize>) {
-    for i in range {
-        let mut buf = [0f64; N];
-        for k in 0..N {
-            buf[k] = (*a.states[k].get().add(i)).to_f64();
+    // The output is usually the weight itself: the weight is read through a local copy of each
+    // block so that the loop vectorizes (see `broadcast::STAGE`); so are the hyper-parameters,
+    // which the compiler would otherwise reload after every store through the raw pointers.
+    let hyper = *h;
+    let h = &hyper;
+    let mut staged = [std::mem::MaybeUninit::<W>::uninit(); super::broadcast::STAGE];
+    for start in range.clone().step_by(super::broadcast::STAGE) {
+        let len = super::broadcast::STAGE.min(range.end - start);
+        std::ptr::copy_nonoverlapping(a.weight.get().add(start), staged.as_mut_ptr() as *mut W, len);
+        let weights = std::slice::from_raw_parts(staged.as_ptr() as *const W, len);
+        for (offset, &weight) in weights.iter().enumerate() {
+            let i = start + offset;
+            let mut buf = [0f64; N];
+            for k in 0..N {
+                buf[k] = (*a.states[k].get().add(i)).to_f64();
+            }
+            let w = match a.master {
+                Some(m) => (*m.get().add(i)).to_f64(),
+                None => weight.to_f64(),
+            };
+            let new = rule(h, w, (*a.grad.get().add(i)).to_f64(), &mut buf);
+            for k in 0..N {
+                *a.states[k].get().add(i) = S::from_f64(buf[k]);
+            }
+            if let Some(m) = a.master {
+                *m.get().add(i) = S::from_f64(new);
+            }
+            *a.out.get().add(i) = W::from_f64(new);
         }
-        let w = match a.master {
-            Some(m) => (*m.get().add(i)).to_f64(),
-            None => (*a.weight.get().add(i)).to_f64(),
-        };
-        let new = rule(h, w, (*a.grad.get().add(i)).to_f64(), &mut buf);
-        for k in 0..N {
-            *a.states[k].get().add(i) = S::from_f64(buf[k]);
-        }
-        if let Some(m) = a.master {
-            *m.get().add(i) = S::from_f64(new);
-        }
-        *a.out.get().add(i) = W::from_f64(new);
     }
 }
 
