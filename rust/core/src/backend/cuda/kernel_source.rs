@@ -102,6 +102,16 @@ __device__ double ox_digamma_f64(double x) {
         - inv2 * (1.0 / 12 - inv2 * (1.0 / 120 - inv2 * (1.0 / 252 - inv2 * (1.0 / 240 - inv2 / 132))));
 }
 template <typename T> __device__ __forceinline__ T ox_digamma(T x) { return (T)ox_digamma_f64((double)x); }
+
+/* Where a broadcast binary kernel reads: the output's dims (collapsed as on the CPU) and each
+   operand's element strides along them, 0 where the operand is broadcast. */
+#define OX_MAX_DIMS 8
+struct ox_broadcast {
+    long long dims[OX_MAX_DIMS];
+    long long lhs_strides[OX_MAX_DIMS];
+    long long rhs_strides[OX_MAX_DIMS];
+    int ndim;
+};
 "#;
 
 /// The C++ type a dtype is stored as in device memory.
@@ -141,9 +151,25 @@ pub fn kernel_name(op_name: &str, dtype: DType) -> String {
 /// element count as `unsigned long long` and, for scalar operators, the scalar as `double`,
 /// converted to the dtype first as MXNet does.
 pub fn elementwise_kernel(name: &str, op: &Elementwise, num_inputs: usize, dtype: DType) -> String {
+    let loads: Vec<String> = (0..num_inputs).map(|k| format!("in{k}_ptr[i]")).collect();
+    typed_kernel(name, op, dtype, &loads, None)
+}
+
+/// A binary operator over NumPy-broadcast operands: output element `i` reads the operands at
+/// the offsets that `ox_broadcast` (the last parameter, by value) maps it to.
+pub fn broadcast_kernel(name: &str, op: &Elementwise, dtype: DType) -> String {
+    let offsets = "        unsigned long long rest = i;\n        long long lhs = 0, rhs = 0;\n        \
+                   for (int d = shape.ndim - 1; d >= 0; --d) {\n            const long long c = (long long)(rest % shape.dims[d]);\n            \
+                   rest /= shape.dims[d];\n            lhs += c * shape.lhs_strides[d];\n            rhs += c * shape.rhs_strides[d];\n        }\n";
+    typed_kernel(name, op, dtype, &["in0_ptr[lhs]".to_string(), "in1_ptr[rhs]".to_string()], Some(offsets))
+}
+
+/// The kernel of one operator and dtype; `loads[k]` reads operand k at element `i` (after the
+/// `offsets` code, if any, which adds the `ox_broadcast shape` parameter).
+fn typed_kernel(name: &str, op: &Elementwise, dtype: DType, loads: &[String], offsets: Option<&str>) -> String {
     let storage = storage_type(dtype);
-    let compute = compute_type(dtype, num_inputs > 1 || op.scalar.is_some());
-    let mut params: Vec<String> = (0..num_inputs).map(|k| format!("const {storage}* in{k}_ptr")).collect();
+    let compute = compute_type(dtype, loads.len() > 1 || op.scalar.is_some());
+    let mut params: Vec<String> = (0..loads.len()).map(|k| format!("const {storage}* in{k}_ptr")).collect();
     params.push(format!("{storage}* out_ptr"));
     params.push("unsigned long long n".to_string());
     let mut setup = String::new();
@@ -151,11 +177,16 @@ pub fn elementwise_kernel(name: &str, op: &Elementwise, num_inputs: usize, dtype
         params.push("double scalar".to_string());
         setup = format!("    {storage} scalar_stored;\n    ox_store(&scalar_stored, scalar);\n    const {compute} s = ({compute})ox_load(scalar_stored);\n");
     }
-    let loads: String = (0..num_inputs).map(|k| format!("        const {compute} v{k} = ({compute})ox_load(in{k}_ptr[i]);\n")).collect();
-    let operands: Vec<String> = (0..num_inputs).map(|k| format!("v{k}")).collect();
+    if offsets.is_some() {
+        params.push("ox_broadcast shape".to_string());
+    }
+    let mut body = offsets.unwrap_or("").to_string();
+    for (k, load) in loads.iter().enumerate() {
+        body.push_str(&format!("        const {compute} v{k} = ({compute})ox_load({load});\n"));
+    }
+    let operands: Vec<String> = (0..loads.len()).map(|k| format!("v{k}")).collect();
     let operands: Vec<&str> = operands.iter().map(String::as_str).collect();
-    let expr = op.cuda_expr_of(&operands, "s");
-    grid_stride_kernel(name, &params, &setup, &loads, &expr)
+    grid_stride_kernel(name, &params, &setup, &body, &op.cuda_expr_of(&operands, "s"))
 }
 
 /// A fused chain over float32 inputs `in0..`: the fusion pass's whole expression (`FusedOp`'s

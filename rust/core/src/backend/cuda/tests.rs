@@ -2,7 +2,7 @@
 //! wherever libnvrtc loads (CI installs pip's nvidia-cuda-nvrtc), so a syntax error in a
 //! generated kernel never waits for a GPU machine.
 
-use super::kernel_source::{elementwise_kernel, fused_kernel, kernel_name, PRELUDE};
+use super::kernel_source::{broadcast_kernel, elementwise_kernel, fused_kernel, kernel_name, PRELUDE};
 use super::nvrtc;
 use crate::base::{DType, Shape};
 use crate::graph::topo_order;
@@ -44,6 +44,9 @@ fn kernels_compute_in_the_cpu_kernels_types() {
     assert!(half.contains("const ox_half* in1_ptr") && half.contains("const float v1 = (float)ox_load(in1_ptr[i]);"), "{half}");
     // Operands that are not plain names keep their precedence.
     assert!(kernel_for("square", DType::F64).contains("v0 * v0"));
+    let (_, _, add) = elementwise_operators().into_iter().find(|(name, ..)| *name == "broadcast_add").unwrap();
+    let broadcast = broadcast_kernel("ox_broadcast_add_int64", &add, DType::I64);
+    assert!(broadcast.contains("ox_broadcast shape)") && broadcast.contains("ox_load(in1_ptr[rhs])"), "{broadcast}");
 }
 
 #[test]
@@ -85,13 +88,19 @@ fn every_elementwise_kernel_compiles_with_nvrtc() {
     // One program per dtype (all its kernels in one compile) keeps the suite fast.
     for dtype in DType::ALL {
         let mut source = PRELUDE.to_string();
+        let mut names = Vec::new();
         for (name, inputs, elementwise) in &operators {
-            source.push_str(&elementwise_kernel(&kernel_name(name, dtype), elementwise, *inputs, dtype));
+            names.push(kernel_name(name, dtype));
+            source.push_str(&elementwise_kernel(names.last().unwrap(), elementwise, *inputs, dtype));
+            if name.starts_with("broadcast_") {
+                names.push(kernel_name(&format!("{name}_strided"), dtype));
+                source.push_str(&broadcast_kernel(names.last().unwrap(), elementwise, dtype));
+            }
         }
         let ptx = nvrtc::compile_uncached(&format!("elementwise_{}", dtype.name()), &source).unwrap_or_else(|e| panic!("{e}"));
         let text = ptx.to_src();
-        for (name, ..) in &operators {
-            let entry = format!(".entry {}(", kernel_name(name, dtype));
+        for name in &names {
+            let entry = format!(".entry {name}(");
             assert!(text.contains(&entry), "{entry} missing from the PTX");
         }
     }
