@@ -99,6 +99,18 @@ impl Elementwise {
     }
 }
 
+/// What a reduction contributes to its GPU kernel: CUDA C++ code over the accumulator type (float
+/// for 16- and 32-bit floats, double otherwise): the initial value, `acc` combined with element
+/// `x`, two partial results `a` and `b` merged, and the result from `acc` and the element
+/// `count`.
+#[derive(Clone, Copy, Debug)]
+pub struct Reduction {
+    pub init: &'static str,
+    pub step: &'static str,
+    pub merge: &'static str,
+    pub finish: &'static str,
+}
+
 /// A float64 value as a CUDA C++ double literal, infinities and NaN included.
 pub fn cuda_double_literal(value: f64) -> String {
     if value.is_nan() {
@@ -236,6 +248,10 @@ pub trait Operator: Send + Sync + 'static {
     /// The operator as a float32 element-wise function of its same-shape inputs, if it is one:
     /// the fusion pass merges chains of such operators into one kernel.
     fn elementwise(&self) -> Option<Elementwise> {
+        None
+    }
+    /// The operator as a reduction over some axes of its one input, if it is one.
+    fn reduction(&self) -> Option<Reduction> {
         None
     }
     /// Whether the kernel draws random numbers: it then gets a seed drawn at push time.

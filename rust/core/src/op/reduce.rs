@@ -11,7 +11,7 @@ use super::grad::{tuple_attr, Grad, InputGrads};
 use super::params::NoParams;
 use super::rearrange::broadcast_into;
 use super::shape_ops::transpose_into;
-use super::{parallel_chunks, zero_gradient, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::{parallel_chunks, zero_gradient, ExecContext, OpDef, Operator, Reduction, SendPtr, Tensor};
 use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
 use crate::graph::Entry;
@@ -38,7 +38,12 @@ pub trait Reducer: Send + Sync + 'static {
     }
     /// The input gradient; `spread` broadcasts a reduced-shape entry back to the input's shape.
     fn grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry>;
+    /// The same reduction in CUDA C++ (see [`Reduction`]).
+    const CUDA: Reduction;
 }
+
+const CUDA_SUM: Reduction = Reduction { init: "0", step: "acc + x", merge: "a + b", finish: "acc" };
+const CUDA_PRODUCT: Reduction = Reduction { init: "1", step: "acc * x", merge: "a * b", finish: "acc" };
 
 /// Broadcasts reduced-shape gradients back to the input shape of one reduction.
 pub struct Spread {
@@ -85,6 +90,7 @@ fn mask_nan(d: &mut Grad, x: &Entry, grad: &Entry) -> Result<Entry> {
 
 struct Sum;
 impl Reducer for Sum {
+    const CUDA: Reduction = CUDA_SUM;
     const PLAIN_SUM: bool = true;
     #[inline(always)]
     fn step_f32(acc: f32, x: f32) -> f32 {
@@ -101,6 +107,7 @@ impl Reducer for Sum {
 }
 struct Mean;
 impl Reducer for Mean {
+    const CUDA: Reduction = Reduction { finish: "acc / count", ..CUDA_SUM };
     const PLAIN_SUM: bool = true;
     #[inline(always)]
     fn step_f32(acc: f32, x: f32) -> f32 {
@@ -120,6 +127,7 @@ impl Reducer for Mean {
 }
 struct Prod;
 impl Reducer for Prod {
+    const CUDA: Reduction = CUDA_PRODUCT;
     fn grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
         product_grad(d, x, y, g, spread)
     }
@@ -131,6 +139,7 @@ impl Reducer for Prod {
 }
 struct NanSum;
 impl Reducer for NanSum {
+    const CUDA: Reduction = Reduction { step: "isnan(x) ? acc : acc + x", ..CUDA_SUM };
     fn grad(d: &mut Grad, x: &Entry, _y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
         { let full = spread.apply(d, g, x, false)?; mask_nan(d, x, &full) }
     }
@@ -149,6 +158,7 @@ impl Reducer for NanSum {
 }
 struct NanProd;
 impl Reducer for NanProd {
+    const CUDA: Reduction = Reduction { step: "isnan(x) ? acc : acc * x", ..CUDA_PRODUCT };
     fn grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
         { let full = product_grad(d, x, y, g, spread)?; mask_nan(d, x, &full) }
     }
@@ -167,6 +177,7 @@ impl Reducer for NanProd {
 }
 struct Max;
 impl Reducer for Max {
+    const CUDA: Reduction = Reduction { init: "-__longlong_as_double(0x7ff0000000000000LL)", step: "(x > acc || isnan(x)) ? x : acc", merge: "(b > a || isnan(b)) ? b : a", finish: "acc" };
     const EXACT_IN_F32: bool = true;
     #[inline(always)]
     fn step_f32(acc: f32, x: f32) -> f32 {
@@ -191,6 +202,7 @@ impl Reducer for Max {
 }
 struct Min;
 impl Reducer for Min {
+    const CUDA: Reduction = Reduction { init: "__longlong_as_double(0x7ff0000000000000LL)", step: "(x < acc || isnan(x)) ? x : acc", merge: "(b < a || isnan(b)) ? b : a", finish: "acc" };
     const EXACT_IN_F32: bool = true;
     #[inline(always)]
     fn step_f32(acc: f32, x: f32) -> f32 {
@@ -217,6 +229,7 @@ impl Reducer for Min {
 /// Sum of absolute values (the L1 norm).
 struct L1Norm;
 impl Reducer for L1Norm {
+    const CUDA: Reduction = Reduction { step: "acc + fabs(x)", ..CUDA_SUM };
     const INIT: f64 = 0.0;
     #[inline(always)]
     fn step(acc: f64, x: f64) -> f64 {
@@ -235,6 +248,7 @@ impl Reducer for L1Norm {
 /// Square root of the sum of squares (the L2 norm).
 struct L2Norm;
 impl Reducer for L2Norm {
+    const CUDA: Reduction = Reduction { step: "acc + x * x", finish: "sqrt(acc)", ..CUDA_SUM };
     const INIT: f64 = 0.0;
     #[inline(always)]
     fn step(acc: f64, x: f64) -> f64 {
@@ -388,6 +402,9 @@ impl<R: Reducer> Operator for Reduce<R> {
         let (x, y, g) = (d.input(0), d.output(0), d.out_grad(0));
         Ok(vec![Some(R::grad(d, &x, &y, &g, &Spread::new(&self.params))?)])
     }
+    fn reduction(&self) -> Option<Reduction> {
+        Some(R::CUDA)
+    }
 }
 
 /// The L1 or L2 norm, chosen by `ord` when the operator is created.
@@ -414,6 +431,9 @@ impl Operator for Norm {
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         self.inner().gradient(d)
+    }
+    fn reduction(&self) -> Option<Reduction> {
+        self.inner().reduction()
     }
 }
 

@@ -1,10 +1,11 @@
-//! CUDA C++ source of element-wise kernels, generated from each operator's expression
-//! ([`Elementwise::cuda_expr`]) for one storage dtype, and of fused chains. NVRTC compiles the
+//! CUDA C++ source of the kernels generated from the op table for one storage dtype: element-wise
+//! operators (from [`Elementwise::cuda_expr`]; flat, and strided for broadcasting), reductions
+//! (from [`Reduction`]) and fused chains. NVRTC compiles the
 //! text alone: the prelude defines the 16-bit float and bool storage types and their conversions
 //! itself, so no CUDA header has to be found at run time.
 
 use crate::base::DType;
-use crate::op::Elementwise;
+use crate::op::{Elementwise, Reduction};
 
 /// Device code every generated kernel may use: storage types and their loads (to the compute
 /// type) and stores (from any arithmetic value), and the math whose MXNet meaning differs from
@@ -112,6 +113,29 @@ struct ox_broadcast {
     long long rhs_strides[OX_MAX_DIMS];
     int ndim;
 };
+
+/* What a reduction kernel reads: the kept dims with the input's strides along them (output
+   element o starts at their offset), the reduced dims with theirs, and how many elements each
+   output combines. */
+struct ox_reduce {
+    long long kept_dims[OX_MAX_DIMS];
+    long long kept_strides[OX_MAX_DIMS];
+    long long reduced_dims[OX_MAX_DIMS];
+    long long reduced_strides[OX_MAX_DIMS];
+    int kept_ndim;
+    int reduced_ndim;
+    unsigned long long count;
+};
+
+/* The input offset of linear index `index` over `ndim` dims with the given strides. */
+__device__ __forceinline__ long long ox_offset(unsigned long long index, const long long* dims, const long long* strides, int ndim) {
+    long long offset = 0;
+    for (int d = ndim - 1; d >= 0; --d) {
+        offset += (long long)(index % (unsigned long long)dims[d]) * strides[d];
+        index /= (unsigned long long)dims[d];
+    }
+    return offset;
+}
 "#;
 
 /// The C++ type a dtype is stored as in device memory.
@@ -158,9 +182,8 @@ pub fn elementwise_kernel(name: &str, op: &Elementwise, num_inputs: usize, dtype
 /// A binary operator over NumPy-broadcast operands: output element `i` reads the operands at
 /// the offsets that `ox_broadcast` (the last parameter, by value) maps it to.
 pub fn broadcast_kernel(name: &str, op: &Elementwise, dtype: DType) -> String {
-    let offsets = "        unsigned long long rest = i;\n        long long lhs = 0, rhs = 0;\n        \
-                   for (int d = shape.ndim - 1; d >= 0; --d) {\n            const long long c = (long long)(rest % shape.dims[d]);\n            \
-                   rest /= shape.dims[d];\n            lhs += c * shape.lhs_strides[d];\n            rhs += c * shape.rhs_strides[d];\n        }\n";
+    let offsets = "        const long long lhs = ox_offset(i, shape.dims, shape.lhs_strides, shape.ndim);\n        \
+                   const long long rhs = ox_offset(i, shape.dims, shape.rhs_strides, shape.ndim);\n";
     typed_kernel(name, op, dtype, &["in0_ptr[lhs]".to_string(), "in1_ptr[rhs]".to_string()], Some(offsets))
 }
 
@@ -187,6 +210,52 @@ fn typed_kernel(name: &str, op: &Elementwise, dtype: DType, loads: &[String], of
     let operands: Vec<String> = (0..loads.len()).map(|k| format!("v{k}")).collect();
     let operands: Vec<&str> = operands.iter().map(String::as_str).collect();
     grid_stride_kernel(name, &params, &setup, &body, &op.cuda_expr_of(&operands, "s"))
+}
+
+/// Threads per block of a reduction kernel (its shared-memory tree assumes exactly this many).
+pub const REDUCE_THREADS: usize = 256;
+
+/// A reduction: one block per output element (grid-stride over outputs), its threads striding
+/// over the reduced elements, then a shared-memory tree merging their partial results.
+/// Parameters: input, output, output count, `ox_reduce` by value; launch with
+/// [`REDUCE_THREADS`] threads per block.
+pub fn reduce_kernel(name: &str, reduction: &Reduction, dtype: DType) -> String {
+    let storage = storage_type(dtype);
+    let acc = match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => "float",
+        _ => "double",
+    };
+    let Reduction { init, step, merge, finish } = reduction;
+    format!(
+        r#"extern "C" __global__ void {name}(const {storage}* in0_ptr, {storage}* out_ptr, unsigned long long n, ox_reduce shape) {{
+    __shared__ {acc} partial[{REDUCE_THREADS}];
+    for (unsigned long long o = blockIdx.x; o < n; o += gridDim.x) {{
+        const long long base = ox_offset(o, shape.kept_dims, shape.kept_strides, shape.kept_ndim);
+        {acc} acc = ({acc})({init});
+        for (unsigned long long r = threadIdx.x; r < shape.count; r += blockDim.x) {{
+            const {acc} x = ({acc})ox_load(in0_ptr[base + ox_offset(r, shape.reduced_dims, shape.reduced_strides, shape.reduced_ndim)]);
+            acc = {step};
+        }}
+        partial[threadIdx.x] = acc;
+        __syncthreads();
+        for (unsigned int half = blockDim.x / 2; half > 0; half >>= 1) {{
+            if (threadIdx.x < half) {{
+                const {acc} a = partial[threadIdx.x];
+                const {acc} b = partial[threadIdx.x + half];
+                partial[threadIdx.x] = {merge};
+            }}
+            __syncthreads();
+        }}
+        if (threadIdx.x == 0) {{
+            const {acc} acc = partial[0];
+            const {acc} count = ({acc})shape.count;
+            ox_store(out_ptr + o, {finish});
+        }}
+        __syncthreads();
+    }}
+}}
+"#
+    )
 }
 
 /// A fused chain over float32 inputs `in0..`: the fusion pass's whole expression (`FusedOp`'s

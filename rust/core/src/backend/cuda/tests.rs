@@ -2,11 +2,11 @@
 //! wherever libnvrtc loads (CI installs pip's nvidia-cuda-nvrtc), so a syntax error in a
 //! generated kernel never waits for a GPU machine.
 
-use super::kernel_source::{broadcast_kernel, elementwise_kernel, fused_kernel, kernel_name, PRELUDE};
+use super::kernel_source::{broadcast_kernel, elementwise_kernel, fused_kernel, kernel_name, reduce_kernel, PRELUDE};
 use super::nvrtc;
 use crate::base::{DType, Shape};
 use crate::graph::topo_order;
-use crate::op::{registry, Attrs, Elementwise};
+use crate::op::{registry, Attrs, Elementwise, Reduction};
 use crate::pass::fuse::fuse_elementwise;
 use crate::pass::infer::{infer_shapes, infer_types};
 use crate::symbol::Symbol;
@@ -22,6 +22,15 @@ fn elementwise_operators() -> Vec<(&'static str, usize, Elementwise)> {
             let elementwise = op.elementwise()?;
             Some((def.name, op.num_inputs(), elementwise))
         })
+        .collect()
+}
+
+/// Every registered reduction, instantiated with its default parameters.
+fn reductions() -> Vec<(&'static str, Reduction)> {
+    registry()
+        .defs()
+        .iter()
+        .filter_map(|def| Some((def.name, def.instantiate(def.name, &Attrs::new()).ok()?.reduction()?)))
         .collect()
 }
 
@@ -77,7 +86,7 @@ fn fused_expression(build: impl Fn(Symbol, Symbol) -> Symbol) -> String {
 }
 
 #[test]
-fn every_elementwise_kernel_compiles_with_nvrtc() {
+fn every_generated_kernel_compiles_with_nvrtc() {
     if let Err(e) = nvrtc::available() {
         eprintln!("skipped, NVRTC not loadable here: {e}");
         return;
@@ -85,6 +94,11 @@ fn every_elementwise_kernel_compiles_with_nvrtc() {
     let operators = elementwise_operators();
     // 50 unary operators and 18 binary ones in three forms (broadcast, same-shape, scalar) at least.
     assert!(operators.len() >= 50 + 18 * 3, "only {} element-wise operators found", operators.len());
+    let reductions = reductions();
+    let reduction_names: Vec<&str> = reductions.iter().map(|(name, _)| *name).collect();
+    for expected in ["sum", "mean", "prod", "nansum", "nanprod", "max", "min", "norm"] {
+        assert!(reduction_names.contains(&expected), "{expected} has no CUDA reduction: {reduction_names:?}");
+    }
     // One program per dtype (all its kernels in one compile) keeps the suite fast.
     for dtype in DType::ALL {
         let mut source = PRELUDE.to_string();
@@ -97,7 +111,11 @@ fn every_elementwise_kernel_compiles_with_nvrtc() {
                 source.push_str(&broadcast_kernel(names.last().unwrap(), elementwise, dtype));
             }
         }
-        let ptx = nvrtc::compile_uncached(&format!("elementwise_{}", dtype.name()), &source).unwrap_or_else(|e| panic!("{e}"));
+        for (name, reduction) in &reductions {
+            names.push(kernel_name(name, dtype));
+            source.push_str(&reduce_kernel(names.last().unwrap(), reduction, dtype));
+        }
+        let ptx = nvrtc::compile_uncached(&format!("generated_{}", dtype.name()), &source).unwrap_or_else(|e| panic!("{e}"));
         let text = ptx.to_src();
         for name in &names {
             let entry = format!(".entry {name}(");
