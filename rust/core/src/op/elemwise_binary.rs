@@ -175,9 +175,8 @@ impl<M: BinaryMath> Operator for Scalar<M> {
                 })
             })
         };
-        let binary = Elementwise { kernel: kernel.clone(), cuda_expr: M::CUDA.to_string(), scalar: None };
         let operands = if self.reverse { ["$s", "$0"] } else { ["$0", "$s"] };
-        Some(Elementwise { kernel, cuda_expr: binary.cuda_expr_of(&operands, "$s"), scalar: Some(self.scalar) })
+        Some(Elementwise { kernel, cuda_expr: super::substitute_cuda(M::CUDA, &operands, "$s"), scalar: Some(self.scalar) })
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![inputs[0].clone()])

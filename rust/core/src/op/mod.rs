@@ -67,36 +67,41 @@ pub struct Elementwise {
 }
 
 impl Elementwise {
-    /// The CUDA expression with `$k` replaced by `operands[k]` and `$s` by `scalar`; operands
-    /// other than plain names go in parentheses so that the template's precedence is kept.
+    /// The CUDA expression with its operands and scalar filled in (see [`substitute_cuda`]).
     pub fn cuda_expr_of(&self, operands: &[&str], scalar: &str) -> String {
-        let mut text = String::new();
-        let mut rest = self.cuda_expr.as_str();
-        while let Some(at) = rest.find('$') {
-            text.push_str(&rest[..at]);
-            let after = &rest[at + 1..];
-            let digits = after.bytes().take_while(u8::is_ascii_digit).count();
-            let (operand, consumed) = if digits > 0 {
-                (after[..digits].parse::<usize>().ok().and_then(|k| operands.get(k)).copied(), digits)
-            } else if after.starts_with('s') {
-                (Some(scalar), 1)
-            } else {
-                (None, 0)
-            };
-            match operand {
-                Some(value) if value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$') => text.push_str(value),
-                Some(value) => {
-                    text.push('(');
-                    text.push_str(value);
-                    text.push(')');
-                }
-                None => text.push('$'),
-            }
-            rest = &after[consumed..];
-        }
-        text.push_str(rest);
-        text
+        substitute_cuda(&self.cuda_expr, operands, scalar)
     }
+}
+
+/// `template` with `$k` replaced by `operands[k]` and `$s` by `scalar`; operands other than
+/// plain names go in parentheses so that the template's precedence is kept.
+pub fn substitute_cuda(template: &str, operands: &[&str], scalar: &str) -> String {
+    let mut text = String::new();
+    let mut rest = template;
+    while let Some(at) = rest.find('$') {
+        text.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        let (operand, consumed) = if digits > 0 {
+            (after[..digits].parse::<usize>().ok().and_then(|k| operands.get(k)).copied(), digits)
+        } else if after.starts_with('s') {
+            (Some(scalar), 1)
+        } else {
+            (None, 0)
+        };
+        match operand {
+            Some(value) if value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$') => text.push_str(value),
+            Some(value) => {
+                text.push('(');
+                text.push_str(value);
+                text.push(')');
+            }
+            None => text.push('$'),
+        }
+        rest = &after[consumed..];
+    }
+    text.push_str(rest);
+    text
 }
 
 /// What a reduction contributes to its GPU kernel: CUDA C++ code over the accumulator type (float

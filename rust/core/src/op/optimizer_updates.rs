@@ -137,7 +137,7 @@ fn apply_rule_with<W: Elem, S: Elem, const N: usize>(rule: &impl Rule, h: &Hyper
 /// # Safety
 /// Every array holds `range.end` elements or more (checked by infer_shape and `check`); the
 /// states, master and output are written by this op alone, each index by exactly one task, and an
-/// output aliasing the weight is read at index i before it is written.
+/// output aliasing the weight is written only after its block of the weight was copied out.
 #[inline(always)]
 unsafe fn update_range<W: Elem, S: Elem, const N: usize>(rule: &impl Rule, h: &Hyper, a: &UpdateArrays<W, S, N>, range: std::ops::Range<usize>) {
     // The output is usually the weight itself: the weight is read through a local copy of each
@@ -146,11 +146,14 @@ unsafe fn update_range<W: Elem, S: Elem, const N: usize>(rule: &impl Rule, h: &H
     let hyper = *h;
     let h = &hyper;
     let mut staged = [std::mem::MaybeUninit::<W>::uninit(); super::broadcast::STAGE];
+    let staged_weights = staged.as_mut_ptr() as *mut W;
     for start in range.clone().step_by(super::broadcast::STAGE) {
         let len = super::broadcast::STAGE.min(range.end - start);
-        std::ptr::copy_nonoverlapping(a.weight.get().add(start), staged.as_mut_ptr() as *mut W, len);
-        let weights = std::slice::from_raw_parts(staged.as_ptr() as *const W, len);
-        for (offset, &weight) in weights.iter().enumerate() {
+        // Multi-precision updates read the float32 master instead: nothing to copy then.
+        if a.master.is_none() {
+            std::ptr::copy_nonoverlapping(a.weight.get().add(start), staged_weights, len);
+        }
+        for offset in 0..len {
             let i = start + offset;
             let mut buf = [0f64; N];
             for k in 0..N {
@@ -158,7 +161,8 @@ unsafe fn update_range<W: Elem, S: Elem, const N: usize>(rule: &impl Rule, h: &H
             }
             let w = match a.master {
                 Some(m) => (*m.get().add(i)).to_f64(),
-                None => weight.to_f64(),
+                // Copied above for this block.
+                None => (*staged_weights.add(offset)).to_f64(),
             };
             let new = rule(h, w, (*a.grad.get().add(i)).to_f64(), &mut buf);
             for k in 0..N {

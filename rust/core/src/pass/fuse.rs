@@ -126,7 +126,9 @@ fn build_fused(root_node: &Arc<Node>, root_of: &AddressMap<usize, usize>, root: 
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             // The CPU kernel applies the scalar in float32; so does the GPU's.
             let scalar = elementwise.scalar.map(|s| format!("(float){}", crate::op::cuda_double_literal(s as f32 as f64)));
-            let expr = elementwise.cuda_expr_of(&args, scalar.as_deref().unwrap_or(""));
+            // Every step yields float32, as on the CPU: comparisons (bool) and integer-valued
+            // expressions such as sign's would otherwise reach the next step in another type.
+            let expr = format!("(float)({})", elementwise.cuda_expr_of(&args, scalar.as_deref().unwrap_or("")));
             self.steps.push(FusedStep { kernel: elementwise.kernel, operands });
             (Operand::Step(self.steps.len() - 1), expr)
         }
@@ -158,7 +160,10 @@ mod tests {
         let ops: Vec<&str> = nodes.iter().filter_map(|n| n.op.as_ref().map(|o| o.name.as_str())).collect();
         assert_eq!(ops, ["_FusedOp"]);
         let expr = &nodes.last().unwrap().op.as_ref().unwrap().attrs["expr"];
-        assert_eq!(expr, "((in0 * in1) + ((float)1e0)) > 0 ? ((in0 * in1) + ((float)1e0)) : 0");
+        assert_eq!(
+            expr,
+            "(float)(((float)(((float)(in0 * in1)) + ((float)1e0))) > 0 ? ((float)(((float)(in0 * in1)) + ((float)1e0))) : 0)"
+        );
     }
 
     #[test]

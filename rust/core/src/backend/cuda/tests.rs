@@ -66,9 +66,20 @@ fn fused_chains_become_one_expression() {
         let sig = Symbol::create("sigmoid", Attrs::new(), "sig", &[plus], &[]).unwrap();
         Symbol::create("elemwise_mul", Attrs::new(), "gate", &[sig, a], &[]).unwrap()
     });
-    assert_eq!(expr, "(1 / (1 + exp(-((in0 * in1) + ((float)1e0))))) * in0");
+    assert_eq!(expr, "(float)(((float)(1 / (1 + exp(-((float)(((float)(in0 * in1)) + ((float)1e0))))))) * in0)");
     let kernel = fused_kernel("ox_fused_gate", 2, &expr);
-    assert!(kernel.contains("ox_store(out_ptr + i, (1 / (1 + exp(-((in0 * in1) + ((float)1e0))))) * in0);"), "{kernel}");
+    assert!(kernel.contains(&format!("ox_store(out_ptr + i, {expr});")), "{kernel}");
+}
+
+/// A chain mixing value types in C++ (sign yields int, a comparison bool) that the template
+/// helpers (ox_div) could not deduce one type for, were the steps not each made float.
+fn mixed_type_chain() -> String {
+    fused_expression(|a, b| {
+        let sign = Symbol::create("sign", Attrs::new(), "sign", &[a.clone()], &[]).unwrap();
+        let greater = Symbol::create("_greater", Attrs::new(), "gt", &[a, b.clone()], &[]).unwrap();
+        let ratio = Symbol::create("elemwise_div", Attrs::new(), "div", &[sign, b], &[]).unwrap();
+        Symbol::create("_maximum", Attrs::new(), "max", &[greater, ratio], &[]).unwrap()
+    })
 }
 
 /// The expression of the single fused node the fusion pass makes of `build(a, b)`.
@@ -122,10 +133,10 @@ fn every_generated_kernel_compiles_with_nvrtc() {
             assert!(text.contains(&entry), "{entry} missing from the PTX");
         }
     }
-    let fused = fused_kernel("ox_fused_relu", 2, "((in0 * in1) + ((float)1e0)) > 0 ? ((in0 * in1) + ((float)1e0)) : 0");
-    let ptx = nvrtc::compile("ox_fused_relu", &format!("{PRELUDE}{fused}")).unwrap_or_else(|e| panic!("{e}"));
-    assert!(ptx.to_src().contains(".entry ox_fused_relu("));
-    let again = nvrtc::compile("ox_fused_relu", "this text is not compiled: the name is cached").unwrap();
+    let fused = fused_kernel("ox_fused_mixed", 2, &mixed_type_chain());
+    let ptx = nvrtc::compile("ox_fused_mixed", &format!("{PRELUDE}{fused}")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(ptx.to_src().contains(".entry ox_fused_mixed("));
+    let again = nvrtc::compile("ox_fused_mixed", "this text is not compiled: the name is cached").unwrap();
     assert!(std::sync::Arc::ptr_eq(&ptx, &again));
 }
 
