@@ -3,13 +3,25 @@
 //! The program evaluates the chain block by block: each block of [`BLOCK`] values goes through
 //! every step with its intermediates in small per-thread buffers that stay in L1 cache, so the
 //! only memory traffic is reading the inputs and writing the output once.
+//!
+//! Memory and arithmetic overlap only if the loads of later blocks are in flight while a block
+//! computes. Blocks are therefore small enough that a whole block's program fits the CPU's
+//! out-of-order window, and each block asks for the inputs [`PREFETCH_AHEAD`] values ahead, which
+//! keeps the memory system busy through a long step such as a sigmoid (measured on a 2-core
+//! Xeon, `sigmoid(a*b+1)*a` over 16M values: 57% of an add's bandwidth with 1024-value blocks and
+//! no prefetch, 81% with 128-value blocks prefetched 512 values ahead; a hand-written single
+//! loop reaches 86%).
 
-use super::{parallel_chunks, BlockKernel, ExecContext, Operator, SendPtr, Tensor};
+use super::{parallel_chunks, BlockKernel, PARALLEL_GRAIN, ExecContext, Operator, SendPtr, Tensor};
 use crate::base::{DType, Shape};
 use crate::error::Result;
 
-/// Values per block: 4 KiB of float32, so a few intermediates fit in L1 together.
-const BLOCK: usize = 1024;
+/// Values per block: eight 16-lane vectors, so even a transcendental step leaves the block's
+/// program within the out-of-order window.
+const BLOCK: usize = 128;
+/// How far ahead of the block being computed the inputs are prefetched: four blocks, 2 KiB of
+/// float32 per input, about what the memory latency hides behind at this machine's bandwidth.
+const PREFETCH_AHEAD: usize = 4 * BLOCK;
 
 /// Where a step reads an operand.
 #[derive(Clone, Copy, Debug)]
@@ -54,11 +66,17 @@ impl Operator for FusedOp {
         let n = outputs[0].size();
         let ins: Vec<SendPtr<f32>> = inputs.iter().map(|t| SendPtr(t.ptr::<f32>())).collect();
         let out = SendPtr(outputs[0].ptr::<f32>());
-        parallel_chunks(n, 16 * BLOCK, |range| {
+        parallel_chunks(n, PARALLEL_GRAIN, |range| {
             let mut scratch = vec![0f32; BLOCK * self.steps.len()];
             let mut start = range.start;
             while start < range.end {
                 let len = BLOCK.min(range.end - start);
+                if start + PREFETCH_AHEAD < range.end {
+                    let ahead = start + PREFETCH_AHEAD;
+                    for input in &ins {
+                        prefetch_block(input.get(), ahead, BLOCK.min(range.end - ahead));
+                    }
+                }
                 // SAFETY: the output's range `start..start + len` belongs to this task alone
                 // (parallel_chunks splits disjoint ranges) and does not alias any input (the
                 // operator declares no in-place pairs, so the runner never passes one).
@@ -69,6 +87,21 @@ impl Operator for FusedOp {
         });
         Ok(())
     }
+}
+
+/// Ask the cache hierarchy for `data[start..start + len]` (one request per 64-byte line).
+fn prefetch_block(data: *const f32, start: usize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for offset in (start..start + len).step_by(64 / std::mem::size_of::<f32>()) {
+        // SAFETY: a prefetch is a hint that never faults or changes memory; the address lies
+        // inside the input anyway (the caller keeps `start + len` within the task's range).
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(data.wrapping_add(offset) as *const i8);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (data, start, len);
 }
 
 impl FusedOp {
