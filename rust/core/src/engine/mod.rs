@@ -6,6 +6,7 @@
 //! keeps pushing. A failing operation stores its error on the vars it writes; whatever reads them
 //! later inherits the error, and the next sync point ([`wait_for_var`], [`wait_all`]) returns it.
 
+pub mod fork_join;
 mod var;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

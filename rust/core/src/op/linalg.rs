@@ -69,12 +69,51 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
             return matmul_into(dtype, dst, accumulate, a, am, row_major.as_ptr() as *const u8, bm, threads);
         }
     }
-    let flops = m * n * k;
-    let par = if flops < 64 * 64 * 64 || threads <= 1 {
-        gemm::Parallelism::None
+    let parts = crate::engine::fork_join::threads().min(threads.max(1));
+    // Other dtypes run a reference loop that is parallel over rows itself.
+    let blocked = matches!(dtype, DType::F32 | DType::F64 | DType::F16);
+    if m * n * k < 64 * 64 * 64 || parts <= 1 || !blocked {
+        return matmul_part(dtype, dst, n, accumulate, a, am, b, bm);
+    }
+    // Each thread computes a band of dst with the gemm crate's single-threaded kernel: a band of
+    // rows when there are enough (every band then packs all of b), else a band of columns. One
+    // fork-join region per product keeps the threads' hand-off at a few microseconds, where the
+    // crate's own rayon parallelism paid a sleeping thread's wake-up per product.
+    let esize = dtype.size();
+    let (dst, a, b) = (SendPtr(dst), SendPtr(a as *mut u8), SendPtr(b as *mut u8));
+    let band = |len: usize| (len.div_ceil(parts).div_ceil(16) * 16).max(16);
+    if m >= n.min(32 * parts) {
+        let rows = band(m);
+        crate::engine::fork_join::run(m.div_ceil(rows), &|p| {
+            let (r0, r1) = (p * rows, ((p + 1) * rows).min(m));
+            let part = Mat { rows: r1 - r0, ..am };
+            // SAFETY: rows r0..r1 of a and of dst lie inside them (strides from am and n), and
+            // each task writes only its own rows of dst.
+            unsafe {
+                let a = a.get().offset(r0 as isize * am.rs * esize as isize);
+                matmul_part(dtype, dst.get().add(r0 * n * esize), n, accumulate, a, part, b.get(), bm);
+            }
+        });
     } else {
-        gemm::Parallelism::Rayon(threads)
-    };
+        let cols = band(n);
+        crate::engine::fork_join::run(n.div_ceil(cols), &|p| {
+            let (c0, c1) = (p * cols, ((p + 1) * cols).min(n));
+            let part = Mat { cols: c1 - c0, ..bm };
+            // SAFETY: columns c0..c1 of b and of dst lie inside them, and each task writes only
+            // its own columns of dst (row stride n).
+            unsafe {
+                let b = b.get().offset(c0 as isize * bm.cs * esize as isize);
+                matmul_part(dtype, dst.get().add(c0 * esize), n, accumulate, a.get(), am, b, part);
+            }
+        });
+    }
+}
+
+/// `dst (m x n, row stride ldd) (+)= a * b` on the calling thread.
+#[allow(clippy::too_many_arguments)]
+unsafe fn matmul_part(dtype: DType, dst: *mut u8, ldd: usize, accumulate: bool, a: *const u8, am: Mat, b: *const u8, bm: Mat) {
+    let (m, k, n) = (am.rows, am.cols, bm.cols);
+    let par = gemm::Parallelism::None;
     // The gemm crate's kernels run fastest with the long side of the product as their m, so a
     // short, wide product is handed over as its transpose (dst^T = b^T a^T): same memory, the
     // strides swapped.
@@ -83,13 +122,13 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
         ($t:ty, $one:expr, $zero:expr) => {
             if transposed {
                 gemm::gemm::<$t>(
-                    n, m, k, dst as *mut $t, n as isize, 1, accumulate,
+                    n, m, k, dst as *mut $t, ldd as isize, 1, accumulate,
                     b as *const $t, bm.rs, bm.cs, a as *const $t, am.rs, am.cs,
                     if accumulate { $one } else { $zero }, $one, false, false, false, par,
                 )
             } else {
                 gemm::gemm::<$t>(
-                    m, n, k, dst as *mut $t, 1, n as isize, accumulate,
+                    m, n, k, dst as *mut $t, 1, ldd as isize, accumulate,
                     a as *const $t, am.cs, am.rs, b as *const $t, bm.cs, bm.rs,
                     if accumulate { $one } else { $zero }, $one, false, false, false, par,
                 )
@@ -100,7 +139,7 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
         DType::F32 => fast!(f32, 1.0f32, 0.0f32),
         DType::F64 => fast!(f64, 1.0f64, 0.0f64),
         DType::F16 => fast!(f16, f16::ONE, f16::ZERO),
-        other => crate::dispatch_dtype!(other, T => naive_matmul::<T>(dst as *mut T, accumulate, a as *const T, am, b as *const T, bm)),
+        other => crate::dispatch_dtype!(other, T => naive_matmul::<T>(dst as *mut T, ldd, accumulate, a as *const T, am, b as *const T, bm)),
     }
 }
 
@@ -193,7 +232,7 @@ unsafe fn transpose_tile_avx(src: *const f32, src_stride: usize, dst: *mut f32, 
 }
 
 /// Reference loop for dtypes the SIMD kernels do not cover (bfloat16 and integers).
-unsafe fn naive_matmul<T: Elem>(dst: *mut T, accumulate: bool, a: *const T, am: Mat, b: *const T, bm: Mat) {
+unsafe fn naive_matmul<T: Elem>(dst: *mut T, ldd: usize, accumulate: bool, a: *const T, am: Mat, b: *const T, bm: Mat) {
     let (m, k, n) = (am.rows, am.cols, bm.cols);
     let dp = SendPtr(dst);
     let (ap, bp) = (SendPtr(a as *mut T), SendPtr(b as *mut T));
@@ -208,8 +247,8 @@ unsafe fn naive_matmul<T: Elem>(dst: *mut T, accumulate: bool, a: *const T, am: 
                 }
             }
             for (j, v) in acc.iter().enumerate() {
-                let prior = if accumulate { (*dp.get().add(i * n + j)).to_f64() } else { 0.0 };
-                *dp.get().add(i * n + j) = T::from_f64(prior + *v);
+                let prior = if accumulate { (*dp.get().add(i * ldd + j)).to_f64() } else { 0.0 };
+                *dp.get().add(i * ldd + j) = T::from_f64(prior + *v);
             }
         }
     });

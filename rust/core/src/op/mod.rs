@@ -422,20 +422,13 @@ pub(crate) fn sum_lanes<T: crate::base::Elem>(a: &[T], b: &[T], term: impl Fn(f6
 
 /// Run `f` over `0..n` in parallel chunks when `n` is large enough to pay for the threads.
 pub(crate) fn parallel_chunks(n: usize, min_chunk: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
-    let threads = rayon::current_num_threads();
+    let threads = crate::engine::fork_join::threads();
     if n <= min_chunk || threads <= 1 {
         f(0..n);
         return;
     }
     let chunk = (n.div_ceil(threads * 4)).max(min_chunk);
-    let pieces = n.div_ceil(chunk);
-    rayon::scope(|s| {
-        for p in 1..pieces {
-            let f = &f;
-            s.spawn(move |_| f(p * chunk..((p + 1) * chunk).min(n)));
-        }
-        f(0..chunk.min(n));
-    });
+    crate::engine::fork_join::run(n.div_ceil(chunk), &|p| f(p * chunk..((p + 1) * chunk).min(n)));
 }
 
 /// Zeroed temporary memory for a kernel, from the pooled host allocator: large scratch buffers
