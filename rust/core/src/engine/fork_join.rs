@@ -107,6 +107,14 @@ pub fn run(tasks: usize, task: &(dyn Fn(usize) + Sync)) {
     }
 }
 
+/// `task(0) .. task(tasks - 1)` run as by [`run`], their results in task order.
+pub fn map<R: Send>(tasks: usize, task: impl Fn(usize) -> R + Sync) -> Vec<R> {
+    // Each slot is written by the one task of its index: the locks are never contended.
+    let slots: Vec<Mutex<Option<R>>> = (0..tasks).map(|_| Mutex::new(None)).collect();
+    run(tasks, &|i| *slots[i].lock().unwrap() = Some(task(i)));
+    slots.into_iter().map(|slot| slot.into_inner().unwrap().expect("every task ran")).collect()
+}
+
 /// The caller's hold on the pool: closing waits for the helpers inside the region, and dropping
 /// (also when the caller's own task unwinds) closes and hands the pool to the next caller.
 struct Region {

@@ -649,7 +649,7 @@ impl ChunkPlan {
     /// so that every task gets the same number of images; with fewer images than threads the
     /// chunks run in turn and GEMM gets the threads.
     pub fn new(batch: usize, chunk: usize) -> ChunkPlan {
-        let threads = rayon::current_num_threads().max(1);
+        let threads = crate::engine::fork_join::threads();
         if batch < threads {
             return ChunkPlan { chunks: chunks(batch, chunk).collect(), tasks: 1, gemm_threads: threads };
         }
@@ -664,8 +664,8 @@ impl ChunkPlan {
         if self.tasks <= 1 {
             return Ok(vec![work(&self.chunks)?]);
         }
-        use rayon::prelude::*;
-        self.chunks.par_chunks(per_task).map(|mine| work(mine)).collect()
+        let runs: Vec<&[Range<usize>]> = self.chunks.chunks(per_task).collect();
+        crate::engine::fork_join::map(runs.len(), |i| work(runs[i])).into_iter().collect()
     }
 }
 

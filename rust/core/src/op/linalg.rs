@@ -318,7 +318,7 @@ impl Operator for Dot {
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let (am, bm, _) = self.operands(&inputs[0].shape, &inputs[1].shape)?;
-        let threads = rayon::current_num_threads();
+        let threads = crate::engine::fork_join::threads();
         // SAFETY: operand views were derived from the tensors' own shapes; out has m*n elements.
         unsafe { matmul(inputs[0].dtype, outputs[0].raw(), inputs[0].raw(), am, inputs[1].raw(), bm, threads) };
         Ok(())
@@ -407,7 +407,7 @@ impl Operator for BatchDot {
         let (a_step, b_step, o_step) = (am.rows * am.cols * es, bm.rows * bm.cols * es, am.rows * bm.cols * es);
         let (ap, bp, op) = (SendPtr(inputs[0].raw()), SendPtr(inputs[1].raw()), SendPtr(outputs[0].raw()));
         let dtype = inputs[0].dtype;
-        let threads = rayon::current_num_threads();
+        let threads = crate::engine::fork_join::threads();
         // Many small products run one per thread; few large ones let GEMM use the threads.
         let inner_threads = if batch >= threads { 1 } else { threads };
         super::parallel_chunks(batch, if inner_threads == 1 { 1 } else { batch }, |range| {
@@ -504,7 +504,7 @@ impl Operator for FullyConnected {
             }
             None => false,
         };
-        let threads = rayon::current_num_threads();
+        let threads = crate::engine::fork_join::threads();
         // SAFETY: data is (rows, features), weight (hidden, features) read transposed, and the
         // output holds rows * hidden elements.
         unsafe {
@@ -587,7 +587,7 @@ impl Operator for FullyConnectedBackward {
         let ((rows, features), _) = self.forward.layout(&inputs[1].shape)?;
         let hidden = self.forward.p.num_hidden;
         let (g, x, w) = (&inputs[0], &inputs[1], &inputs[2]);
-        let threads = rayon::current_num_threads();
+        let threads = crate::engine::fork_join::threads();
         // SAFETY (both products): g is (rows, hidden), x (rows, features), w (hidden, features);
         // dx holds rows * features and dw hidden * features elements, each this op's alone.
         unsafe {

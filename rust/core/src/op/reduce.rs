@@ -716,23 +716,17 @@ fn reduce_blocks<T: Elem, R: Reducer>(x: *const T, out: *mut T, outer: usize, r:
     let (xp, op) = (SendPtr(x as *mut T), SendPtr(out));
     const GRAIN: usize = 1 << 15;
     if inner == 1 {
-        if outer == 1 || outer < rayon::current_num_threads() {
+        if outer == 1 || outer < crate::engine::fork_join::threads() {
             // Few long rows: split each row across threads and merge the partials.
             for o in 0..outer {
-                let pieces = r.div_ceil(GRAIN).min(rayon::current_num_threads() * 4).max(1);
+                let pieces = r.div_ceil(GRAIN).min(crate::engine::fork_join::threads() * 4).max(1);
                 let step = r.div_ceil(pieces);
-                let partials: Vec<f64> = {
-                    use rayon::prelude::*;
-                    (0..pieces)
-                        .into_par_iter()
-                        .map(|p| {
-                            let (s, e) = (p * step, ((p + 1) * step).min(r));
-                            // SAFETY: [s, e) lies inside row o of the input.
-                            let row = unsafe { std::slice::from_raw_parts(xp.get().add(o * r + s), e.saturating_sub(s)) };
-                            reduce_run::<T, R>(row)
-                        })
-                        .collect()
-                };
+                let partials: Vec<f64> = crate::engine::fork_join::map(pieces, |p| {
+                    let (s, e) = (p * step, ((p + 1) * step).min(r));
+                    // SAFETY: [s, e) lies inside row o of the input.
+                    let row = unsafe { std::slice::from_raw_parts(xp.get().add(o * r + s), e.saturating_sub(s)) };
+                    reduce_run::<T, R>(row)
+                });
                 let acc = partials.into_iter().fold(R::INIT, R::merge);
                 // SAFETY: o < outer = number of output elements.
                 unsafe { *op.get().add(o) = T::from_f64(R::finish(acc, r)) };
@@ -776,20 +770,17 @@ fn reduce_blocks<T: Elem, R: Reducer>(x: *const T, out: *mut T, outer: usize, r:
             unsafe { *op.get().add(o * inner + j) = T::from_f64(R::finish(a, r)) };
         }
     };
-    let threads = rayon::current_num_threads();
+    let threads = crate::engine::fork_join::threads();
     if outer >= threads {
         parallel_chunks(outer, (GRAIN / (r * inner).max(1)).max(1), |os| os.for_each(|o| write(o, 0..inner, partial(o, 0..r, 0..inner))));
     } else if r >= 8 * threads && inner <= 1 << 16 {
         // Few blocks of many rows: split the rows across threads (each streams whole rows), then
         // merge the per-thread accumulators.
-        use rayon::prelude::*;
         let pieces = threads * 2;
         let step = r.div_ceil(pieces);
         for o in 0..outer {
-            let parts: Vec<Vec<f64>> = (0..pieces)
-                .into_par_iter()
-                .map(|p| partial(o, (p * step).min(r)..((p + 1) * step).min(r), 0..inner))
-                .collect();
+            let parts: Vec<Vec<f64>> =
+                crate::engine::fork_join::map(pieces, |p| partial(o, (p * step).min(r)..((p + 1) * step).min(r), 0..inner));
             let merged = parts.into_iter().reduce(|a, b| a.into_iter().zip(b).map(|(x, y)| R::merge(x, y)).collect()).unwrap_or_default();
             write(o, 0..inner, merged);
         }
