@@ -139,8 +139,15 @@ impl Region {
         self.pool.next_task.store(usize::MAX / 2, Ordering::Relaxed);
         self.pool.region.fetch_and(!OPEN, Ordering::AcqRel);
         // Acquire: pairs with the helpers' Release when they leave, so their writes are visible.
+        // Past a short spin the caller yields its core: a helper still inside may be waiting for
+        // a core (the cores are shared with the Python thread and the engine's other worker).
+        let waiting_since = Instant::now();
         while self.pool.region.load(Ordering::Acquire) & ACTIVE_MASK != 0 {
-            std::hint::spin_loop();
+            if waiting_since.elapsed() < SPIN {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
         *self.pool.job.lock().unwrap() = None;
     }
