@@ -56,33 +56,33 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
         super::row_dots::row_dots(m, n, k, a as *const f32, am.rs as usize, b as *const f32, bm.cs as usize, dst as *mut f32, n, accumulate, threads);
         return;
     }
-    // The gemm crate's AVX-512 path runs about half speed on a right operand read transposed
-    // (`x * W^T`, FullyConnected's form): 256x1024x1024 takes 2.3 ms against 1.1 ms row-major.
-    // With enough rows to amortize it, the operand is first transposed into row-major scratch
-    // (measured: no gain for very wide products such as a 10000-way decoder, so those go as is).
-    if dtype == DType::F32 && bm.rs == 1 && bm.cs != 1 && m >= 64 && k * n >= 64 * 64 && n <= 4096 {
-        if let Ok(mut scratch) = super::Scratch::<f32>::zeroed(k * n) {
-            let row_major = scratch.as_mut_slice();
-            // SAFETY: b holds the stored n x k matrix that bm reads transposed (bm.cs == k).
-            transpose_f32(std::slice::from_raw_parts(b as *const f32, n * k), n, k, row_major);
-            let bm = Mat { rows: k, cols: n, rs: n as isize, cs: 1 };
-            return matmul_into(dtype, dst, accumulate, a, am, row_major.as_ptr() as *const u8, bm, threads);
-        }
-    }
     let parts = crate::engine::fork_join::threads().min(threads.max(1));
     // Other dtypes run a reference loop that is parallel over rows itself.
     let blocked = matches!(dtype, DType::F32 | DType::F64 | DType::F16);
-    if m * n * k < 64 * 64 * 64 || parts <= 1 || !blocked {
-        return matmul_part(dtype, dst, n, accumulate, a, am, b, bm);
+    let flops = m * n * k;
+    if flops < 64 * 64 * 64 || parts <= 1 || !blocked {
+        return matmul_part(dtype, dst, n, accumulate, a, am, b, bm, gemm::Parallelism::None);
     }
-    // Each thread computes a band of dst with the gemm crate's single-threaded kernel: a band of
-    // rows when there are enough (every band then packs all of b), else a band of columns. One
-    // fork-join region per product keeps the threads' hand-off at a few microseconds, where the
-    // crate's own rayon parallelism paid a sleeping thread's wake-up per product.
+    // A right operand read transposed (`x * W^T`, FullyConnected's form) is split into bands of
+    // its rows, each read as stored: the gemm crate's own threading runs such products at half
+    // speed (256x1024x1024: 124 against 241 GFLOP/s in column bands), and bands of it beat
+    // transposing W into scratch first (288 GFLOP/s plus the transpose, a third of the layer).
+    let b_transposed = bm.rs == 1 && bm.cs != 1;
+    // Other large products (from 512^3, over a millisecond) keep the gemm crate's own threading:
+    // its threads share packed panels, where bands would each pack a whole operand (1024^3: 315
+    // against 281-300 GFLOP/s), and a wake-up per product is negligible at that size.
+    if flops >= 1 << 27 && !b_transposed {
+        return matmul_part(dtype, dst, n, accumulate, a, am, b, bm, gemm::Parallelism::Rayon(parts));
+    }
+    // The rest: each thread computes a band of dst with the gemm crate's single-threaded kernel,
+    // a band of rows when there are enough (every band then packs all of b), else (and for a
+    // transposed b) a band of columns. One fork-join region per product keeps the threads' hand-off at a few
+    // microseconds, where the crate's rayon parallelism paid a sleeping thread's wake-up per
+    // product (128x256x784: 204 against 281 GFLOP/s).
     let esize = dtype.size();
     let (dst, a, b) = (SendPtr(dst), SendPtr(a as *mut u8), SendPtr(b as *mut u8));
     let band = |len: usize| (len.div_ceil(parts).div_ceil(16) * 16).max(16);
-    if m >= n.min(32 * parts) {
+    if m >= n.min(32 * parts) && !(b_transposed && n >= 32 * parts) {
         let rows = band(m);
         crate::engine::fork_join::run(m.div_ceil(rows), &|p| {
             let (r0, r1) = (p * rows, ((p + 1) * rows).min(m));
@@ -91,7 +91,7 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
             // each task writes only its own rows of dst.
             unsafe {
                 let a = a.get().offset(r0 as isize * am.rs * esize as isize);
-                matmul_part(dtype, dst.get().add(r0 * n * esize), n, accumulate, a, part, b.get(), bm);
+                matmul_part(dtype, dst.get().add(r0 * n * esize), n, accumulate, a, part, b.get(), bm, gemm::Parallelism::None);
             }
         });
     } else {
@@ -103,17 +103,16 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
             // its own columns of dst (row stride n).
             unsafe {
                 let b = b.get().offset(c0 as isize * bm.cs * esize as isize);
-                matmul_part(dtype, dst.get().add(c0 * esize), n, accumulate, a.get(), am, b, part);
+                matmul_part(dtype, dst.get().add(c0 * esize), n, accumulate, a.get(), am, b, part, gemm::Parallelism::None);
             }
         });
     }
 }
 
-/// `dst (m x n, row stride ldd) (+)= a * b` on the calling thread.
+/// `dst (m x n, row stride ldd) (+)= a * b` with the gemm crate (`par`: its own threading).
 #[allow(clippy::too_many_arguments)]
-unsafe fn matmul_part(dtype: DType, dst: *mut u8, ldd: usize, accumulate: bool, a: *const u8, am: Mat, b: *const u8, bm: Mat) {
+unsafe fn matmul_part(dtype: DType, dst: *mut u8, ldd: usize, accumulate: bool, a: *const u8, am: Mat, b: *const u8, bm: Mat, par: gemm::Parallelism) {
     let (m, k, n) = (am.rows, am.cols, bm.cols);
-    let par = gemm::Parallelism::None;
     // The gemm crate's kernels run fastest with the long side of the product as their m, so a
     // short, wide product is handed over as its transpose (dst^T = b^T a^T): same memory, the
     // strides swapped.
@@ -166,8 +165,12 @@ fn transpose_band(src: &[f32], rows: usize, cols: usize, p0: usize, p1: usize, d
     let full_p = p0 + (p1 - p0) / TILE * TILE;
     let full_j = rows / TILE * TILE;
     let shuffles = super::simd::f32_lanes() >= 8;
-    for pt in (p0..full_p).step_by(TILE) {
-        for jt in (0..full_j).step_by(TILE) {
+    // Source rows outer: each group of 8 source rows is read across the band's whole width (two
+    // full cache lines per row for 32 columns), and the band's destination rows stay in L1 while
+    // they fill. With the band's columns outer, every source line was fetched twice from L2 and a
+    // 1024x1024 transpose ran at 8 GB/s, a third of a FullyConnected layer's time.
+    for jt in (0..full_j).step_by(TILE) {
+        for pt in (p0..full_p).step_by(TILE) {
             let from = &src[jt * cols + pt..(jt + TILE - 1) * cols + pt + TILE];
             let to = &mut dst[(pt - p0) * rows + jt..(pt + TILE - 1 - p0) * rows + jt + TILE];
             #[cfg(target_arch = "x86_64")]
