@@ -71,10 +71,15 @@ pub(crate) fn strided_copy<T: Copy + Send + Sync>(
     parallel_chunks(rows, (super::PARALLEL_GRAIN / inner).max(1), |rs| {
         for row in rs {
             let (so, dof) = offsets(row, nd - 1);
-            // SAFETY: as above, every (row, j) is in range of dims.
+            // SAFETY: as above, every (row, j) is in range of dims; a row's destination is written
+            // by this task only and never overlaps the source (callers pass distinct tensors).
             unsafe {
                 if si == 1 && di == 1 {
                     std::ptr::copy_nonoverlapping(sp.get().offset(so), dp.get().offset(dof), inner);
+                } else if si == 0 && di == 1 {
+                    // A value broadcast along the row (a reduction's gradient): a vectorized fill.
+                    let value = *sp.get().offset(so);
+                    std::slice::from_raw_parts_mut(dp.get().offset(dof), inner).fill(value);
                 } else {
                     for j in 0..inner as isize {
                         *dp.get().offset(dof + j * di) = *sp.get().offset(so + j * si);
