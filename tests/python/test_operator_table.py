@@ -285,8 +285,8 @@ def test_dot(dtype, ctx):
     cases = [((3, 4), (4, 5), False, False), ((4, 3), (4, 5), True, False), ((3, 4), (5, 4), False, True),
              ((4, 3), (5, 4), True, True), ((7,), (7,), False, False), ((2, 3, 4), (4, 6), False, False),
              ((3, 4), (4, 2, 2), False, False), ((4, 2, 3), (4, 5), True, False), ((130, 70), (70, 90), False, False),
-             # Enough rows that float32 x * W^T transposes W into row-major scratch first
-             # (8x8 tiles plus ragged edges on both sides).
+             # x * W^T large enough to split into column bands of W as stored (ragged last
+             # band), with a plain and a transposed left operand.
              ((130, 70), (83, 70), False, True), ((70, 133), (90, 70), True, True),
              # Few outputs over a long k: float32 row-dot kernel, blocks ragged on both sides
              # and a k tail shorter than a vector.

@@ -76,37 +76,30 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
     }
     // The rest: each thread computes a band of dst with the gemm crate's single-threaded kernel,
     // a band of rows when there are enough (every band then packs all of b), else (and for a
-    // transposed b) a band of columns. One fork-join region per product keeps the threads' hand-off at a few
-    // microseconds, where the crate's rayon parallelism paid a sleeping thread's wake-up per
-    // product (128x256x784: 204 against 281 GFLOP/s).
-    let esize = dtype.size();
+    // transposed b) a band of columns. One fork-join region per product keeps the threads'
+    // hand-off at a few microseconds, where the crate's rayon threading paid a sleeping thread's
+    // wake-up per product (128x256x784: 204 against 281 GFLOP/s).
+    let by_rows = m >= n.min(32 * parts) && !(b_transposed && n >= 32 * parts);
+    let len = if by_rows { m } else { n };
+    let width = (len.div_ceil(parts).div_ceil(16) * 16).max(16);
+    let esize = dtype.size() as isize;
     let (dst, a, b) = (SendPtr(dst), SendPtr(a as *mut u8), SendPtr(b as *mut u8));
-    let band = |len: usize| (len.div_ceil(parts).div_ceil(16) * 16).max(16);
-    if m >= n.min(32 * parts) && !(b_transposed && n >= 32 * parts) {
-        let rows = band(m);
-        crate::engine::fork_join::run(m.div_ceil(rows), &|p| {
-            let (r0, r1) = (p * rows, ((p + 1) * rows).min(m));
-            let part = Mat { rows: r1 - r0, ..am };
-            // SAFETY: rows r0..r1 of a and of dst lie inside them (strides from am and n), and
-            // each task writes only its own rows of dst.
-            unsafe {
-                let a = a.get().offset(r0 as isize * am.rs * esize as isize);
-                matmul_part(dtype, dst.get().add(r0 * n * esize), n, accumulate, a, part, b.get(), bm, gemm::Parallelism::None);
-            }
-        });
-    } else {
-        let cols = band(n);
-        crate::engine::fork_join::run(n.div_ceil(cols), &|p| {
-            let (c0, c1) = (p * cols, ((p + 1) * cols).min(n));
-            let part = Mat { cols: c1 - c0, ..bm };
-            // SAFETY: columns c0..c1 of b and of dst lie inside them, and each task writes only
-            // its own columns of dst (row stride n).
-            unsafe {
-                let b = b.get().offset(c0 as isize * bm.cs * esize as isize);
-                matmul_part(dtype, dst.get().add(c0 * esize), n, accumulate, a.get(), am, b, part, gemm::Parallelism::None);
-            }
-        });
-    }
+    crate::engine::fork_join::run(len.div_ceil(width), &|p| {
+        let (start, end) = (p * width, ((p + 1) * width).min(len));
+        let s = start as isize;
+        // Rows start..end of a and dst, or columns start..end of b and dst.
+        let (a_at, am, b_at, bm, dst_at) = if by_rows {
+            (s * am.rs, Mat { rows: end - start, ..am }, 0, bm, s * n as isize)
+        } else {
+            (0, am, s * bm.cs, Mat { cols: end - start, ..bm }, s)
+        };
+        // SAFETY: the band's rows (or columns) lie inside a (or b) and dst, whose strides are
+        // am/bm and n; each task writes only its own band of dst.
+        unsafe {
+            let (a, b) = (a.get().offset(a_at * esize), b.get().offset(b_at * esize));
+            matmul_part(dtype, dst.get().offset(dst_at * esize), n, accumulate, a, am, b, bm, gemm::Parallelism::None);
+        }
+    });
 }
 
 /// `dst (m x n, row stride ldd) (+)= a * b` with the gemm crate (`par`: its own threading).
@@ -167,8 +160,8 @@ fn transpose_band(src: &[f32], rows: usize, cols: usize, p0: usize, p1: usize, d
     let shuffles = super::simd::f32_lanes() >= 8;
     // Source rows outer: each group of 8 source rows is read across the band's whole width (two
     // full cache lines per row for 32 columns), and the band's destination rows stay in L1 while
-    // they fill. With the band's columns outer, every source line was fetched twice from L2 and a
-    // 1024x1024 transpose ran at 8 GB/s, a third of a FullyConnected layer's time.
+    // they fill. With the band's columns outer, every source line was fetched twice from L2 (a
+    // 1024x1024 transpose ran at about 8 GB/s).
     for jt in (0..full_j).step_by(TILE) {
         for pt in (p0..full_p).step_by(TILE) {
             let from = &src[jt * cols + pt..(jt + TILE - 1) * cols + pt + TILE];
@@ -203,7 +196,7 @@ fn transpose_band(src: &[f32], rows: usize, cols: usize, p0: usize, p1: usize, d
 
 /// One 8x8 tile transposed in registers: rows interleaved in pairs, then in fours, then the
 /// 128-bit halves exchanged (the compiler does not find these shuffles for the plain loop and
-/// moves the tile one float at a time, which made the transpose a quarter of a deep MLP's time).
+/// moves the tile one float at a time, several times slower).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
 unsafe fn transpose_tile_avx(src: *const f32, src_stride: usize, dst: *mut f32, dst_stride: usize) {
