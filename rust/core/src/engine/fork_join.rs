@@ -1,12 +1,6 @@
 //! Fork-join regions for kernels: a caller splits its work into tasks and runs them together with
-//! helper threads that spin briefly between regions instead of sleeping at once.
-//!
-//! Kernels run tens to hundreds of microseconds each, and a step of a small network is dozens of
-//! them. A pool whose idle threads sleep right away (rayon's) pays a futex wake-up per kernel,
-//! which on a virtual machine takes longer than the kernel: a 128x784x256 float32 product split in
-//! two ran at 140 GFLOP/s with rayon's join and at 280 with a spinning helper (single-threaded:
-//! 150). Helpers here spin for [`SPIN`], then yield the core for up to [`YIELD`] (so threads with
-//! work run), then sleep until the next region, as OpenMP runtimes do.
+//! the engine's idle workers (see `workers`), which join the region while they have no operation
+//! of their own to run.
 //!
 //! One region runs at a time. A region started while another is running (an independent operator
 //! on a second engine worker, or a task that itself splits) runs its tasks on the caller's thread:
@@ -14,11 +8,11 @@
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+/// How long a region's caller spins for helpers still inside before it yields its core.
 const SPIN: Duration = Duration::from_micros(50);
-const YIELD: Duration = Duration::from_millis(2);
 
 /// `region` packs the helpers inside the current region (low 16 bits), whether the region is
 /// open to new helpers (bit 16) and its generation (high 32 bits).
@@ -29,6 +23,7 @@ const GENERATION_SHIFT: u32 = 32;
 type Task<'a> = dyn Fn(usize) + Sync + 'a;
 
 struct Pool {
+    /// Most workers inside one region: the others besides the caller's core.
     helpers: usize,
     region: AtomicU64,
     /// Held by the caller that owns the pool's current region.
@@ -38,34 +33,17 @@ struct Pool {
     next_task: AtomicUsize,
     /// A helper's task panicked; the caller re-raises it.
     panicked: Mutex<Option<Box<dyn std::any::Any + Send>>>,
-    /// Helpers asleep, and the condition they sleep on (signalled when a region opens).
-    sleepers: Mutex<usize>,
-    wake: Condvar,
 }
 
 fn pool() -> &'static Pool {
-    static POOL: OnceLock<&'static Pool> = OnceLock::new();
-    POOL.get_or_init(|| {
-        let helpers = super::configured_threads().saturating_sub(1).min(ACTIVE_MASK as usize);
-        let pool: &'static Pool = Box::leak(Box::new(Pool {
-            helpers,
-            region: AtomicU64::new(0),
-            busy: AtomicBool::new(false),
-            job: Mutex::new(None),
-            next_task: AtomicUsize::new(0),
-            panicked: Mutex::new(None),
-            sleepers: Mutex::new(0),
-            wake: Condvar::new(),
-        }));
-        for i in 0..helpers {
-            let spawned = std::thread::Builder::new().name(format!("oxnet-helper-{i}")).spawn(move || helper_loop(pool));
-            if spawned.is_err() {
-                // Fewer helpers only means less parallelism: regions still complete, since the
-                // caller runs every task no helper claims.
-                break;
-            }
-        }
-        pool
+    static POOL: OnceLock<Pool> = OnceLock::new();
+    POOL.get_or_init(|| Pool {
+        helpers: (super::workers::count() - 1).min(ACTIVE_MASK as usize),
+        region: AtomicU64::new(0),
+        busy: AtomicBool::new(false),
+        job: Mutex::new(None),
+        next_task: AtomicUsize::new(0),
+        panicked: Mutex::new(None),
     })
 }
 
@@ -95,9 +73,7 @@ pub fn run(tasks: usize, task: &(dyn Fn(usize) + Sync)) {
     // Release: a helper that joins (Acquire on `region`) sees the job and the reset counter.
     let generation = (pool.region.load(Ordering::Relaxed) >> GENERATION_SHIFT) + 1;
     pool.region.store((generation << GENERATION_SHIFT) | OPEN, Ordering::Release);
-    if *pool.sleepers.lock().unwrap() > 0 {
-        pool.wake.notify_all();
-    }
+    super::workers::wake_sleepers();
     run_claimed(pool, task, tasks);
     region.close();
     let helper_panic = pool.panicked.lock().unwrap().take();
@@ -165,47 +141,46 @@ fn run_claimed(pool: &Pool, task: &Task<'_>, tasks: usize) {
     }
 }
 
-fn helper_loop(pool: &'static Pool) {
-    let mut seen_generation = 0u64;
-    let mut idle_since = Instant::now();
-    loop {
+/// A worker's side of regions: which region it last joined.
+#[derive(Default)]
+pub(super) struct Helper {
+    seen_generation: u64,
+}
+
+impl Helper {
+    /// Whether a region this worker has not joined yet is open to another helper.
+    pub fn can_join(&self) -> bool {
+        let pool = pool();
+        self.joinable(pool, pool.region.load(Ordering::Acquire))
+    }
+
+    fn joinable(&self, pool: &Pool, state: u64) -> bool {
+        state & OPEN != 0 && state >> GENERATION_SHIFT != self.seen_generation && ((state & ACTIVE_MASK) as usize) < pool.helpers
+    }
+
+    /// Join the open region, if any (and not joined before), and run tasks until none is left.
+    /// Returns whether it joined.
+    pub fn help(&mut self) -> bool {
+        let pool = pool();
         let state = pool.region.load(Ordering::Acquire);
-        let generation = state >> GENERATION_SHIFT;
-        if state & OPEN != 0 && generation != seen_generation {
-            // Join only the region that is still open: AcqRel so the job published before the
-            // open is visible, and the caller's close cannot miss this helper.
-            if pool.region.compare_exchange(state, state + 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                seen_generation = generation;
-                let job = *pool.job.lock().unwrap();
-                if let Some((task, tasks)) = job {
-                    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| run_claimed(pool, task, tasks))) {
-                        pool.panicked.lock().unwrap().get_or_insert(panic);
-                    }
-                }
-                // Release: the caller, seeing no helper inside, sees this helper's writes.
-                pool.region.fetch_sub(1, Ordering::Release);
-                idle_since = Instant::now();
-            }
-            continue;
+        if !self.joinable(pool, state) {
+            return false;
         }
-        let idle = idle_since.elapsed();
-        if idle < SPIN {
-            std::hint::spin_loop();
-        } else if idle < SPIN + YIELD {
-            std::thread::yield_now();
-        } else {
-            let mut sleepers = pool.sleepers.lock().unwrap();
-            *sleepers += 1;
-            // Re-checked under the lock: a region opened before the increment is seen here, one
-            // opened after it notifies (the opener takes this lock to read the count).
-            while pool.region.load(Ordering::Acquire) >> GENERATION_SHIFT == seen_generation
-                || pool.region.load(Ordering::Acquire) & OPEN == 0
-            {
-                sleepers = pool.wake.wait(sleepers).unwrap();
-            }
-            *sleepers -= 1;
-            idle_since = Instant::now();
+        // Join only the region that is still open: AcqRel so the job published before the open
+        // is visible, and the caller's close cannot miss this helper.
+        if pool.region.compare_exchange(state, state + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            return false;
         }
+        self.seen_generation = state >> GENERATION_SHIFT;
+        let job = *pool.job.lock().unwrap();
+        if let Some((task, tasks)) = job {
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| run_claimed(pool, task, tasks))) {
+                pool.panicked.lock().unwrap().get_or_insert(panic);
+            }
+        }
+        // Release: the caller, seeing no helper inside, sees this helper's writes.
+        pool.region.fetch_sub(1, Ordering::Release);
+        true
     }
 }
 

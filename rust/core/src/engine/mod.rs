@@ -2,12 +2,13 @@
 //!
 //! Every piece of mutable state (an NDArray chunk, an RNG) owns a [`Var`]. An operation waits for
 //! the earlier writers of what it reads, and for the earlier readers and writers of what it writes;
-//! ready operations run on a rayon pool, so independent work proceeds concurrently while the caller
+//! ready operations run on the engine's worker threads (`workers`), so independent work proceeds concurrently while the caller
 //! keeps pushing. A failing operation stores its error on the vars it writes; whatever reads them
 //! later inherits the error, and the next sync point ([`wait_for_var`], [`wait_all`]) returns it.
 
 pub mod fork_join;
 mod var;
+mod workers;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,7 +41,7 @@ impl OpDescription for &'static str {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EngineKind {
-    /// Ops run on the rayon pool as soon as their dependencies are met.
+    /// Ops run on the worker threads as soon as their dependencies are met.
     Threaded,
     /// Every op runs synchronously inside `push` (for debugging: errors surface at their call).
     Naive,
@@ -63,7 +64,7 @@ pub(crate) struct OprBlock {
     reads: Vec<Arc<Var>>,
     writes: Vec<Arc<Var>>,
     description: Box<dyn OpDescription>,
-    /// Run on the thread that finds it ready instead of hopping to the pool.
+    /// Run on the thread that finds it ready instead of hopping to a worker.
     inline: bool,
     /// A wait marker: signals a waiter, never touches data or stored errors.
     marker: bool,
@@ -109,12 +110,12 @@ pub fn configured_kind() -> EngineKind {
 fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE.get_or_init(|| {
-        // The engine's workers are rayon's global pool, so kernels' parallel loops share the same
-        // threads whether they run on a worker or inline on the caller's thread. If an embedding
-        // program already configured the global pool, that configuration stands.
+        // Rayon's global pool runs only the gemm crate's own threading of large products (see
+        // linalg); it gets as many threads as the engine. If an embedding program already
+        // configured the global pool, that configuration stands.
         let _ = rayon::ThreadPoolBuilder::new()
             .num_threads(configured_threads())
-            .thread_name(|i| format!("oxnet-cpu-{i}"))
+            .thread_name(|i| format!("oxnet-gemm-{i}"))
             .build_global();
         Engine {
             kind: configured_kind(),
@@ -132,8 +133,7 @@ pub fn kind() -> EngineKind {
 
 /// Number of threads CPU kernels may use.
 pub fn num_threads() -> usize {
-    engine();
-    rayon::current_num_threads()
+    workers::count()
 }
 
 /// Push an operation that reads `reads` and writes `writes`.
@@ -192,13 +192,9 @@ fn register(blk: Arc<OprBlock>) {
         if blk.inline {
             execute(blk);
         } else {
-            dispatch(blk);
+            workers::spawn(Box::new(move || execute(blk)), workers::Order::Last);
         }
     }
-}
-
-fn dispatch(blk: Arc<OprBlock>) {
-    rayon::spawn(move || execute(blk));
 }
 
 /// Called when a var grants `blk` one of its dependencies.
@@ -208,9 +204,12 @@ fn on_granted(blk: Arc<OprBlock>) {
             // A wait marker only wakes its waiter: cheaper to run here than to hop threads.
             execute(blk);
         } else {
-            // Ready ops released by another op's completion go to the pool: running them
-            // inline would recurse through long chains on the completing thread.
-            dispatch(blk);
+            // Ready ops released by another op's completion go to the workers' queue (running them
+            // inline would recurse through long chains on the completing thread), ahead of ops
+            // that were ready before: a chain runs to its end before the caller's later pushes
+            // start, so a loop that pushes many steps ahead holds one step's intermediates, not
+            // every step's.
+            workers::spawn(Box::new(move || execute(blk)), workers::Order::First);
         }
     }
 }

@@ -154,3 +154,31 @@ fn wait_for_write_waits_for_readers() {
     wait_for_var(&a, true).unwrap();
     assert_eq!(flag.load(Ordering::SeqCst), 1);
 }
+
+/// An op released by another's completion runs before ops pushed earlier that are still queued:
+/// a caller pushing many steps ahead does not start every step before finishing the first.
+#[test]
+fn a_released_op_runs_before_older_queued_ops() {
+    let order = Arc::new(AtomicUsize::new(0));
+    let slot = |pause: Duration, position: Arc<AtomicUsize>| -> OpFn {
+        let order = order.clone();
+        Box::new(move || {
+            // Numbered when it starts: in order of leaving the queue.
+            position.store(order.fetch_add(1, Ordering::SeqCst), Ordering::SeqCst);
+            std::thread::sleep(pause);
+            Ok(())
+        })
+    };
+    let (first, released) = (Var::new(), Var::new());
+    let released_at = Arc::new(AtomicUsize::new(0));
+    push(slot(Duration::from_millis(20), Arc::new(AtomicUsize::new(0))), &[], &[first.clone()], PushProps::default(), Box::new("first"));
+    push(slot(Duration::ZERO, released_at.clone()), &[first.clone()], &[released.clone()], PushProps::default(), Box::new("released"));
+    // Enough independent ops that the other workers cannot finish them while `first` runs.
+    let others: Vec<Arc<Var>> = (0..100 * num_threads()).map(|_| Var::new()).collect();
+    for var in &others {
+        push(slot(Duration::from_millis(2), Arc::new(AtomicUsize::new(0))), &[], &[var.clone()], PushProps::default(), Box::new("other"));
+    }
+    wait_vars(&others);
+    wait_vars(&[released]);
+    assert!(released_at.load(Ordering::SeqCst) < others.len(), "the released op waited behind every older op");
+}
