@@ -8,7 +8,7 @@ import pytest
 import oxnet as mx
 from oxnet import autograd
 from oxnet.test_utils import assert_almost_equal
-from gradcheck import check_gradient
+from gradcheck import check_gradient, check_precisions
 
 nd = mx.nd
 
@@ -409,6 +409,12 @@ CONV_CASES = [
     ((2, 16, 5, 6), 64, (3, 3), (1, 1), (1, 1), (1, 1), 1, False),
     ((1, 20, 6, 6), 32, (3, 3), (1, 1), (1, 1), (1, 1), 1, True),
     ((1, 16, 2, 6, 7), 8, (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 1, 1), 1, False),
+    # Lines of whole vectors (16 wide, 32 wide in 1-D) are computed straight into place; several
+    # images a chunk; the unpadded case does so only forward (its input lines are 18 wide).
+    ((5, 16, 4, 16), 24, (3, 3), (1, 1), (1, 1), (1, 1), 1, False),
+    ((4, 32, 3, 16), 16, (3, 3), (1, 1), (1, 1), (1, 1), 2, True),
+    ((3, 16, 32), 8, (3,), (1,), (1,), (1,), 1, False),
+    ((3, 16, 5, 18), 16, (3, 3), (1, 1), (0, 0), (1, 1), 1, True),
 ]
 
 
@@ -425,6 +431,8 @@ def test_convolution(case, ctx):
     assert_almost_equal(out.asnumpy(), _conv_reference(x, w, b, stride, pad, dilate, groups), rtol=1e-4, atol=1e-4)
     small = [(1,) + shape[1:], w.shape] + ([] if no_bias else [(nf,)])
     check_gradient(lambda *a: nd.Convolution(*a, **kwargs), small, ctx, dtypes=["float64", "float32"])
+    # The whole batch too: the weight gradient sums over every chunk of images.
+    check_precisions(lambda *a: nd.Convolution(*a, **kwargs), [x, w] + ([] if no_bias else [b]), ctx, dtypes=["float32"])
 
 
 def test_convolution_errors(ctx):

@@ -5,8 +5,10 @@
 //! A register-tiled kernel computes that sum directly from the padded image (no im2col copy, no
 //! GEMM packing of the image): each tile keeps FB filters x PV vectors of consecutive positions in
 //! registers, loading PV input vectors and broadcasting FB weights per (offset, channel) step.
-//! The positions also run over the padding columns between output lines ("junk" that is computed
-//! and dropped), `span / output_size - 1` extra work. The data gradient is the same kernel on the
+//! Where output lines are whole vectors long, each vector reads its own place in the padded image
+//! and is written straight into the output; otherwise the positions run on through the padding
+//! columns between output lines ("junk" that is computed and dropped, `span / output_size - 1`
+//! extra work) into a block that is copied out. The data gradient is the same kernel on the
 //! response with the offsets mirrored and the weight transposed. The weight gradient sums over
 //! positions: a second kernel broadcasts padded-image values against filter vectors of the
 //! response transposed to (position, filter), filters zero-padded to whole vectors.
@@ -74,7 +76,15 @@ impl ShiftedLayout {
                 }
             }
         }
-        let images = TARGET_POSITIONS.div_ceil(plane).clamp(1, g.batch.max(1));
+        // Where output lines are whole vectors, a chunk's images give whole tiles of spans
+        // (vectors of output lines; see `Shifted::correlate`) if their count is right: 16x16
+        // outputs are 16 spans an image, and one image a chunk left a third of its last tile idle.
+        let mut images = TARGET_POSITIONS.div_ceil(plane);
+        if ow % simd::f32_lanes() == 0 {
+            let spans_per_image = od * oh * (ow / simd::f32_lanes());
+            images = (images..images + tile_spans()).find(|k| k * spans_per_image % tile_spans() == 0).unwrap_or(images);
+        }
+        let images = images.clamp(1, g.batch.max(1));
         Some(ShiftedLayout { padded, plane, span, offsets, images })
     }
 
@@ -108,7 +118,7 @@ impl ShiftedLayout {
             padded_grad: Scratch::zeroed(padded_len)?,
             response: Scratch::zeroed(fpg * self.response_row(self.images) + TILE_QUANTUM)?,
             weight_grad: Scratch::zeroed(g.groups * self.offsets.len() * cpg * filter_stride(fpg))?,
-            response_t: Scratch::zeroed(self.columns(self.images) * filter_stride(fpg))?,
+            response_t: Scratch::zeroed(self.images * g.output_size() * filter_stride(fpg))?,
             staging_t: Scratch::zeroed(g.output_size() * fpg)?,
             chunk_weight_grad: Scratch::zeroed(self.offsets.len() * cpg * filter_stride(fpg))?,
             packed: None,
@@ -152,7 +162,7 @@ pub(super) struct ShiftedBuffers {
     response: Scratch<f32>,
     /// The task's running weight gradient by kernel offset: (group, offset, channel, filter).
     weight_grad: Scratch<f32>,
-    /// One group's response, positions major (position, filter).
+    /// One group's response, output positions major (image, output position, filter).
     response_t: Scratch<f32>,
     /// One image's group of response planes, transposed.
     staging_t: Scratch<f32>,
@@ -210,23 +220,54 @@ impl Shifted<'_> {
     pub unsafe fn correlate(&self, images: Range<usize>, image: &[f32], weight: *const u8, response: *mut f32, buf: &mut ShiftedBuffers) {
         let g = self.g;
         let (fpg, cpg, outs, ow) = (g.filters / g.groups, g.channels / g.groups, g.output_size(), g.output[2]);
-        let (columns, row, margin) = (self.layout.columns(images.len()), self.layout.response_row(images.len()), self.layout.margin());
+        let (row, margin) = (self.layout.response_row(images.len()), self.layout.margin());
         let weight = std::slice::from_raw_parts(weight as *const f32, g.filters * cpg * g.kernel_size());
         let packed = buf.packed.get_or_insert_with(|| PackedWeight::new(weight, g.groups, fpg, cpg, g.kernel_size(), false, tile_rows()));
+        // Whole output lines of vectors are computed straight into the response; otherwise the
+        // positions run on through the padding columns into a block, and the lines are copied out.
+        let direct = ow % simd::f32_lanes() == 0;
+        let spans = if direct {
+            self.line_spans(&images, |visit| self.layout.for_each_output_line(g, visit), ow, g.filters * outs)
+        } else {
+            contiguous_spans(self.layout.columns(images.len()))
+        };
+        let chunk = std::slice::from_raw_parts_mut(response.add(images.start * g.filters * outs), images.len() * g.filters * outs);
         let (padded, block) = (buf.padded.as_mut_slice(), buf.response.as_mut_slice());
         for grp in 0..g.groups {
             self.pad_images(&images, grp, image, padded);
             let source = Rows { data: padded, stride: self.layout.positions(images.len()), count: cpg };
+            if direct {
+                let target = RowsMut { data: &mut chunk[grp * fpg * outs..], stride: outs, count: fpg };
+                correlate_rows(source, &self.layout.offsets, packed.group(grp), target, &spans, false);
+                continue;
+            }
             let target = RowsMut { data: &mut block[margin..], stride: row, count: fpg };
-            correlate_rows(source, &self.layout.offsets, packed.group(grp), target, columns);
-            for (k, n) in images.clone().enumerate() {
+            correlate_rows(source, &self.layout.offsets, packed.group(grp), target, &spans, false);
+            for k in 0..images.len() {
                 for f in 0..fpg {
-                    let dst = std::slice::from_raw_parts_mut(response.add((n * g.filters + grp * fpg + f) * outs), outs);
+                    let dst = &mut chunk[(k * g.filters + grp * fpg + f) * outs..][..outs];
                     let src = &block[f * row + margin + k * self.layout.plane..];
                     self.layout.for_each_output_line(g, |to, from| copy_short(&mut dst[to..to + ow], &src[from..from + ow]));
                 }
             }
         }
+    }
+
+    /// One span per vector of each line of `images` (lines of `width`, a whole number of vectors,
+    /// visited by `lines` as (start in the image's plane, start in padded coordinates)): reading
+    /// at the line's padded position, writing at its place in the chunk's array, whose images are
+    /// `image_stride` apart.
+    fn line_spans(&self, images: &Range<usize>, lines: impl Fn(&mut dyn FnMut(usize, usize)), width: usize, image_stride: usize) -> Vec<Span> {
+        let lanes = simd::f32_lanes();
+        let mut spans = Vec::new();
+        for k in 0..images.len() {
+            lines(&mut |in_plane, in_padded| {
+                for w0 in (0..width).step_by(lanes) {
+                    spans.push(Span { src: k * self.layout.plane + in_padded + w0, dst: k * image_stride + in_plane + w0 });
+                }
+            });
+        }
+        spans
     }
 
     /// image += W^T * response for `images`, every group.
@@ -241,15 +282,29 @@ impl Shifted<'_> {
         let packed = buf.packed_transposed.get_or_insert_with(|| PackedWeight::new(weight, g.groups, fpg, cpg, g.kernel_size(), true, tile_rows()));
         let margin = self.layout.margin();
         let mirrored: Vec<usize> = self.layout.offsets.iter().map(|&o| margin - o).collect();
+        // As in `correlate`: whole input lines of vectors are added straight into the image;
+        // otherwise every padded position is computed into a buffer and the lines added from it.
+        let direct = iw % simd::f32_lanes() == 0;
+        let spans = if direct {
+            self.line_spans(&images, |visit| self.layout.for_each_input_line(g, visit), iw, g.channels * plane_in)
+        } else {
+            contiguous_spans(images.len() * self.layout.plane)
+        };
+        let chunk = std::slice::from_raw_parts_mut(image.add(images.start * g.channels * plane_in), images.len() * g.channels * plane_in);
         let (padded_grad, block) = (buf.padded_grad.as_mut_slice(), buf.response.as_mut_slice());
         for grp in 0..g.groups {
             self.gather(&images, grp, response, block);
             let source = Rows { data: block, stride: self.layout.response_row(images.len()), count: fpg };
+            if direct {
+                let target = RowsMut { data: &mut chunk[grp * cpg * plane_in..], stride: plane_in, count: cpg };
+                correlate_rows(source, &mirrored, packed.group(grp), target, &spans, true);
+                continue;
+            }
             let target = RowsMut { data: padded_grad, stride: positions, count: cpg };
-            correlate_rows(source, &mirrored, packed.group(grp), target, images.len() * self.layout.plane);
-            for (k, n) in images.clone().enumerate() {
+            correlate_rows(source, &mirrored, packed.group(grp), target, &spans, false);
+            for k in 0..images.len() {
                 for c in 0..cpg {
-                    let dst = std::slice::from_raw_parts_mut(image.add((n * g.channels + grp * cpg + c) * plane_in), plane_in);
+                    let dst = &mut chunk[(k * g.channels + grp * cpg + c) * plane_in..][..plane_in];
                     let src = &padded_grad[c * positions + k * self.layout.plane..];
                     self.layout.for_each_input_line(g, |to, from| add_short(&mut dst[to..to + iw], &src[from..from + iw]));
                 }
@@ -262,7 +317,12 @@ impl Shifted<'_> {
     pub fn accumulate_weight_grad(&self, images: Range<usize>, image: &[f32], response: &[f32], buf: &mut ShiftedBuffers) {
         let g = self.g;
         let (fpg, cpg, kernel) = (g.filters / g.groups, g.channels / g.groups, g.kernel_size());
-        let (columns, positions, stride) = (self.layout.columns(images.len()), self.layout.positions(images.len()), filter_stride(fpg));
+        let (outs, positions, stride) = (g.output_size(), self.layout.positions(images.len()), filter_stride(fpg));
+        // Output lines: where each starts in the padded images and in the transposed response.
+        let mut lines = Vec::with_capacity(images.len() * g.output[0] * g.output[1]);
+        for k in 0..images.len() {
+            self.layout.for_each_output_line(g, |in_plane, in_padded| lines.push(Line { src: k * self.layout.plane + in_padded, row: k * outs + in_plane }));
+        }
         let per_group = kernel * cpg * stride;
         for grp in 0..g.groups {
             let padded = buf.padded.as_mut_slice();
@@ -273,7 +333,7 @@ impl Shifted<'_> {
             // The kernel overwrites (adding inside it spills its accumulators), so it fills the
             // chunk's sum, which is then added to the running one.
             let chunk_sum = buf.chunk_weight_grad.as_mut_slice();
-            weight_grad_rows(&source, &self.layout.offsets, &transposed[..columns * stride], stride, chunk_sum);
+            weight_grad_rows(&source, &self.layout.offsets, &transposed[..images.len() * outs * stride], stride, &lines, g.output[2], chunk_sum);
             let by_offset = &mut buf.weight_grad.as_mut_slice()[grp * per_group..][..per_group];
             by_offset.iter_mut().zip(chunk_sum.iter()).for_each(|(total, v)| *total += v);
         }
@@ -298,23 +358,25 @@ impl Shifted<'_> {
         }
     }
 
-    /// Group `grp` of `response` for `images`, positions major: `transposed[q * stride + f]` with
-    /// `stride` = [`filter_stride`], zero at junk positions and past the last filter. Each image
-    /// is transposed whole into `staging` first (contiguous loads and stores on both sides).
+    /// Group `grp` of `response` for `images`, output positions major: `transposed[(k * outputs +
+    /// p) * stride + f]` for image k, output position p, filter f, with `stride` = [`filter_stride`]
+    /// (zero past the last filter).
     fn gather_transposed(&self, images: &Range<usize>, grp: usize, response: &[f32], transposed: &mut [f32], staging: &mut [f32]) {
         let g = self.g;
-        let (fpg, outs, ow) = (g.filters / g.groups, g.output_size(), g.output[2]);
-        let (columns, stride) = (self.layout.columns(images.len()), filter_stride(fpg));
-        transposed[..columns * stride].fill(0.0);
+        let (fpg, outs) = (g.filters / g.groups, g.output_size());
+        let stride = filter_stride(fpg);
         for (k, n) in images.clone().enumerate() {
             let planes = &response[(n * g.filters + grp * fpg) * outs..][..fpg * outs];
+            let rows = &mut transposed[k * outs * stride..][..outs * stride];
+            if stride == fpg {
+                transpose_f32(planes, fpg, outs, rows);
+                continue;
+            }
             transpose_f32(planes, fpg, outs, &mut staging[..outs * fpg]);
-            self.layout.for_each_output_line(g, |from, to| {
-                let first = k * self.layout.plane + to;
-                for x in 0..ow {
-                    transposed[(first + x) * stride..][..fpg].copy_from_slice(&staging[(from + x) * fpg..][..fpg]);
-                }
-            });
+            for (row, position) in rows.chunks_exact_mut(stride).zip(staging.chunks_exact(fpg)) {
+                row[..fpg].copy_from_slice(position);
+                row[fpg..].fill(0.0);
+            }
         }
     }
 }
@@ -325,23 +387,34 @@ fn filter_stride(fpg: usize) -> usize {
     fpg.next_multiple_of(simd::f32_lanes())
 }
 
-/// `out[k][c][f] = sum_q source[c][q + offsets[k]] * transposed[q][f]` (q over the transposed
-/// response's rows of `stride` filters, a multiple of the vector width) with a register-tiled
-/// kernel.
-fn weight_grad_rows(source: &Rows, offsets: &[usize], transposed: &[f32], stride: usize, out: &mut [f32]) {
-    let count = transposed.len() / stride;
+/// One output line of the weight gradient's sum: its first position in the padded source rows
+/// and its first row of the transposed response.
+#[derive(Clone, Copy, Debug)]
+struct Line {
+    src: usize,
+    row: usize,
+}
+
+/// `out[k][c][f] = sum over lines, x < len: source[c][src + x + offsets[k]] * transposed[row +
+/// x][f]` (the transposed response's rows `stride` filters long, a multiple of the vector width)
+/// with a register-tiled kernel. Only output positions are visited, never the padding between
+/// lines and images.
+fn weight_grad_rows(source: &Rows, offsets: &[usize], transposed: &[f32], stride: usize, lines: &[Line], len: usize, out: &mut [f32]) {
     assert!(stride % simd::f32_lanes() == 0, "filter stride {stride} is not whole vectors");
-    assert!(source.data.len() >= (source.count - 1) * source.stride + count + offsets.iter().max().copied().unwrap_or(0));
+    let (max_src, max_row) = lines.iter().fold((0, 0), |(s, r), line| (s.max(line.src), r.max(line.row)));
+    // These bounds are what the kernel's unchecked loads rely on.
+    assert!(lines.is_empty() || source.data.len() >= (source.count - 1) * source.stride + max_src + len + offsets.iter().max().copied().unwrap_or(0));
+    assert!(lines.is_empty() || transposed.len() >= (max_row + len) * stride);
     assert!(out.len() >= offsets.len() * source.count * stride);
     simd::vectorized(
         #[inline(always)]
         || match simd::f32_lanes() {
-            16 if stride % 64 == 0 => weight_grad_tiles::<16, 4, 6, true>(source, offsets, transposed, stride, out),
-            16 if stride % 32 == 0 => weight_grad_tiles::<16, 2, 6, true>(source, offsets, transposed, stride, out),
-            16 => weight_grad_tiles::<16, 1, 8, true>(source, offsets, transposed, stride, out),
-            8 if stride % 16 == 0 => weight_grad_tiles::<8, 2, 6, true>(source, offsets, transposed, stride, out),
-            8 => weight_grad_tiles::<8, 1, 6, true>(source, offsets, transposed, stride, out),
-            _ => weight_grad_tiles::<4, 1, 4, false>(source, offsets, transposed, stride, out),
+            16 if stride % 64 == 0 => weight_grad_tiles::<16, 4, 6, true>(source, offsets, transposed, stride, lines, len, out),
+            16 if stride % 32 == 0 => weight_grad_tiles::<16, 2, 6, true>(source, offsets, transposed, stride, lines, len, out),
+            16 => weight_grad_tiles::<16, 1, 8, true>(source, offsets, transposed, stride, lines, len, out),
+            8 if stride % 16 == 0 => weight_grad_tiles::<8, 2, 6, true>(source, offsets, transposed, stride, lines, len, out),
+            8 => weight_grad_tiles::<8, 1, 6, true>(source, offsets, transposed, stride, lines, len, out),
+            _ => weight_grad_tiles::<4, 1, 4, false>(source, offsets, transposed, stride, lines, len, out),
         },
     )
 }
@@ -349,7 +422,15 @@ fn weight_grad_rows(source: &Rows, offsets: &[usize], transposed: &[f32], stride
 /// [`weight_grad_rows`] with tiles of NC channels by FV vectors of W filters: each step loads one
 /// position's FV filter vectors and broadcasts NC input values against them.
 #[inline(always)]
-fn weight_grad_tiles<const W: usize, const FV: usize, const NC: usize, const FUSED: bool>(source: &Rows, offsets: &[usize], transposed: &[f32], fpg: usize, out: &mut [f32]) {
+fn weight_grad_tiles<const W: usize, const FV: usize, const NC: usize, const FUSED: bool>(
+    source: &Rows,
+    offsets: &[usize],
+    transposed: &[f32],
+    fpg: usize,
+    lines: &[Line],
+    len: usize,
+    out: &mut [f32],
+) {
     let (channels, fb) = (source.count, FV * W);
     for (k, &offset) in offsets.iter().enumerate() {
         for c0 in (0..channels).step_by(NC) {
@@ -357,16 +438,19 @@ fn weight_grad_tiles<const W: usize, const FV: usize, const NC: usize, const FUS
             let starts: [usize; NC] = std::array::from_fn(|j| (c0 + j).min(channels - 1) * source.stride + offset);
             for f0 in (0..fpg).step_by(fb) {
                 let mut acc = [[[0f32; W]; FV]; NC];
-                for (q, position) in transposed.chunks_exact(fpg).enumerate() {
-                    // SAFETY: f0 + fb <= fpg, the length of `position`.
-                    let w: [[f32; W]; FV] = unsafe { std::ptr::read_unaligned(position.as_ptr().add(f0) as *const [[f32; W]; FV]) };
-                    for (acc_row, &start) in acc.iter_mut().zip(&starts) {
-                        // SAFETY: weight_grad_rows checked that every row reads count + max offset
-                        // elements past its start inside `source.data`.
-                        let xv = unsafe { *source.data.get_unchecked(start + q) };
-                        for (acc_vec, w_vec) in acc_row.iter_mut().zip(&w) {
-                            for (a, &wv) in acc_vec.iter_mut().zip(w_vec) {
-                                *a = if FUSED { xv.mul_add(wv, *a) } else { *a + xv * wv };
+                for line in lines {
+                    for x in 0..len {
+                        // SAFETY: weight_grad_rows checked that rows up to the last line's end
+                        // lie inside `transposed`, and f0 + fb <= fpg, the row length.
+                        let w: [[f32; W]; FV] = unsafe { std::ptr::read_unaligned(transposed.as_ptr().add((line.row + x) * fpg + f0) as *const [[f32; W]; FV]) };
+                        for (acc_row, &start) in acc.iter_mut().zip(&starts) {
+                            // SAFETY: weight_grad_rows checked that every row reads up to the last
+                            // line's end plus the largest offset inside `source.data`.
+                            let xv = unsafe { *source.data.get_unchecked(start + line.src + x) };
+                            for (acc_vec, w_vec) in acc_row.iter_mut().zip(&w) {
+                                for (a, &wv) in acc_vec.iter_mut().zip(w_vec) {
+                                    *a = if FUSED { xv.mul_add(wv, *a) } else { *a + xv * wv };
+                                }
                             }
                         }
                     }
@@ -430,6 +514,14 @@ impl PackedWeight {
     }
 }
 
+/// Spans per register tile of [`correlate_rows`] on this CPU (its PV).
+fn tile_spans() -> usize {
+    match simd::f32_lanes() {
+        16 => 3,
+        _ => 2,
+    }
+}
+
 /// Output rows per register tile of [`correlate_rows`] on this CPU (its FB).
 fn tile_rows() -> usize {
     match simd::f32_lanes() {
@@ -439,40 +531,71 @@ fn tile_rows() -> usize {
     }
 }
 
-/// `target[o][q] = sum_k sum_i packed(o, i, k) * source[i][q + offsets[k]]` for every target row
-/// o and q < columns (rounded up to whole tiles: the target rows are long enough for it).
-fn correlate_rows(source: Rows, offsets: &[usize], (packed, block): (&[f32], usize), target: RowsMut, columns: usize) {
-    let needed = (source.count - 1) * source.stride + round_up(columns) + offsets.iter().max().copied().unwrap_or(0);
-    assert!(source.data.len() >= needed && target.data.len() >= (target.count - 1) * target.stride + round_up(columns));
-    assert!(target.stride >= round_up(columns) && packed.len() >= target.count.div_ceil(block) * offsets.len() * source.count * block);
+/// Where one vector of positions is read and written: `src` is its first position in every source
+/// row (before the kernel offset), `dst` in every target row.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    src: usize,
+    dst: usize,
+}
+
+/// Spans covering positions `0..columns` rounded up to whole vectors (the buffers are long enough
+/// for it), read and written at the same place.
+fn contiguous_spans(columns: usize) -> Vec<Span> {
+    (0..columns).step_by(simd::f32_lanes()).map(|q| Span { src: q, dst: q }).collect()
+}
+
+/// For every target row o and span: `target[o][dst + j] (+)= sum_k sum_i packed(o, i, k) *
+/// source[i][src + j + offsets[k]]` for the span's vector of positions j; `accumulate` adds to the
+/// target instead of overwriting it.
+fn correlate_rows(source: Rows, offsets: &[usize], (packed, block): (&[f32], usize), target: RowsMut, spans: &[Span], accumulate: bool) {
+    let lanes = simd::f32_lanes();
+    let max_offset = offsets.iter().max().copied().unwrap_or(0);
+    let (max_src, max_dst) = spans.iter().fold((0, 0), |(s, d), span| (s.max(span.src), d.max(span.dst)));
+    // These bounds are what the kernel's unchecked loads rely on.
+    assert!(spans.is_empty() || source.data.len() >= (source.count - 1) * source.stride + max_src + max_offset + lanes);
+    assert!(spans.is_empty() || target.data.len() >= (target.count - 1) * target.stride + max_dst + lanes);
+    assert!(packed.len() >= target.count.div_ceil(block) * offsets.len() * source.count * block);
     simd::vectorized(
         #[inline(always)]
-        || match simd::f32_lanes() {
-            16 => correlate_tiles::<16, 3, 8, true>(&source, offsets, packed, target, columns),
-            8 => correlate_tiles::<8, 2, 6, true>(&source, offsets, packed, target, columns),
-            _ => correlate_tiles::<4, 2, 4, false>(&source, offsets, packed, target, columns),
+        || match lanes {
+            16 => correlate_tiles::<16, 3, 8, true>(&source, offsets, packed, target, spans, accumulate),
+            8 => correlate_tiles::<8, 2, 6, true>(&source, offsets, packed, target, spans, accumulate),
+            _ => correlate_tiles::<4, 2, 4, false>(&source, offsets, packed, target, spans, accumulate),
         },
     );
 }
 
-/// [`correlate_rows`] with tiles of FB rows by PV vectors of W positions; FMA when `FUSED`.
+/// [`correlate_rows`] with tiles of FB rows by PV spans of W positions; FMA when `FUSED`.
+///
+/// The loops are shaped for the code generator: loops over a tile run a trip count known at
+/// compile time (a last short tile computes its last span again in the missing places and stores
+/// only its own), and the store of the accumulators reads them at constant indices. Variants that
+/// zipped with the tile's run-time length or split whole tiles from a remainder kept the
+/// accumulators in memory, stored (or reloaded) around every FMA: 3-5x slower.
 #[inline(always)]
-fn correlate_tiles<const W: usize, const PV: usize, const FB: usize, const FUSED: bool>(source: &Rows, offsets: &[usize], packed: &[f32], target: RowsMut, columns: usize) {
+fn correlate_tiles<const W: usize, const PV: usize, const FB: usize, const FUSED: bool>(
+    source: &Rows,
+    offsets: &[usize],
+    packed: &[f32],
+    target: RowsMut,
+    spans: &[Span],
+    accumulate: bool,
+) {
     assert_eq!(packed.len() % (offsets.len() * source.count * FB), 0, "weight packed for another tile shape");
-    let step = PV * W;
     for (b, weights) in packed.chunks_exact(offsets.len() * source.count * FB).take(target.count.div_ceil(FB)).enumerate() {
         let rows = FB.min(target.count - b * FB);
-        for q0 in (0..columns).step_by(step) {
+        for tile in spans.chunks(PV) {
+            let picked: [Span; PV] = std::array::from_fn(|v| tile[v.min(tile.len() - 1)]);
             let mut acc = [[[0f32; W]; PV]; FB];
             // Input row outer, offsets inner: the row's few cache lines under this tile serve
             // every offset while they are in L1.
             for (i, taps) in weights.chunks_exact(offsets.len() * FB).enumerate() {
-                let row = i * source.stride + q0;
+                let row = source.data.as_ptr().wrapping_add(i * source.stride);
                 for (&offset, w) in offsets.iter().zip(taps.chunks_exact(FB)) {
-                    // SAFETY: correlate_rows checked that every source row i < count reads
-                    // q0 + offset + step <= round_up(columns) + max offset elements past its start
-                    // inside `source.data`.
-                    let x: [[f32; W]; PV] = unsafe { std::ptr::read_unaligned(source.data.as_ptr().add(row + offset) as *const [[f32; W]; PV]) };
+                    // SAFETY: correlate_rows checked that every source row i < count holds
+                    // src + max offset + W elements for every span.
+                    let x: [[f32; W]; PV] = std::array::from_fn(|v| unsafe { std::ptr::read_unaligned(row.add(picked[v].src + offset) as *const [f32; W]) });
                     for (acc_row, &wf) in acc.iter_mut().zip(w) {
                         for (acc_vec, x_vec) in acc_row.iter_mut().zip(&x) {
                             for (a, &xv) in acc_vec.iter_mut().zip(x_vec) {
@@ -483,9 +606,21 @@ fn correlate_tiles<const W: usize, const PV: usize, const FB: usize, const FUSED
                 }
             }
             for (r, acc_row) in acc.iter().enumerate().take(rows) {
-                let out = &mut target.data[(b * FB + r) * target.stride + q0..][..step];
-                for (dst, v) in out.chunks_exact_mut(W).zip(acc_row) {
-                    dst.copy_from_slice(v);
+                let out_row = &mut target.data[(b * FB + r) * target.stride..];
+                for (v, acc_vec) in acc_row.iter().enumerate() {
+                    if v >= tile.len() {
+                        break;
+                    }
+                    let dst: &mut [f32; W] = (&mut out_row[picked[v].dst..picked[v].dst + W]).try_into().expect("a span lies inside its row");
+                    if accumulate {
+                        let mut sum = *dst;
+                        for (s, x) in sum.iter_mut().zip(acc_vec) {
+                            *s += x;
+                        }
+                        *dst = sum;
+                    } else {
+                        *dst = *acc_vec;
+                    }
                 }
             }
         }
@@ -497,54 +632,61 @@ mod tests {
     use super::*;
 
     /// Every tile shape (whichever this CPU would pick) against the direct sum, with a partial
-    /// last block of output rows and a partial last tile of positions.
+    /// last block of output rows, a partial last tile of spans, spans with gaps between them and
+    /// placed elsewhere in the target than in the source, overwriting and accumulating.
     #[test]
     fn every_tile_shape_matches_the_direct_sum() {
-        let (inputs, outputs, columns, offsets) = (3, 11, 50, [0usize, 1, 7, 9]);
-        let stride = round_up(columns) + 9;
-        let source: Vec<f32> = (0..inputs * stride + TILE_QUANTUM).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
-        let weight: Vec<f32> = (0..outputs * inputs * offsets.len()).map(|i| ((i * 53 % 89) as f32 - 44.0) / 30.0).collect();
-        let mut expected = vec![0f32; outputs * columns];
-        for o in 0..outputs {
-            for q in 0..columns {
-                expected[o * columns + q] = (0..inputs)
-                    .flat_map(|i| offsets.iter().enumerate().map(move |(k, &off)| (i, k, off)))
-                    .map(|(i, k, off)| weight[(o * inputs + i) * offsets.len() + k] * source[i * stride + q + off])
-                    .sum();
-            }
-        }
-        type Kernel = fn(&Rows, &[usize], &[f32], RowsMut, usize);
-        let shapes: [(usize, Kernel); 4] = [
-            (8, correlate_tiles::<16, 3, 8, true>),
-            (6, correlate_tiles::<8, 2, 6, true>),
-            (4, correlate_tiles::<4, 2, 4, false>),
-            (tile_rows(), |s, o, p, t, c| correlate_rows(Rows { ..*s }, o, (p, tile_rows()), t, c)),
+        let (inputs, outputs, offsets) = (3, 11, [0usize, 1, 7, 9]);
+        type Kernel = fn(&Rows, &[usize], &[f32], RowsMut, &[Span], bool);
+        let shapes: [(usize, usize, Kernel); 4] = [
+            (16, 8, correlate_tiles::<16, 3, 8, true>),
+            (8, 6, correlate_tiles::<8, 2, 6, true>),
+            (4, 4, correlate_tiles::<4, 2, 4, false>),
+            (simd::f32_lanes(), tile_rows(), |s, o, p, t, sp, acc| correlate_rows(Rows { ..*s }, o, (p, tile_rows()), t, sp, acc)),
         ];
-        for (block, kernel) in shapes {
+        for (lanes, block, kernel) in shapes {
+            // Seven spans: pairs of vectors 3 apart in the source, packed tightly in the target
+            // after a one-vector hole.
+            let spans: Vec<Span> = (0..7).map(|v| Span { src: (v / 2) * (2 * lanes + 3) + (v % 2) * lanes, dst: (v + 1) * lanes }).collect();
+            let stride = spans[6].src + lanes + 9;
+            let source: Vec<f32> = (0..inputs * stride).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+            let weight: Vec<f32> = (0..outputs * inputs * offsets.len()).map(|i| ((i * 53 % 89) as f32 - 44.0) / 30.0).collect();
             let packed = PackedWeight::new(&weight, 1, outputs, inputs, offsets.len(), false, block);
-            let out_stride = round_up(columns);
-            let mut out = vec![f32::NAN; outputs * out_stride];
-            let source = Rows { data: &source, stride, count: inputs };
-            kernel(&source, &offsets, packed.group(0).0, RowsMut { data: &mut out, stride: out_stride, count: outputs }, columns);
-            for o in 0..outputs {
-                for q in 0..columns {
-                    let (got, want) = (out[o * out_stride + q], expected[o * columns + q]);
-                    assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "block {block}: row {o} position {q}: {got} vs {want}");
+            let out_stride = 8 * lanes + 5;
+            for accumulate in [false, true] {
+                let mut out = vec![1.5f32; outputs * out_stride];
+                let source = Rows { data: &source, stride, count: inputs };
+                kernel(&source, &offsets, packed.group(0).0, RowsMut { data: &mut out, stride: out_stride, count: outputs }, &spans, accumulate);
+                for o in 0..outputs {
+                    for q in 0..out_stride {
+                        let span = spans.iter().find(|s| (s.dst..s.dst + lanes).contains(&q));
+                        let want = span.map_or(1.5, |s| {
+                            let sum: f32 = (0..inputs)
+                                .flat_map(|i| offsets.iter().enumerate().map(move |(k, &off)| (i, k, off)))
+                                .map(|(i, k, off)| weight[(o * inputs + i) * offsets.len() + k] * source.data[i * stride + s.src + (q - s.dst) + off])
+                                .sum();
+                            sum + if accumulate { 1.5 } else { 0.0 }
+                        });
+                        let got = out[o * out_stride + q];
+                        assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "{lanes} lanes, accumulate {accumulate}: row {o} position {q}: {got} vs {want}");
+                    }
                 }
             }
         }
     }
 
     /// Every weight-gradient tile shape against the direct sum, with a partial last block of
-    /// channels.
+    /// channels and lines that skip source positions and transposed rows between them.
     #[test]
     fn every_weight_grad_tile_shape_matches_the_direct_sum() {
-        let (channels, fpg, count, offsets) = (7, 64, 30, [0usize, 2, 5]);
-        let stride = count + 5;
+        let (channels, fpg, offsets, len) = (7, 64, [0usize, 2, 5], 6);
+        let lines: Vec<Line> = (0..4).map(|l| Line { src: l * (len + 3), row: l * (len + 1) + 2 }).collect();
+        let stride = 4 * (len + 3) + 5;
+        let rows = 4 * (len + 1) + 2;
         let source: Vec<f32> = (0..channels * stride).map(|i| ((i * 41 % 97) as f32 - 48.0) / 20.0).collect();
-        let transposed: Vec<f32> = (0..count * fpg).map(|i| ((i * 29 % 83) as f32 - 41.0) / 30.0).collect();
+        let transposed: Vec<f32> = (0..rows * fpg).map(|i| ((i * 29 % 83) as f32 - 41.0) / 30.0).collect();
         let source = Rows { data: &source, stride, count: channels };
-        type Kernel = fn(&Rows, &[usize], &[f32], usize, &mut [f32]);
+        type Kernel = fn(&Rows, &[usize], &[f32], usize, &[Line], usize, &mut [f32]);
         let shapes: [Kernel; 7] = [
             weight_grad_tiles::<16, 4, 6, true>,
             weight_grad_tiles::<16, 2, 6, true>,
@@ -556,11 +698,15 @@ mod tests {
         ];
         for (shape, kernel) in shapes.iter().enumerate() {
             let mut out = vec![f32::NAN; offsets.len() * channels * fpg];
-            kernel(&source, &offsets, &transposed, fpg, &mut out);
+            kernel(&source, &offsets, &transposed, fpg, &lines, len, &mut out);
             for (k, &offset) in offsets.iter().enumerate() {
                 for c in 0..channels {
                     for f in 0..fpg {
-                        let want: f32 = (0..count).map(|q| source.data[c * stride + q + offset] * transposed[q * fpg + f]).sum();
+                        let want: f32 = lines
+                            .iter()
+                            .flat_map(|line| (0..len).map(move |x| (line.src + x, line.row + x)))
+                            .map(|(q, row)| source.data[c * stride + q + offset] * transposed[row * fpg + f])
+                            .sum();
                         let got = out[(k * channels + c) * fpg + f];
                         assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "shape {shape}: offset {k} channel {c} filter {f}: {got} vs {want}");
                     }

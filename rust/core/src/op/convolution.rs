@@ -537,9 +537,9 @@ fn as_f32<T: Elem>(values: &[T]) -> &[f32] {
     unsafe { std::slice::from_raw_parts(values.as_ptr() as *const f32, values.len()) }
 }
 
-/// `0..batch` in chunks of `chunk` images.
-fn chunks(batch: usize, chunk: usize) -> impl Iterator<Item = Range<usize>> {
-    (0..batch.div_ceil(chunk)).map(move |c| c * chunk..((c + 1) * chunk).min(batch))
+/// `images` cut into chunks of at most `chunk` images, all of them `chunk` long but the last.
+fn chunks(images: Range<usize>, chunk: usize) -> Vec<Range<usize>> {
+    images.clone().step_by(chunk).map(|start| start..(start + chunk).min(images.end)).collect()
 }
 
 /// Adds `bias[c]` to every element of channel c of `images` (batch x channels x plane).
@@ -636,36 +636,33 @@ impl Operator for Convolution {
 
 /// How a batch is cut into chunks of images and spread over the thread pool.
 pub(super) struct ChunkPlan {
-    /// The chunks, in batch order.
-    pub chunks: Vec<Range<usize>>,
-    /// Tasks running chunks concurrently (each takes a contiguous run of chunks).
-    pub tasks: usize,
+    /// Each task's chunks, in batch order; the tasks run concurrently.
+    runs: Vec<Vec<Range<usize>>>,
     /// Threads each GEMM may use: all of them when the chunks run one after another.
     pub gemm_threads: usize,
 }
 
 impl ChunkPlan {
-    /// Chunks of at most `chunk` images, their count rounded up to a multiple of the thread count
-    /// so that every task gets the same number of images; with fewer images than threads the
-    /// chunks run in turn and GEMM gets the threads.
+    /// One task per thread, each with a contiguous share of the batch that differs from the
+    /// others' by at most one image, cut into chunks of at most `chunk` images; with fewer images
+    /// than threads the chunks run in turn and GEMM gets the threads.
     pub fn new(batch: usize, chunk: usize) -> ChunkPlan {
         let threads = crate::engine::fork_join::threads();
+        let chunk = chunk.max(1);
         if batch < threads {
-            return ChunkPlan { chunks: chunks(batch, chunk).collect(), tasks: 1, gemm_threads: threads };
+            return ChunkPlan { runs: vec![chunks(0..batch, chunk)], gemm_threads: threads };
         }
-        let count = batch.div_ceil(chunk.max(1)).div_ceil(threads) * threads;
-        ChunkPlan { chunks: chunks(batch, batch.div_ceil(count)).collect(), tasks: threads, gemm_threads: 1 }
+        let runs = (0..threads).map(|t| chunks(t * batch / threads..(t + 1) * batch / threads, chunk)).collect();
+        ChunkPlan { runs, gemm_threads: 1 }
     }
 
     /// Runs `work` on each task's run of chunks on the thread pool; returns the tasks' results in
     /// chunk order.
     pub fn run<R: Send>(&self, work: impl Fn(&[Range<usize>]) -> Result<R> + Sync) -> Result<Vec<R>> {
-        let per_task = self.chunks.len().div_ceil(self.tasks.max(1)).max(1);
-        if self.tasks <= 1 {
-            return Ok(vec![work(&self.chunks)?]);
+        if self.runs.len() <= 1 {
+            return self.runs.iter().map(|run| work(run)).collect();
         }
-        let runs: Vec<&[Range<usize>]> = self.chunks.chunks(per_task).collect();
-        crate::engine::fork_join::map(runs.len(), |i| work(runs[i])).into_iter().collect()
+        crate::engine::fork_join::map(self.runs.len(), |i| work(&self.runs[i])).into_iter().collect()
     }
 }
 
