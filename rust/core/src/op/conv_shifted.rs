@@ -16,7 +16,7 @@
 //! Measured on the ResNet-style 3x3 64-channel 16x16 layer, batch 16, 2 threads: forward 2.06 ->
 //! 1.15 ms, data + weight gradient 5.0 -> 2.95 ms against im2col + GEMM.
 
-use super::convolution::{add_short, copy_short, Geometry};
+use super::convolution::{copy_short, Geometry};
 use super::linalg::transpose_f32;
 use super::{simd, Scratch};
 use crate::base::DType;
@@ -80,7 +80,7 @@ impl ShiftedLayout {
         // (vectors of output lines; see `Shifted::correlate`) if their count is right: 16x16
         // outputs are 16 spans an image, and one image a chunk left a third of its last tile idle.
         let mut images = TARGET_POSITIONS.div_ceil(plane);
-        if ow % simd::f32_lanes() == 0 {
+        if correlates_in_place(g) {
             let spans_per_image = od * oh * (ow / simd::f32_lanes());
             images = (images..images + tile_spans()).find(|k| k * spans_per_image % tile_spans() == 0).unwrap_or(images);
         }
@@ -109,18 +109,23 @@ impl ShiftedLayout {
         self.margin() + self.positions(images)
     }
 
-    pub fn buffers(&self, g: &Geometry) -> Result<ShiftedBuffers> {
+    /// Scratch for the products in `uses` (each buffer is zeroed, so an unused one is left
+    /// empty rather than cleared for nothing).
+    pub fn buffers(&self, g: &Geometry, uses: Uses) -> Result<ShiftedBuffers> {
         let (cpg, fpg) = (g.channels / g.groups, g.filters / g.groups);
+        let sized = |needed: bool, len: usize| Scratch::zeroed(if needed { len } else { 0 });
         // One tile of slack: the last channel row's last tile reads up to a tile past its row.
         let padded_len = cpg * self.positions(self.images) + TILE_QUANTUM;
+        let (correlate_block, scatter_block) = (uses.correlate && !correlates_in_place(g), uses.scatter && !scatters_in_place(g));
+        let stride = filter_stride(fpg);
         Ok(ShiftedBuffers {
-            padded: Scratch::zeroed(padded_len)?,
-            padded_grad: Scratch::zeroed(padded_len)?,
-            response: Scratch::zeroed(fpg * self.response_row(self.images) + TILE_QUANTUM)?,
-            weight_grad: Scratch::zeroed(g.groups * self.offsets.len() * cpg * filter_stride(fpg))?,
-            response_t: Scratch::zeroed(self.images * g.output_size() * filter_stride(fpg))?,
-            staging_t: Scratch::zeroed(g.output_size() * fpg)?,
-            chunk_weight_grad: Scratch::zeroed(self.offsets.len() * cpg * filter_stride(fpg))?,
+            padded: sized(uses.correlate || uses.weight_grad, padded_len)?,
+            padded_grad: sized(scatter_block, padded_len)?,
+            response: sized(correlate_block || uses.scatter, fpg * self.response_row(self.images) + TILE_QUANTUM)?,
+            weight_grad: sized(uses.weight_grad, g.groups * self.offsets.len() * cpg * stride)?,
+            response_t: sized(uses.weight_grad, self.images * g.output_size() * stride)?,
+            staging_t: sized(uses.weight_grad && stride != fpg, g.output_size() * fpg)?,
+            chunk_weight_grad: sized(uses.weight_grad, self.offsets.len() * cpg * stride)?,
             packed: None,
             packed_transposed: None,
         })
@@ -149,6 +154,25 @@ impl ShiftedLayout {
             }
         }
     }
+}
+
+/// Which of the three products a chunk's buffers serve.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Uses {
+    pub correlate: bool,
+    pub scatter: bool,
+    pub weight_grad: bool,
+}
+
+/// Whether [`Shifted::correlate`] writes output lines straight into the response (they are
+/// whole vectors long).
+fn correlates_in_place(g: &Geometry) -> bool {
+    g.output[2] % simd::f32_lanes() == 0
+}
+
+/// Whether [`Shifted::scatter`] adds input lines straight into the image gradient.
+fn scatters_in_place(g: &Geometry) -> bool {
+    g.input[2] % simd::f32_lanes() == 0
 }
 
 /// Per-chunk scratch of the shifted strategy (one task's, for one operator call).
@@ -225,7 +249,7 @@ impl Shifted<'_> {
         let packed = buf.packed.get_or_insert_with(|| PackedWeight::new(weight, g.groups, fpg, cpg, g.kernel_size(), false, tile_rows()));
         // Whole output lines of vectors are computed straight into the response; otherwise the
         // positions run on through the padding columns into a block, and the lines are copied out.
-        let direct = ow % simd::f32_lanes() == 0;
+        let direct = correlates_in_place(g);
         let spans = if direct {
             self.line_spans(&images, |visit| self.layout.for_each_output_line(g, visit), ow, g.filters * outs)
         } else {
@@ -270,7 +294,7 @@ impl Shifted<'_> {
         spans
     }
 
-    /// image += W^T * response for `images`, every group.
+    /// image = W^T * response for `images`, every group (overwritten).
     ///
     /// # Safety
     /// As [`Self::correlate`], for the whole-batch `image` array.
@@ -282,9 +306,9 @@ impl Shifted<'_> {
         let packed = buf.packed_transposed.get_or_insert_with(|| PackedWeight::new(weight, g.groups, fpg, cpg, g.kernel_size(), true, tile_rows()));
         let margin = self.layout.margin();
         let mirrored: Vec<usize> = self.layout.offsets.iter().map(|&o| margin - o).collect();
-        // As in `correlate`: whole input lines of vectors are added straight into the image;
-        // otherwise every padded position is computed into a buffer and the lines added from it.
-        let direct = iw % simd::f32_lanes() == 0;
+        // As in `correlate`: whole input lines of vectors are written straight into the image;
+        // otherwise every padded position is computed into a buffer and the lines copied from it.
+        let direct = scatters_in_place(g);
         let spans = if direct {
             self.line_spans(&images, |visit| self.layout.for_each_input_line(g, visit), iw, g.channels * plane_in)
         } else {
@@ -297,7 +321,7 @@ impl Shifted<'_> {
             let source = Rows { data: block, stride: self.layout.response_row(images.len()), count: fpg };
             if direct {
                 let target = RowsMut { data: &mut chunk[grp * cpg * plane_in..], stride: plane_in, count: cpg };
-                correlate_rows(source, &mirrored, packed.group(grp), target, &spans, true);
+                correlate_rows(source, &mirrored, packed.group(grp), target, &spans, false);
                 continue;
             }
             let target = RowsMut { data: padded_grad, stride: positions, count: cpg };
@@ -306,7 +330,7 @@ impl Shifted<'_> {
                 for c in 0..cpg {
                     let dst = &mut chunk[(k * g.channels + grp * cpg + c) * plane_in..][..plane_in];
                     let src = &padded_grad[c * positions + k * self.layout.plane..];
-                    self.layout.for_each_input_line(g, |to, from| add_short(&mut dst[to..to + iw], &src[from..from + iw]));
+                    self.layout.for_each_input_line(g, |to, from| copy_short(&mut dst[to..to + iw], &src[from..from + iw]));
                 }
             }
         }

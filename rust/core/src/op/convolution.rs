@@ -6,7 +6,7 @@
 //! so one set of loops serves every rank.
 
 use super::grad::{tuple_attr, Grad, InputGrads};
-use super::conv_shifted::{Shifted, ShiftedBuffers, ShiftedLayout};
+use super::conv_shifted::{Shifted, ShiftedBuffers, ShiftedLayout, Uses};
 use super::linalg::{matmul_into, Mat};
 use super::{simd, sum_lanes, ExecContext, OpDef, Operator, Scratch, SendPtr, Tensor};
 use crate::base::{DType, Elem, Shape};
@@ -276,7 +276,7 @@ pub(super) fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
     zip_short(dst, src, |d, s| *d = s);
 }
 
-pub(super) fn add_short<T: Elem>(dst: &mut [T], src: &[T]) {
+fn add_short<T: Elem>(dst: &mut [T], src: &[T]) {
     zip_short(dst, src, |d, s| *d = T::from_f64(d.to_f64() + s.to_f64()));
 }
 
@@ -376,9 +376,10 @@ impl<'a> ImageProducts<'a> {
         let per_image = (self.g.col_rows() * self.g.output_size()).max(1);
         (CHUNK_ELEMENTS / per_image).clamp(1, self.g.batch.max(1))
     }
-    pub fn buffers<T: Elem>(&self) -> Result<ChunkBuffers<T>> {
+    /// Scratch for one task running the products in `uses`.
+    pub fn buffers<T: Elem>(&self, uses: Uses) -> Result<ChunkBuffers<T>> {
         if let Some(layout) = &self.shifted {
-            return Ok(ChunkBuffers::Shifted(layout.buffers(self.g)?));
+            return Ok(ChunkBuffers::Shifted(layout.buffers(self.g, uses)?));
         }
         let columns = self.chunk() * self.g.output_size();
         let fpg = self.g.filters / self.g.groups;
@@ -449,7 +450,7 @@ impl<'a> ImageProducts<'a> {
         }
     }
 
-    /// image += col2im(W^T * response) for `images`, every group.
+    /// image = col2im(W^T * response) for `images`, every group (overwritten).
     ///
     /// # Safety
     /// As [`Self::correlate`], for the whole-batch `image` array.
@@ -462,6 +463,8 @@ impl<'a> ImageProducts<'a> {
             ChunkBuffers::Shifted(b) => return self.shifted_products().scatter(images, as_f32(response), self.weight, image as *mut f32, b),
             ChunkBuffers::Columns { col, staging } => (col.as_mut_slice(), staging.as_mut_slice()),
         };
+        // col2im adds, so the chunk's images start from zero.
+        std::slice::from_raw_parts_mut(image.add(images.start * plane), images.len() * plane).fill(T::default());
         for grp in 0..g.groups {
             self.gather(&images, grp, response, staging);
             matmul_into(
@@ -605,7 +608,7 @@ impl Operator for Convolution {
             let op = SendPtr(out.raw());
             let bias = inputs.get(2).map(|b| unsafe { b.slice::<T>() });
             plan.run(|mine| {
-                let mut buf = products.buffers::<T>()?;
+                let mut buf = products.buffers::<T>(Uses { correlate: true, scatter: false, weight_grad: false })?;
                 for images in mine.iter().cloned() {
                     let response = op.get() as *mut T;
                     // SAFETY: this chunk's images of the output are written by this task alone.
@@ -672,11 +675,12 @@ impl ChunkPlan {
 pub(super) fn weight_grad_over_chunks<T: Elem>(
     plan: &ChunkPlan,
     products: &ImageProducts,
+    uses: Uses,
     weight_grad: &mut [T],
     accumulate: impl Fn(Range<usize>, &mut ChunkBuffers<T>, *mut u8) + Sync,
 ) -> Result<()> {
     let partials = plan.run(|mine| {
-        let mut buf = products.buffers::<T>()?;
+        let mut buf = products.buffers::<T>(uses)?;
         let mut partial = Scratch::<T>::zeroed(weight_grad.len())?;
         for images in mine {
             accumulate(images.clone(), &mut buf, partial.as_mut_slice().as_mut_ptr() as *mut u8);
@@ -724,9 +728,9 @@ impl Operator for ConvolutionBackward {
             // SAFETY: inputs are read-only here; each output is this op's alone.
             let (gv, xv) = unsafe { (gt.slice::<T>(), x.slice::<T>()) };
             let (dxv, dwv, dbv) = unsafe { (dx.slice_mut::<T>(), dw.slice_mut::<T>(), db.slice_mut::<T>()) };
-            dxv.fill(T::default());
             let dx_ptr = SendPtr(dxv.as_mut_ptr());
-            weight_grad_over_chunks(&plan, &products, dwv, |images, buf, partial| {
+            let uses = Uses { correlate: false, scatter: self.data_grad, weight_grad: true };
+            weight_grad_over_chunks(&plan, &products, uses, dwv, |images, buf, partial| {
                 // SAFETY: the partial is shaped like the weight; each chunk's images of dx are
                 // written by the task running that chunk alone.
                 unsafe {
@@ -736,6 +740,9 @@ impl Operator for ConvolutionBackward {
                     }
                 }
             })?;
+            if !self.data_grad {
+                dxv.fill(T::default());
+            }
             channel_sums(gv, g.filters, g.output_size(), dbv);
         });
         Ok(())

@@ -4,6 +4,7 @@
 //! with the roles of image and response swapped.
 
 use super::convolution::{add_channel_bias, channel_sums, spatial, weight_grad_over_chunks, Geometry, ImageProducts};
+use super::conv_shifted::Uses;
 use super::grad::{tuple_attr, Grad, InputGrads};
 use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{DType, Shape};
@@ -207,14 +208,13 @@ impl Operator for Deconvolution {
             let op = SendPtr(out.raw());
             let bias = inputs.get(2).map(|b| unsafe { b.slice::<T>() });
             plan.run(|mine| {
-                let mut buf = products.buffers::<T>()?;
+                let mut buf = products.buffers::<T>(Uses { correlate: false, scatter: true, weight_grad: false })?;
                 for images in mine.iter().cloned() {
                     let base = op.get() as *mut T;
                     let block = images.len() * g.channels * plane;
                     // SAFETY: this chunk's images of the output are written by this task alone.
+                    unsafe { products.scatter(images.clone(), xv, base, &mut buf) };
                     let region = unsafe { std::slice::from_raw_parts_mut(base.add(images.start * g.channels * plane), block) };
-                    region.fill(T::default());
-                    unsafe { products.scatter(images, xv, base, &mut buf) };
                     if let Some(bias) = bias {
                         add_channel_bias(region, bias, plane);
                     }
@@ -291,7 +291,8 @@ impl Operator for DeconvolutionBackward {
             let (gv, xv) = unsafe { (gt.slice::<T>(), x.slice::<T>()) };
             let (dxv, dwv, dbv) = unsafe { (dx.slice_mut::<T>(), dw.slice_mut::<T>(), db.slice_mut::<T>()) };
             let dx_ptr = SendPtr(dxv.as_mut_ptr());
-            weight_grad_over_chunks(&plan, &products, dwv, |images, buf, partial| {
+            let uses = Uses { correlate: self.data_grad, scatter: false, weight_grad: true };
+            weight_grad_over_chunks(&plan, &products, uses, dwv, |images, buf, partial| {
                 // SAFETY: the partial is shaped like the weight; each chunk's images of dx are
                 // written by the task running that chunk alone.
                 unsafe {
