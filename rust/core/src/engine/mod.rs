@@ -110,13 +110,6 @@ pub fn configured_kind() -> EngineKind {
 fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE.get_or_init(|| {
-        // Rayon's global pool runs only the gemm crate's own threading of large products (see
-        // linalg); it gets as many threads as the engine. If an embedding program already
-        // configured the global pool, that configuration stands.
-        let _ = rayon::ThreadPoolBuilder::new()
-            .num_threads(configured_threads())
-            .thread_name(|i| format!("oxnet-gemm-{i}"))
-            .build_global();
         Engine {
             kind: configured_kind(),
             pending: Mutex::new(0),

@@ -68,17 +68,13 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
     // speed (256x1024x1024: 124 against 241 GFLOP/s in column bands), and bands of it beat
     // transposing W into scratch first (288 GFLOP/s plus the transpose, a third of the layer).
     let b_transposed = bm.rs == 1 && bm.cs != 1;
-    // Other large products (from 512^3, over a millisecond) keep the gemm crate's own threading:
-    // its threads share packed panels, where bands would each pack a whole operand (1024^3: 315
-    // against 281-300 GFLOP/s), and a wake-up per product is negligible at that size.
-    if flops >= 1 << 27 && !b_transposed {
-        return matmul_part(dtype, dst, n, accumulate, a, am, b, bm, gemm::Parallelism::Rayon(parts));
-    }
-    // The rest: each thread computes a band of dst with the gemm crate's single-threaded kernel,
-    // a band of rows when there are enough (every band then packs all of b), else (and for a
-    // transposed b) a band of columns. One fork-join region per product keeps the threads'
-    // hand-off at a few microseconds, where the crate's rayon threading paid a sleeping thread's
-    // wake-up per product (128x256x784: 204 against 281 GFLOP/s).
+    // Each thread computes a band of dst with the gemm crate's single-threaded kernel, a band of
+    // rows when there are enough (every band then packs all of b), else (and for a transposed b)
+    // a band of columns. One fork-join region per product keeps the threads' hand-off at a few
+    // microseconds, where the crate's rayon threading paid a sleeping thread's wake-up per
+    // product (128x256x784: 204 against 281 GFLOP/s) and, beside the engine's spinning workers,
+    // oversubscribed the cores: a lone 512^3 product ran at 110 GFLOP/s against 218 in bands,
+    // and bands match it on larger ones (1024^3: 216 against 221, 2048^3: 212 against 217).
     let by_rows = m >= n.min(32 * parts) && !(b_transposed && n >= 32 * parts);
     let len = if by_rows { m } else { n };
     let width = (len.div_ceil(parts).div_ceil(16) * 16).max(16);
