@@ -63,11 +63,21 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
     if flops < 64 * 64 * 64 || parts <= 1 || !blocked {
         return matmul_part(dtype, dst, n, accumulate, a, am, b, bm, gemm::Parallelism::None);
     }
-    // A right operand read transposed (`x * W^T`, FullyConnected's form) is split into bands of
-    // its rows, each read as stored: the gemm crate's own threading runs such products at half
-    // speed (256x1024x1024: 124 against 241 GFLOP/s in column bands), and bands of it beat
-    // transposing W into scratch first (288 GFLOP/s plus the transpose, a third of the layer).
     let b_transposed = bm.rs == 1 && bm.cs != 1;
+    // A large right operand read transposed (`x * W^T`, FullyConnected's form) is transposed
+    // into scratch first where the product has rows enough to pay for it: the gemm crate packs a
+    // transposed operand by gathering one element per row, which on Zen 4 ran 256x1024x1024 at
+    // 141 GFLOP/s and 64x1024x1024 at 64, against 210 and 206 for the same products on a plain
+    // operand, and the tiled transpose costs a fraction of that difference. An operand of up to
+    // a MiB gathers from cache: there the extra pass and its scratch cost more than they save.
+    if b_transposed && dtype == DType::F32 && bm.cs == k as isize && m >= 32 && n * k >= 1 << 18 {
+        if let Ok(mut plain) = super::Scratch::<f32>::zeroed(k * n) {
+            // SAFETY: b is the stored n x k matrix (row stride k, checked above).
+            transpose_f32(std::slice::from_raw_parts(b as *const f32, n * k), n, k, plain.as_mut_slice());
+            let plain_ptr = plain.as_mut_slice().as_ptr() as *const u8;
+            return matmul_into(dtype, dst, accumulate, a, am, plain_ptr, Mat::stored(k, n, false), threads);
+        }
+    }
     // Each thread computes a band of dst with the gemm crate's single-threaded kernel, a band of
     // rows when there are enough (every band then packs all of b), else (and for a transposed b)
     // a band of columns. One fork-join region per product keeps the threads' hand-off at a few
