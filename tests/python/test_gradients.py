@@ -70,7 +70,7 @@ def test_broadcast_binary_gradient(name, ctx):
 
 
 @pytest.mark.parametrize("name", ["elemwise_add", "elemwise_sub", "elemwise_mul", "elemwise_div", "_power",
-                                  "_maximum", "_minimum", "_hypot"])
+                                  "_maximum", "_minimum", "_hypot", "_backward_relu"])
 def test_elemwise_binary_gradient(name, ctx):
     check_gradient(getattr(nd, name), [(2, 3), (2, 3)], ctx, (0.5, 2))
 

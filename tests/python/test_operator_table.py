@@ -161,6 +161,16 @@ def test_broadcast_binary(name, ctx):
             _check(out, np.asarray(expected).astype(_np_dtype(dtype)), dtype)
 
 
+@pytest.mark.parametrize("dtype", ALL)
+def test_backward_relu(dtype, ctx):
+    """relu's gradient from its output: ograd where y > 0, else 0."""
+    g, y = _data((3, 5), dtype, seed=1), _data((3, 5), dtype, seed=2)
+    if dtype != "uint8":
+        y[0, :2] = 0  # exactly zero passes nothing through
+    out = mx.nd._backward_relu(mx.nd.array(g, ctx=ctx, dtype=dtype), mx.nd.array(y, ctx=ctx, dtype=dtype))
+    _check(out, np.where(y > 0, g, 0).astype(_np_dtype(dtype)), dtype)
+
+
 @pytest.mark.parametrize("name", sorted(ELEMWISE_NAME))
 def test_elemwise_requires_equal_shapes(name, ctx):
     a, b = _binary_inputs(name, (3, 4), (3, 4), "float32")

@@ -255,7 +255,7 @@ macro_rules! binary_ops {
                 }
             }
         )*
-        pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+        fn register_table(add: &mut dyn FnMut(OpDef)) {
             $(
                 add(OpDef::new($bname, &[$($balias),*], concat!($doc, " With NumPy-style broadcasting."),
                     |_: NoParams| Ok(Binary::<$ty> { name: $bname, broadcast: true, _m: PhantomData })));
@@ -376,4 +376,33 @@ binary_ops! {
         scalar_grad: |d, x, y, g, s, rev| Ok(None),
         broadcast: "broadcast_logical_xor" [], elemwise: "_logical_xor" ["_Logical_Xor"],
         scalar: "_logical_xor_scalar" ["_LogicalXorScalar"], rscalar: none, doc: "Returns 1 where exactly one operand is non-zero, else 0.";
+}
+
+/// The gradient of relu from its output: `ograd` where `y > 0`, else 0, in one pass (MXNet's
+/// `_backward_relu`) instead of a comparison and a product with an intermediate array between.
+struct ReluGrad;
+
+impl BinaryMath for ReluGrad {
+    #[inline(always)]
+    fn float<F: Float>(g: F, y: F) -> F {
+        if y > F::zero() { g } else { F::zero() }
+    }
+    #[inline(always)]
+    fn int(g: i64, y: i64) -> i64 {
+        if y > 0 { g } else { 0 }
+    }
+    const CUDA: &'static str = "($1 > 0 ? $0 : 0)";
+    fn grad(d: &mut Grad, _g: &Entry, y: &Entry, _out: &Entry, gg: &Entry) -> Result<(Option<Entry>, Option<Entry>)> {
+        Ok((Some(d.binary("_backward_relu", gg, y)?), None))
+    }
+    fn scalar_grad(_d: &mut Grad, _x: &Entry, _y: &Entry, _g: &Entry, _s: f64, _reverse: bool) -> Result<Option<Entry>> {
+        Ok(None)
+    }
+}
+
+pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    register_table(add);
+    add(OpDef::new("_backward_relu", &[], "Gradient of relu from its output gradient and output: ograd where y > 0, else 0.", |_: NoParams| {
+        Ok(Binary::<ReluGrad> { name: "_backward_relu", broadcast: false, _m: PhantomData })
+    }));
 }
