@@ -604,18 +604,39 @@ impl Operator for FullyConnectedBackward {
             crate::dispatch_dtype!(g.dtype, T => {
                 // SAFETY: g is read-only here; db is this op's alone.
                 let (gv, dbv) = unsafe { (g.slice::<T>(), db.slice_mut::<T>()) };
-                let mut sums = vec![0f64; hidden];
-                for row in gv.chunks_exact(hidden) {
-                    for (s, v) in sums.iter_mut().zip(row) {
-                        *s += v.to_f64();
-                    }
-                }
-                for (o, s) in dbv.iter_mut().zip(sums) {
-                    *o = T::from_f64(s);
-                }
+                column_sums(gv, hidden, dbv);
             });
         }
         Ok(())
+    }
+}
+
+/// `sums[j] = sum over rows of values[row * width + j]`, accumulated in float64 (float32 rows
+/// convert and add in vectors).
+fn column_sums<T: Elem>(values: &[T], width: usize, sums: &mut [T]) {
+    let mut totals = vec![0f64; width];
+    match T::DTYPE {
+        DType::F32 => {
+            // SAFETY: T is f32 here, same size and alignment.
+            let rows = unsafe { std::slice::from_raw_parts(values.as_ptr() as *const f32, values.len()) };
+            super::simd::vectorized(#[inline(always)] || {
+                for row in rows.chunks_exact(width) {
+                    for (t, &v) in totals.iter_mut().zip(row) {
+                        *t += v as f64;
+                    }
+                }
+            });
+        }
+        _ => {
+            for row in values.chunks_exact(width) {
+                for (t, v) in totals.iter_mut().zip(row) {
+                    *t += v.to_f64();
+                }
+            }
+        }
+    }
+    for (o, t) in sums.iter_mut().zip(totals) {
+        *o = T::from_f64(t);
     }
 }
 
