@@ -47,6 +47,36 @@ def test_grad_req_write_add_null(ctx):
     assert n.grad is None
 
 
+def test_gradients_land_in_the_buffers_held_before_backward(ctx):
+    """backward computes a 'write' gradient straight into the variable's buffer; an array held
+    from before sees it, also where two variables share one gradient value, and through a
+    hybridized block's cached graph."""
+    a, b = mx.nd.array([1.0, 2.0, 3.0], ctx=ctx), mx.nd.array([4.0, -5.0, 6.0], ctx=ctx)
+    a.attach_grad()
+    b.attach_grad()
+    held_a, held_b = a.grad, b.grad
+    with autograd.record():
+        y = mx.nd.relu(a * b) + a
+    y.backward()
+    assert_almost_equal(held_a.asnumpy(), np.array([5.0, 1.0, 7.0]))
+    assert_almost_equal(held_b.asnumpy(), np.array([1.0, 0.0, 3.0]))
+    with autograd.record():
+        y = a + b  # both gradients are the head gradient itself
+    y.backward(mx.nd.array([2.0, 3.0, 4.0], ctx=ctx))
+    assert_almost_equal(held_a.asnumpy(), np.array([2.0, 3.0, 4.0]))
+    assert_almost_equal(held_b.asnumpy(), np.array([2.0, 3.0, 4.0]))
+
+    net = mx.gluon.nn.Dense(2, in_units=3)
+    net.initialize(ctx=ctx)
+    net.hybridize()
+    held_w = net.weight.grad(ctx)
+    x = mx.nd.array([[1.0, 2.0, 3.0]], ctx=ctx)
+    with autograd.record():
+        out = net(x)
+    out.backward(mx.nd.array([[1.0, -1.0]], ctx=ctx))
+    assert_almost_equal(held_w.asnumpy(), np.array([[1.0, 2.0, 3.0], [-1.0, -2.0, -3.0]]))
+
+
 def test_multiple_uses_aggregate_and_head_grads(ctx):
     x = mx.nd.array([[0.5, -1.0], [2.0, 0.25]], ctx=ctx)
     x.attach_grad()

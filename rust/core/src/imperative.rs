@@ -203,6 +203,23 @@ pub fn invoke_operator(
     Ok(outputs)
 }
 
+/// [`invoke_operator`] writing output i into `into[i]` where given (shape and dtype must match)
+/// and into a fresh array elsewhere.
+pub fn invoke_operator_into(name: &str, operator: Arc<dyn Operator>, attrs: &Attrs, inputs: &[NDArray], into: Vec<Option<NDArray>>, ctx: Context) -> Result<Vec<NDArray>> {
+    if operator.shape_depends_on_values() {
+        // Its output shapes are known only once the inputs are computed.
+        return invoke_operator(name, operator, attrs, inputs, None, ctx, None);
+    }
+    let shapes = operator.infer_shape(&inputs.iter().map(|a| a.shape().clone()).collect::<Vec<_>>())?;
+    let types = operator.infer_type(&inputs.iter().map(NDArray::dtype).collect::<Vec<_>>())?;
+    let out = into
+        .into_iter()
+        .zip(shapes.into_iter().zip(types))
+        .map(|(given, (shape, dtype))| given.map_or_else(|| NDArray::empty(shape, dtype, inputs.first().map_or(ctx, NDArray::context)), Ok))
+        .collect::<Result<Vec<_>>>()?;
+    invoke_operator(name, operator, attrs, inputs, Some(out), ctx, None)
+}
+
 /// Push a copy of `src` into `dst` (same shape; dtypes may differ, in which case it casts).
 pub fn copy(src: &NDArray, dst: &NDArray, site: Site) -> Result<()> {
     if src.shape() != dst.shape() {

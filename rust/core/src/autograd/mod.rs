@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::executor::{self, Source};
-use crate::graph::{node_key, topo_order, AddressSet, Entry, GradReq, Node, NodeOp, Recorded};
+use crate::graph::{node_key, topo_order, AddressMap, AddressSet, Entry, EntryKey, GradReq, Node, NodeOp, Recorded};
 use crate::imperative;
 use crate::ndarray::NDArray;
 use crate::op::{Attrs, Operator};
@@ -195,10 +195,24 @@ pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>,
 
     let targets: Vec<Entry> = grads.iter().flatten().cloned().collect();
     let ctx = heads[0].context();
+    // A gradient computed for exactly one 'write' buffer is computed into it (MXNet's kWriteTo)
+    // instead of into a fresh array copied over afterwards.
+    let mut destinations: AddressMap<EntryKey, NDArray> = AddressMap::default();
+    if !options.create_graph {
+        let mut claims: AddressMap<EntryKey, usize> = AddressMap::default();
+        for grad in grads.iter().flatten() {
+            *claims.entry(grad.key()).or_default() += 1;
+        }
+        for (grad, (buffer, req)) in grads.iter().zip(&stored) {
+            if let Some(grad) = grad.as_ref().filter(|g| *req == GradReq::Write && claims[&g.key()] == 1) {
+                destinations.insert(grad.key(), buffer.clone());
+            }
+        }
+    }
     let values = {
         let _recording = FlagsGuard::set(options.create_graph, options.train_mode);
         let create_graph = options.create_graph;
-        executor::run(&targets, ctx, |node| resolve(node, &forward_keys, create_graph))?
+        executor::run(&targets, &destinations, ctx, |node| resolve(node, &forward_keys, create_graph))?
     };
     let mut values = values.into_iter();
     let mut results = Vec::with_capacity(xs.len());
@@ -327,7 +341,7 @@ impl Operator for HostFunctionBackward {
     fn forward(&self, _ctx: &crate::op::ExecContext, _inputs: &[crate::op::Tensor], _outputs: &[crate::op::Tensor]) -> Result<()> {
         crate::bail!(Value, "the backward of an autograd.Function runs in Python, not as a kernel")
     }
-    fn run_on_host(&self, inputs: &[NDArray]) -> Option<Result<Vec<NDArray>>> {
+    fn run_on_host(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
         let grads = inputs.iter().map(NDArray::detached).collect::<Vec<_>>();
         Some((self.backward)(&grads).and_then(|g| {
             if g.len() != self.num_inputs {

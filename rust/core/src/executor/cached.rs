@@ -13,7 +13,7 @@ use super::{run, Source};
 use crate::autograd::{self, FlagsGuard};
 use crate::base::{Context, DType, Shape};
 use crate::error::Result;
-use crate::graph::{address, node_key, topo_order, AddressMap, AddressSet, Entry, Node};
+use crate::graph::{address, node_key, topo_order, AddressMap, AddressSet, Entry, EntryKey, Node};
 use crate::ndarray::NDArray;
 use crate::op::grad::{Grad, InputGrads};
 use crate::op::{Attrs, ExecContext, Operator, Tensor};
@@ -147,7 +147,7 @@ impl Graph {
         self.check_inputs(inputs)?;
         let bound: AddressMap<usize, NDArray> = self.inputs.iter().zip(inputs).map(|(n, a)| (node_key(n), a.detached())).collect();
         let _flags = FlagsGuard::set(false, autograd::is_training());
-        run(targets, ctx, |node| match bound.get(&node_key(node)) {
+        run(targets, &AddressMap::default(), ctx, |node| match bound.get(&node_key(node)) {
             Some(a) => Ok(Source::Known(vec![a.clone()])),
             None if node.is_variable() => crate::bail!(Value, "graph input '{}' is not bound", node.name),
             None => Ok(Source::Compute),
@@ -200,7 +200,7 @@ impl Operator for CachedCall {
     fn forward(&self, _ctx: &ExecContext, _inputs: &[Tensor], _outputs: &[Tensor]) -> Result<()> {
         crate::bail!(Runtime, "a cached graph runs its operators itself, not as one kernel")
     }
-    fn run_on_host(&self, inputs: &[NDArray]) -> Option<Result<Vec<NDArray>>> {
+    fn run_on_host(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
         let ctx = inputs.first().map_or(Context::cpu(0), NDArray::context);
         Some(self.compute(inputs, ctx))
     }
@@ -222,6 +222,15 @@ struct CachedBackward {
     plan: Arc<GradientPlan>,
 }
 
+/// `into[i]` for each target i whose entry no other target shares (an array can take one value).
+fn unique_destinations(targets: &[Entry], into: &[Option<NDArray>]) -> AddressMap<EntryKey, NDArray> {
+    let mut claims: AddressMap<EntryKey, usize> = AddressMap::default();
+    for t in targets {
+        *claims.entry(t.key()).or_default() += 1;
+    }
+    targets.iter().zip(into).filter_map(|(t, dest)| dest.clone().filter(|_| claims[&t.key()] == 1).map(|d| (t.key(), d))).collect()
+}
+
 impl Operator for CachedBackward {
     fn input_names(&self) -> Vec<String> {
         let g = &self.graph;
@@ -239,7 +248,7 @@ impl Operator for CachedBackward {
     fn forward(&self, _ctx: &ExecContext, _inputs: &[Tensor], _outputs: &[Tensor]) -> Result<()> {
         crate::bail!(Runtime, "a cached graph's gradient runs its operators itself, not as one kernel")
     }
-    fn run_on_host(&self, inputs: &[NDArray]) -> Option<Result<Vec<NDArray>>> {
+    fn run_on_host(&self, inputs: &[NDArray], into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
         let g = &self.graph;
         let (graph_inputs, rest) = inputs.split_at(g.inputs.len());
         let (saved, head_grads) = rest.split_at(self.plan.saved.len());
@@ -253,7 +262,7 @@ impl Operator for CachedBackward {
         }
         let targets: Vec<Entry> = self.plan.grads.iter().flatten().cloned().collect();
         let ctx = inputs.first().map_or(Context::cpu(0), NDArray::context);
-        Some(run(&targets, ctx, |node| {
+        Some(run(&targets, &unique_destinations(&targets, into), ctx, |node| {
             if let Some(a) = known.get(&node_key(node)) {
                 return Ok(Source::Known(vec![a.clone()]));
             }

@@ -28,7 +28,12 @@ pub enum Source {
 
 /// Values of `targets`. `resolve` says, once per node, whether its values are known; nodes it
 /// asks to compute must have an operator.
-pub fn run(targets: &[Entry], ctx: Context, mut resolve: impl FnMut(&Arc<Node>) -> Result<Source>) -> Result<Vec<NDArray>> {
+pub fn run(
+    targets: &[Entry],
+    destinations: &AddressMap<EntryKey, NDArray>,
+    ctx: Context,
+    mut resolve: impl FnMut(&Arc<Node>) -> Result<Source>,
+) -> Result<Vec<NDArray>> {
     let mut values: AddressMap<EntryKey, NDArray> = AddressMap::default();
     let mut failure = None;
     let order = topo_order(targets, |node| match resolve(node) {
@@ -71,8 +76,11 @@ pub fn run(targets: &[Entry], ctx: Context, mut resolve: impl FnMut(&Arc<Node>) 
             .map(|e| values.get(&e.key()).cloned().ok_or_else(|| crate::err!(Runtime, "value of an input of node '{}' is missing", node.name)))
             .collect::<Result<Vec<_>>>()?;
         let operator = completed.get(&node_key(node)).unwrap_or(&op.operator);
-        let outputs = match operator.run_on_host(&inputs) {
+        let written: Vec<Option<NDArray>> = (0..node.num_outputs()).map(|i| destinations.get(&(node_key(node), i)).cloned()).collect();
+        let outputs = match operator.run_on_host(&inputs, &written) {
             Some(result) => result.map_err(|e| e.context(format!("node '{}' ({})", node.name, op.name)))?,
+            None if written.iter().any(Option::is_some) => imperative::invoke_operator_into(&op.name, operator.clone(), &op.attrs, &inputs, written, ctx)
+                .map_err(|e| e.context(format!("node '{}'", node.name)))?,
             None => imperative::invoke_operator(&op.name, operator.clone(), &op.attrs, &inputs, None, ctx, None)
                 .map_err(|e| e.context(format!("node '{}'", node.name)))?,
         };
@@ -115,7 +123,7 @@ pub fn run_steps(
             .collect::<Result<Vec<_>>>()?;
         let planned = |count: usize| (0..count).map(|i| storage.get(&(node_key(node), i)).cloned()).collect::<Option<Vec<_>>>();
         let out = planned(node.num_outputs()).or_else(|| planned(op.operator.num_visible_outputs()));
-        let outputs = match op.operator.run_on_host(&inputs) {
+        let outputs = match op.operator.run_on_host(&inputs, &[]) {
             Some(result) => result,
             None => imperative::invoke_operator(&op.name, op.operator.clone(), &op.attrs, &inputs, out, ctx, None),
         }

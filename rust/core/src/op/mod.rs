@@ -265,9 +265,11 @@ pub trait Operator: Send + Sync + 'static {
     }
     /// The kernel. Errors are reported on the outputs at the next sync point.
     fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()>;
-    /// Operators computed by calling back into the host language (`autograd.Function`) take
-    /// whole arrays instead of running a kernel: `Some` result means the runner used this.
-    fn run_on_host(&self, _inputs: &[crate::ndarray::NDArray]) -> Option<Result<Vec<crate::ndarray::NDArray>>> {
+    /// Operators computed by calling back into the host language (`autograd.Function`) or by
+    /// running a graph (a cached graph's gradient) take whole arrays instead of running a kernel:
+    /// `Some` result means the runner used this. `into` may name arrays to compute outputs into
+    /// (an operator is free to ignore it; the caller copies what did not land there).
+    fn run_on_host(&self, _inputs: &[crate::ndarray::NDArray], _into: &[Option<crate::ndarray::NDArray>]) -> Option<Result<Vec<crate::ndarray::NDArray>>> {
         None
     }
     /// Input gradients as graph nodes of registered operators (see [`grad`]).
