@@ -76,7 +76,11 @@ pub fn run(
             .map(|e| values.get(&e.key()).cloned().ok_or_else(|| crate::err!(Runtime, "value of an input of node '{}' is missing", node.name)))
             .collect::<Result<Vec<_>>>()?;
         let operator = completed.get(&node_key(node)).unwrap_or(&op.operator);
-        let written: Vec<Option<NDArray>> = (0..node.num_outputs()).map(|i| destinations.get(&(node_key(node), i)).cloned()).collect();
+        let written: Vec<Option<NDArray>> = if destinations.is_empty() {
+            Vec::new()
+        } else {
+            (0..node.num_outputs()).map(|i| destinations.get(&(node_key(node), i)).cloned()).collect()
+        };
         let outputs = match operator.run_on_host(&inputs, &written) {
             Some(result) => result.map_err(|e| e.context(format!("node '{}' ({})", node.name, op.name)))?,
             None if written.iter().any(Option::is_some) => imperative::invoke_operator_into(&op.name, operator.clone(), &op.attrs, &inputs, written, ctx)

@@ -262,11 +262,11 @@ impl Shifted<'_> {
             let source = Rows { data: padded, stride: self.layout.positions(images.len()), count: cpg };
             if direct {
                 let target = RowsMut { data: &mut chunk[grp * fpg * outs..], stride: outs, count: fpg };
-                correlate_rows(source, &self.layout.offsets, packed.group(grp), target, &spans, false);
+                correlate_rows(source, &self.layout.offsets, packed.group(grp), target, &spans);
                 continue;
             }
             let target = RowsMut { data: &mut block[margin..], stride: row, count: fpg };
-            correlate_rows(source, &self.layout.offsets, packed.group(grp), target, &spans, false);
+            correlate_rows(source, &self.layout.offsets, packed.group(grp), target, &spans);
             for k in 0..images.len() {
                 for f in 0..fpg {
                     let dst = &mut chunk[(k * g.filters + grp * fpg + f) * outs..][..outs];
@@ -321,11 +321,11 @@ impl Shifted<'_> {
             let source = Rows { data: block, stride: self.layout.response_row(images.len()), count: fpg };
             if direct {
                 let target = RowsMut { data: &mut chunk[grp * cpg * plane_in..], stride: plane_in, count: cpg };
-                correlate_rows(source, &mirrored, packed.group(grp), target, &spans, false);
+                correlate_rows(source, &mirrored, packed.group(grp), target, &spans);
                 continue;
             }
             let target = RowsMut { data: padded_grad, stride: positions, count: cpg };
-            correlate_rows(source, &mirrored, packed.group(grp), target, &spans, false);
+            correlate_rows(source, &mirrored, packed.group(grp), target, &spans);
             for k in 0..images.len() {
                 for c in 0..cpg {
                     let dst = &mut chunk[(k * g.channels + grp * cpg + c) * plane_in..][..plane_in];
@@ -569,10 +569,9 @@ fn contiguous_spans(columns: usize) -> Vec<Span> {
     (0..columns).step_by(simd::f32_lanes()).map(|q| Span { src: q, dst: q }).collect()
 }
 
-/// For every target row o and span: `target[o][dst + j] (+)= sum_k sum_i packed(o, i, k) *
-/// source[i][src + j + offsets[k]]` for the span's vector of positions j; `accumulate` adds to the
-/// target instead of overwriting it.
-fn correlate_rows(source: Rows, offsets: &[usize], (packed, block): (&[f32], usize), target: RowsMut, spans: &[Span], accumulate: bool) {
+/// For every target row o and span: `target[o][dst + j] = sum_k sum_i packed(o, i, k) *
+/// source[i][src + j + offsets[k]]` for the span's vector of positions j.
+fn correlate_rows(source: Rows, offsets: &[usize], (packed, block): (&[f32], usize), target: RowsMut, spans: &[Span]) {
     let lanes = simd::f32_lanes();
     let max_offset = offsets.iter().max().copied().unwrap_or(0);
     let (max_src, max_dst) = spans.iter().fold((0, 0), |(s, d), span| (s.max(span.src), d.max(span.dst)));
@@ -583,9 +582,9 @@ fn correlate_rows(source: Rows, offsets: &[usize], (packed, block): (&[f32], usi
     simd::vectorized(
         #[inline(always)]
         || match lanes {
-            16 => correlate_tiles::<16, 3, 8, true>(&source, offsets, packed, target, spans, accumulate),
-            8 => correlate_tiles::<8, 2, 6, true>(&source, offsets, packed, target, spans, accumulate),
-            _ => correlate_tiles::<4, 2, 4, false>(&source, offsets, packed, target, spans, accumulate),
+            16 => correlate_tiles::<16, 3, 8, true>(&source, offsets, packed, target, spans),
+            8 => correlate_tiles::<8, 2, 6, true>(&source, offsets, packed, target, spans),
+            _ => correlate_tiles::<4, 2, 4, false>(&source, offsets, packed, target, spans),
         },
     );
 }
@@ -604,7 +603,6 @@ fn correlate_tiles<const W: usize, const PV: usize, const FB: usize, const FUSED
     packed: &[f32],
     target: RowsMut,
     spans: &[Span],
-    accumulate: bool,
 ) {
     assert_eq!(packed.len() % (offsets.len() * source.count * FB), 0, "weight packed for another tile shape");
     for (b, weights) in packed.chunks_exact(offsets.len() * source.count * FB).take(target.count.div_ceil(FB)).enumerate() {
@@ -636,15 +634,7 @@ fn correlate_tiles<const W: usize, const PV: usize, const FB: usize, const FUSED
                         break;
                     }
                     let dst: &mut [f32; W] = (&mut out_row[picked[v].dst..picked[v].dst + W]).try_into().expect("a span lies inside its row");
-                    if accumulate {
-                        let mut sum = *dst;
-                        for (s, x) in sum.iter_mut().zip(acc_vec) {
-                            *s += x;
-                        }
-                        *dst = sum;
-                    } else {
-                        *dst = *acc_vec;
-                    }
+                    *dst = *acc_vec;
                 }
             }
         }
@@ -657,16 +647,16 @@ mod tests {
 
     /// Every tile shape (whichever this CPU would pick) against the direct sum, with a partial
     /// last block of output rows, a partial last tile of spans, spans with gaps between them and
-    /// placed elsewhere in the target than in the source, overwriting and accumulating.
+    /// placed elsewhere in the target than in the source; positions outside the spans untouched.
     #[test]
     fn every_tile_shape_matches_the_direct_sum() {
         let (inputs, outputs, offsets) = (3, 11, [0usize, 1, 7, 9]);
-        type Kernel = fn(&Rows, &[usize], &[f32], RowsMut, &[Span], bool);
+        type Kernel = fn(&Rows, &[usize], &[f32], RowsMut, &[Span]);
         let shapes: [(usize, usize, Kernel); 4] = [
             (16, 8, correlate_tiles::<16, 3, 8, true>),
             (8, 6, correlate_tiles::<8, 2, 6, true>),
             (4, 4, correlate_tiles::<4, 2, 4, false>),
-            (simd::f32_lanes(), tile_rows(), |s, o, p, t, sp, acc| correlate_rows(Rows { ..*s }, o, (p, tile_rows()), t, sp, acc)),
+            (simd::f32_lanes(), tile_rows(), |s, o, p, t, sp| correlate_rows(Rows { ..*s }, o, (p, tile_rows()), t, sp)),
         ];
         for (lanes, block, kernel) in shapes {
             // Seven spans: pairs of vectors 3 apart in the source, packed tightly in the target
@@ -677,23 +667,20 @@ mod tests {
             let weight: Vec<f32> = (0..outputs * inputs * offsets.len()).map(|i| ((i * 53 % 89) as f32 - 44.0) / 30.0).collect();
             let packed = PackedWeight::new(&weight, 1, outputs, inputs, offsets.len(), false, block);
             let out_stride = 8 * lanes + 5;
-            for accumulate in [false, true] {
-                let mut out = vec![1.5f32; outputs * out_stride];
-                let source = Rows { data: &source, stride, count: inputs };
-                kernel(&source, &offsets, packed.group(0).0, RowsMut { data: &mut out, stride: out_stride, count: outputs }, &spans, accumulate);
-                for o in 0..outputs {
-                    for q in 0..out_stride {
-                        let span = spans.iter().find(|s| (s.dst..s.dst + lanes).contains(&q));
-                        let want = span.map_or(1.5, |s| {
-                            let sum: f32 = (0..inputs)
-                                .flat_map(|i| offsets.iter().enumerate().map(move |(k, &off)| (i, k, off)))
-                                .map(|(i, k, off)| weight[(o * inputs + i) * offsets.len() + k] * source.data[i * stride + s.src + (q - s.dst) + off])
-                                .sum();
-                            sum + if accumulate { 1.5 } else { 0.0 }
-                        });
-                        let got = out[o * out_stride + q];
-                        assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "{lanes} lanes, accumulate {accumulate}: row {o} position {q}: {got} vs {want}");
-                    }
+            let mut out = vec![1.5f32; outputs * out_stride];
+            let source = Rows { data: &source, stride, count: inputs };
+            kernel(&source, &offsets, packed.group(0).0, RowsMut { data: &mut out, stride: out_stride, count: outputs }, &spans);
+            for o in 0..outputs {
+                for q in 0..out_stride {
+                    let span = spans.iter().find(|s| (s.dst..s.dst + lanes).contains(&q));
+                    let want = span.map_or(1.5, |s| {
+                        (0..inputs)
+                            .flat_map(|i| offsets.iter().enumerate().map(move |(k, &off)| (i, k, off)))
+                            .map(|(i, k, off)| weight[(o * inputs + i) * offsets.len() + k] * source.data[i * stride + s.src + (q - s.dst) + off])
+                            .sum()
+                    });
+                    let got = out[o * out_stride + q];
+                    assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "{lanes} lanes: row {o} position {q}: {got} vs {want}");
                 }
             }
         }

@@ -601,42 +601,9 @@ impl Operator for FullyConnectedBackward {
             matmul_into(g.dtype, outputs[1].raw(), false, g.raw(), Mat::stored(rows, hidden, true), x.raw(), Mat::stored(rows, features, false), threads);
         }
         if let Some(db) = outputs.get(2) {
-            crate::dispatch_dtype!(g.dtype, T => {
-                // SAFETY: g is read-only here; db is this op's alone.
-                let (gv, dbv) = unsafe { (g.slice::<T>(), db.slice_mut::<T>()) };
-                column_sums(gv, hidden, dbv);
-            });
+            super::reduce::sum_view(g, &[rows, hidden], &[true, false], db);
         }
         Ok(())
-    }
-}
-
-/// `sums[j] = sum over rows of values[row * width + j]`, accumulated in float64 (float32 rows
-/// convert and add in vectors).
-fn column_sums<T: Elem>(values: &[T], width: usize, sums: &mut [T]) {
-    let mut totals = vec![0f64; width];
-    match T::DTYPE {
-        DType::F32 => {
-            // SAFETY: T is f32 here, same size and alignment.
-            let rows = unsafe { std::slice::from_raw_parts(values.as_ptr() as *const f32, values.len()) };
-            super::simd::vectorized(#[inline(always)] || {
-                for row in rows.chunks_exact(width) {
-                    for (t, &v) in totals.iter_mut().zip(row) {
-                        *t += v as f64;
-                    }
-                }
-            });
-        }
-        _ => {
-            for row in values.chunks_exact(width) {
-                for (t, v) in totals.iter_mut().zip(row) {
-                    *t += v.to_f64();
-                }
-            }
-        }
-    }
-    for (o, t) in sums.iter_mut().zip(totals) {
-        *o = T::from_f64(t);
     }
 }
 
