@@ -25,3 +25,8 @@ from . import metric
 from . import gluon
 from . import visualization as viz
 from . import test_utils
+from . import util
+from .util import (is_np_shape, set_np_shape, np_shape, use_np_shape, is_np_array, np_array,
+                   use_np_array, use_np, set_np, reset_np)
+from . import engine
+from . import runtime

@@ -1,5 +1,7 @@
 """Shared definitions: the error type and the dtype vocabulary (MXNet's ``mxnet.base``)."""
 
+import os
+
 import numpy as np
 
 from . import _core
@@ -10,6 +12,7 @@ MXNetError = _core.MXNetError
 numeric_types = (float, int, np.generic)
 integer_types = (int, np.integer)
 string_types = (str,)
+py_bytes = bytes
 
 #: MXNet's NumPy stand-in for bfloat16 (NumPy has no such type): 16-bit words.
 bfloat16 = np.dtype([("bfloat16", np.uint16)])
@@ -58,3 +61,79 @@ def dtype_name(dtype):
 def np_dtype(name):
     """The NumPy type MXNet reports for a dtype name (``np.float32`` for 'float32')."""
     return _NP_TYPES[name]
+
+
+class NotImplementedForSymbol(MXNetError):
+    """Raised when a Symbol is asked for an NDArray-only operation (e.g. ``len(sym)``, ``sym.asnumpy``)."""
+
+    def __init__(self, function, alias, *args):
+        super().__init__()
+        self.function = function.__name__ if callable(function) else str(function)
+        self.alias = alias
+        self.args = [str(type(a)) for a in args]
+
+    def __str__(self):
+        msg = "Function %s" % self.function
+        if self.alias:
+            msg += " (namely operator \"%s\")" % self.alias
+        if self.args:
+            msg += " with arguments (%s)" % ", ".join(self.args)
+        return msg + " is not implemented for Symbol and only available in NDArray."
+
+
+class NotSupportedForSparseNDArray(MXNetError):
+    """Raised when a sparse-only storage operation is requested (oxnet stores every array densely)."""
+
+    def __init__(self, function, alias, *args):
+        super().__init__()
+        self.function = function.__name__ if callable(function) else str(function)
+        self.alias = alias
+        self.args = [str(type(a)) for a in args]
+
+    def __str__(self):
+        msg = "Function %s" % self.function
+        if self.alias:
+            msg += " (namely operator \"%s\")" % self.alias
+        if self.args:
+            msg += " with arguments (%s)" % ", ".join(self.args)
+        return msg + " is not supported for SparseNDArray and only available in NDArray."
+
+
+def py_str(x):
+    """Bytes from the core (or a str) as a Python str."""
+    return x.decode("utf-8") if isinstance(x, bytes) else x
+
+
+def c_str(string):
+    """A str as the UTF-8 bytes a C API takes (kept for programs that build ctypes arguments)."""
+    return string.encode("utf-8")
+
+
+def _as_list(obj):
+    """``obj`` if it is a list or tuple (as a list), else ``[obj]``."""
+    if isinstance(obj, (list, tuple)):
+        return list(obj)
+    return [obj]
+
+
+class classproperty:
+    """A read-only property of the class itself."""
+
+    def __init__(self, getter):
+        self.getter = getter
+
+    def __get__(self, _instance, owner):
+        return self.getter(owner)
+
+
+def data_dir_default():
+    """Where datasets and model files are kept when MXNET_HOME is unset: ``~/.mxnet``
+    (``%APPDATA%\\mxnet`` on Windows), as in MXNet."""
+    if os.name == "nt" and os.environ.get("APPDATA"):
+        return os.path.join(os.environ["APPDATA"], "mxnet")
+    return os.path.join(os.path.expanduser("~"), ".mxnet")
+
+
+def data_dir():
+    """MXNET_HOME if set, else :func:`data_dir_default`."""
+    return os.getenv("MXNET_HOME", data_dir_default())

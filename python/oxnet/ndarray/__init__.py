@@ -18,6 +18,7 @@ from . import ndarray as _ndarray_module  # noqa: E402
 globals().update({name: getattr(_ndarray_module, name) for name in _ndarray_module._HELPERS})
 _core._register_python(NDArray, os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
 from . import random  # noqa: E402 (uses the generated operators)
+from . import sparse  # noqa: E402
 
 
 def concatenate(arrays, axis=0, always_copy=True):

@@ -8,6 +8,13 @@ from ..context import Context, current_context
 
 _invoke = _core.invoke
 
+py_slice = slice  # MXNet's name for the builtin (its module shadows ``slice`` with the operator)
+
+# MXNet's storage type ids; oxnet stores every array densely ('default').
+_STORAGE_TYPE_UNDEFINED, _STORAGE_TYPE_DEFAULT, _STORAGE_TYPE_ROW_SPARSE, _STORAGE_TYPE_CSR = -1, 0, 1, 2
+_STORAGE_TYPE_STR_TO_ID = {"undefined": -1, "default": 0, "row_sparse": 1, "csr": 2}
+_STORAGE_TYPE_ID_TO_STR = {v: k for k, v in _STORAGE_TYPE_STR_TO_ID.items()}
+
 
 def _wrap(result):
     if isinstance(result, list):
