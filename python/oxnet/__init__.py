@@ -22,6 +22,15 @@ from . import initializer as init
 from . import optimizer
 from . import lr_scheduler
 from . import metric
+from . import io
+from . import kvstore
+from . import kvstore as kv
+from . import model
+from . import callback
+from . import module
+from . import module as mod
+from . import monitor
+from . import monitor as mon
 from . import gluon
 from . import visualization as viz
 from . import test_utils
@@ -30,3 +39,4 @@ from .util import (is_np_shape, set_np_shape, np_shape, use_np_shape, is_np_arra
                    use_np_array, use_np, set_np, reset_np)
 from . import engine
 from . import runtime
+from . import operator

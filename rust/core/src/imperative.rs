@@ -98,6 +98,24 @@ pub fn invoke_operator(
     if !ctx.is_host() {
         return Err(fail(crate::backend::gpu_unavailable(ctx)));
     }
+    let host_into: Vec<Option<NDArray>> = out.iter().flatten().cloned().map(Some).collect();
+    if let Some(result) = operator.run_on_host(inputs, &host_into) {
+        // Operators computed by the host (`Custom`) produce whole arrays themselves.
+        let outputs = result.map_err(fail)?;
+        for (given, computed) in out.iter().flatten().zip(&outputs) {
+            if !given.same_data(computed) {
+                copy(computed, given, site.clone()).map_err(fail)?;
+            }
+        }
+        let outputs = match out {
+            Some(given) => given.into_iter().chain(outputs.into_iter().skip(host_into.len())).collect(),
+            None => outputs,
+        };
+        if autograd::should_record(inputs) {
+            return Ok(autograd::record(name, operator, attrs, inputs, outputs));
+        }
+        return Ok(outputs);
+    }
     let in_shapes: Vec<Shape> = inputs.iter().map(|a| a.shape().clone()).collect();
     let in_types: Vec<DType> = described.iter().map(|d| d.1).collect();
     let out_shapes = if operator.shape_depends_on_values() {

@@ -2,6 +2,7 @@
 //! bulk copies release the GIL.
 
 mod autograd;
+mod custom;
 mod errors;
 mod ndarray;
 mod ops;
@@ -35,5 +36,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ops::register(m)?;
     autograd::register(m)?;
     symbol::register(m)?;
+    custom::register(m)?;
     Ok(())
 }

@@ -12,6 +12,7 @@ mod broadcast;
 mod conv_shifted;
 mod convolution;
 mod creation;
+pub mod custom;
 mod deconvolution;
 mod dropout;
 mod elemwise_binary;
@@ -43,7 +44,7 @@ mod sorting;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use crate::base::{Context, DType, Shape};
+use crate::base::{Context, DType, PartialShape, Shape};
 use crate::error::Result;
 pub use params::{Attrs, ParamSpec, Params};
 pub(crate) use shape_ops::cast_into;
@@ -208,6 +209,17 @@ pub trait Operator: Send + Sync + 'static {
     /// Fill in the shapes of inputs that are unknown (`None`) from those that are known: a
     /// layer's weight shape from its data (MXNet infers shapes in both directions this way).
     fn complete_input_shapes(&self, _inputs: &mut [Option<Shape>]) -> Result<()> {
+        Ok(())
+    }
+    /// Two-way inference over partly known shapes (`None`: rank unknown; a [`PartialShape`]
+    /// may have unknown dimensions), asked while some input is not fully known: refine inputs
+    /// and outputs from what each tells about the other, as MXNet's shape functions do
+    /// (`(0, 10) + (12, 0)` makes both `(12, 10)`). By default an element-wise operator of one
+    /// input makes its input and output agree; other operators learn nothing.
+    fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
+        if inputs.len() == 1 && outputs.len() == 1 && self.elementwise().is_some() {
+            crate::base::unify_partial(inputs, outputs)?;
+        }
         Ok(())
     }
     /// Output shapes with unknown (0) dimensions, which MXNet 1.x symbols allow for creation ops
@@ -396,6 +408,7 @@ pub fn registry() -> &'static Registry {
         dropout::register(&mut add);
         optimizer_updates::register(&mut add);
         creation::register(&mut add);
+        custom::register(&mut add);
         r
     })
 }
