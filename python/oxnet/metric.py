@@ -84,6 +84,12 @@ class EvalMetric:
         name, value = self.get()
         return list(zip(_as_list(name), _as_list(value)))
 
+    def get_global_name_value(self):
+        """(name, value) pairs over everything seen since the last ``reset`` (``reset_local``
+        does not clear them)."""
+        name, value = self.get_global()
+        return list(zip(_as_list(name), _as_list(value)))
+
     def get_config(self):
         config = dict(self._kwargs)
         config.update({"metric": self.__class__.__name__, "name": self.name, "output_names": self.output_names,
@@ -112,13 +118,23 @@ class CompositeEvalMetric(EvalMetric):
         for metric in getattr(self, "metrics", []):
             metric.reset()
 
-    def get(self):
+    def reset_local(self):
+        for metric in self.metrics:
+            metric.reset_local()
+
+    def _joined(self, getter):
         names, values = [], []
         for metric in self.metrics:
-            name, value = metric.get()
+            name, value = getter(metric)
             names.extend(_as_list(name))
             values.extend(_as_list(value))
         return names, values
+
+    def get(self):
+        return self._joined(lambda metric: metric.get())
+
+    def get_global(self):
+        return self._joined(lambda metric: metric.get_global())
 
 
 class Accuracy(EvalMetric):
@@ -277,9 +293,22 @@ class Perplexity(CrossEntropy):
         return (self.name, float(np.exp(self.sum_metric / self.num_inst)))
 
 
+class Loss(EvalMetric):
+    """Mean of the outputs, for symbols whose outputs are losses (``make_loss``); labels are
+    ignored."""
+
+    def __init__(self, name="loss", output_names=None, label_names=None):
+        super().__init__(name, output_names=output_names, label_names=label_names)
+
+    def update(self, _, preds):
+        for pred in _as_list(preds):
+            values = _numpy(pred)
+            self._add(float(values.sum()), values.size)
+
+
 for _klass, _aliases in ((Accuracy, ("acc",)), (TopKAccuracy, ("top_k_accuracy", "top_k_acc")), (F1, ()),
                          (MAE, ()), (MSE, ()), (RMSE, ()), (CrossEntropy, ("ce", "cross-entropy")),
-                         (Perplexity, ()), (CompositeEvalMetric, ("composite",))):
+                         (Perplexity, ()), (Loss, ()), (CompositeEvalMetric, ("composite",))):
     register(_klass, *_aliases)
 
 

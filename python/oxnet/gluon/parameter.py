@@ -47,6 +47,8 @@ class Parameter:
         self._deferred_init = ()
         self._var = None
         self._stype = stype
+        # The Trainer updating this parameter (told when the value is replaced).
+        self._trainer = None
         self.grad_req = grad_req
 
     def __repr__(self):
@@ -228,6 +230,9 @@ class Parameter:
         for g in self._grad:
             g[:] = 0
 
+    def _set_trainer(self, trainer):
+        self._trainer = trainer
+
     def set_data(self, data):
         """Replace the value on every context (the shape must match)."""
         self.shape = data.shape
@@ -236,6 +241,11 @@ class Parameter:
                 raise RuntimeError("Parameter '%s' has not been initialized" % self.name)
             self._deferred_init = self._deferred_init[:3] + (data,)
             return
+        trainer = self._trainer
+        if trainer is not None and trainer._kv_initialized and trainer._update_on_kvstore:
+            # The store holds the weights it updates: rebuild it from the new values.
+            if self not in trainer._params_to_init:
+                trainer._reset_kvstore()
         for arr in self._data:
             arr[:] = data
 

@@ -99,8 +99,12 @@ def set_item(arr, key, value):
         return
     if not isinstance(value, NDArray):
         value = array(value, ctx=arr.context, dtype=arr.dtype)
-    elif value.dtype != arr.dtype:
-        value = value.astype(arr.dtype)
+    else:
+        if value.dtype != arr.dtype:
+            value = value.astype(arr.dtype)
+        if value.context != arr.context:
+            # MXNet copies a value from another device on assignment.
+            value = value.as_in_context(arr.context)
     if value.shape != region:
         if value.size == int(np.prod(region)):
             value = value.reshape(region)

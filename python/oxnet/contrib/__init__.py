@@ -1,0 +1,1 @@
+"""Contributed features (MXNet's ``mxnet.contrib``)."""
