@@ -1,30 +1,50 @@
 """Weight initializers (MXNet's ``mxnet.initializer``, ``mx.init``)."""
 
 import json
+import logging
 import re
+import warnings
+from math import sqrt
 
 import numpy as np
 
 from . import ndarray as nd
 from .base import string_types
+from .ndarray import NDArray
 
 _REGISTRY = {}
 
 
 def register(klass):
     """Make an initializer class creatable by its lower-case name (``'xavier'``)."""
-    _REGISTRY[klass.__name__.lower()] = klass
+    if not (isinstance(klass, type) and issubclass(klass, Initializer)):
+        raise TypeError("Can only register subclass of Initializer, got %r" % (klass,))
+    name = klass.__name__.lower()
+    if name in _REGISTRY and _REGISTRY[name] is not klass:
+        warnings.warn("New initializer %s.%s is overriding existing initializer %s.%s"
+                      % (klass.__module__, klass.__name__, _REGISTRY[name].__module__, _REGISTRY[name].__name__))
+    _REGISTRY[name] = klass
     return klass
 
 
+def alias(*aliases):
+    """Class decorator: further names an initializer can be created by (``'zeros'``)."""
+    def decorate(klass):
+        for name in aliases:
+            _REGISTRY[name.lower()] = klass
+        return klass
+    return decorate
+
+
 def create(init, **kwargs):
-    """An initializer from an instance, a registered name, or MXNet's JSON ``["name", {...}]``."""
+    """An initializer from an instance, a registered name, or MXNet's JSON ``["name", {...}]``
+    (what ``Initializer.dumps()`` writes)."""
     if isinstance(init, Initializer):
         return init
     if isinstance(init, string_types):
         if init.startswith("["):
             name, params = json.loads(init)
-            return _REGISTRY[name.lower()](**params)
+            return create(name, **params)
         if init.lower() not in _REGISTRY:
             raise ValueError("Unknown initializer '%s'; known: %s" % (init, ", ".join(sorted(_REGISTRY))))
         return _REGISTRY[init.lower()](**kwargs)
@@ -32,7 +52,8 @@ def create(init, **kwargs):
 
 
 class InitDesc(str):
-    """A parameter name with its attributes (``__init__`` names a specific initializer)."""
+    """A parameter name with its attributes (``__init__`` names a specific initializer, as
+    ``mx.sym.var(name, init=...)`` sets it) and the global initializer in use."""
 
     def __new__(cls, name, attrs=None, global_init=None):
         desc = super().__new__(cls, name)
@@ -42,46 +63,142 @@ class InitDesc(str):
 
 
 class Initializer:
-    """Fills parameters by the role their name ends with: weights by this initializer's rule,
-    biases and betas with zeros, gammas with ones, running statistics with zeros/ones."""
+    """Fills a parameter by the role its name ends with: ``weight`` by this initializer's rule
+    (``_init_weight``), ``bias``/``beta`` with zeros, ``gamma`` with ones (each an overridable
+    ``_init_*`` method), unless its ``__init__`` attribute names another initializer."""
 
     def __init__(self, **kwargs):
         self._kwargs = kwargs
+        self._verbose = False
+        self._print_func = None
+
+    def set_verbosity(self, verbose=False, print_func=None):
+        """Log a statistic of every initialized array (by default its mean absolute value,
+        ||x|| / sqrt(size))."""
+        self._verbose = verbose
+        if print_func is None:
+            def print_func(x):
+                return str((nd.norm(x) / sqrt(x.size)).asscalar())
+        self._print_func = print_func
+        return self
+
+    def _verbose_print(self, desc, init, arr):
+        if self._verbose and self._print_func:
+            logging.info("Initialized %s as %s: %s", desc, init, self._print_func(arr))
 
     def dumps(self):
+        """The initializer as MXNet's JSON ``["name", {kwargs}]`` (``create`` reads it back)."""
         return json.dumps([self.__class__.__name__.lower(), self._kwargs])
+
+    # Name suffixes and the method that fills them, in MXNet's order of precedence.
+    _ROLES = (("weight", "_init_weight"), ("bias", "_init_bias"), ("gamma", "_init_gamma"), ("beta", "_init_beta"),
+              ("min", "_init_zero"), ("max", "_init_one"), ("weight_quantize", "_init_quantized_weight"),
+              ("bias_quantize", "_init_quantized_bias"))
+    # Running statistics of normalization layers: MXNet's symbols name their initializer in the
+    # variable's __init__ attribute; these cover variables created without one.
+    _RUNNING_STATS = (("moving_mean", "_init_zero"), ("running_mean", "_init_zero"), ("moving_var", "_init_one"),
+                      ("running_var", "_init_one"), ("moving_inv_var", "_init_zero"), ("moving_avg", "_init_zero"))
 
     def __call__(self, desc, arr):
         if not isinstance(desc, InitDesc):
-            desc = InitDesc(desc)
+            self._legacy_init(desc, arr)
+            return
+        if desc.global_init is None:
+            desc.global_init = self
         specific = desc.attrs.get("__init__", "")
         if specific:
             create(specific)._init_weight(desc, arr)
+            self._verbose_print(desc, specific, arr)
             return
-        name = str(desc)
-        if name.endswith("weight"):
-            self._init_weight(desc, arr)
-        elif name.endswith(("bias", "beta", "moving_mean", "running_mean", "min")):
-            self._fill(arr, 0.0)
-        elif name.endswith(("gamma", "moving_var", "running_var", "moving_inv_var", "max")):
-            self._fill(arr, 1.0)
-        else:
-            self._init_default(desc, arr)
+        for suffix, method in self._ROLES + self._RUNNING_STATS:
+            if desc.endswith(suffix):
+                getattr(self, method)(desc, arr)
+                self._verbose_print(desc, suffix, arr)
+                return
+        self._init_default(desc, arr)
 
-    @staticmethod
-    def _fill(arr, value):
-        arr[:] = value
+    def _legacy_init(self, name, arr):
+        """MXNet 0.x's ``init(name, arr)``: the role comes from the name alone."""
+        warnings.warn("Calling initializer with init(str, NDArray) has been deprecated. "
+                      "please use init(mx.init.InitDesc(...), NDArray) instead.", DeprecationWarning, stacklevel=3)
+        if not isinstance(name, string_types):
+            raise TypeError("name must be string")
+        if not isinstance(arr, NDArray):
+            raise TypeError("arr must be NDArray")
+        if name.startswith("upsampling"):
+            self._init_bilinear(name, arr)
+        elif name.startswith("stn_loc") and name.endswith("weight"):
+            self._init_zero(name, arr)
+        elif name.startswith("stn_loc") and name.endswith("bias"):
+            self._init_loc_bias(name, arr)
+        else:
+            for suffix, method in (("bias", "_init_bias"), ("gamma", "_init_gamma"), ("beta", "_init_beta"),
+                                   ("weight", "_init_weight")) + self._RUNNING_STATS + (
+                                       ("min", "_init_zero"), ("max", "_init_one")):
+                if name.endswith(suffix):
+                    getattr(self, method)(name, arr)
+                    return
+            self._init_default(name, arr)
+
+    def _init_bilinear(self, _, arr):
+        arr[:] = _bilinear_kernel(arr.shape)
+
+    def _init_loc_bias(self, _, arr):
+        # The identity affine transform of a spatial transformer's localisation net.
+        if arr.shape[0] != 6:
+            raise ValueError("stn_loc bias must hold 6 values, got shape %s" % (arr.shape,))
+        arr[:] = np.array([1.0, 0, 0, 0, 1.0, 0])
+
+    def _init_zero(self, _, arr):
+        arr[:] = 0.0
+
+    def _init_one(self, _, arr):
+        arr[:] = 1.0
+
+    def _init_bias(self, _, arr):
+        arr[:] = 0.0
+
+    def _init_quantized_bias(self, _, arr):
+        arr[:] = 0
+
+    def _init_gamma(self, _, arr):
+        arr[:] = 1.0
+
+    def _init_beta(self, _, arr):
+        arr[:] = 0.0
 
     def _init_weight(self, desc, arr):
         raise NotImplementedError("%s must implement _init_weight" % self.__class__.__name__)
+
+    def _init_quantized_weight(self, _, arr):
+        arr[:] = np.random.randint(-127, 127, size=arr.shape).astype(np.int8)
 
     def _init_default(self, desc, arr):
         raise ValueError("Unknown initialization pattern for %s. Default initialization is now limited to "
                          "\"weight\", \"bias\", \"gamma\" (1.0), and \"beta\" (0.0). Please use "
                          "mx.sym.Variable(init=mx.init.*) to set initialization pattern" % desc)
 
+    def __eq__(self, other):
+        if not isinstance(other, Initializer):
+            return NotImplemented
+        return type(self) is type(other) and self._kwargs == other._kwargs
+
+    __hash__ = object.__hash__
+
     def __repr__(self):
         return "%s(%s)" % (self.__class__.__name__, ", ".join("%s=%r" % kv for kv in self._kwargs.items()))
+
+
+def _bilinear_kernel(shape):
+    """Bilinear upsampling weights of a (..., height, width) kernel."""
+    weight = np.zeros(int(np.prod(shape)), dtype="float32")
+    f = np.ceil(shape[3] / 2.0)
+    c = (2 * f - 1 - f % 2) / (2.0 * f)
+    for i in range(weight.size):
+        x = i % shape[3]
+        y = (i // shape[3]) % shape[2]
+        weight[i] = (1 - abs(x / f - c)) * (1 - abs(y / f - c))
+    return weight.reshape(shape)
 
 
 def _draw(arr, sampler, **kwargs):
@@ -91,27 +208,32 @@ def _draw(arr, sampler, **kwargs):
 
 
 @register
+@alias("zeros")
 class Zero(Initializer):
+    """Fills with zeros (whatever the parameter's name)."""
+
     def _init_weight(self, desc, arr):
-        self._fill(arr, 0.0)
+        arr[:] = 0
 
     _init_default = _init_weight
 
 
 @register
+@alias("ones")
 class One(Initializer):
+    """Fills with ones (whatever the parameter's name)."""
+
     def _init_weight(self, desc, arr):
-        self._fill(arr, 1.0)
+        arr[:] = 1
 
     _init_default = _init_weight
-
-
-_REGISTRY["zeros"] = Zero
-_REGISTRY["ones"] = One
 
 
 @register
 class Constant(Initializer):
+    """Fills with `value`: a scalar, or an array (NDArray or NumPy) that broadcasts to the
+    parameter's shape."""
+
     def __init__(self, value):
         super().__init__(value=value)
         self.value = value
@@ -120,6 +242,13 @@ class Constant(Initializer):
         arr[:] = self.value
 
     _init_default = _init_weight
+
+    def dumps(self):
+        # JSON holds arrays as nested lists.
+        value = self._kwargs["value"]
+        if not np.isscalar(value):
+            self._kwargs["value"] = value.tolist() if isinstance(value, np.ndarray) else value.asnumpy().tolist()
+        return json.dumps([self.__class__.__name__.lower(), self._kwargs])
 
 
 @register
@@ -204,15 +333,53 @@ class Bilinear(Initializer):
     """Bilinear upsampling kernels (for Deconvolution weights)."""
 
     def _init_weight(self, desc, arr):
-        shape = arr.shape
-        weight = np.zeros(int(np.prod(shape)), dtype="float32")
-        f = np.ceil(shape[3] / 2.0)
-        c = (2 * f - 1 - f % 2) / (2.0 * f)
-        for i in range(weight.size):
-            x = i % shape[3]
-            y = (i // shape[3]) % shape[2]
-            weight[i] = (1 - abs(x / f - c)) * (1 - abs(y / f - c))
-        arr[:] = weight.reshape(shape)
+        arr[:] = _bilinear_kernel(arr.shape)
+
+
+@register
+class LSTMBias(Initializer):
+    """LSTM biases: zeros, except the forget gate's (the second quarter), set to forget_bias."""
+
+    def __init__(self, forget_bias=1.0):
+        super().__init__(forget_bias=forget_bias)
+        self.forget_bias = forget_bias
+
+    def _init_weight(self, desc, arr):
+        arr[:] = 0.0
+        num_hidden = arr.shape[0] // 4
+        arr[num_hidden:2 * num_hidden] = self.forget_bias
+
+
+class Load:
+    """Initializes parameters from a dict of arrays or a ``.params`` file (``arg:``/``aux:``
+    prefixes dropped); parameters it lacks go to `default_init`."""
+
+    def __init__(self, param, default_init=None, verbose=False):
+        if isinstance(param, string_types):
+            param = nd.load(param)
+        if not isinstance(param, dict):
+            raise TypeError("Load expects a dict of name -> NDArray or a .params file name, got %r" % type(param))
+        self.param = {}
+        for name, arr in param.items():
+            self.param[name[4:] if name.startswith(("arg:", "aux:")) else name] = arr
+        self.default_init = default_init
+        self.verbose = verbose
+
+    def __call__(self, name, arr):
+        if name in self.param:
+            if arr.shape != self.param[name].shape:
+                raise ValueError("Parameter %s cannot be initialized from loading. Shape mismatch, target %s vs "
+                                 "loaded %s" % (name, arr.shape, self.param[name].shape))
+            arr[:] = self.param[name]
+            if self.verbose:
+                logging.info("Initialized %s by loading", name)
+            return
+        if self.default_init is None:
+            raise ValueError("Cannot Initialize %s. Not found in loaded param and no default Initializer is "
+                             "provided." % name)
+        self.default_init(name, arr)
+        if self.verbose:
+            logging.info("Initialized %s by default", name)
 
 
 class Mixed:

@@ -245,7 +245,8 @@ def test_sgd_aggregated_and_multi_precision_updates_match_one_by_one(name):
     half, updater = run(4, "float16", multi_precision=True)
     for i, (a, b) in enumerate(zip(half, one_by_one)):
         assert a.dtype == np.float16
-        master = updater.states[i][0].asnumpy()
+        # MXNet's SGD-family layout: (momentum, float32 master weight).
+        master = updater.states[i][1].asnumpy()
         np.testing.assert_allclose(a, master.astype(np.float16))
         # Float16 gradients are the only difference from the float32 run.
         np.testing.assert_allclose(master, b, rtol=2e-3, atol=2e-3)

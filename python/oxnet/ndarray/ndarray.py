@@ -3,7 +3,7 @@
 import numpy as np
 
 from .. import _core
-from ..base import dtype_name, np_dtype, numeric_types, integer_types, mx_real_t
+from ..base import MXNetError, dtype_name, np_dtype, numeric_types, integer_types, mx_real_t
 from ..context import Context, current_context
 
 _invoke = _core.invoke
@@ -341,6 +341,7 @@ _FLUENT = {name: name for name in (
     "rcbrt", "exp", "expm1", "log", "log10", "log2", "log1p", "sin", "cos", "tan", "arcsin", "arccos",
     "arctan", "sinh", "cosh", "tanh", "arcsinh", "arccosh", "arctanh", "degrees", "radians", "sigmoid",
     "relu", "softsign", "reciprocal", "zeros_like", "ones_like", "take", "slice", "slice_axis", "split",
+    "norm",
 )}
 _FLUENT["flatten"] = "Flatten"
 
@@ -376,7 +377,12 @@ def empty(shape, ctx=None, dtype=None):
     return NDArray(_core.empty([int(s) for s in shape], name, _as_context(ctx)._as_tuple()))
 
 
-def _creation(op_name, shape, ctx, dtype, name=None, **kwargs):
+def _creation(op_name, shape, ctx, dtype, name=None, stype=None, **kwargs):
+    # MXNet code passes the weight's stype along (``zeros(..., stype=weight.stype)``); only
+    # dense storage exists here.
+    if stype not in (None, "default"):
+        raise MXNetError("%s: sparse storage (stype=%r) is not supported by oxnet; use dense arrays "
+                         "(stype='default')" % (op_name.lstrip("_"), stype))
     if isinstance(shape, integer_types):
         shape = (shape,)
     return _op(op_name, shape=tuple(int(s) for s in shape), ctx=str(_as_context(ctx)),
@@ -426,7 +432,8 @@ def waitall():
 def _elementwise(lhs, rhs, array_op, scalar_op, rscalar_op):
     """MXNet's two-operand helpers: arrays broadcast, a scalar on either side is folded in."""
     if isinstance(lhs, numeric_types) and isinstance(rhs, numeric_types):
-        raise TypeError("%s needs at least one NDArray operand" % array_op)
+        # Two scalars give a Python scalar, as in MXNet (``nd.power(0.9, t)``).
+        return _SCALAR_FUNCTIONS[array_op](lhs, rhs)
     if isinstance(lhs, numeric_types):
         return _op(rscalar_op, rhs, scalar=float(lhs))
     if isinstance(rhs, numeric_types):
@@ -450,6 +457,25 @@ _HELPERS = {
     "greater_equal": ("broadcast_greater_equal", "_greater_equal_scalar", "_lesser_equal_scalar"),
     "lesser": ("broadcast_lesser", "_lesser_scalar", "_greater_scalar"),
     "lesser_equal": ("broadcast_lesser_equal", "_lesser_equal_scalar", "_greater_equal_scalar"),
+}
+
+
+_SCALAR_FUNCTIONS = {
+    "broadcast_add": lambda x, y: x + y,
+    "broadcast_sub": lambda x, y: x - y,
+    "broadcast_mul": lambda x, y: x * y,
+    "broadcast_div": lambda x, y: x / y,
+    "broadcast_mod": lambda x, y: x % y,
+    "broadcast_power": lambda x, y: x ** y,
+    "broadcast_maximum": lambda x, y: x if x > y else y,
+    "broadcast_minimum": lambda x, y: x if x < y else y,
+    # Comparisons give 1 or 0, as MXNet's do.
+    "broadcast_equal": lambda x, y: int(x == y),
+    "broadcast_not_equal": lambda x, y: int(x != y),
+    "broadcast_greater": lambda x, y: int(x > y),
+    "broadcast_greater_equal": lambda x, y: int(x >= y),
+    "broadcast_lesser": lambda x, y: int(x < y),
+    "broadcast_lesser_equal": lambda x, y: int(x <= y),
 }
 
 

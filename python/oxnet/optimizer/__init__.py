@@ -1,4 +1,7 @@
 """Optimizers (MXNet's ``mxnet.optimizer``)."""
 
-from .optimizer import (Optimizer, SGD, NAG, Adam, AdamW, RMSProp, AdaGrad, AdaDelta, Ftrl, Signum, LAMB,
-                        Updater, create, get_updater, register)
+from . import optimizer, contrib
+from .optimizer import *  # noqa: F401,F403  (MXNet exports every optimizer at this level)
+from .optimizer import __all__ as _optimizer_all
+
+__all__ = _optimizer_all + ["contrib"]

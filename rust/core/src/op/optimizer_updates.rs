@@ -37,13 +37,15 @@ fn rescaled(grad: f64, rescale: f64, clip: f64) -> f64 {
 }
 
 /// How an update operator lays out its inputs: per weight, (weight, grad, states...,
-/// [float32 master weight]), repeated for every weight, then [a rescale_grad array].
+/// [float32 master weight]), repeated for every weight, then [a rescale_grad array] or
+/// [the lrs and wds arrays] (the `preloaded_` forms, whose rates are computed on the device).
 #[derive(Clone, Debug)]
 struct Layout {
     states: &'static [&'static str],
     master: bool,
     weights: usize,
     rescale_input: bool,
+    preloaded_rates: bool,
 }
 
 impl Layout {
@@ -64,6 +66,10 @@ impl Layout {
         if self.rescale_input {
             names.push("rescale_grad".into());
         }
+        if self.preloaded_rates {
+            names.push("lrs".into());
+            names.push("wds".into());
+        }
         names
     }
     /// Every output is written over its weight; states and master weights are updated in place.
@@ -83,48 +89,57 @@ struct Update<R> {
     rule: R,
     pairs: Vec<(usize, usize)>,
     mutated: Vec<usize>,
+    /// The output is an update direction, not the new weight: the master weight is only read,
+    /// and a multi-precision direction is float32.
+    direction: bool,
 }
 
 impl<R: Rule> Update<R> {
     fn new(name: &'static str, layout: Layout, hyper: Vec<Hyper>, rule: R) -> Update<R> {
         let (pairs, mutated) = (layout.inplace_pairs(), layout.mutated());
-        Update { name, layout, hyper, rule, pairs, mutated }
+        Update { name, layout, hyper, rule, pairs, mutated, direction: false }
     }
     /// An update whose output is a new array rather than the weight (LAMB's first phase
     /// returns the update direction and leaves the weight alone).
     fn not_in_place(mut self) -> Self {
         self.pairs.clear();
+        self.direction = true;
         self
     }
 }
 
-/// Apply `rule` to one weight's (weight, grad, states, master) group, writing `out`.
-fn apply_rule<W: Elem, S: Elem>(rule: &impl Rule, h: &Hyper, weight: &Tensor, grad: &Tensor, states: &[Tensor], master: Option<&Tensor>, out: &Tensor) {
+/// Apply `rule` to one weight's (weight, grad, states, master) group, writing `out` (element
+/// type `O`). `write_master`: the result is the new weight, stored into the master copy too.
+#[allow(clippy::too_many_arguments)]
+fn apply_rule<W: Elem, S: Elem, O: Elem>(rule: &impl Rule, h: &Hyper, weight: &Tensor, grad: &Tensor, states: &[Tensor], master: Option<&Tensor>, write_master: bool, out: &Tensor) {
     // The state count is a constant inside the element loop, so that the loop vectorizes.
     match states.len() {
-        0 => apply_rule_with::<W, S, 0>(rule, h, weight, grad, states, master, out),
-        1 => apply_rule_with::<W, S, 1>(rule, h, weight, grad, states, master, out),
-        2 => apply_rule_with::<W, S, 2>(rule, h, weight, grad, states, master, out),
-        _ => apply_rule_with::<W, S, MAX_STATES>(rule, h, weight, grad, states, master, out),
+        0 => apply_rule_with::<W, S, O, 0>(rule, h, weight, grad, states, master, write_master, out),
+        1 => apply_rule_with::<W, S, O, 1>(rule, h, weight, grad, states, master, write_master, out),
+        2 => apply_rule_with::<W, S, O, 2>(rule, h, weight, grad, states, master, write_master, out),
+        _ => apply_rule_with::<W, S, O, MAX_STATES>(rule, h, weight, grad, states, master, write_master, out),
     }
 }
 
 /// The arrays of one update, as pointers shared by the tasks that each update one index range.
-struct UpdateArrays<W, S, const N: usize> {
+struct UpdateArrays<W, S, O, const N: usize> {
     weight: SendPtr<W>,
     grad: SendPtr<W>,
-    out: SendPtr<W>,
+    out: SendPtr<O>,
     states: [SendPtr<S>; N],
     master: Option<SendPtr<S>>,
+    write_master: bool,
 }
 
-fn apply_rule_with<W: Elem, S: Elem, const N: usize>(rule: &impl Rule, h: &Hyper, weight: &Tensor, grad: &Tensor, states: &[Tensor], master: Option<&Tensor>, out: &Tensor) {
-    let arrays = UpdateArrays::<W, S, N> {
+#[allow(clippy::too_many_arguments)]
+fn apply_rule_with<W: Elem, S: Elem, O: Elem, const N: usize>(rule: &impl Rule, h: &Hyper, weight: &Tensor, grad: &Tensor, states: &[Tensor], master: Option<&Tensor>, write_master: bool, out: &Tensor) {
+    let arrays = UpdateArrays::<W, S, O, N> {
         weight: SendPtr(weight.ptr::<W>()),
         grad: SendPtr(grad.ptr::<W>()),
-        out: SendPtr(out.ptr::<W>()),
+        out: SendPtr(out.ptr::<O>()),
         states: std::array::from_fn(|k| SendPtr(states[k].ptr::<S>())),
         master: master.map(|m| SendPtr(m.ptr::<S>())),
+        write_master,
     };
     parallel_chunks(weight.size(), PARALLEL_GRAIN, |range| {
         // SAFETY: see `update_range`.
@@ -139,7 +154,7 @@ fn apply_rule_with<W: Elem, S: Elem, const N: usize>(rule: &impl Rule, h: &Hyper
 /// states, master and output are written by this op alone, each index by exactly one task, and an
 /// output aliasing the weight is written only after its block of the weight was copied out.
 #[inline(always)]
-unsafe fn update_range<W: Elem, S: Elem, const N: usize>(rule: &impl Rule, h: &Hyper, a: &UpdateArrays<W, S, N>, range: std::ops::Range<usize>) {
+unsafe fn update_range<W: Elem, S: Elem, O: Elem, const N: usize>(rule: &impl Rule, h: &Hyper, a: &UpdateArrays<W, S, O, N>, range: std::ops::Range<usize>) {
     // The output is usually the weight itself: the weight is read through a local copy of each
     // block so that the loop vectorizes (see `broadcast::STAGE`); so are the hyper-parameters,
     // which the compiler would otherwise reload after every store through the raw pointers.
@@ -168,10 +183,10 @@ unsafe fn update_range<W: Elem, S: Elem, const N: usize>(rule: &impl Rule, h: &H
             for k in 0..N {
                 *a.states[k].get().add(i) = S::from_f64(buf[k]);
             }
-            if let Some(m) = a.master {
+            if let (Some(m), true) = (a.master, a.write_master) {
                 *m.get().add(i) = S::from_f64(new);
             }
-            *a.out.get().add(i) = W::from_f64(new);
+            *a.out.get().add(i) = O::from_f64(new);
         }
     }
 }
@@ -220,6 +235,13 @@ impl<R: Rule> Operator for Update<R> {
         if self.layout.rescale_input && inputs[inputs.len() - 1].size() != 1 {
             crate::bail!(Shape, "{}: rescale_grad must hold one value, got shape {}", self.name, inputs[inputs.len() - 1]);
         }
+        if self.layout.preloaded_rates {
+            for (name, shape) in ["lrs", "wds"].iter().zip(&inputs[inputs.len() - 2..]) {
+                if shape.size() != self.layout.weights {
+                    crate::bail!(Shape, "{}: {name} must hold one value per weight ({}), got shape {shape}", self.name, self.layout.weights);
+                }
+            }
+        }
         Ok(outs)
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
@@ -234,7 +256,7 @@ impl<R: Rule> Operator for Update<R> {
             if let Some(bad) = group[2..].iter().find(|&&d| d != state) {
                 crate::bail!(Type, "{}: states{} must be {state}, got {bad}", self.name, if self.layout.master { " and weight32" } else { "" });
             }
-            outs.push(weight);
+            outs.push(if self.direction { state } else { weight });
         }
         Ok(outs)
     }
@@ -262,6 +284,12 @@ impl<R: Rule> Operator for Update<R> {
         } else {
             None
         };
+        let preloaded = if self.layout.preloaded_rates {
+            Some((super::normalization::to_f64(&inputs[inputs.len() - 2]), super::normalization::to_f64(&inputs[inputs.len() - 1])))
+        } else {
+            None
+        };
+        let write_master = !self.direction;
         for (i, out) in outputs.iter().enumerate() {
             let group = &inputs[i * per..(i + 1) * per];
             let (states, master) = if self.layout.master { (&group[2..per - 1], Some(&group[per - 1])) } else { (&group[2..], None) };
@@ -269,11 +297,15 @@ impl<R: Rule> Operator for Update<R> {
             if let Some(r) = rescale {
                 h.rescale = r;
             }
+            if let Some((lrs, wds)) = &preloaded {
+                h.lr = lrs[i];
+                h.wd = wds[i];
+            }
             dispatch_float!(group[0].dtype, W => {
-                if self.layout.master {
-                    apply_rule::<W, f32>(&self.rule, &h, &group[0], &group[1], states, master, out);
-                } else {
-                    apply_rule::<W, W>(&self.rule, &h, &group[0], &group[1], states, master, out);
+                match (self.layout.master, self.direction) {
+                    (true, true) => apply_rule::<W, f32, f32>(&self.rule, &h, &group[0], &group[1], states, master, write_master, out),
+                    (true, false) => apply_rule::<W, f32, W>(&self.rule, &h, &group[0], &group[1], states, master, write_master, out),
+                    (false, _) => apply_rule::<W, W, W>(&self.rule, &h, &group[0], &group[1], states, master, write_master, out),
                 }
             });
         }
@@ -470,8 +502,60 @@ crate::op_params! {
     }
 }
 
+crate::op_params! {
+    pub struct PreloadedMultiSgdParams {
+        /// Momentum (the `_mom_` forms).
+        momentum: f64 = 0.0,
+        /// Factor the gradients are multiplied by first.
+        rescale_grad: f64 = 1.0,
+        /// Clip the rescaled gradients; negative disables.
+        clip_gradient: f64 = -1.0,
+        /// Number of weights updated.
+        num_weights: usize = 1,
+    }
+}
+
+crate::op_params! {
+    pub struct FtmlParams {
+        /// Learning rate.
+        lr: f64,
+        /// Decay rate of the first moment (z).
+        beta1: f64 = 0.6,
+        /// Decay rate of the second moment (v).
+        beta2: f64 = 0.999,
+        /// Small constant for numerical stability.
+        epsilon: f64 = 1e-8,
+        /// Number of updates so far (bias correction).
+        t: usize,
+        /// Weight decay (added to the gradient).
+        wd: f64 = 0.0,
+        /// Factor the gradient is multiplied by first.
+        rescale_grad: f64 = 1.0,
+        /// Clip the gradient (after weight decay); negative disables.
+        clip_grad: f64 = -1.0,
+    }
+}
+
+crate::op_params! {
+    pub struct MultiSumSqParams {
+        /// Number of input arrays.
+        num_arrays: usize,
+    }
+}
+
+crate::op_params! {
+    pub struct MultiLarsParams {
+        /// LARS coefficient.
+        eta: f64,
+        /// Added to the denominator.
+        eps: f64,
+        /// Factor the gradients were to be multiplied by (scales the gradient norms).
+        rescale_grad: f64 = 1.0,
+    }
+}
+
 fn single(states: &'static [&'static str], master: bool) -> Layout {
-    Layout { states, master, weights: 1, rescale_input: false }
+    Layout { states, master, weights: 1, rescale_input: false, preloaded_rates: false }
 }
 
 fn hyper(lr: f64, wd: f64, rescale: f64) -> Vec<Hyper> {
@@ -516,7 +600,13 @@ fn multi(name: &'static str, p: &MultiSgdParams, states: &'static [&'static str]
         crate::bail!(Param, "{name}: lrs ({}) and wds ({}) need one value per weight (num_weights = {n})", p.lrs.len(), p.wds.len());
     }
     let hyper = p.lrs.iter().zip(&p.wds).map(|(&lr, &wd)| Hyper { lr, wd, rescale: p.rescale_grad }).collect();
-    Ok((Layout { states, master, weights: n, rescale_input: false }, hyper))
+    Ok((Layout { states, master, weights: n, rescale_input: false, preloaded_rates: false }, hyper))
+}
+
+/// The `preloaded_multi_` forms: lrs and wds come as the last two input arrays.
+fn preloaded(p: &PreloadedMultiSgdParams, states: &'static [&'static str], master: bool) -> (Layout, Vec<Hyper>) {
+    let hyper = vec![Hyper { lr: 0.0, wd: 0.0, rescale: p.rescale_grad }; p.num_weights];
+    (Layout { states, master, weights: p.num_weights, rescale_input: false, preloaded_rates: true }, hyper)
 }
 
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
@@ -567,26 +657,69 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         }))
     }));
     add(OpDef::new("_contrib_adamw_update", &[], "AdamW: Adam with weight decay decoupled from the gradient; skipped when the rescale_grad input is 0, NaN or Inf.", |p: AdamWParams| {
-        let layout = Layout { states: &["mean", "var"], master: false, weights: 1, rescale_input: true };
+        let layout = Layout { states: &["mean", "var"], master: false, weights: 1, rescale_input: true, preloaded_rates: false };
         Ok(Update::new("_contrib_adamw_update", layout, hyper(p.lr, p.wd, 1.0), adamw_rule(&p)))
     }));
     add(OpDef::new("_contrib_mp_adamw_update", &[], "AdamW on a float32 master copy (weight32) of a lower-precision weight.", |p: AdamWParams| {
-        let layout = Layout { states: &["mean", "var"], master: true, weights: 1, rescale_input: true };
+        let layout = Layout { states: &["mean", "var"], master: true, weights: 1, rescale_input: true, preloaded_rates: false };
         Ok(Update::new("_contrib_mp_adamw_update", layout, hyper(p.lr, p.wd, 1.0), adamw_rule(&p)))
     }));
     add(OpDef::new("lamb_update_phase1", &[], "LAMB phase 1: updates the moments and returns the direction g = mean_hat / (sqrt(var_hat) + epsilon) + wd * weight.", |p: LambPhase1Params| {
-        let (beta1, beta2, epsilon, clip) = (p.beta1, p.beta2, p.epsilon, p.clip_gradient);
-        let (c1, c2) = if p.bias_correction { (1.0 - beta1.powi(p.t as i32), 1.0 - beta2.powi(p.t as i32)) } else { (1.0, 1.0) };
-        let rule = move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
-            let g = rescaled(g, h.rescale, clip);
-            s[0] = beta1 * s[0] + (1.0 - beta1) * g;
-            s[1] = beta2 * s[1] + (1.0 - beta2) * g * g;
-            (s[0] / c1) / ((s[1] / c2).sqrt() + epsilon) + h.wd * w
-        };
-        Ok(Update::new("lamb_update_phase1", single(&["mean", "var"], false), hyper(0.0, p.wd, p.rescale_grad), rule).not_in_place())
+        Ok(Update::new("lamb_update_phase1", single(&["mean", "var"], false), hyper(0.0, p.wd, p.rescale_grad), lamb_phase1_rule(&p)).not_in_place())
+    }));
+    add(OpDef::new("mp_lamb_update_phase1", &[], "lamb_update_phase1 on a float32 master copy (weight32) of a lower-precision weight; the direction is float32.", |p: LambPhase1Params| {
+        Ok(Update::new("mp_lamb_update_phase1", single(&["mean", "var"], true), hyper(0.0, p.wd, p.rescale_grad), lamb_phase1_rule(&p)).not_in_place())
     }));
     add(OpDef::new("lamb_update_phase2", &[], "LAMB phase 2: weight -= lr * (r1 / r2) * g with r1 the (bounded) weight norm and r2 the norm of g.", |p: LambPhase2Params| {
-        Ok(LambPhase2 { p })
+        Ok(LambPhase2 { p, master: false })
+    }));
+    add(OpDef::new("mp_lamb_update_phase2", &[], "lamb_update_phase2 on the float32 master copy (weight32), which is updated in place; the weight receives its cast.", |p: LambPhase2Params| {
+        Ok(LambPhase2 { p, master: true })
+    }));
+    add(OpDef::new("ftml_update", &[], "FTML (Follow the Moving Leader): d, v and z states; weight = -z / d_t.", |p: FtmlParams| {
+        let (beta1, beta2, epsilon, clip) = (p.beta1, p.beta2, p.epsilon, p.clip_grad);
+        if p.lr == 0.0 {
+            crate::bail!(Param, "ftml_update: lr must be nonzero (the update divides by it)");
+        }
+        let t = p.t as i32;
+        // d_t = (1 - beta1^t) / lr * (sqrt(v / (1 - beta2^t)) + epsilon)
+        let (d_scale, v_correction) = ((1.0 - beta1.powi(t)) / p.lr, 1.0 - beta2.powi(t));
+        Ok(Update::new("ftml_update", single(&["d", "v", "z"], false), hyper(p.lr, p.wd, p.rescale_grad), move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+            let g = {
+                let g = g * h.rescale + h.wd * w;
+                if clip >= 0.0 { g.clamp(-clip, clip) } else { g }
+            };
+            s[1] = beta2 * s[1] + (1.0 - beta2) * g * g;
+            let d_t = d_scale * ((s[1] / v_correction).sqrt() + epsilon);
+            s[2] = beta1 * s[2] + (1.0 - beta1) * g - (d_t - beta1 * s[0]) * w;
+            s[0] = d_t;
+            -s[2] / d_t
+        }))
+    }));
+    add(OpDef::new("preloaded_multi_sgd_update", &[], "multi_sgd_update with the lrs and wds given as the last two input arrays.", |p: PreloadedMultiSgdParams| {
+        let (layout, hyper) = preloaded(&p, &[], false);
+        Ok(Update::new("preloaded_multi_sgd_update", layout, hyper, sgd_rule(p.clip_gradient)))
+    }));
+    add(OpDef::new("preloaded_multi_mp_sgd_update", &[], "multi_mp_sgd_update with the lrs and wds given as the last two input arrays.", |p: PreloadedMultiSgdParams| {
+        let (layout, hyper) = preloaded(&p, &[], true);
+        Ok(Update::new("preloaded_multi_mp_sgd_update", layout, hyper, sgd_rule(p.clip_gradient)))
+    }));
+    add(OpDef::new("preloaded_multi_sgd_mom_update", &[], "multi_sgd_mom_update with the lrs and wds given as the last two input arrays.", |p: PreloadedMultiSgdParams| {
+        let (layout, hyper) = preloaded(&p, &["mom"], false);
+        Ok(Update::new("preloaded_multi_sgd_mom_update", layout, hyper, sgd_mom_rule(p.momentum, p.clip_gradient)))
+    }));
+    add(OpDef::new("preloaded_multi_mp_sgd_mom_update", &[], "multi_mp_sgd_mom_update with the lrs and wds given as the last two input arrays.", |p: PreloadedMultiSgdParams| {
+        let (layout, hyper) = preloaded(&p, &["mom"], true);
+        Ok(Update::new("preloaded_multi_mp_sgd_mom_update", layout, hyper, sgd_mom_rule(p.momentum, p.clip_gradient)))
+    }));
+    add(OpDef::new("multi_sum_sq", &[], "Sum of squares of each of num_arrays arrays, as a float32 array of num_arrays values.", |p: MultiSumSqParams| {
+        if p.num_arrays == 0 {
+            crate::bail!(Param, "multi_sum_sq: num_arrays must be at least 1");
+        }
+        Ok(MultiSumSq { num_arrays: p.num_arrays })
+    }));
+    add(OpDef::new("multi_lars", &[], "LARS learning rates: lrs * eta * |w| / (|g| * rescale_grad + wds * |w| + eps) where both norms are positive, else lrs.", |p: MultiLarsParams| {
+        Ok(MultiLars { p })
     }));
     add(OpDef::new("rmsprop_update", &[], "RMSProp (Tieleman and Hinton).", |p: RmspropParams| {
         let (gamma1, epsilon, clip, clip_weights) = (p.gamma1, p.epsilon, p.clip_gradient, p.clip_weights);
@@ -641,14 +774,41 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     }));
 }
 
-/// `lamb_update_phase2(weight, g, r1, r2)`: r1 and r2 are one-element norms.
+fn lamb_phase1_rule(p: &LambPhase1Params) -> impl Rule {
+    let (beta1, beta2, epsilon, clip) = (p.beta1, p.beta2, p.epsilon, p.clip_gradient);
+    let (c1, c2) = if p.bias_correction { (1.0 - beta1.powi(p.t as i32), 1.0 - beta2.powi(p.t as i32)) } else { (1.0, 1.0) };
+    move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+        let g = rescaled(g, h.rescale, clip);
+        s[0] = beta1 * s[0] + (1.0 - beta1) * g;
+        s[1] = beta2 * s[1] + (1.0 - beta2) * g * g;
+        (s[0] / c1) / ((s[1] / c2).sqrt() + epsilon) + h.wd * w
+    }
+}
+
+/// `lamb_update_phase2(weight, g, r1, r2)`: r1 and r2 are one-element norms. The `mp_` form
+/// takes a float32 master weight (weight32) last, steps it and writes its cast to the weight.
 struct LambPhase2 {
     p: LambPhase2Params,
+    master: bool,
 }
 
 impl Operator for LambPhase2 {
     fn input_names(&self) -> Vec<String> {
-        ["weight", "g", "r1", "r2"].iter().map(|s| s.to_string()).collect()
+        let names: &[&str] = if self.master { &["weight", "g", "r1", "r2", "weight32"] } else { &["weight", "g", "r1", "r2"] };
+        names.iter().map(|s| s.to_string()).collect()
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        if self.master {
+            if let Some(bad) = [inputs[1], inputs[4]].into_iter().find(|&d| d != DType::F32) {
+                crate::bail!(Type, "mp_lamb_update_phase2: g and weight32 must be float32, got {bad}");
+            }
+            Ok(vec![inputs[0]])
+        } else {
+            super::same_dtype(inputs, 1)
+        }
+    }
+    fn mutated_inputs(&self) -> &[usize] {
+        if self.master { &[4] } else { &[] }
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         if inputs[1] != inputs[0] {
@@ -672,9 +832,81 @@ impl Operator for LambPhase2 {
         }
         let ratio = if r1 == 0.0 || r2 == 0.0 { 1.0 } else { r1 / r2 };
         let step = self.p.lr * ratio;
+        if self.master {
+            let weight32 = &inputs[4];
+            super::broadcast::zip2(weight32, &inputs[1], weight32, |w: f32, g: f32| (w as f64 - step * g as f64) as f32);
+            super::shape_ops::cast_into(weight32, &outputs[0]);
+            return Ok(());
+        }
         dispatch_float!(inputs[0].dtype, T => {
             super::broadcast::zip2(&inputs[0], &inputs[1], &outputs[0], |w: T, g: T| T::from_f64(w.to_f64() - step * g.to_f64()));
         });
+        Ok(())
+    }
+}
+
+/// `multi_sum_sq(array_0, ..., array_{n-1})`: the sum of squares of each array (float32).
+struct MultiSumSq {
+    num_arrays: usize,
+}
+
+impl Operator for MultiSumSq {
+    fn input_names(&self) -> Vec<String> {
+        (0..self.num_arrays).map(|i| format!("array_{i}")).collect()
+    }
+    fn infer_shape(&self, _inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Ok(vec![Shape::new(vec![self.num_arrays])])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        if let Some(bad) = inputs.iter().find(|d| !d.is_float()) {
+            crate::bail!(Type, "multi_sum_sq: arrays must be floating point, got {bad}");
+        }
+        Ok(vec![DType::F32])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let sums: Vec<f64> = inputs.iter().map(|t| super::normalization::to_f64(t).iter().map(|v| v * v).sum()).collect();
+        super::normalization::write_f64(&outputs[0], &sums);
+        Ok(())
+    }
+}
+
+/// `multi_lars(lrs, weights_sum_sq, grads_sum_sq, wds)`: per-layer LARS learning rates.
+struct MultiLars {
+    p: MultiLarsParams,
+}
+
+impl Operator for MultiLars {
+    fn input_names(&self) -> Vec<String> {
+        ["lrs", "weights_sum_sq", "grads_sum_sq", "wds"].iter().map(|s| s.to_string()).collect()
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        if let Some(bad) = inputs.iter().find(|s| s.size() != inputs[0].size()) {
+            crate::bail!(Shape, "multi_lars: lrs {}, weights_sum_sq, grads_sum_sq and wds must have one size, got {bad}", inputs[0]);
+        }
+        Ok(vec![inputs[0].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        if let Some(bad) = inputs.iter().find(|&&d| d != DType::F32) {
+            crate::bail!(Type, "multi_lars: inputs must be float32, got {bad}");
+        }
+        Ok(vec![DType::F32])
+    }
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
+        &[(0, 0)]
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let [lrs, w_sq, g_sq, wds] = [0, 1, 2, 3].map(|i| super::normalization::to_f64(&inputs[i]));
+        let rates: Vec<f64> = (0..lrs.len())
+            .map(|i| {
+                let (w_norm, g_norm) = (w_sq[i].sqrt(), g_sq[i].sqrt() * self.p.rescale_grad);
+                if w_norm > 0.0 && g_norm > 0.0 {
+                    lrs[i] * self.p.eta * w_norm / (g_norm + wds[i] * w_norm + self.p.eps)
+                } else {
+                    lrs[i]
+                }
+            })
+            .collect();
+        super::normalization::write_f64(&outputs[0], &rates);
         Ok(())
     }
 }
