@@ -1,3 +1,4 @@
 """Contributed neural-network layers (MXNet's ``mxnet.gluon.contrib.nn``)."""
 
-from .basic_layers import Concurrent, HybridConcurrent, Identity
+from .basic_layers import *
+from .basic_layers import __all__

@@ -1,0 +1,3 @@
+"""Contributed data utilities (MXNet's ``mxnet.gluon.contrib.data``)."""
+
+from .sampler import IntervalSampler
