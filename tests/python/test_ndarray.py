@@ -241,3 +241,101 @@ def test_memory_is_taken_when_the_op_runs():
     a.wait_to_read()
     assert mx._core.cpu_pool_stats()[0] >= used0 + 2000 * 500 * 4
     assert a.asnumpy().sum() == 3 * 2000 * 500
+
+
+def test_advanced_indexing_matches_numpy(ctx):
+    a = np.arange(4 * 5 * 6 * 3, dtype=np.float32).reshape(4, 5, 6, 3)
+    keys = [([1, 2],), (np.array([[3, 0], [1, 2]]),), (1, [2, 3]), ([0, 3], slice(1, 4), [2, 5]),
+            (slice(None), [4, 0], [[1], [2]]), ([1, 2], slice(3, 5), None, [2, 3]),
+            (None, slice(None), [1, 2], None, [3, 4]), (Ellipsis, [2, 0]), (slice(0, 3), [[1], [4]], slice(None, None, -2))]
+    for key in keys:
+        x = mx.nd.array(a, ctx=ctx)
+        assert same(x[key], a[key]), key
+        x_key = tuple(mx.nd.array(k, ctx=ctx, dtype="int64") if isinstance(k, (list, np.ndarray)) else k for k in key)
+        assert same(x[x_key], a[key]), key
+        expected = a.copy()
+        value = -np.arange(expected[key].size, dtype=np.float32).reshape(expected[key].shape)
+        expected[key] = value
+        x[key] = value
+        assert same(x, expected), key
+        expected[key] = 7
+        x[key] = 7
+        assert same(x, expected), key
+    with pytest.raises(IndexError):
+        mx.nd.array(a, ctx=ctx)[[0, 4]]
+
+
+def test_scatter_set_nd_writes_in_place(ctx):
+    x = mx.nd.zeros((3, 4), ctx=ctx)
+    indices = mx.nd.array([[0, 2], [1, 3]], ctx=ctx, dtype="int64")
+    mx.nd._internal._scatter_set_nd(x, mx.nd.array([5, 6], ctx=ctx), indices, shape=(3, 4), out=x)
+    expected = np.zeros((3, 4), np.float32)
+    expected[[0, 2], [1, 3]] = [5, 6]
+    assert same(x, expected)
+
+
+def test_contiguous_basic_indexing_returns_views(ctx):
+    x = mx.nd.array(np.arange(60).reshape(3, 4, 5), ctx=ctx)
+    assert mx.nd.NDArray._basic_indexing_slice_is_contiguous((slice(1, 2), slice(None), slice(None)), (3, 4, 5))
+    assert not mx.nd.NDArray._basic_indexing_slice_is_contiguous((slice(None), slice(1, 3), slice(None)), (3, 4, 5))
+    view = x[1, 1:3]
+    view[:] = -1
+    assert (x[1, 1:3].asnumpy() == -1).all() and x.asnumpy()[1, 0, 0] == 20
+    copy = x[:, 1:3]  # not contiguous: a copy
+    copy[:] = 0
+    assert x.asnumpy()[0, 1, 0] == 5
+
+
+def test_assignment_while_recording_is_an_error(ctx):
+    x = mx.nd.zeros((3, 4), ctx=ctx)
+    y = mx.nd.ones((4,), ctx=ctx)
+    y.attach_grad()
+    with mx.autograd.record():
+        with pytest.raises(mx.MXNetError, match="Inplace operations"):
+            x[1] = y
+        with pytest.raises(mx.MXNetError, match="Inplace operations"):
+            x[[0, 2]] = y
+
+
+def test_shape_methods_inplace_views(ctx):
+    x = mx.nd.array(np.arange(30).reshape(2, 3, 5), ctx=ctx)
+    flat, flat_copy = x.flatten(inplace=True), x.flatten()
+    expanded, squeezed = x.expand_dims(-1, inplace=True), x.reshape(2, 1, 3, 5).squeeze(axis=1, inplace=True)
+    assert flat.shape == (2, 15) and expanded.shape == (2, 3, 5, 1) and squeezed.shape == (2, 3, 5)
+    x[0] = -1
+    assert flat.asnumpy()[0, 0] == -1 and expanded.asnumpy()[0, 0, 0, 0] == -1
+    assert flat_copy.asnumpy()[0, 0] == 0
+    assert mx.nd.ones((1, 1), ctx=ctx).squeeze(inplace=True).shape == (1,)
+    with pytest.raises(ValueError):
+        x.reshape(2, 3)
+
+
+def test_legacy_helpers(ctx):
+    x = mx.nd.zeros((1, 2, 3, 4), ctx=ctx)
+    assert mx.nd.moveaxis(x, [0, 1], [2, 3]).shape == (3, 4, 1, 2)
+    with pytest.raises(ValueError):
+        mx.nd.moveaxis(x, [0, 0], [1, 2])
+    parts = mx.nd.split_v2(mx.nd.array(np.arange(12).reshape(2, 6), ctx=ctx), (1, 3), axis=1)
+    assert [p.shape for p in parts] == [(2, 1), (2, 2), (2, 3)] and same(parts[2], np.arange(12).reshape(2, 6)[:, 3:])
+    m = np.arange(12, dtype=np.float32).reshape(3, 4)
+    rows = mx.nd.array([1, 3, 0], ctx=ctx)
+    assert same(mx.nd.choose_element_0index(mx.nd.array(m, ctx=ctx), rows), m[[0, 1, 2], [1, 3, 0]])
+    filled = m.copy()
+    filled[[0, 1, 2], [1, 3, 0]] = [-1, -2, -3]
+    assert same(mx.nd.fill_element_0index(mx.nd.array(m, ctx=ctx), mx.nd.array([-1, -2, -3], ctx=ctx), rows), filled)
+    out = mx.nd.zeros((3, 4), ctx=ctx)
+    mx.nd.onehot_encode(rows, out)
+    assert same(out, np.eye(4, dtype=np.float32)[[1, 3, 0]])
+    assert mx.nd.array(np.ones(()), ctx=ctx).shape == ()
+    with pytest.raises(mx.MXNetError):
+        mx.nd.broadcast_like(mx.nd.ones((1, 2), ctx=ctx), mx.nd.ones((3, 2), ctx=ctx), lhs_axes=(), rhs_axes=())
+
+
+def test_cached_op_calls_a_symbol(ctx):
+    data = mx.sym.var("data")
+    op = mx.nd.CachedOp(mx.sym.FullyConnected(data, num_hidden=2, name="fc") * 2)
+    x, w, b = mx.nd.ones((3, 4), ctx=ctx), mx.nd.ones((2, 4), ctx=ctx), mx.nd.ones((2,), ctx=ctx)
+    assert same(op(x, w, b), np.full((3, 2), 10, np.float32))
+    out = mx.nd.zeros((3, 2), ctx=ctx)
+    op(x, w, b, out=out)
+    assert same(out, np.full((3, 2), 10, np.float32))

@@ -1,22 +1,23 @@
 """Imperative NDArray API (MXNet's ``mxnet.ndarray``); operator functions come from the registry."""
 
 import os
-import sys
-import types
 
 from .. import _core
 from .ndarray import NDArray, array, empty, zeros, ones, full, arange, eye, linspace, waitall
+from .ndarray import moveaxis, split_v2, onehot_encode, fill_element_0index
+from .cached_op import CachedOp
 from . import register as _register
 from .utils import save, load, load_frombuffer, save_tobuffer
 
-_internal = types.ModuleType(__name__ + "._internal", "Internal operators (names with a leading underscore).")
-contrib = types.ModuleType(__name__ + ".contrib", "Contributed operators (MXNet's _contrib_ names).")
-for _module in (_internal, contrib):
-    sys.modules[_module.__name__] = _module
-_register.generate(globals(), _internal.__dict__, contrib.__dict__)
+_namespaces = _register.namespace_modules(__name__)
+globals().update(_namespaces)  # _internal, contrib, linalg, image
+_register.generate(globals(), _namespaces)
 from . import ndarray as _ndarray_module  # noqa: E402
 globals().update({name: getattr(_ndarray_module, name) for name in _ndarray_module._HELPERS})
+true_divide = divide  # noqa: F821 (a helper installed above)
 _core._register_python(NDArray, os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+# MXNet keeps its element classification helpers in ``contrib`` (0/1 in the data's dtype).
+contrib.isinf, contrib.isfinite, contrib.isnan = isinf, isfinite, isnan  # noqa: F821 (generated)
 from . import random  # noqa: E402 (uses the generated operators)
 from . import sparse  # noqa: E402
 

@@ -53,6 +53,11 @@ def _rbinary(rhs, lhs_scalar, rscalar_op):
     return NotImplemented
 
 
+class _ReshapeSizeError(MXNetError, ValueError):
+    """A reshape to a shape of another size: MXNet reports it as an MXNetError that is also a
+    ValueError."""
+
+
 class NDArray:
     """An n-dimensional array on a device, computed asynchronously by the engine."""
 
@@ -159,7 +164,11 @@ class NDArray:
             shape = shape[0]
         if kwargs:
             raise TypeError("reshape got unexpected keyword arguments %s" % ", ".join(kwargs))
-        new_shape = _core.infer_reshape(list(self.shape), [int(s) for s in shape], reverse)
+        shape = [int(s) for s in shape]
+        if all(s > 0 for s in shape) and int(np.prod(shape)) != self.size:
+            # A plain shape of another size is a ValueError in MXNet (special codes fail in the core).
+            raise _ReshapeSizeError("Cannot reshape array of size %d into shape %s" % (self.size, tuple(shape)))
+        new_shape = _core.infer_reshape(list(self.shape), shape, reverse)
         return NDArray(self.handle.reshape_view(new_shape), self.writable)
 
     # ---- autograd -------------------------------------------------------------------------
@@ -193,8 +202,79 @@ class NDArray:
         _core.backward([self.handle], [None if out_grad is None else out_grad.handle], None,
                        bool(retain_graph), False, bool(train_mode))
 
-    def reshape_like(self, other):
-        return self.reshape(other.shape)
+    # ---- shape methods with a view (``inplace=True``) or a copy --------------------------
+    def flatten(self, inplace=False):
+        """``(d1, d2, ..., dk)`` to ``(d1, d2*...*dk)``: a view sharing data when ``inplace``."""
+        return self.reshape((0, -1)) if inplace else _op("Flatten", self)
+
+    def expand_dims(self, axis, inplace=False):
+        """Insert an axis of size 1 at ``axis`` (in ``[-ndim-1, ndim]``); a view when ``inplace``."""
+        if not inplace:
+            return _op("expand_dims", self, axis=axis)
+        if not -self.ndim - 1 <= axis <= self.ndim:
+            raise ValueError("axis %d is out of range for a %d-d array" % (axis, self.ndim))
+        new_shape = list(self.shape)
+        new_shape.insert(axis + self.ndim + 1 if axis < 0 else axis, 1)
+        return self.reshape(new_shape)
+
+    def squeeze(self, axis=None, inplace=False):
+        """Drop axes of size 1 (all of them, or those in ``axis``); a view when ``inplace``.
+        Squeezing every axis leaves shape ``(1,)``, as in MXNet."""
+        if not inplace:
+            return _op("squeeze", self, axis=axis)
+        axes = (axis,) if isinstance(axis, integer_types) else axis
+        if axes:
+            if len(set(axes)) != len(axes):
+                raise ValueError("axis %s contains duplicates" % (axes,))
+            for ax in axes:
+                if not -self.ndim <= ax < self.ndim:
+                    raise ValueError("axis %d is out of range for a %d-d array" % (ax, self.ndim))
+                if self.shape[ax] != 1:
+                    raise ValueError("cannot squeeze axis %d of size %d" % (ax, self.shape[ax]))
+            dropped = {ax % self.ndim for ax in axes}
+        else:
+            dropped = {i for i, n in enumerate(self.shape) if n == 1}
+        new_shape = [n for i, n in enumerate(self.shape) if i not in dropped] or [1]
+        return self.reshape(new_shape)
+
+    def broadcast_to(self, shape):
+        """A new array broadcasting this one to ``shape`` (missing leading axes count as 1)."""
+        shape = tuple(int(s) for s in shape)
+        if len(shape) < self.ndim:
+            raise ValueError("cannot broadcast an array of shape %s to shape %s" % (self.shape, shape))
+        padded = (1,) * (len(shape) - self.ndim) + self.shape
+        if any(have not in (1, want) for have, want in zip(padded, shape)):
+            raise ValueError("cannot broadcast an array of shape %s to shape %s" % (self.shape, shape))
+        source = self.reshape(padded) if padded != self.shape else self
+        return _op("broadcast_to", source, shape=shape)
+
+    def broadcast_like(self, other):
+        return self.broadcast_to(other.shape)
+
+    def split_v2(self, indices_or_sections, axis=0, squeeze_axis=False):
+        return split_v2(self, indices_or_sections, axis=axis, squeeze_axis=squeeze_axis)
+
+    def tostype(self, stype):
+        """A copy in storage type ``stype``; only dense ('default') storage exists in oxnet."""
+        if stype != "default":
+            raise MXNetError("tostype: sparse storage (stype=%r) is not supported by oxnet" % (stype,))
+        return self.copy()
+
+    def as_nd_ndarray(self):
+        return self
+
+    def slice_assign(self, rhs, begin, end, step):
+        """Write ``rhs`` into the region ``begin:end:step`` of this array; returns this array."""
+        return _op("_slice_assign", self, rhs, begin=begin, end=end, step=step, out=self)
+
+    def slice_assign_scalar(self, value, begin, end, step):
+        """Fill the region ``begin:end:step`` of this array with ``value``; returns this array."""
+        return _op("_slice_assign_scalar", self, scalar=float(value), begin=begin, end=end, step=step, out=self)
+
+    @staticmethod
+    def _basic_indexing_slice_is_contiguous(slice_key, shape):
+        from .indexing import slices_are_contiguous
+        return slices_are_contiguous(slice_key, shape)
 
     # ---- printing -------------------------------------------------------------------------
     def __repr__(self):
@@ -335,15 +415,19 @@ class NDArray:
         return lambda *args, **kwargs: _op(fluent, self, *args, **kwargs)
 
 
+# Methods that call the operator of the same name with this array as the first input (MXNet's
+# fluent API; the shape methods with an ``inplace`` view variant are defined on the class).
 _FLUENT = {name: name for name in (
-    "sum", "mean", "max", "min", "prod", "nansum", "nanprod", "transpose", "flatten", "expand_dims",
-    "abs", "sign", "round", "rint", "ceil", "floor", "trunc", "fix", "square", "sqrt", "rsqrt", "cbrt",
-    "rcbrt", "exp", "expm1", "log", "log10", "log2", "log1p", "sin", "cos", "tan", "arcsin", "arccos",
-    "arctan", "sinh", "cosh", "tanh", "arcsinh", "arccosh", "arctanh", "degrees", "radians", "sigmoid",
-    "relu", "softsign", "reciprocal", "zeros_like", "ones_like", "take", "slice", "slice_axis", "split",
-    "norm",
+    "sum", "mean", "max", "min", "prod", "nansum", "nanprod", "norm", "transpose", "abs", "sign",
+    "round", "rint", "ceil", "floor", "trunc", "fix", "square", "sqrt", "rsqrt", "cbrt", "rcbrt",
+    "exp", "expm1", "log", "log10", "log2", "log1p", "sin", "cos", "tan", "arcsin", "arccos",
+    "arctan", "sinh", "cosh", "tanh", "arcsinh", "arccosh", "arctanh", "degrees", "radians",
+    "sigmoid", "relu", "softsign", "reciprocal", "softmax", "log_softmax", "softmin", "zeros_like",
+    "ones_like", "take", "slice", "slice_axis", "slice_like", "split", "reshape_like", "tile",
+    "repeat", "pad", "swapaxes", "flip", "depth_to_space", "space_to_depth", "diag", "one_hot",
+    "pick", "sort", "topk", "argsort", "argmax", "argmax_channel", "argmin", "clip", "shape_array",
+    "size_array", "broadcast_axes",
 )}
-_FLUENT["flatten"] = "Flatten"
 
 
 def _as_context(ctx):
@@ -365,7 +449,8 @@ def array(source_array, ctx=None, dtype=None):
     if name == "bfloat16":
         # NumPy has no bfloat16 arithmetic type: convert through float32 in the core.
         return array(source_array, ctx=ctx, dtype="float32").astype("bfloat16")
-    src = np.ascontiguousarray(np.asarray(source_array, dtype=np_dtype(name)))
+    # np.require keeps a 0-d source 0-d (np.ascontiguousarray would make it 1-d).
+    src = np.require(np.asarray(source_array, dtype=np_dtype(name)), requirements="C")
     return NDArray(_core.from_buffer(src.reshape(-1).view(np.uint8), list(src.shape), name, ctx._as_tuple()))
 
 
@@ -424,6 +509,70 @@ def linspace(start, stop, num, endpoint=True, ctx=None, dtype=mx_real_t):
                ctx=str(_as_context(ctx)), dtype=dtype_name(dtype))
 
 
+def _normalize_axes(axes, ndim, what):
+    """``axes`` (an int or a sequence) as a tuple of unique non-negative axes of an ndim-d array."""
+    axes = (axes,) if isinstance(axes, integer_types) else tuple(axes)
+    normalized = []
+    for ax in axes:
+        if not -ndim <= ax < ndim:
+            raise ValueError("%s axis %d is out of bounds for an array of dimension %d" % (what, ax, ndim))
+        normalized.append(int(ax) % ndim)
+    if len(set(normalized)) != len(normalized):
+        raise ValueError("repeated axis in `%s` argument" % what)
+    return tuple(normalized)
+
+
+def moveaxis(tensor, source, destination):
+    """Move the axes ``source`` to the positions ``destination`` (others keep their order)."""
+    source = _normalize_axes(source, tensor.ndim, "source")
+    destination = _normalize_axes(destination, tensor.ndim, "destination")
+    if len(source) != len(destination):
+        raise ValueError("`source` and `destination` arguments must have the same number of elements")
+    order = [ax for ax in range(tensor.ndim) if ax not in source]
+    for dest, src in sorted(zip(destination, source)):
+        order.insert(dest, src)
+    return _op("transpose", tensor, axes=tuple(order))
+
+
+def split_v2(ary, indices_or_sections, axis=0, squeeze_axis=False):
+    """Split ``ary`` along ``axis`` into N equal parts (an int) or at the given indices (a tuple);
+    an index beyond the axis gives an empty part, as in NumPy's ``split``."""
+    axis_size = ary.shape[axis]
+    if isinstance(indices_or_sections, integer_types):
+        if axis_size % indices_or_sections:
+            raise ValueError("array split does not result in an equal division")
+        result = _op("SliceChannel", ary, num_outputs=int(indices_or_sections), axis=axis,
+                     squeeze_axis=squeeze_axis)
+        return result if isinstance(result, list) else [result]
+    if not isinstance(indices_or_sections, (tuple, list)):
+        raise ValueError("indices_or_sections must either int or tuple of ints")
+    bounds = [0] + [min(int(i), axis_size) for i in indices_or_sections] + [axis_size]
+    parts = []
+    for begin, end in zip(bounds[:-1], bounds[1:]):
+        part = _op("slice_axis", ary, axis=axis, begin=begin, end=max(begin, end))
+        if squeeze_axis:
+            if part.shape[axis] != 1:
+                raise ValueError("squeeze_axis needs parts of size 1 along axis %d, got %d"
+                                 % (axis, part.shape[axis]))
+            part = part.squeeze(axis=axis)
+        parts.append(part)
+    return parts
+
+
+def onehot_encode(indices, out):
+    """Write the one-hot rows of ``indices`` into ``out`` (deprecated in MXNet: use ``one_hot``)."""
+    return _op("one_hot", indices, depth=out.shape[1], dtype=dtype_name(out.dtype), out=out)
+
+
+def fill_element_0index(lhs, mhs, rhs, out=None):
+    """A copy of the matrix ``lhs`` with ``result[i, rhs[i]] = mhs[i]`` for every row i (MXNet's
+    legacy function; ``pick`` is its reading counterpart)."""
+    rows, cols = lhs.shape
+    chosen = _op("one_hot", rhs, depth=cols, dtype="bool")
+    values = _op("broadcast_to", mhs.astype(lhs.dtype).reshape((rows, 1)), shape=(rows, cols))
+    return _op("where", chosen, values, lhs, out=out)
+
+
 def waitall():
     """Wait for every pushed operation; raise the first error any of them hit."""
     _core.waitall()
@@ -457,6 +606,9 @@ _HELPERS = {
     "greater_equal": ("broadcast_greater_equal", "_greater_equal_scalar", "_lesser_equal_scalar"),
     "lesser": ("broadcast_lesser", "_lesser_scalar", "_greater_scalar"),
     "lesser_equal": ("broadcast_lesser_equal", "_lesser_equal_scalar", "_greater_equal_scalar"),
+    "logical_and": ("broadcast_logical_and", "_logical_and_scalar", "_logical_and_scalar"),
+    "logical_or": ("broadcast_logical_or", "_logical_or_scalar", "_logical_or_scalar"),
+    "logical_xor": ("broadcast_logical_xor", "_logical_xor_scalar", "_logical_xor_scalar"),
 }
 
 
@@ -476,6 +628,9 @@ _SCALAR_FUNCTIONS = {
     "broadcast_greater_equal": lambda x, y: int(x >= y),
     "broadcast_lesser": lambda x, y: int(x < y),
     "broadcast_lesser_equal": lambda x, y: int(x <= y),
+    "broadcast_logical_and": lambda x, y: int(bool(x) and bool(y)),
+    "broadcast_logical_or": lambda x, y: int(bool(x) or bool(y)),
+    "broadcast_logical_xor": lambda x, y: int(bool(x) != bool(y)),
 }
 
 

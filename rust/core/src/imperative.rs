@@ -140,6 +140,10 @@ pub fn invoke_operator(
                  inside a record section."
             )));
         }
+        Some(given) if autograd::should_record(inputs) && given.iter().any(|g| inputs.iter().any(|i| g.same_chunk(i))) => {
+            // Recording would make the written array both an input and an output of one node.
+            return Err(fail(crate::err!(Value, "Inplace operations (+=, -=, x[:]=, etc) are not supported when recording with autograd.")));
+        }
         Some(given) => {
             // Callers may give the visible outputs (hidden ones are then allocated here) or all.
             let visible = operator.num_visible_outputs();
@@ -188,7 +192,10 @@ pub fn invoke_operator(
     let exec = ExecContext { seed, is_train: autograd::is_training() };
     let mutated = operator.mutated_inputs();
     let reads: Vec<_> = inputs.iter().map(|a| a.var().clone()).collect();
-    let writes: Vec<_> = targets.iter().chain(mutated.iter().filter_map(|&i| inputs.get(i))).map(|a| a.var().clone()).collect();
+    let mut writes: Vec<_> = targets.iter().chain(mutated.iter().filter_map(|&i| inputs.get(i))).map(|a| a.var().clone()).collect();
+    if operator.needs_rng() {
+        writes.push(crate::random::engine_var().clone());
+    }
     let work_items: usize = targets.iter().map(NDArray::size).sum::<usize>().max(inputs.iter().map(NDArray::size).max().unwrap_or(0));
     let kernel_inputs: Vec<NDArray> = inputs.iter().map(NDArray::detached).collect();
     let kernel_outputs: Vec<NDArray> = targets.iter().map(NDArray::detached).collect();

@@ -5,7 +5,7 @@ use super::grad::{Grad, InputGrads};
 use super::params::NoParams;
 use super::shape_ops::strided_copy;
 use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
-use crate::base::{normalize_axis, DType, Elem, Shape};
+use crate::base::{merge_partial, normalize_axis, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 
 /// Index values of an integer- or float-typed index tensor, as i64.
@@ -90,6 +90,19 @@ impl Operator for Pick {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
+    /// Along an axis, the output is the data without it (length 1 with keepdims), its other
+    /// dimensions known or not.
+    fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
+        let (Some(axis), Some(data)) = (self.p.axis, inputs[0].clone()) else { return Ok(()) };
+        let axis = normalize_axis(axis, data.ndim())?;
+        let mut out = data;
+        if self.p.keepdims {
+            out.0[axis] = Some(1);
+        } else {
+            out.0.remove(axis);
+        }
+        merge_partial(&mut outputs[0], &out).map(|_| ())
+    }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let ((_, n, inner), _) = self.layout(&inputs[0].shape)?;
         let pos = self.positions(&inputs[1], n)?;
@@ -106,6 +119,25 @@ impl Operator for Pick {
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, idx, g) = (d.input(0), d.input(1), d.out_grad(0));
         Ok(vec![Some(d.op("_backward_pick", &self.attrs(), &[&g, &idx, &x])?), None])
+    }
+}
+
+/// `batch_take(a, indices)`: `a[i, indices[i]]` for each row of a 2-D array (pick along the
+/// last axis). MXNet registers no gradient for it, so differentiating through it is an error.
+struct BatchTake(Pick);
+
+impl Operator for BatchTake {
+    fn input_names(&self) -> Vec<String> {
+        vec!["a".into(), "indices".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        self.0.infer_shape(inputs)
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        self.0.infer_type(inputs)
+    }
+    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        self.0.forward(ctx, inputs, outputs)
     }
 }
 
@@ -274,6 +306,52 @@ impl Operator for ScatterNd {
         let (idx, g) = (d.input(1), d.out_grad(0));
         let gathered = d.op("gather_nd", &[], &[&g, &idx])?;
         Ok(if self.shape.is_some() { vec![Some(gathered), None] } else { vec![Some(gathered), None, None] })
+    }
+}
+
+/// `_scatter_set_nd(lhs, rhs, indices, shape)`: lhs with the rows of rhs written at the N-d
+/// positions given by indices (the advanced-indexing assignment `x[idx] = v`, run in place on
+/// lhs). Like MXNet, it has no gradient.
+struct ScatterSetNd {
+    shape: Shape,
+}
+
+impl Operator for ScatterSetNd {
+    fn input_names(&self) -> Vec<String> {
+        vec!["lhs".into(), "rhs".into(), "indices".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        if inputs[0] != self.shape {
+            crate::bail!(Shape, "_scatter_set_nd: lhs {} differs from shape {}", inputs[0], self.shape);
+        }
+        let expected = gathered_shape(&self.shape, &inputs[2]);
+        if expected.size() != inputs[1].size() {
+            crate::bail!(Shape, "_scatter_set_nd: rhs {} does not fit indices {} into shape {} (expected {expected})", inputs[1], inputs[2], self.shape);
+        }
+        Ok(vec![self.shape.clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        if inputs[0] != inputs[1] {
+            crate::bail!(Type, "_scatter_set_nd: lhs has dtype {} but rhs has dtype {}", inputs[0], inputs[1]);
+        }
+        Ok(vec![inputs[0]])
+    }
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
+        &[(0, 0)]
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let out = &outputs[0];
+        let (offsets, block) = nd_offsets("_scatter_set_nd", &out.shape, &inputs[2].shape, &read_indices(&inputs[2]))?;
+        let row_bytes = block * out.dtype.size();
+        if inputs[0].raw() != out.raw() {
+            // SAFETY: lhs and the output are distinct buffers of the same size (shapes checked).
+            unsafe { std::ptr::copy_nonoverlapping(inputs[0].raw(), out.raw(), out.size() * out.dtype.size()) };
+        }
+        for (r, &off) in offsets.iter().enumerate() {
+            // SAFETY: offsets were bounds-checked against the output; rhs holds offsets.len() rows.
+            unsafe { std::ptr::copy_nonoverlapping(inputs[1].raw().add(r * row_bytes), out.raw().add(off * row_bytes), row_bytes) };
+        }
+        Ok(())
     }
 }
 
@@ -619,7 +697,8 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         }
         Ok(())
     };
-    add(OpDef::new("pick", &[], "Picks elements from an input array along an axis, by the indices in `index`.", move |p: PickParams| {
+    // MXNet's legacy `choose_element_0index(lhs, rhs)` is pick along the last axis.
+    add(OpDef::new("pick", &["choose_element_0index"], "Picks elements from an input array along an axis, by the indices in `index`.", move |p: PickParams| {
         check_mode(&p.mode)?;
         Ok(Pick { p })
     }));
@@ -628,12 +707,16 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         Ok(PickBackward { pick: Pick { p: PickParams { axis: p.axis, keepdims: p.keepdims, mode: p.mode } } })
     }));
     add(OpDef::new("batch_take", &[], "Takes a[i, indices[i]] for each row i of a 2-D array.", |_: NoParams| {
-        Ok(Pick { p: PickParams { axis: Some(-1), keepdims: false, mode: "clip".to_string() } })
+        Ok(BatchTake(Pick { p: PickParams { axis: Some(-1), keepdims: false, mode: "clip".to_string() } }))
     }));
     add(OpDef::new("gather_nd", &[], "Gathers elements or slices of data at the N-d positions given by indices (M, ...).", |_: NoParams| Ok(GatherNd)));
     add(OpDef::new("scatter_nd", &[], "Scatters data into a new zero array of `shape` at the N-d positions given by indices.", |p: ScatterNdParams| {
         let dims = p.shape.iter().map(|&d| usize::try_from(d).map_err(|_| crate::err!(Param, "scatter_nd: negative dimension in shape {:?}", p.shape))).collect::<Result<Vec<_>>>()?;
         Ok(ScatterNd { shape: Some(Shape::new(dims)), accumulate: false })
+    }));
+    add(OpDef::new("_scatter_set_nd", &[], "Writes rhs into lhs at the N-d positions given by indices (in place: x[idx] = v).", |p: ScatterNdParams| {
+        let dims = p.shape.iter().map(|&d| usize::try_from(d).map_err(|_| crate::err!(Param, "_scatter_set_nd: negative dimension in shape {:?}", p.shape))).collect::<Result<Vec<_>>>()?;
+        Ok(ScatterSetNd { shape: Shape::new(dims) })
     }));
     add(OpDef::new("_backward_gather_nd", &[], "Gradient of gather_nd: accumulates grad at the gathered positions of a zero array like `like`.", |_: NoParams| {
         Ok(ScatterNd { shape: None, accumulate: true })

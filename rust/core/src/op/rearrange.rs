@@ -3,7 +3,6 @@
 //! repeat, stack and squeeze.
 
 use super::grad::{tuple_attr, Grad, InputGrads};
-use super::params::NoParams;
 use super::shape_ops::{copy_bytes, strided_copy};
 use super::{ExecContext, OpDef, Operator, Tensor};
 use crate::base::{normalize_axis, DType, Shape};
@@ -329,21 +328,54 @@ impl Operator for Squeeze {
     }
 }
 
-/// broadcast_like: the second input only lends its shape.
-struct BroadcastLike;
+crate::op_params! {
+    pub struct BroadcastLikeParams {
+        /// Axes of lhs to broadcast (all axes when omitted).
+        lhs_axes: Option<Vec<i64>> = None,
+        /// Axes of rhs whose sizes the lhs_axes take, pairwise.
+        rhs_axes: Option<Vec<i64>> = None,
+    }
+}
+
+/// broadcast_like: the second input only lends its shape (or, with lhs_axes/rhs_axes, the
+/// sizes of some of its axes).
+struct BroadcastLike {
+    p: BroadcastLikeParams,
+}
+
+impl BroadcastLike {
+    /// The shape lhs is broadcast to.
+    fn target(&self, lhs: &Shape, rhs: &Shape) -> Result<Shape> {
+        let (lhs_axes, rhs_axes) = match (&self.p.lhs_axes, &self.p.rhs_axes) {
+            (None, None) => return Ok(rhs.clone()),
+            (Some(l), _) | (_, Some(l)) if l.is_empty() => crate::bail!(Param, "broadcast_like: empty lhs_axes/rhs_axes are not allowed; omit both to take rhs's whole shape"),
+            (Some(l), Some(r)) if l.len() == r.len() => (l, r),
+            _ => crate::bail!(Param, "broadcast_like: lhs_axes {:?} and rhs_axes {:?} must be given together, pairwise", self.p.lhs_axes, self.p.rhs_axes),
+        };
+        let mut dims = lhs.dims().to_vec();
+        for (&to, &from) in lhs_axes.iter().zip(rhs_axes) {
+            let (to, from) = (normalize_axis(to, lhs.ndim())?, normalize_axis(from, rhs.ndim())?);
+            if lhs[to] != 1 && lhs[to] != rhs[from] {
+                crate::bail!(Shape, "broadcast_like: axis {to} of {lhs} has size {}, so it cannot take size {} from {rhs}", lhs[to], rhs[from]);
+            }
+            dims[to] = rhs[from];
+        }
+        Ok(Shape::new(dims))
+    }
+}
 
 impl Operator for BroadcastLike {
     fn input_names(&self) -> Vec<String> {
         vec!["lhs".into(), "rhs".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![like_plan(&inputs[0], &inputs[1])?.0])
+        Ok(vec![like_plan(&inputs[0], &self.target(&inputs[0], &inputs[1])?)?.0])
     }
     fn infer_type(&self, inputs: &[crate::base::DType]) -> Result<Vec<crate::base::DType>> {
         Ok(vec![inputs[0]])
     }
     fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        let target = inputs[1].shape.clone();
+        let target = self.target(&inputs[0].shape, &inputs[1].shape)?;
         Rearrange { name: "broadcast_like", plan: Box::new(move |s| like_plan(s, &target)), grad: unbroadcast_grad() }
             .forward(ctx, &inputs[..1], outputs)
     }
@@ -513,7 +545,9 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     }));
     add(OpDef::new("_backward_tile", &[], "Gradient of tile: sums the tiled copies.", |p: TileParams| Ok(TileBackward { reps: p.reps })));
     add(OpDef::new("_backward_repeat", &[], "Gradient of repeat: sums the repeated copies.", |params: RepeatParams| Ok(RepeatBackward { params })));
-    add(OpDef::new("broadcast_like", &[], "Broadcasts lhs to the shape of rhs.", |_: NoParams| Ok(BroadcastLike)));
+    add(OpDef::new("broadcast_like", &[], "Broadcasts lhs to the shape of rhs (or some of its axes to the sizes of rhs's axes).", |p: BroadcastLikeParams| {
+        Ok(BroadcastLike { p })
+    }));
     add(OpDef::new("stack", &[], "Joins arrays of equal shape along a new axis.", |p: StackParams| Ok(Stack { axis: p.axis, num_args: p.num_args })).variadic());
     add(OpDef::new("squeeze", &[], "Removes axes of size one.", |p: SqueezeParams| Ok(Squeeze { axis: p.axis })));
 }
