@@ -1,6 +1,8 @@
 """Gluon: blocks, naming, deferred initialization, hybridize, save/load, the gluon_mlp fixture,
 trainer, data loading."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -276,3 +278,129 @@ def test_trainer_rejects_stale_gradients():
     # The update consumed the fresh gradients: stepping again without backward is stale.
     with pytest.raises(UserWarning, match="has not been updated by backward"):
         trainer.step(4)
+
+
+class _AddOptional(gluon.HybridBlock):
+    def hybrid_forward(self, F, a, b=None):
+        return a if b is None else a + b
+
+
+def test_hybrid_block_accepts_none_arguments_and_checks_input_types():
+    block = _AddOptional()
+    block.hybridize()
+    x = mx.nd.ones((3,))
+    assert np.all(block(x).asnumpy() == 1)
+    # Trailing None matches the traced call that left it out.
+    assert np.all(block(x, None).asnumpy() == 1)
+    with pytest.raises(ValueError):
+        block(x, x)  # traced without b
+    with pytest.raises(ValueError):
+        _AddOptional()(None, None)
+    with pytest.raises(ValueError):
+        _AddOptional()(x, mx.sym.var("b"))
+    hybrid = _AddOptional()
+    hybrid.hybridize()
+    with pytest.raises(ValueError):
+        hybrid(x, 1)  # a number cannot enter a traced graph
+    assert np.all(_AddOptional()(x, 1).asnumpy() == 2)  # but it can imperatively
+
+
+def test_invalid_parameter_storage_types_are_rejected():
+    with pytest.raises(AssertionError):
+        gluon.Parameter("weight", shape=(2, 2), stype="dense")
+    with pytest.raises(AssertionError):
+        gluon.Parameter("weight", shape=(2, 2), grad_stype="dense")
+
+
+def test_split_data_uneven_sections_follow_numpy_array_split():
+    x = mx.nd.arange(33).reshape((1, 33))
+    parts = gluon.utils.split_data(x, 4, batch_axis=1, even_split=False)
+    expected = np.array_split(x.asnumpy(), 4, axis=1)
+    assert [p.shape for p in parts] == [e.shape for e in expected]
+
+
+def test_unregistered_blocks_in_containers_and_sequential_of_hybrids_warn():
+    class ListHolder(gluon.Block):
+        def __init__(self):
+            super().__init__()
+            self.layers = [nn.Dense(2)]
+
+    with pytest.warns(UserWarning, match="unregistered container"):
+        ListHolder().collect_params()
+    seq = nn.Sequential()
+    seq.add(nn.Dense(2))
+    with pytest.warns(UserWarning, match="Consider using HybridSequential"):
+        seq.hybridize()
+
+
+def test_load_deduplicated_shared_parameters(tmp_path):
+    class Pair(gluon.Block):
+        def __init__(self, first, second):
+            super().__init__()
+            self.first, self.second = first, second
+
+    def build():
+        first = nn.Dense(2, in_units=2)
+        return Pair(first, nn.Dense(2, in_units=2, params=first.collect_params()))
+
+    net = build()
+    net.initialize()
+    path = str(tmp_path / "shared.params")
+    net.save_parameters(path, deduplicate=True)
+    assert len(mx.nd.load(path)) == 2
+    loaded = build()
+    loaded.load_parameters(path)
+    assert np.all(loaded.second.weight.data().asnumpy() == net.first.weight.data().asnumpy())
+
+
+def test_legacy_save_params_loads_into_symbol_block(tmp_path):
+    net = nn.HybridSequential(prefix="")
+    with net.name_scope():
+        net.add(nn.Dense(3, in_units=2))
+    net.initialize()
+    path = str(tmp_path / "legacy.params")
+    with pytest.warns(UserWarning, match="deprecated"):
+        net.save_params(path)
+    assert all("." not in key for key in mx.nd.load(path))
+    model = gluon.SymbolBlock(net(mx.sym.var("data")), mx.sym.var("data"))
+    with pytest.warns(UserWarning, match="deprecated"):
+        model.load_params(path, ctx=mx.cpu())
+    x = mx.nd.ones((1, 2))
+    assert np.allclose(model(x).asnumpy(), net(x).asnumpy())
+
+
+def test_small_hybridized_graphs_are_recorded_inline():
+    net = nn.HybridSequential()
+    with net.name_scope():
+        net.add(nn.Dense(2, in_units=2), nn.Dense(2, in_units=2))
+    net.initialize()
+
+    def recorded_nodes(inline_limit):
+        net.hybridize(inline_limit=inline_limit)
+        with autograd.record():
+            out = net(mx.nd.ones((1, 2)))
+        out.backward()
+        return [node["op"] for node in json.loads(autograd.get_symbol(out).tojson())["nodes"]]
+
+    assert recorded_nodes(2).count("FullyConnected") == 2
+    assert "FullyConnected" not in recorded_nodes(0)
+
+
+def test_reflection_pad_and_channels_last_pooling():
+    x = mx.nd.arange(16).reshape((1, 1, 4, 4))
+    padded = nn.ReflectionPad2D(1)(x).asnumpy()[0, 0]
+    assert np.all(padded == np.pad(x.asnumpy()[0, 0], 1, mode="reflect"))
+    data = mx.nd.random.uniform(shape=(2, 5, 6, 3))
+    data.attach_grad()
+    with autograd.record():
+        out = nn.MaxPool2D(layout="NHWC")(data)
+    out.backward()
+    reference = nn.MaxPool2D()(data.transpose((0, 3, 1, 2))).transpose((0, 2, 3, 1))
+    assert np.all(out.asnumpy() == reference.asnumpy())
+    # Each 2x2 window sends its one gradient to its maximum.
+    assert data.grad.sum().asscalar() == out.size
+
+
+def test_selu_rounds_like_float32_arithmetic():
+    x = mx.nd.array([0.1, 2.5])
+    assert np.all(nn.SELU()(x).asnumpy() == np.float32(1.0507009873554805) * x.asnumpy())

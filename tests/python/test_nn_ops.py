@@ -55,7 +55,9 @@ def test_activation(act, ctx):
 LEAKY = {
     "leaky": lambda x, s: np.where(x > 0, x, s * x),
     "elu": lambda x, s: np.where(x > 0, x, s * np.expm1(x)),
-    "selu": lambda x, s: 1.0507009873554805 * np.where(x > 0, x, 1.6732632423543772 * np.expm1(x)),
+    # MXNet's SELU constants are float32 values, whatever the dtype.
+    "selu": lambda x, s: float(np.float32(1.0507009873554805)) * np.where(
+        x > 0, x, float(np.float32(1.6732632423543772)) * np.expm1(x)),
     "gelu": lambda x, s: 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2))),
 }
 

@@ -2,6 +2,7 @@
 traced graph into one cached operator), SymbolBlock."""
 
 import copy
+import json
 import re
 import threading
 import warnings
@@ -74,8 +75,8 @@ def _flatten(args, inout_str):
     if args is None:
         return [None], -1
     if not isinstance(args, (list, tuple)):
-        raise AssertionError("HybridBlock %s must be (nested) list of Symbol or NDArray, but got %s of type %s"
-                             % (inout_str, str(args), str(type(args))))
+        raise ValueError("When hybridized, the %s of a HybridBlock must be (nested) lists of Symbol or NDArray, "
+                         "but got %s of type %s" % (inout_str, str(args), str(type(args))))
     flat, fmts = [], []
     for item in args:
         arg, fmt = _flatten(item, inout_str)
@@ -85,12 +86,14 @@ def _flatten(args, inout_str):
 
 
 def _regroup(args, fmt):
+    """Rebuild what ``_flatten`` flattened: (the structure, the flat items left over)."""
     if isinstance(fmt, int):
         if fmt == 0:
             return args[0], args[1:]
         if fmt == -1:
             if args[0] is not None:
-                raise ValueError("Not supported: expected None")
+                raise ValueError("A HybridBlock hybridized with None in this argument position cannot take "
+                                 "%s there" % str(args[0]))
             return None, args[1:]
         return args[:fmt], args[fmt:]
     ret = []
@@ -98,6 +101,26 @@ def _regroup(args, fmt):
         res, args = _regroup(args, sub)
         ret.append(res)
     return ret, args
+
+
+def _gather_type_ctx_info(args):
+    """Over nested lists of arguments: (any Symbol, any NDArray, the set of NDArray contexts,
+    the first NDArray's context). Other values (None, numbers) count as neither."""
+    if isinstance(args, NDArray):
+        return False, True, {args.context}, args.context
+    if isinstance(args, Symbol):
+        return True, False, set(), None
+    if not isinstance(args, (list, tuple)):
+        return False, False, set(), None
+    has_symbol, has_ndarray, contexts, first_ctx = False, False, set(), None
+    for item in args:
+        item_symbol, item_ndarray, item_contexts, item_first = _gather_type_ctx_info(item)
+        has_symbol = has_symbol or item_symbol
+        has_ndarray = has_ndarray or item_ndarray
+        contexts |= item_contexts
+        if first_ctx is None:
+            first_ctx = item_first
+    return has_symbol, has_ndarray, contexts, first_ctx
 
 
 class _HookHandle:
@@ -170,8 +193,30 @@ class Block:
         """Children and parameters created inside get this block's prefix."""
         return self._scope
 
+    def _warn_unregistered_blocks_in_containers(self):
+        """Blocks kept in a plain list, tuple or dict attribute are no children: their parameters
+        would silently be left out of ``collect_params``."""
+        children = set(map(id, self._children.values()))
+
+        def holds_unregistered(data):
+            if isinstance(data, (list, tuple)):
+                return any(holds_unregistered(item) for item in data)
+            if isinstance(data, dict):
+                return any(holds_unregistered(item) for item in data.values())
+            return isinstance(data, Block) and id(data) not in children
+
+        for key, value in self.__dict__.items():
+            if key.startswith("__") or key == "_children" or not isinstance(value, (list, tuple, dict)):
+                continue
+            if holds_unregistered(value):
+                warnings.warn('"%s.%s" is an unregistered container with Blocks. Blocks inside a list, tuple or '
+                              'dict are not registered automatically: register them with register_child() or use '
+                              'nn.Sequential/nn.HybridSequential instead.' % (self.__class__.__name__, key),
+                              stacklevel=3)
+
     def collect_params(self, select=None):
         """Parameters of this block and all its children; ``select`` filters names by regex."""
+        self._warn_unregistered_blocks_in_containers()
         ret = ParameterDict(self._params.prefix)
         if not select:
             ret.update(self.params)
@@ -213,8 +258,13 @@ class Block:
                                        cast_dtype=cast_dtype, dtype_source=dtype_source)
             return
         if not allow_missing:
-            for name in params:
-                if name not in loaded:
+            # A parameter shared by several children is saved once (deduplicate=True): any of
+            # its structural names in the file loads it.
+            names_of = {}
+            for name, param in params.items():
+                names_of.setdefault(id(param), []).append(name)
+            for name, param in params.items():
+                if not any(alias in loaded for alias in names_of[id(param)]):
                     raise AssertionError("Parameter '%s' is missing in file '%s', which contains parameters: %s. "
                                          "Set allow_missing=True to ignore missing parameters."
                                          % (name, filename, ", ".join(sorted(loaded))))
@@ -226,8 +276,81 @@ class Block:
                                      "ignore_extra=True to ignore." % (name, filename))
             params[name]._load_init(value, ctx, cast_dtype=cast_dtype, dtype_source=dtype_source)
 
-    save_params = save_parameters
-    load_params = load_parameters
+    def save_params(self, filename):
+        """Deprecated layout: full parameter names less this block's prefix (what a SymbolBlock
+        built from this block's symbol loads with ``load_params``)."""
+        warnings.warn("save_params is deprecated. Please use save_parameters. Note that if you want load from "
+                      "SymbolBlock later, please use export instead.", stacklevel=2)
+        try:
+            self.collect_params().save(filename, strip_prefix=self.prefix)
+        except ValueError as e:
+            raise ValueError("%s\nsave_params is deprecated. Using save_parameters may resolve this error." % e) from e
+
+    def load_params(self, filename, ctx=None, allow_missing=False, ignore_extra=False):
+        """Deprecated name of ``load_parameters``."""
+        warnings.warn("load_params is deprecated. Please use load_parameters.", stacklevel=2)
+        self.load_parameters(filename, ctx, allow_missing, ignore_extra)
+
+    def save(self, prefix):
+        """Save the block tree and its parameters to ``prefix-model.json`` and ``prefix-model.params``.
+
+        Each block is recorded under its class name and its position in a depth-first walk of the
+        children, with its name and the names its parent uses for its children; a hybridized
+        block also records its traced graph. ``load`` needs a model built the same way, in the
+        same order."""
+        def describe(block, counter, parent):
+            entry = {"orig_name": block.name}
+            parent[type(block).__name__.lower() + str(counter[0])] = entry
+            if isinstance(block, HybridBlock):
+                entry["hybridized"] = bool(block._cached_graph)
+                if block._cached_graph:
+                    inputs, out = block._cached_graph
+                    entry["in_format"] = block._in_format
+                    entry["out_format"] = block._out_format
+                    entry["inputs"] = [sym.tojson() for sym in inputs]
+                    entry["symbol"] = out.tojson()
+            entry["children"] = {}
+            for child_key, child in block._children.items():
+                counter[0] += 1
+                entry["children"][child.name] = child_key
+                describe(child, counter, entry)
+
+        model = {}
+        describe(self, [0], model)
+        with open(prefix + "-model.json", "w") as f:
+            json.dump(model, f)
+        self.save_parameters(prefix + "-model.params")
+
+    def load(self, prefix):
+        """Load what ``save`` wrote into a block tree built the same way: blocks, their parameters
+        and their child keys get back the names they had when saved, hybridized blocks get back
+        their traced graphs, then the parameters are loaded."""
+        with open(prefix + "-model.json") as f:
+            model = json.load(f)
+
+        def restore(block, counter, parent):
+            entry = parent[type(block).__name__.lower() + str(counter[0])]
+            block._name = entry["orig_name"]
+            if isinstance(block, HybridBlock) and entry.get("hybridized"):
+                block._in_format = entry["in_format"]
+                block._out_format = entry["out_format"]
+                block._cached_graph = ([symbol.load_json(js) for js in entry["inputs"]],
+                                       symbol.load_json(entry["symbol"]))
+                block._cached_op = None
+                block._active = True
+            # The traced graph names parameters after the saved block name: rekey them to match.
+            own = block.params
+            for key in list(own.keys()):
+                param = own._params.pop(key)
+                own._params[block.name + "_" + key[len(own.prefix):]] = param
+            for child in block._children.values():
+                counter[0] += 1
+                restore(child, counter, entry)
+            saved_keys = entry["children"]
+            block._children = OrderedDict((saved_keys[child.name], child) for child in block._children.values())
+
+        restore(self, [0], model)
+        self.load_parameters(prefix + "-model.params")
 
     def register_child(self, block, name=None):
         if name is None:
@@ -331,6 +454,8 @@ class HybridBlock(Block):
         self._in_format = None
         self._active = False
         self._flags = {}
+        # (traced graph, its number of operators), for the inlining decision.
+        self._operator_count = (None, 0)
 
     def __setattr__(self, name, value):
         super().__setattr__(name, value)
@@ -344,27 +469,64 @@ class HybridBlock(Block):
         super().register_child(block, name)
         self._clear_cached_op()
 
-    def hybridize(self, active=True, static_alloc=False, static_shape=False, **kwargs):
+    def hybridize(self, active=True, static_alloc=False, static_shape=False, inline_limit=2, **kwargs):
+        """Run this block (and its hybrid children) as one compiled graph. Under autograd, a graph
+        of at most ``inline_limit`` operators is recorded operator by operator instead, as
+        MXNet's CachedOp inlines it (unless ``static_alloc``)."""
         self._active = active
-        self._flags = {"static_alloc": static_alloc, "static_shape": static_shape}
+        self._flags = {"static_alloc": static_alloc, "static_shape": static_shape, "inline_limit": inline_limit}
         self._clear_cached_op()
         if active and (self._forward_hooks or self._forward_pre_hooks):
             warnings.warn("\"{block}\" is being hybridized while still having forward hook/pre-hook. If \"{block}\" "
                           "is a child of HybridBlock, the hooks will not take effect.".format(block=self))
-        super().hybridize(active, static_alloc=static_alloc, static_shape=static_shape, **kwargs)
+        super().hybridize(active, static_alloc=static_alloc, static_shape=static_shape, inline_limit=inline_limit,
+                          **kwargs)
 
     def _clear_cached_op(self):
         self._cached_graph = ()
         self._cached_op = None
 
+    def _inlined(self, *args):
+        """Whether this recorded call runs operator by operator: a small graph, not statically
+        allocated (MXNet's CachedOp inlining, visible in ``autograd.get_symbol``)."""
+        if self._flags.get("static_alloc") or not autograd.is_recording():
+            return False
+        out = self._get_graph(*args)[1]
+        if self._operator_count[0] is not out:
+            nodes = json.loads(out.tojson())["nodes"]
+            self._operator_count = (out, sum(node["op"] != "null" for node in nodes))
+        return self._operator_count[1] <= self._flags.get("inline_limit", 2)
+
+    def _run_inlined(self, *args):
+        """The traced computation run imperatively (every hybrid descendant un-hybridized for the
+        call), so that autograd records each operator."""
+        hybridized = []
+        self.apply(lambda b: hybridized.append(b) if isinstance(b, HybridBlock) and b._active else None)
+        for block in hybridized:
+            block._active = False
+        try:
+            return self.forward(*args)
+        finally:
+            for block in hybridized:
+                block._active = True
+
     def _get_graph(self, *args):
         if not self._cached_graph:
             flat_args, self._in_format = _flatten(args, "input")
-            if len(flat_args) > 1:
-                inputs = [symbol.var("data%d" % i) for i in range(len(flat_args))]
-            else:
-                inputs = [symbol.var("data")]
-            grouped = _regroup(inputs, self._in_format)[0]
+            given = sum(arg is not None for arg in flat_args)
+            if given == 0:
+                raise ValueError("All arguments of the HybridBlock are None; at least one must be an NDArray "
+                                 "or Symbol. Received args=%s" % str(args))
+            # Arguments passed as None stay None in the traced call and are no graph inputs.
+            inputs, flat_inputs = [], []
+            for arg in flat_args:
+                if arg is None:
+                    flat_inputs.append(None)
+                    continue
+                var = symbol.var("data%d" % len(inputs) if given > 1 else "data")
+                inputs.append(var)
+                flat_inputs.append(var)
+            grouped = _regroup(flat_inputs, self._in_format)[0]
             params = {i: j.var() for i, j in self._reg_params.items()}
             with self.name_scope():
                 out = self.hybrid_forward(symbol, *(grouped if isinstance(grouped, list) else [grouped]), **params)
@@ -374,7 +536,7 @@ class HybridBlock(Block):
 
     def _infer_attrs(self, infer_fn, attr, *args):
         inputs, out = self._get_graph(*args)
-        args, _ = _flatten(args, "input")
+        args = [a for a in _flatten(args, "input")[0] if a is not None]
         known = {i.name: getattr(j, attr) for i, j in zip(inputs, args)}
         arg_attrs, _, aux_attrs = getattr(out, infer_fn)(**known)
         if arg_attrs is None:
@@ -406,7 +568,7 @@ class HybridBlock(Block):
         its operator through a concatenation): run the block once imperatively, untraced and
         unrecorded, so that each child completes its own parameters. False when that cannot help."""
         if getattr(self, "_running_to_initialize", False) or not all(
-                isinstance(a, NDArray) for a in _flatten(args, "input")[0]):
+                a is None or isinstance(a, NDArray) for a in _flatten(args, "input")[0]):
             return False
         hybridized = []
         self.apply(lambda b: hybridized.append(b) if isinstance(b, HybridBlock) and b._active else None)
@@ -441,8 +603,10 @@ class HybridBlock(Block):
         if self._cached_op is None:
             self._build_cache(*args)
         args, fmt = _flatten(args, "input")
-        if fmt != self._in_format:
-            raise ValueError("Invalid input format: the block was traced with a different input structure")
+        if fmt != self._in_format and not _formats_differ_by_trailing_none(fmt, self._in_format):
+            raise ValueError("The argument structure of the HybridBlock does not match the one it was "
+                             "hybridized with: traced with %s, called with %s" % (self._in_format, fmt))
+        args = [a for a in args if a is not None]
         try:
             cargs = [args[i] if is_arg else i.data() for is_arg, i in self._cached_op_args]
         except DeferredInitializationError:
@@ -458,21 +622,28 @@ class HybridBlock(Block):
         return _regroup(out, self._out_format)[0]
 
     def forward(self, x, *args):
-        if isinstance(x, NDArray):
-            with x.context:
+        has_symbol, has_ndarray, contexts, ctx = _gather_type_ctx_info([x] + list(args))
+        if has_symbol and has_ndarray:
+            raise ValueError("A HybridBlock takes either NDArrays or Symbols, not a mix of both.")
+        if not has_symbol and not has_ndarray:
+            raise ValueError("A HybridBlock needs at least one NDArray or Symbol among its inputs.")
+        if has_ndarray:
+            with ctx:
                 if self._active:
+                    if len(contexts) > 1:
+                        raise ValueError("A hybridized HybridBlock takes inputs on one context, but got inputs on "
+                                         "%s" % sorted(str(c) for c in contexts))
+                    if self._inlined(x, *args):
+                        return self._run_inlined(x, *args)
                     return self._call_cached_op(x, *args)
                 try:
-                    params = {k: v.data(x.context) for k, v in self._reg_params.items()}
+                    params = {k: v.data(ctx) for k, v in self._reg_params.items()}
                 except DeferredInitializationError:
                     self._deferred_infer_shape(x, *args)
                     for param in self.params.values():
                         param._finish_deferred_init()
-                    params = {k: v.data(x.context) for k, v in self._reg_params.items()}
+                    params = {k: v.data(ctx) for k, v in self._reg_params.items()}
                 return self.hybrid_forward(ndarray, x, *args, **params)
-        if not isinstance(x, Symbol):
-            raise AssertionError("HybridBlock requires the first argument to forward be either Symbol or NDArray, "
-                                 "but got %s" % type(x))
         params = {i: j.var() for i, j in self._reg_params.items()}
         with self.name_scope():
             return self.hybrid_forward(symbol, x, *args, **params)
@@ -500,6 +671,14 @@ class HybridBlock(Block):
         params_file = "%s-%04d.params" % (path, epoch)
         ndarray.save(params_file, arg_dict)
         return sym_file, params_file
+
+
+def _formats_differ_by_trailing_none(fmt, traced_fmt):
+    """Whether two top-level argument formats agree except for trailing arguments passed as None
+    (left to their defaults) in one of them."""
+    shorter, longer = (fmt, traced_fmt) if len(fmt) < len(traced_fmt) else (traced_fmt, fmt)
+    return (len(shorter) != len(longer) and longer[:len(shorter)] == shorter
+            and all(f == -1 for f in longer[len(shorter):]))
 
 
 def _common_prefix(names):

@@ -18,6 +18,9 @@ class DeferredInitializationError(MXNetError):
     """A parameter was used before the first forward pass told its shape."""
 
 
+_VALID_STYPES = ("default", "row_sparse", "csr")
+
+
 def _shape_is_known(shape):
     return shape is not None and all(d > 0 for d in shape)
 
@@ -32,6 +35,10 @@ class Parameter:
 
     def __init__(self, name, grad_req="write", shape=None, dtype=np.float32, lr_mult=1.0, wd_mult=1.0, init=None,
                  allow_deferred_init=False, differentiable=True, stype="default", grad_stype="default"):
+        for what, value in (("stype", stype), ("grad_stype", grad_stype)):
+            if value not in _VALID_STYPES:
+                raise AssertionError("%s for Parameter '%s' must be one of 'default', 'row_sparse', or 'csr', "
+                                     "but got '%s'" % (what, name, value))
         self.name = name
         self._shape = None if shape is None else (tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
         self.dtype = _as_np_dtype(dtype)

@@ -18,12 +18,13 @@ def split_data(data, num_slice, batch_axis=0, even_split=True):
     if size < num_slice:
         raise ValueError("Too many slices for data with shape %s. Arguments are num_slice=%d and batch_axis=%d."
                          % (str(data.shape), num_slice, batch_axis))
-    step = size // num_slice
+    # numpy.array_split's sections: the first `extras` slices take one more element.
+    each, extras = divmod(size, num_slice)
+    ends = np.cumsum([each + 1] * extras + [each] * (num_slice - extras)).tolist()
+    bounds = list(zip([0] + ends[:-1], ends))
     if batch_axis == 0:
-        bounds = [(i * step, (i + 1) * step if i < num_slice - 1 else size) for i in range(num_slice)]
         return [data[a:b] for a, b in bounds]
-    return [ndarray.slice_axis(data, batch_axis, i * step, (i + 1) * step if i < num_slice - 1 else size)
-            for i in range(num_slice)]
+    return [ndarray.slice_axis(data, batch_axis, a, b) for a, b in bounds]
 
 
 def split_and_load(data, ctx_list, batch_axis=0, even_split=True):

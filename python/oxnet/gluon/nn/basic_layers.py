@@ -1,5 +1,7 @@
 """Containers and basic layers."""
 
+import warnings
+
 import numpy as np
 
 from .. import block
@@ -35,6 +37,10 @@ class Sequential(block.Block):
         return len(self._children)
 
     def hybridize(self, active=True, **kwargs):
+        """Hybridize the hybrid children (a Sequential itself always runs imperatively)."""
+        if self._children and all(isinstance(c, block.HybridBlock) for c in self._children.values()):
+            warnings.warn("All children of this Sequential layer '%s' are HybridBlocks. Consider using "
+                          "HybridSequential for the best performance." % self.prefix, stacklevel=2)
         super().hybridize(active, **kwargs)
 
 

@@ -1,5 +1,6 @@
-"""Convolution and pooling layers (channels-first layouts)."""
+"""Convolution, pooling and padding layers."""
 
+from ...base import numeric_types
 from .. import block
 from .activations import Activation
 
@@ -166,3 +167,20 @@ GlobalMaxPool3D = _pool_class("GlobalMaxPool3D", 3, "max", "NCDHW", True)
 GlobalAvgPool1D = _pool_class("GlobalAvgPool1D", 1, "avg", "NCW", True)
 GlobalAvgPool2D = _pool_class("GlobalAvgPool2D", 2, "avg", "NCHW", True)
 GlobalAvgPool3D = _pool_class("GlobalAvgPool3D", 3, "avg", "NCDHW", True)
+
+
+class ReflectionPad2D(block.HybridBlock):
+    """Pads the two spatial axes of NCHW input by reflecting it at its borders. ``padding`` is one
+    width for all four sides or the 8-tuple ``pad_width`` of ``mx.nd.pad`` (batch and channel
+    widths must be 0)."""
+
+    def __init__(self, padding=0, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(padding, numeric_types):
+            padding = (0, 0, 0, 0, padding, padding, padding, padding)
+        if len(padding) != 8:
+            raise AssertionError("ReflectionPad2D: padding must be one number or 8 widths, got %s" % (padding,))
+        self._padding = tuple(padding)
+
+    def hybrid_forward(self, F, x):
+        return F.pad(x, mode="reflect", pad_width=self._padding)

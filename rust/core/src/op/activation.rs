@@ -52,8 +52,10 @@ crate::op_params! {
     }
 }
 
-const SELU_ALPHA: f64 = 1.673_263_242_354_377_3;
-const SELU_LAMBDA: f64 = 1.050_700_987_355_480_5;
+// MXNet keeps SELU's constants as `float` for every dtype; the same rounded values make
+// float32 results bit-identical to `lambda * x` computed in float32.
+const SELU_ALPHA: f64 = 1.673_263_242_354_377_3_f32 as f64;
+const SELU_LAMBDA: f64 = 1.050_700_987_355_480_5_f32 as f64;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Leaky {

@@ -1,5 +1,6 @@
-//! Pooling (max, avg, sum, lp; 1-D to 3-D, channels first; valid/full/same conventions; global),
-//! parallel over (image, channel) planes, and its gradient.
+//! Pooling (max, avg, sum, lp; 1-D to 3-D, channels first or last; valid/full/same conventions;
+//! global), parallel over (image, channel) planes, and its gradient. Channels-last planes are
+//! strided: each is gathered into a contiguous buffer, pooled, and its result scattered back.
 
 use super::grad::{tuple_attr, Grad, InputGrads};
 use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
@@ -28,7 +29,7 @@ crate::op_params! {
         p_value: Option<i64> = None,
         /// Whether avg pooling counts padded positions.
         count_include_pad: Option<bool> = None,
-        /// Data layout: None, 'NCW', 'NCHW' or 'NCDHW'.
+        /// Data layout: None (channels first), 'NCW', 'NCHW', 'NCDHW', 'NWC', 'NHWC' or 'NDHWC'.
         layout: Option<String> = None,
     }
 }
@@ -44,6 +45,8 @@ enum PoolType {
 /// One pooling problem in three spatial dimensions.
 struct Window {
     planes: usize,
+    /// Channels per image when the channels are the last axis (planes are then strided).
+    channels_last: Option<usize>,
     input: [usize; 3],
     kernel: [usize; 3],
     stride: [usize; 3],
@@ -73,12 +76,28 @@ fn three(values: &[i64], rank: usize, default: usize) -> Result<[usize; 3]> {
 }
 
 impl Pooling {
+    fn channels_last(&self) -> bool {
+        matches!(self.p.layout.as_deref(), Some("NWC" | "NHWC" | "NDHWC"))
+    }
+
     fn window(&self, data: &Shape) -> Result<Window> {
         let rank = data.ndim().checked_sub(2).filter(|r| (1..=3).contains(r)).ok_or_else(|| {
             crate::err!(Shape, "Pooling: data must be 3-D, 4-D or 5-D (batch, channel, spatial...), got {data}")
         })?;
+        if let Some(layout) = &self.p.layout {
+            if layout.len() != data.ndim() {
+                crate::bail!(Shape, "Pooling: layout {layout} does not fit {}-D data {data}", data.ndim());
+            }
+        }
+        let channels_last = self.channels_last();
+        // (batch, channel) and the spatial extents, whichever axis holds the channels.
+        let (batch, channels, spatial) = if channels_last {
+            (data[0], data[data.ndim() - 1], &data.dims()[1..data.ndim() - 1])
+        } else {
+            (data[0], data[1], &data.dims()[2..])
+        };
         let mut input = [1; 3];
-        input[3 - rank..].copy_from_slice(&data.dims()[2..]);
+        input[3 - rank..].copy_from_slice(spatial);
         let (kernel, stride, pad) = if self.p.global_pool {
             (input, [1; 3], [0; 3])
         } else {
@@ -102,9 +121,24 @@ impl Pooling {
                 _ => (padded - kernel[a]) / stride[a] + 1,
             };
         }
-        let mut dims = data.dims()[..2].to_vec();
-        dims.extend_from_slice(&output[3 - rank..]);
-        Ok(Window { planes: data[0] * data[1], input, kernel, stride, pad, output, out_shape: Shape::new(dims) })
+        let mut dims = vec![batch];
+        if channels_last {
+            dims.extend_from_slice(&output[3 - rank..]);
+            dims.push(channels);
+        } else {
+            dims.push(channels);
+            dims.extend_from_slice(&output[3 - rank..]);
+        }
+        Ok(Window {
+            planes: batch * channels,
+            channels_last: channels_last.then_some(channels),
+            input,
+            kernel,
+            stride,
+            pad,
+            output,
+            out_shape: Shape::new(dims),
+        })
     }
 
     fn include_pad(&self) -> bool {
@@ -176,6 +210,30 @@ fn for_each_window(w: &Window, mut visit: impl FnMut(usize, &Cells, usize)) {
                 o += 1;
             }
         }
+    }
+}
+
+/// Copies plane `plane` (image `plane / channels`, channel `plane % channels`) of a channels-last
+/// array whose images hold `len` positions into `dst`.
+///
+/// # Safety
+/// `src` must hold the whole image of that plane (`len * channels` elements from its start).
+unsafe fn gather_plane<T: Elem>(src: *const T, plane: usize, len: usize, channels: usize, dst: &mut [T]) {
+    let base = src.add((plane / channels) * len * channels + plane % channels);
+    for (s, d) in dst.iter_mut().enumerate() {
+        *d = *base.add(s * channels);
+    }
+}
+
+/// Writes `src` as plane `plane` of a channels-last array (the inverse of [`gather_plane`]).
+///
+/// # Safety
+/// As for [`gather_plane`]; no other thread may write this plane's elements (other planes
+/// interleave with it, element by element, which is sound through raw pointers).
+unsafe fn scatter_plane<T: Elem>(src: &[T], dst: *mut T, plane: usize, len: usize, channels: usize) {
+    let base = dst.add((plane / channels) * len * channels + plane % channels);
+    for (s, &v) in src.iter().enumerate() {
+        base.add(s * channels).write(v);
     }
 }
 
@@ -309,44 +367,28 @@ impl Operator for Pooling {
             let (xp, op) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
             parallel_chunks(w.planes, ((1usize << 14) / plane.max(1)).max(1), |planes| {
                 let mut rows = Vec::new();
+                let staged = w.channels_last.is_some();
+                let (mut x_staged, mut y_staged) = if staged { (vec![T::default(); plane], vec![T::default(); outs]) } else { (Vec::new(), Vec::new()) };
                 for pl in planes {
                     // SAFETY: plane pl of the input and of the output belong to this task.
-                    let (x, y) = unsafe {
-                        (std::slice::from_raw_parts(xp.get().add(pl * plane), plane), std::slice::from_raw_parts_mut(op.get().add(pl * outs), outs))
+                    let (x, y): (&[T], &mut [T]) = match w.channels_last {
+                        Some(channels) => {
+                            unsafe { gather_plane(xp.get(), pl, plane, channels, &mut x_staged) };
+                            (&x_staged, &mut y_staged)
+                        }
+                        None => unsafe {
+                            (std::slice::from_raw_parts(xp.get().add(pl * plane), plane), std::slice::from_raw_parts_mut(op.get().add(pl * outs), outs))
+                        },
                     };
                     if tiled_max {
                         tiled_max_forward(&w, x, y, &mut rows);
-                        continue;
+                    } else {
+                        pool_plane(&w, kind, include_pad, x, y);
                     }
-                    for_each_window(&w, |o, cells, padded| {
-                        let value = match kind {
-                            PoolType::Max => {
-                                let mut best = f64::NEG_INFINITY;
-                                cells.for_each(|i| {
-                                    let v = x[i].to_f64();
-                                    if v > best || v.is_nan() {
-                                        best = v;
-                                    }
-                                });
-                                best
-                            }
-                            PoolType::Sum | PoolType::Avg => {
-                                let mut sum = 0.0;
-                                cells.for_each(|i| sum += x[i].to_f64());
-                                if kind == PoolType::Avg {
-                                    sum / (if include_pad { padded } else { cells.count() }).max(1) as f64
-                                } else {
-                                    sum
-                                }
-                            }
-                            PoolType::Lp(p) => {
-                                let mut sum = 0.0;
-                                cells.for_each(|i| sum += x[i].to_f64().abs().powi(p));
-                                sum.powf(1.0 / p as f64)
-                            }
-                        };
-                        y[o] = T::from_f64(value);
-                    });
+                    if let Some(channels) = w.channels_last {
+                        // SAFETY: this task alone writes plane pl of the output.
+                        unsafe { scatter_plane(&y_staged, op.get(), pl, outs, channels) };
+                    }
                 }
             });
         });
@@ -356,6 +398,39 @@ impl Operator for Pooling {
         let (x, y, g) = (d.input(0), d.output(0), d.out_grad(0));
         Ok(vec![Some(d.op("_backward_Pooling", &self.attrs(), &[&g, &x, &y])?)])
     }
+}
+
+/// Pools one contiguous plane `x` into `y`, window by window.
+fn pool_plane<T: Elem>(w: &Window, kind: PoolType, include_pad: bool, x: &[T], y: &mut [T]) {
+    for_each_window(w, |o, cells, padded| {
+        let value = match kind {
+            PoolType::Max => {
+                let mut best = f64::NEG_INFINITY;
+                cells.for_each(|i| {
+                    let v = x[i].to_f64();
+                    if v > best || v.is_nan() {
+                        best = v;
+                    }
+                });
+                best
+            }
+            PoolType::Sum | PoolType::Avg => {
+                let mut sum = 0.0;
+                cells.for_each(|i| sum += x[i].to_f64());
+                if kind == PoolType::Avg {
+                    sum / (if include_pad { padded } else { cells.count() }).max(1) as f64
+                } else {
+                    sum
+                }
+            }
+            PoolType::Lp(p) => {
+                let mut sum = 0.0;
+                cells.for_each(|i| sum += x[i].to_f64().abs().powi(p));
+                sum.powf(1.0 / p as f64)
+            }
+        };
+        y[o] = T::from_f64(value);
+    });
 }
 
 impl Pooling {
@@ -377,6 +452,9 @@ impl Pooling {
         }
         if let Some(c) = p.count_include_pad {
             attrs.push(("count_include_pad", flag(c)));
+        }
+        if let Some(layout) = &p.layout {
+            attrs.push(("layout", layout.clone()));
         }
         attrs
     }
@@ -407,49 +485,73 @@ impl Operator for PoolingBackward {
             parallel_chunks(w.planes, ((1usize << 14) / plane.max(1)).max(1), |planes| {
                 let mut acc = vec![0f64; if tiled_max { 0 } else { plane }];
                 let (mut starts, mut taken) = (Vec::new(), Vec::new());
+                let staged = w.channels_last.is_some();
+                let [mut g_staged, mut x_staged, mut y_staged, mut dx_staged] =
+                    [outs, plane, outs, plane].map(|len| vec![T::default(); if staged { len } else { 0 }]);
                 for pl in planes {
                     // SAFETY: plane pl of every array belongs to this task; inputs are read-only.
-                    let (g, x, y, dx) = unsafe {
-                        (
-                            std::slice::from_raw_parts(gp.get().add(pl * outs), outs),
-                            std::slice::from_raw_parts(xp.get().add(pl * plane), plane),
-                            std::slice::from_raw_parts(yp.get().add(pl * outs), outs),
-                            std::slice::from_raw_parts_mut(dp.get().add(pl * plane), plane),
-                        )
+                    let (g, x, y, dx): (&[T], &[T], &[T], &mut [T]) = match w.channels_last {
+                        Some(channels) => {
+                            unsafe {
+                                gather_plane(gp.get(), pl, outs, channels, &mut g_staged);
+                                gather_plane(xp.get(), pl, plane, channels, &mut x_staged);
+                                gather_plane(yp.get(), pl, outs, channels, &mut y_staged);
+                            }
+                            (&g_staged, &x_staged, &y_staged, &mut dx_staged)
+                        }
+                        None => unsafe {
+                            (
+                                std::slice::from_raw_parts(gp.get().add(pl * outs), outs),
+                                std::slice::from_raw_parts(xp.get().add(pl * plane), plane),
+                                std::slice::from_raw_parts(yp.get().add(pl * outs), outs),
+                                std::slice::from_raw_parts_mut(dp.get().add(pl * plane), plane),
+                            )
+                        },
                     };
                     if tiled_max {
                         tiled_max_backward(&w, x, y, g, dx, &mut starts, &mut taken);
-                        continue;
+                    } else {
+                        unpool_plane(&w, kind, include_pad, g, x, y, dx, &mut acc);
                     }
-                    acc.iter_mut().for_each(|v| *v = 0.0);
-                    for_each_window(&w, |o, cells, padded| {
-                        let (go, yo) = (g[o].to_f64(), y[o].to_f64());
-                        match kind {
-                            PoolType::Max => {
-                                // The first element equal to the maximum takes the gradient.
-                                if let Some(i) = cells.find(|i| x[i].to_f64() == yo || (yo.is_nan() && x[i].to_f64().is_nan())) {
-                                    acc[i] += go;
-                                }
-                            }
-                            PoolType::Sum => cells.for_each(|i| acc[i] += go),
-                            PoolType::Avg => {
-                                let share = go / if include_pad { padded } else { cells.count() }.max(1) as f64;
-                                cells.for_each(|i| acc[i] += share);
-                            }
-                            PoolType::Lp(p) => cells.for_each(|i| {
-                                let xi = x[i].to_f64();
-                                if yo != 0.0 {
-                                    acc[i] += go * (xi.abs() / yo).powi(p - 1) * xi.signum();
-                                }
-                            }),
-                        }
-                    });
-                    dx.iter_mut().zip(&acc).for_each(|(v, &a)| *v = T::from_f64(a));
+                    if let Some(channels) = w.channels_last {
+                        // SAFETY: this task alone writes plane pl of the input gradient.
+                        unsafe { scatter_plane(&dx_staged, dp.get(), pl, plane, channels) };
+                    }
                 }
             });
         });
         Ok(())
     }
+}
+
+/// Routes the output gradient `g` of one contiguous plane back through its windows into `dx`
+/// (`acc`, one f64 per input cell, accumulates overlapping windows).
+#[allow(clippy::too_many_arguments)]
+fn unpool_plane<T: Elem>(w: &Window, kind: PoolType, include_pad: bool, g: &[T], x: &[T], y: &[T], dx: &mut [T], acc: &mut [f64]) {
+    acc.iter_mut().for_each(|v| *v = 0.0);
+    for_each_window(w, |o, cells, padded| {
+        let (go, yo) = (g[o].to_f64(), y[o].to_f64());
+        match kind {
+            PoolType::Max => {
+                // The first element equal to the maximum takes the gradient.
+                if let Some(i) = cells.find(|i| x[i].to_f64() == yo || (yo.is_nan() && x[i].to_f64().is_nan())) {
+                    acc[i] += go;
+                }
+            }
+            PoolType::Sum => cells.for_each(|i| acc[i] += go),
+            PoolType::Avg => {
+                let share = go / if include_pad { padded } else { cells.count() }.max(1) as f64;
+                cells.for_each(|i| acc[i] += share);
+            }
+            PoolType::Lp(p) => cells.for_each(|i| {
+                let xi = x[i].to_f64();
+                if yo != 0.0 {
+                    acc[i] += go * (xi.abs() / yo).powi(p - 1) * xi.signum();
+                }
+            }),
+        }
+    });
+    dx.iter_mut().zip(acc.iter()).for_each(|(v, &a)| *v = T::from_f64(a));
 }
 
 fn build(p: PoolingParams) -> Result<Pooling> {
@@ -467,8 +569,8 @@ fn build(p: PoolingParams) -> Result<Pooling> {
         crate::bail!(Param, "Pooling: pooling_convention must be 'valid', 'full' or 'same', got '{}'", p.pooling_convention);
     }
     if let Some(layout) = &p.layout {
-        if !matches!(layout.as_str(), "NCW" | "NCHW" | "NCDHW") {
-            crate::bail!(Param, "Pooling: layout {layout} is not supported; use a channels-first layout");
+        if !matches!(layout.as_str(), "NCW" | "NCHW" | "NCDHW" | "NWC" | "NHWC" | "NDHWC") {
+            crate::bail!(Param, "Pooling: layout must be one of NCW, NCHW, NCDHW, NWC, NHWC, NDHWC, got {layout}");
         }
     }
     if !p.global_pool && p.kernel.is_empty() {
