@@ -1,10 +1,29 @@
 """Devices (MXNet's ``mxnet.context``)."""
 
+import warnings
+
 from . import _core
 from . import cuda_libraries
 
 
-class Context:
+class _ContextClass(type):
+    """Gives ``Context`` MXNet 1.x's deprecated class attribute ``Context.default_ctx``: the
+    calling thread's current context, read and set."""
+
+    @property
+    def default_ctx(cls):
+        warnings.warn("Context.default_ctx has been deprecated. Please use Context.current_context() instead.",
+                      DeprecationWarning, stacklevel=2)
+        return current_context()
+
+    @default_ctx.setter
+    def default_ctx(cls, ctx):
+        warnings.warn("Context.default_ctx has been deprecated. Please use Context.current_context() instead.",
+                      DeprecationWarning, stacklevel=2)
+        _core.set_current_context(Context(ctx)._as_tuple())
+
+
+class Context(metaclass=_ContextClass):
     """A device: ``cpu(i)``, ``gpu(i)`` or ``cpu_pinned(i)``. Usable as ``with Context(...)``."""
 
     devtype2str = {1: "cpu", 2: "gpu", 3: "cpu_pinned", 5: "cpu_shared"}

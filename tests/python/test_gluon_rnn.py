@@ -230,3 +230,55 @@ def test_lstm_language_model_trains():
         trainer.step(tokens.shape[1])
         losses.append(loss.mean().asscalar())
     assert losses[-1] < 0.1 * losses[0], losses
+
+
+def test_symbolic_unroll_of_one_input_tensor_splits_it_into_steps():
+    # a symbol input is split into a multi-output symbol; each step must get its own output
+    cell = rnn.RNNCell(4, prefix="rnn_")
+    outputs, _ = cell.unroll(3, mx.sym.var("data"), layout="NTC", merge_outputs=True)
+    _, out_shapes, _ = outputs.infer_shape(data=(2, 3, 5))
+    assert out_shapes == [(2, 3, 4)]
+
+
+def test_bound_executor_completes_partial_begin_states():
+    # begin states are zeros((0, hidden)): their batch comes from inference, and the bound
+    # executor (fused or not) must create them with it
+    cell = rnn.ResidualCell(rnn.GRUCell(6, prefix="rnn_"))
+    outputs, _ = cell.unroll(2, [mx.sym.var("rnn_t%d_data" % i) for i in range(2)])
+    data = np.random.RandomState(0).randn(3, 6).astype(np.float32)
+    values = outputs[1].eval(rnn_t0_data=mx.nd.array(data), rnn_t1_data=mx.nd.array(data),
+                             rnn_i2h_weight=mx.nd.zeros((18, 6)), rnn_i2h_bias=mx.nd.zeros((18,)),
+                             rnn_h2h_weight=mx.nd.zeros((18, 6)), rnn_h2h_bias=mx.nd.zeros((18,)))
+    # zero weights: update gate 0.5, candidate 0, so h = 0.5 h_prev = 0 and the residual adds data
+    np.testing.assert_allclose(values[0].asnumpy(), data, rtol=1e-6)
+
+
+@pytest.mark.parametrize("length", [1, 3])
+def test_hybridized_bidirectional_unroll_with_valid_length(length):
+    class BiLSTM(gluon.HybridBlock):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            with self.name_scope():
+                self.cell = rnn.BidirectionalCell(rnn.LSTMCell(4, prefix="l_"), rnn.LSTMCell(4, prefix="r_"))
+
+        def hybrid_forward(self, F, inputs, valid_length):
+            return self.cell.unroll(length, inputs, valid_length=valid_length, layout="NTC", merge_outputs=True)
+
+    net = BiLSTM()
+    net.initialize()
+    data = mx.nd.random.uniform(shape=(2, length, 3))
+    valid_length = mx.nd.array([length, 1])
+    outputs, states = net(data, valid_length)
+    net.hybridize()
+    hybrid_outputs, hybrid_states = net(data, valid_length)
+    assert hybrid_outputs.shape == (2, length, 8) and [s.shape for s in hybrid_states] == [(2, 4)] * 4
+    assert_almost_equal(hybrid_outputs.asnumpy(), outputs.asnumpy(), rtol=1e-5, atol=1e-6)
+    assert not hybrid_outputs.asnumpy()[1, 1:].any()  # steps past the second sequence's end
+
+
+def test_context_default_ctx_is_the_current_context():
+    with pytest.warns(DeprecationWarning):
+        assert mx.Context.default_ctx == mx.current_context()
+    with mx.cpu(1):
+        with pytest.warns(DeprecationWarning):
+            assert mx.Context.default_ctx == mx.cpu(1)

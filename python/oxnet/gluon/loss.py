@@ -200,7 +200,8 @@ class TripletLoss(Loss):
 
 
 class CosineEmbeddingLoss(Loss):
-    """1 - cos(a, b) for label 1; max(0, cos(a, b) - margin) for label -1."""
+    """1 - cos(a, b) for label 1, max(0, cos(a, b) - margin) for label -1 (and 0 for any other
+    label), one value per sample as a (batch, 1) array, as MXNet 1.x returns it."""
 
     def __init__(self, weight=None, batch_axis=0, margin=0, **kwargs):
         super().__init__(weight, batch_axis, **kwargs)
@@ -208,12 +209,82 @@ class CosineEmbeddingLoss(Loss):
 
     def hybrid_forward(self, F, input1, input2, label, sample_weight=None):
         input1 = _reshape_like(F, input1, input2)
-        dot = F.sum(input1 * input2, axis=-1)
-        norms = F.sqrt(F.sum(F.square(input1), axis=-1)) * F.sqrt(F.sum(F.square(input2), axis=-1))
-        cos_sim = dot / F.maximum(norms, 1e-12)
-        label = _reshape_like(F, label, cos_sim)
-        loss = F.where(label == 1, 1 - cos_sim, F.relu(cos_sim - self._margin))
+        label = label.reshape((-1, 1))
+        cos_sim = self._cosine_similarity(F, input1, input2)
+        similar_part = (1 - cos_sim) * (label == 1)
+        zero = F.zeros((1, 1))
+        dissimilar_part = F.broadcast_maximum(zero, (label == -1) * (cos_sim - self._margin))
+        return _apply_weighting(F, similar_part + dissimilar_part, self._weight, sample_weight)
+
+    @staticmethod
+    def _cosine_similarity(F, x, y, axis=-1):
+        """cos(x, y) along ``axis`` as a (batch, 1) array; the norms' product is kept >= 1e-12."""
+        x_norm = F.norm(x, axis=axis).reshape((-1, 1))
+        y_norm = F.norm(y, axis=axis).reshape((-1, 1))
+        x_dot_y = F.sum(x * y, axis=axis).reshape((-1, 1))
+        return x_dot_y / F.broadcast_maximum(x_norm * y_norm, F.full((1, 1), 1e-12))
+
+
+class CTCLoss(Loss):
+    """Connectionist Temporal Classification loss (the ``CTCLoss`` operator) with the last
+    channel of ``pred`` reserved for the blank; labels are padded with -1 unless
+    ``label_lengths`` is given. ``pred_lengths`` and ``label_lengths`` are optional per-sample
+    lengths. Returns one loss per sample, shape (batch,)."""
+
+    def __init__(self, layout="NTC", label_layout="NT", weight=None, **kwargs):
+        if layout not in ("NTC", "TNC"):
+            raise AssertionError("Only 'NTC' and 'TNC' layouts for pred are supported. Got: %s" % layout)
+        if label_layout not in ("NT", "TN"):
+            raise AssertionError("Only 'NT' and 'TN' layouts for label are supported. Got: %s" % label_layout)
+        self._layout = layout
+        self._label_layout = label_layout
+        super().__init__(weight, label_layout.find("N"), **kwargs)
+
+    def hybrid_forward(self, F, pred, label, pred_lengths=None, label_lengths=None, sample_weight=None):
+        if self._layout == "NTC":
+            pred = F.swapaxes(pred, 0, 1)
+        if self._batch_axis == 1:
+            label = F.swapaxes(label, 0, 1)
+        loss = F.CTCLoss(pred, label, pred_lengths, label_lengths,
+                         use_data_lengths=pred_lengths is not None,
+                         use_label_lengths=label_lengths is not None,
+                         blank_label="last")
         return _apply_weighting(F, loss, self._weight, sample_weight)
+
+
+class SDMLLoss(Loss):
+    """Batch-wise Smoothed Deep Metric Learning loss (Bonadiman et al. 2019): x1[i] and x2[i]
+    form a positive pair and every other row of x2 is a negative for x1[i]. The softmax of the
+    negative squared distances is compared (KL divergence) with smoothed identity labels that
+    give ``smoothing_parameter`` of the mass to the negatives. Returns shape (batch,)."""
+
+    def __init__(self, smoothing_parameter=0.3, weight=1., batch_axis=0, **kwargs):
+        super().__init__(weight, batch_axis, **kwargs)
+        self.kl_loss = KLDivLoss(from_logits=True)
+        self.smoothing_parameter = smoothing_parameter
+
+    def _compute_labels(self, F, batch_size):
+        """Identity targets smoothed: 1 - s on the diagonal, s / (batch - 1) elsewhere."""
+        gold = F.eye(batch_size)
+        return gold * (1 - self.smoothing_parameter) + (1 - gold) * self.smoothing_parameter / (batch_size - 1)
+
+    @staticmethod
+    def _compute_distances(F, x1, x2):
+        """Squared euclidean distance between every row of x1 and every row of x2, (batch, batch)."""
+        differences = F.broadcast_sub(F.expand_dims(x1, 1), F.expand_dims(x2, 0))
+        return F.sum(F.square(differences), axis=2)
+
+    def hybrid_forward(self, F, x1, x2):
+        if F is not ndarray:
+            raise NotImplementedError("SDMLLoss needs the batch size of its inputs: call it on NDArrays, "
+                                      "not inside a hybridized block")
+        if x1.shape != x2.shape or len(x1.shape) != 2:
+            raise ValueError("SDMLLoss expects two (batch_size, dim) arrays of one shape, got %s and %s"
+                             % (x1.shape, x2.shape))
+        labels = self._compute_labels(F, x1.shape[0])
+        distances = self._compute_distances(F, x1, x2)
+        log_probabilities = F.log_softmax(-distances, axis=1)
+        return self.kl_loss(log_probabilities, labels.as_in_context(distances.context))
 
 
 class PoissonNLLLoss(Loss):

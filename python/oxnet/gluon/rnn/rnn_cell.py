@@ -16,7 +16,12 @@ _TENSORS = (NDArray, symbol.Symbol)
 
 
 def _as_list(obj):
-    return obj if isinstance(obj, (list, tuple)) else [obj]
+    """A list of tensors: a list as given, a multi-output symbol (a split) as its outputs."""
+    if isinstance(obj, (list, tuple)):
+        return obj
+    if isinstance(obj, symbol.Symbol) and len(obj) > 1:
+        return list(obj)
+    return [obj]
 
 
 def _namespace(inputs):

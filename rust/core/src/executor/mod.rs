@@ -127,9 +127,15 @@ pub fn run_steps(
             .collect::<Result<Vec<_>>>()?;
         let planned = |count: usize| (0..count).map(|i| storage.get(&(node_key(node), i)).cloned()).collect::<Option<Vec<_>>>();
         let out = planned(node.num_outputs()).or_else(|| planned(op.operator.num_visible_outputs()));
-        let outputs = match op.operator.run_on_host(&inputs, &[]) {
+        // A creation op with unknown dimensions (`zeros(shape=(0, 50))`, an RNN cell's begin
+        // state) produces the shapes inference gave its planned outputs.
+        let operator = match (&out, op.operator.partial_output_shapes()) {
+            (Some(planned), Some(_)) => op.operator.with_output_shapes(&planned.iter().map(|a| a.shape().clone()).collect::<Vec<_>>())?,
+            _ => op.operator.clone(),
+        };
+        let outputs = match operator.run_on_host(&inputs, &[]) {
             Some(result) => result,
-            None => imperative::invoke_operator(&op.name, op.operator.clone(), &op.attrs, &inputs, out, ctx, None),
+            None => imperative::invoke_operator(&op.name, operator, &op.attrs, &inputs, out, ctx, None),
         }
         .map_err(|e| e.context(format!("node '{}'", node.name)))?;
         for (i, value) in outputs.into_iter().enumerate() {

@@ -9,9 +9,9 @@ use num_traits::Float;
 
 use super::broadcast::{broadcast_shape, map1, truth, zip2};
 use super::grad::{Grad, InputGrads};
-use super::params::NoParams;
+use super::params::{NoParams, UncheckedParams};
 use super::{BlockKernel, Elementwise, ExecContext, OpDef, Operator, Tensor};
-use crate::base::{Bool8, DType, Elem, Shape};
+use crate::base::{unify_partial, Bool8, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 use crate::graph::Entry;
 
@@ -113,6 +113,14 @@ impl<M: BinaryMath> Operator for Binary<M> {
             );
         }
         Ok(vec![inputs[0].clone()])
+    }
+    /// The equal-shape form makes both operands and the output agree; the broadcasting form
+    /// needs both operands' shapes in full.
+    fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
+        if !self.broadcast {
+            unify_partial(inputs, outputs)?;
+        }
+        Ok(())
     }
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0), (1, 0)]
@@ -258,9 +266,9 @@ macro_rules! binary_ops {
         fn register_table(add: &mut dyn FnMut(OpDef)) {
             $(
                 add(OpDef::new($bname, &[$($balias),*], concat!($doc, " With NumPy-style broadcasting."),
-                    |_: NoParams| Ok(Binary::<$ty> { name: $bname, broadcast: true, _m: PhantomData })));
+                    |_: UncheckedParams| Ok(Binary::<$ty> { name: $bname, broadcast: true, _m: PhantomData })));
                 add(OpDef::new($ename, &[$($ealias),*], concat!($doc, " Both inputs must have the same shape."),
-                    |_: NoParams| Ok(Binary::<$ty> { name: $ename, broadcast: false, _m: PhantomData })));
+                    |_: UncheckedParams| Ok(Binary::<$ty> { name: $ename, broadcast: false, _m: PhantomData })));
                 add(OpDef::new($sname, &[$($salias),*], concat!($doc, " The right operand is a scalar."),
                     |p: ScalarParams| Ok(Scalar::<$ty> { scalar: p.scalar, reverse: false, _m: PhantomData })));
                 binary_ops!(@reverse add, $ty, $rname, $doc);

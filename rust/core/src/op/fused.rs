@@ -13,7 +13,7 @@
 //! loop reaches 86%).
 
 use super::{parallel_chunks, BlockKernel, PARALLEL_GRAIN, ExecContext, Operator, SendPtr, Tensor};
-use crate::base::{DType, Shape};
+use crate::base::{unify_partial, DType, PartialShape, Shape};
 use crate::error::Result;
 
 /// Values per block: eight 16-lane vectors, so even a transcendental step leaves the block's
@@ -55,6 +55,11 @@ impl Operator for FusedOp {
             crate::bail!(Shape, "fused element-wise kernel: inputs must share one shape, got {} and {other}", inputs[0]);
         }
         Ok(vec![inputs[0].clone()])
+    }
+    /// Every input and the output share one shape, so each tells the others' unknown
+    /// dimensions (an RNN cell's begin state, `zeros((0, hidden))`, fused with its consumers).
+    fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
+        unify_partial(inputs, outputs)
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         if inputs.iter().any(|&d| d != DType::F32) {

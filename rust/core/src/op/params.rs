@@ -49,6 +49,21 @@ impl Params for NoParams {
     }
 }
 
+/// Operators that MXNet registers without a parameter parser (the element-wise binary family):
+/// MXNet keeps any attribute given to them and ignores it (`broadcast_maximum(a, b, axis=1)`
+/// runs), so they must accept the same calls.
+#[derive(Clone, Debug, Default)]
+pub struct UncheckedParams;
+
+impl Params for UncheckedParams {
+    fn specs() -> Vec<ParamSpec> {
+        Vec::new()
+    }
+    fn parse(_op: &str, _attrs: &Attrs) -> Result<Self> {
+        Ok(UncheckedParams)
+    }
+}
+
 /// Attribute names every operator accepts and ignores: graph annotations such as `__lr_mult__`,
 /// `__shape__`, and the Python-side `name`.
 pub fn is_annotation(key: &str) -> bool {
