@@ -5,7 +5,20 @@ import threading
 _state = threading.local()
 
 
-class AttrScope:
+class _PerThreadCurrent(type):
+    """Metaclass of ``AttrScope``: ``AttrScope.current`` is this thread's attribute scope, both when read and when
+    assigned (MXNet keeps it per thread; a plain class attribute would be shared by all threads)."""
+
+    @property
+    def current(cls):
+        return current()
+
+    @current.setter
+    def current(cls, value):
+        _state.current = value
+
+
+class AttrScope(metaclass=_PerThreadCurrent):
     """Attributes every symbol created inside the ``with`` block receives (values are strings)."""
 
     def __init__(self, **kwargs):
@@ -42,10 +55,3 @@ def current():
         scope = _state.current = AttrScope()
     return scope
 
-
-class _CurrentDescriptor:
-    def __get__(self, instance, owner):
-        return current()
-
-
-AttrScope.current = _CurrentDescriptor()

@@ -5,7 +5,20 @@ import threading
 _state = threading.local()
 
 
-class NameManager:
+class _PerThreadCurrent(type):
+    """Metaclass of ``NameManager``: ``NameManager.current`` is this thread's name manager, both when read and when
+    assigned (MXNet keeps it per thread; a plain class attribute would be shared by all threads)."""
+
+    @property
+    def current(cls):
+        return current()
+
+    @current.setter
+    def current(cls, value):
+        _state.current = value
+
+
+class NameManager(metaclass=_PerThreadCurrent):
     """Gives each unnamed operator the name ``<hint><count>``; used as a ``with`` scope."""
 
     def __init__(self):
@@ -46,10 +59,3 @@ def current():
         manager = _state.current = NameManager()
     return manager
 
-
-class _CurrentDescriptor:
-    def __get__(self, instance, owner):
-        return current()
-
-
-NameManager.current = _CurrentDescriptor()

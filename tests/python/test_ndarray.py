@@ -339,3 +339,41 @@ def test_cached_op_calls_a_symbol(ctx):
     out = mx.nd.zeros((3, 2), ctx=ctx)
     op(x, w, b, out=out)
     assert same(out, np.full((3, 2), 10, np.float32))
+
+
+def test_dlpack_export_shares_memory_with_numpy():
+    x = mx.nd.arange(12).reshape((3, 4))
+    y = x + 1                                   # pending when exported: the export waits for it
+    shared = np.from_dlpack(y)                  # NumPy's __dlpack__ / __dlpack_device__ protocol
+    assert same(shared, np.arange(1, 13, dtype=np.float32).reshape(3, 4))
+    y[:] = 7                                    # zero-copy: NumPy sees later writes
+    y.wait_to_read()
+    assert (shared == 7).all()
+    row = mx.nd.ones((4, 2), dtype="int32")[2]  # a view: the capsule addresses its offset
+    row[:] = 5
+    assert np.from_dlpack(row).tolist() == [5, 5]
+    assert y.__dlpack_device__() == (1, 0)
+
+
+def test_dlpack_capsule_keeps_the_array_alive_and_round_trips():
+    capsule = mx.nd.array([[1.5, 2.5]], dtype="float64").to_dlpack_for_read()  # the array has no other owner
+    back = mx.nd.from_dlpack(capsule)
+    assert back.dtype == np.float64 and same(back, np.array([[1.5, 2.5]]))
+    with pytest.raises(ValueError, match="consumed only once"):
+        mx.nd.from_dlpack(capsule)
+    writable = mx.nd.zeros((2, 3))
+    unconsumed = mx.nd.to_dlpack_for_write(writable)
+    del unconsumed                              # an unconsumed capsule frees its tensor when collected
+    writable[:] = 3                             # the array is unaffected by the capsule's release
+    assert same(writable, np.full((2, 3), 3, np.float32))
+
+
+def test_from_dlpack_copies_numpy_arrays_including_strided_ones():
+    source = np.arange(24, dtype=np.int64).reshape(4, 6)
+    for foreign in (source, source[:, ::2], source.T, np.array(True), np.zeros((0, 3), np.float16)):
+        imported = mx.nd.from_dlpack(foreign)
+        assert imported.shape == foreign.shape and imported.dtype == foreign.dtype
+        assert same(imported, foreign)
+    copied = mx.nd.from_dlpack(source)
+    source[0, 0] = 100                          # an import is a copy
+    assert copied[0, 0].asscalar() == 0

@@ -118,6 +118,33 @@ class NDArray:
         a = self.asnumpy()
         return a if dtype is None else a.astype(dtype)
 
+    # ---- DLPack ---------------------------------------------------------------------------
+    def to_dlpack_for_read(self):
+        """A DLPack capsule addressing this array's memory (no copy) once its pending writes are
+        done; it keeps the array alive until the consumer releases it."""
+        return _core.to_dlpack(self.handle, False)
+
+    def to_dlpack_for_write(self):
+        """Like ``to_dlpack_for_read``, after pending reads as well, for a consumer that writes.
+        Writes through the capsule are not ordered by the engine: do not use the array meanwhile."""
+        return _core.to_dlpack(self.handle, True)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        """The Python array API's DLPack export (``numpy.from_dlpack(nd)``): an unversioned
+        ``dltensor`` capsule sharing memory, or of a copy with ``copy=True``."""
+        if stream is not None:
+            raise BufferError("oxnet exports host arrays only; a stream (%r) does not apply" % (stream,))
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError("cannot export an array on %s to DLPack device %r" % (self.context, dl_device))
+        source = self.copy() if copy else self
+        return source.to_dlpack_for_read()
+
+    def __dlpack_device__(self):
+        """(DLPack device type, device id): (1, 0), host memory, for every cpu context."""
+        if self.context.device_type == "gpu":
+            raise BufferError("DLPack export supports cpu arrays only, this one is on %s" % (self.context,))
+        return (1, 0)
+
     def asscalar(self):
         if self.size != 1:
             raise ValueError("The current array is not a scalar (shape %s)" % (self.shape,))

@@ -6,6 +6,9 @@
 //! work is split across threads either: `mx.random.seed(s)` makes runs reproducible.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crate::engine::Var;
 
 static STREAM: AtomicU64 = AtomicU64::new(0x5EED_0F_0A_7E_u64);
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -15,6 +18,15 @@ pub fn seed(s: u64) {
     // Relaxed: the stream is a counter; ordering against other memory is not needed, and a seed
     // call racing with pushes from another thread has no defined order in MXNet either.
     STREAM.store(mix(s ^ 0x0A5E_ED00_0000_0001), Ordering::Relaxed);
+}
+
+/// The engine var of the random generator, which every random operator writes (MXNet's random
+/// resource). The seeds never depend on it; it orders random operators among themselves and
+/// carries a failure of one to the random operators pushed after it until the error is reported,
+/// as MXNet does.
+pub fn engine_var() -> &'static Arc<Var> {
+    static GENERATOR_VAR: OnceLock<Arc<Var>> = OnceLock::new();
+    GENERATOR_VAR.get_or_init(Var::new)
 }
 
 /// The seed for the next random operator.

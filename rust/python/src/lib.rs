@@ -3,6 +3,7 @@
 
 mod autograd;
 mod custom;
+mod dlpack;
 mod errors;
 mod ndarray;
 mod ops;
@@ -37,5 +38,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     autograd::register(m)?;
     symbol::register(m)?;
     custom::register(m)?;
+    dlpack::register(m)?;
     Ok(())
 }

@@ -5,6 +5,8 @@
 //! ready operations run on the engine's worker threads (`workers`), so independent work proceeds concurrently while the caller
 //! keeps pushing. A failing operation stores its error on the vars it writes; whatever reads them
 //! later inherits the error, and the next sync point ([`wait_for_var`], [`wait_all`]) returns it.
+//! As in MXNet an error is reported once: raising it at a wait on any array it reached, or at
+//! `wait_all`, clears it everywhere, so later waits (and later readers) see no error.
 
 pub mod fork_join;
 mod var;
@@ -21,6 +23,11 @@ use crate::error::{Error, Result};
 /// Work handed to the engine. It returns an error instead of panicking; a panic is caught anyway
 /// and turned into an error on the written vars.
 pub type OpFn = Box<dyn FnOnce() -> Result<()> + Send + 'static>;
+
+/// One failure, shared by the vars of the op that raised it, the vars of every op that inherited
+/// it and the engine's list of unreported errors. Reporting it empties the cell, which is how a
+/// single report reaches all of them.
+pub(crate) type ErrorCell = Arc<Mutex<Option<Error>>>;
 
 /// How an operation describes itself in error messages: op name, inputs, where it was pushed.
 pub trait OpDescription: Send + Sync {
@@ -77,8 +84,9 @@ struct Engine {
     /// means nothing can still run; the lock pairs the count with the condvar.
     pending: Mutex<usize>,
     idle: Condvar,
-    /// Errors raised since the last `wait_all`, reported (and cleared) by it.
-    global_errors: Mutex<Vec<Error>>,
+    /// Failures since the last `wait_all` that may still be unreported; `wait_all` raises the
+    /// first one still holding its error and empties them all.
+    global_errors: Mutex<Vec<ErrorCell>>,
     /// Held for the whole of each push under the naive engine.
     naive_serial: Mutex<()>,
 }
@@ -215,22 +223,27 @@ fn execute(blk: Arc<OprBlock>) {
             let _ = f();
         }
     } else {
-        let inherited = blk.reads.iter().find_map(|v| v.error());
-        let outcome = match (inherited, func) {
-            (Some(e), _) => Err(e),
-            (None, Some(f)) => run_op(&blk, f),
-            (None, None) => Ok(()),
+        // As in MXNet, an op does not run when what it reads, or else what it writes, holds an
+        // unreported error: it fails with that error (so a later random op fails while an earlier
+        // one's error is unreported: they share the generator's var).
+        let inherited = blk.reads.iter().chain(&blk.writes).find_map(|v| v.unreported_error());
+        let failure: Option<ErrorCell> = match (inherited, func) {
+            (Some(cell), _) => Some(cell),
+            (None, Some(f)) => run_op(&blk, f).err().map(|e| Arc::new(Mutex::new(Some(e)))),
+            (None, None) => None,
         };
-        if let Err(e) = &outcome {
-            let mut errs = eng.global_errors.lock().unwrap();
-            if errs.len() < 16 {
-                errs.push(e.clone());
+        if let Some(cell) = &failure {
+            let mut cells = eng.global_errors.lock().unwrap();
+            // Cells already reported through a var wait need no place in the list any more.
+            cells.retain(|c| c.lock().unwrap().is_some());
+            if !cells.iter().any(|c| Arc::ptr_eq(c, cell)) {
+                cells.push(cell.clone());
             }
         }
-        // A successful write replaces the var's content, so an earlier error no longer applies.
-        let stored = outcome.err();
+        // A successful write replaces the var's content (any error it held was reported), so
+        // only this op's own failure is stored.
         for v in &blk.writes {
-            v.set_error(stored.clone());
+            v.set_error(failure.clone());
         }
     }
     let mut ready: Vec<Arc<OprBlock>> = Vec::new();
@@ -275,10 +288,10 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// Block until every pending write of `var` (and, with `for_write`, every pending read too) is
-/// done; return the error stored on the var, if any.
+/// done; return the var's unreported error, if any, which this reports (clears) everywhere.
 pub fn wait_for_var(var: &Arc<Var>, for_write: bool) -> Result<()> {
     if !var.is_busy(for_write) {
-        return var_outcome(var);
+        return var.take_error().map_or(Ok(()), Err);
     }
     // The flag is set once by the marker; the lock orders that write with the waiter's check.
     let signal = Arc::new((Mutex::new(false), Condvar::new()));
@@ -309,21 +322,11 @@ pub fn wait_for_var(var: &Arc<Var>, for_write: bool) -> Result<()> {
         finished = cv.wait(finished).unwrap();
     }
     drop(finished);
-    var_outcome(var)
+    var.take_error().map_or(Ok(()), Err)
 }
 
-/// The var's stored error, if any. An error raised here has been seen, so `wait_all` no longer
-/// reports it (as in MXNet, where the rethrown exception is cleared); the var keeps it, so that
-/// reading an array whose computation failed keeps failing.
-fn var_outcome(var: &Arc<Var>) -> Result<()> {
-    let Some(error) = var.error() else { return Ok(()) };
-    // The lock guards only this list; it is never held while waiting on anything.
-    engine().global_errors.lock().unwrap().retain(|seen| seen.message != error.message || seen.kind != error.kind);
-    Err(error)
-}
-
-/// Block until every pushed op has finished; return (and clear) the first error raised since the
-/// previous `wait_all`.
+/// Block until every pushed op has finished; return the first error not yet reported and clear
+/// every unreported error (a wait on an array that failed before this returns no error).
 pub fn wait_all() -> Result<()> {
     let eng = engine();
     let mut pending = eng.pending.lock().unwrap();
@@ -331,9 +334,12 @@ pub fn wait_all() -> Result<()> {
         pending = eng.idle.wait(pending).unwrap();
     }
     drop(pending);
-    let mut errs = eng.global_errors.lock().unwrap();
-    let first = errs.first().cloned();
-    errs.clear();
+    let cells = std::mem::take(&mut *eng.global_errors.lock().unwrap());
+    let mut first = None;
+    for cell in cells {
+        let error = cell.lock().unwrap().take();
+        first = first.or(error);
+    }
     first.map_or(Ok(()), Err)
 }
 

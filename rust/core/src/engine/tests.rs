@@ -135,6 +135,21 @@ fn errors_propagate_to_readers_and_clear_on_rewrite() {
     wait_for_var(&b, true).unwrap();
 }
 
+/// As in MXNet an error is raised once: reporting it through one array it reached clears it for
+/// every other array it reached, and a later reader of those arrays runs normally.
+#[test]
+fn an_error_is_reported_once_through_any_array_it_reached() {
+    let (source, view_reader, later) = (Var::new(), Var::new(), Var::new());
+    push(Box::new(|| Err(crate::err!(Runtime, "bad parameter"))), &[], &[source.clone()], PushProps::default(), Box::new("fail_op"));
+    push(Box::new(|| Ok(())), &[source.clone()], &[view_reader.clone()], PushProps::default(), Box::new("reader"));
+    let e = wait_for_var(&view_reader, false).unwrap_err();
+    assert!(e.message.contains("bad parameter"), "{}", e.message);
+    wait_for_var(&source, false).unwrap();
+    wait_for_var(&view_reader, false).unwrap();
+    push(Box::new(|| Ok(())), &[source.clone()], &[later.clone()], PushProps::default(), Box::new("later_reader"));
+    wait_for_var(&later, false).unwrap();
+}
+
 #[test]
 fn wait_for_write_waits_for_readers() {
     let a = Var::new();

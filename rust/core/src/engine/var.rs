@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use super::OprBlock;
+use super::{ErrorCell, OprBlock};
 use crate::error::Error;
 
 #[derive(Default)]
@@ -14,8 +14,9 @@ struct VarState {
     writing: bool,
     /// Ops not yet granted, in push order; `true` marks a write.
     queue: VecDeque<(Arc<OprBlock>, bool)>,
-    /// The error of the last failed write, until a later write succeeds.
-    error: Option<Error>,
+    /// The error of the last failed write, until a later write succeeds. The cell is shared with
+    /// every array the failure spread to; it is emptied once the error has been reported.
+    error: Option<ErrorCell>,
 }
 
 /// Readers run together; a writer runs alone; everyone is served in push order.
@@ -90,11 +91,22 @@ impl Var {
         s.writing || !s.queue.is_empty() || (for_write && s.running_reads > 0)
     }
 
-    pub fn error(&self) -> Option<Error> {
-        self.state.lock().unwrap().error.clone()
+    /// The cell of the last failed write while it still holds an unreported error; an op reading
+    /// this var inherits the cell, so reporting the error through any array reports it for all.
+    pub(crate) fn unreported_error(&self) -> Option<ErrorCell> {
+        // Lock order: a var's lock, then an error cell's lock (never the reverse).
+        let s = self.state.lock().unwrap();
+        s.error.as_ref().filter(|cell| cell.lock().unwrap().is_some()).cloned()
     }
 
-    pub(crate) fn set_error(&self, error: Option<Error>) {
+    /// Report the unreported error of this var: return it and empty its cell, so neither this
+    /// var, nor any other array the failure spread to, nor `wait_all` raises it again.
+    pub(crate) fn take_error(&self) -> Option<Error> {
+        let s = self.state.lock().unwrap();
+        s.error.as_ref().and_then(|cell| cell.lock().unwrap().take())
+    }
+
+    pub(crate) fn set_error(&self, error: Option<ErrorCell>) {
         self.state.lock().unwrap().error = error;
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::params::NoParams;
 use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
 use crate::base::{Context, DType, Elem, Shape};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Fill `out` with `value(i)` for each flat index `i`.
 fn fill_with<T: Elem>(out: &Tensor, value: impl Fn(usize) -> f64 + Sync) {
@@ -40,6 +40,10 @@ struct Create {
     ctx: Option<Context>,
     value: Generator,
     random: bool,
+    /// Invalid distribution parameters of a sampler. As in MXNet they are reported when the op
+    /// runs, not when it is called: the pushed op fails and the error surfaces at the next sync
+    /// point (wait_to_read, asnumpy, waitall) like any failure of an asynchronous op.
+    invalid_params: Option<Error>,
 }
 
 impl Operator for Create {
@@ -65,6 +69,9 @@ impl Operator for Create {
         self.random
     }
     fn forward(&self, ctx: &ExecContext, _inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        if let Some(error) = &self.invalid_params {
+            return Err(error.clone());
+        }
         let seed = ctx.seed;
         fill_tensor(&outputs[0], |i| (self.value)(seed, i));
         Ok(())
@@ -222,15 +229,24 @@ crate::op_params! {
     }
 }
 
-/// A random creation op drawing element `i` with `draw(seed, i)`.
+/// A random creation op drawing element `i` with `draw(seed, i)`; `invalid_params` (see
+/// [`Create`]) makes it fail when it runs.
 fn sampler(
     name: &str,
     shape: &[i64],
     ctx: Option<Context>,
     dtype: DType,
+    invalid_params: Option<Error>,
     draw: impl Fn(u64, u64) -> f64 + Send + Sync + 'static,
 ) -> Result<Create> {
-    Ok(Create { shape: shape_from(name, shape)?, dtype, ctx, value: Arc::new(move |seed, i| draw(seed, i as u64)), random: true })
+    Ok(Create {
+        shape: shape_from(name, shape)?,
+        dtype,
+        ctx,
+        value: Arc::new(move |seed, i| draw(seed, i as u64)),
+        random: true,
+        invalid_params,
+    })
 }
 
 /// zeros_like / ones_like: the input's shape and dtype, filled with a constant.
@@ -261,6 +277,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
                 ctx: p.ctx,
                 value: Arc::new(move |_, _| value),
                 random: false,
+                invalid_params: None,
             })
         })
     };
@@ -268,7 +285,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     add(OpDef::new("_ones", &[], "Returns a new array filled with ones.", constant("_ones", 1.0)));
     add(OpDef::new("_full", &[], "Returns a new array filled with the given value.", |p: FullParams| {
         let value = p.value;
-        Ok(Create { shape: shape_from("_full", &p.shape)?, dtype: p.dtype.unwrap_or(DType::F32), ctx: p.ctx, value: Arc::new(move |_, _| value), random: false })
+        Ok(Create { shape: shape_from("_full", &p.shape)?, dtype: p.dtype.unwrap_or(DType::F32), ctx: p.ctx, value: Arc::new(move |_, _| value), random: false, invalid_params: None })
     }));
     add(OpDef::new(
         "_arange",
@@ -293,6 +310,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
                 ctx: p.ctx,
                 value: Arc::new(move |_, i| start + (i / repeat) as f64 * step),
                 random: false,
+                invalid_params: None,
             })
         },
     ));
@@ -301,11 +319,10 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         &["uniform", "random_uniform"],
         "Draws samples from a uniform distribution on [low, high).",
         |p: UniformParams| {
-            if p.high < p.low {
-                crate::bail!(Value, "_random_uniform: low ({}) must not exceed high ({})", p.low, p.high);
-            }
+            let invalid = (p.high < p.low)
+                .then(|| crate::err!(Value, "_random_uniform: low ({}) must not exceed high ({})", p.low, p.high));
             let (low, span) = (p.low, p.high - p.low);
-            sampler("_random_uniform", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), move |seed, i| {
+            sampler("_random_uniform", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), invalid, move |seed, i| {
                 low + span * crate::random::uniform(seed, i)
             })
         },
@@ -315,48 +332,44 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         &["normal", "random_normal"],
         "Draws samples from a normal (Gaussian) distribution with mean `loc` and standard deviation `scale`.",
         |p: NormalParams| {
-            if p.scale < 0.0 {
-                crate::bail!(Value, "_random_normal: scale must be >= 0, got {}", p.scale);
-            }
+            let invalid = (p.scale < 0.0).then(|| crate::err!(Value, "_random_normal: scale must be >= 0, got {}", p.scale));
             let (loc, scale) = (p.loc, p.scale);
-            sampler("_random_normal", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), move |seed, i| {
+            sampler("_random_normal", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), invalid, move |seed, i| {
                 loc + scale * crate::random::normal(seed, i)
             })
         },
     ));
     add(OpDef::new("_random_randint", &["random_randint"], "Draws integers uniformly from [low, high).", |p: RandIntParams| {
-        if p.high <= p.low {
-            crate::bail!(Value, "_random_randint: low ({}) must be less than high ({})", p.low, p.high);
-        }
+        let invalid = (p.high <= p.low)
+            .then(|| crate::err!(Value, "_random_randint: low ({}) must be less than high ({})", p.low, p.high));
         let (low, span) = (p.low as f64, (p.high - p.low) as f64);
-        sampler("_random_randint", &p.shape, p.ctx, p.dtype.unwrap_or(DType::I32), move |seed, i| {
+        sampler("_random_randint", &p.shape, p.ctx, p.dtype.unwrap_or(DType::I32), invalid, move |seed, i| {
             (low + span * crate::random::uniform(seed, i)).floor()
         })
     }));
     add(OpDef::new("_random_exponential", &["random_exponential"], "Draws samples from an exponential distribution with rate lam.", |p: ExponentialParams| {
         let lam = p.lam;
-        sampler("_random_exponential", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), move |seed, i| {
+        sampler("_random_exponential", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), None, move |seed, i| {
             -(1.0 - crate::random::uniform(seed, i)).ln() / lam
         })
     }));
     add(OpDef::new("_random_gamma", &["random_gamma"], "Draws samples from a gamma distribution with shape alpha and scale beta.", |p: GammaParams| {
         let (alpha, beta) = (p.alpha, p.beta);
-        sampler("_random_gamma", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), move |seed, i| beta * crate::random::gamma(seed, i, alpha))
+        sampler("_random_gamma", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), None, move |seed, i| beta * crate::random::gamma(seed, i, alpha))
     }));
     add(OpDef::new("_random_poisson", &["random_poisson"], "Draws samples from a Poisson distribution with mean lam.", |p: PoissonParams| {
         let lam = p.lam;
-        sampler("_random_poisson", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), move |seed, i| crate::random::poisson(seed, i, lam))
+        sampler("_random_poisson", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), None, move |seed, i| crate::random::poisson(seed, i, lam))
     }));
     add(OpDef::new(
         "_random_negative_binomial",
         &["random_negative_binomial"],
         "Draws the number of failures before k successes, each trial succeeding with probability p.",
         |p: NegativeBinomialParams| {
-            if !(p.p > 0.0 && p.p <= 1.0) || p.k <= 0 {
-                crate::bail!(Value, "_random_negative_binomial: need k > 0 and 0 < p <= 1, got k={} p={}", p.k, p.p);
-            }
+            let invalid = (!(p.p > 0.0 && p.p <= 1.0) || p.k <= 0)
+                .then(|| crate::err!(Value, "_random_negative_binomial: need k > 0 and 0 < p <= 1, got k={} p={}", p.k, p.p));
             let (k, prob) = (p.k as f64, p.p);
-            sampler("_random_negative_binomial", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), move |seed, i| {
+            sampler("_random_negative_binomial", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), invalid, move |seed, i| {
                 // A Poisson whose mean is gamma distributed: the negative binomial mixture.
                 let rate = crate::random::gamma(seed, 2 * i, k) * (1.0 - prob) / prob;
                 crate::random::poisson(seed, 2 * i + 1, rate)
@@ -372,6 +385,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             ctx: p.ctx,
             value: Arc::new(move |_, i| ((i % m.max(1)) as i64 - (i / m.max(1)) as i64 == k) as u8 as f64),
             random: false,
+            invalid_params: None,
         })
     }));
     add(OpDef::new("_linspace", &[], "Returns num evenly spaced values over [start, stop].", |p: LinspaceParams| {
@@ -384,6 +398,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             ctx: p.ctx,
             value: Arc::new(move |_, i| start + i as f64 * step),
             random: false,
+            invalid_params: None,
         })
     }));
     add(OpDef::new("zeros_like", &[], "Returns an array of zeros with the same shape and type as the input.", |_: NoParams| {
