@@ -31,6 +31,7 @@ from . import module
 from . import module as mod
 from . import monitor
 from . import monitor as mon
+from . import image
 from . import gluon
 from . import visualization as viz
 from . import test_utils

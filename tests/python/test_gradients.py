@@ -190,7 +190,13 @@ def test_take_and_where_gradients(ctx):
 def test_index_driven_op_gradients(ctx):
     index = mx.nd.array([[0, 3, 1], [2, 2, 0]], ctx=ctx)
     check_gradient(lambda x: nd.pick(x, index, axis=1), [(2, 4, 3)], ctx)
-    check_gradient(lambda x: nd.batch_take(x, mx.nd.array([2, 0], ctx=ctx)), [(2, 4)], ctx)
+    # MXNet registers no gradient for batch_take (deprecated in favour of pick).
+    x = mx.nd.ones((2, 4), ctx=ctx)
+    x.attach_grad()
+    with mx.autograd.record():
+        taken = nd.batch_take(x, mx.nd.array([2, 0], ctx=ctx))
+    with pytest.raises(mx.MXNetError, match="non-differentiable"):
+        taken.backward()
     positions = mx.nd.array([[0, 1, 0], [2, 0, 2]], ctx=ctx)
     check_gradient(lambda x: nd.gather_nd(x, positions), [(2, 3, 4)], ctx)
     check_gradient(lambda v: nd.scatter_nd(v, mx.nd.array([[0, 1], [2, 0]], ctx=ctx), shape=(2, 3, 4)), [(2, 4)], ctx)
@@ -240,3 +246,93 @@ def test_softmax_gradients_are_differentiable(op, kwargs, ctx):
         step[i] = 1e-6
         numeric[i] = (z_of(x0 + step, False)[1].asscalar() - z_of(x0 - step, False)[1].asscalar()) / 2e-6
     assert_almost_equal(x.grad.asnumpy(), numeric, rtol=1e-5, atol=1e-7)
+
+
+def _symmetric(x, shift):
+    """(x + x^T) / 2 + shift * I: the factorizations of symmetric matrices read one triangle, so
+    their gradients are checked through a symmetric parametrization."""
+    eye = nd.array(np.eye(x.shape[-1]), ctx=x.context, dtype=x.dtype)
+    return (x + nd.swapaxes(x, dim1=-1, dim2=-2)) * 0.5 + eye * shift
+
+
+def _shifted(x, shift=3.0):
+    return x + nd.array(shift * np.eye(x.shape[-1]), ctx=x.context, dtype=x.dtype)
+
+
+LINALG_GRADIENTS = {
+    "gemm": (lambda a, b, c: nd.linalg.gemm(a, b, c, alpha=1.5, beta=0.5), [(2, 3, 4), (2, 4, 5), (2, 3, 5)]),
+    "gemm_transposed": (lambda a, b, c: nd.linalg.gemm(a, b, c, transpose_a=True, transpose_b=True, beta=-2.0),
+                        [(4, 3), (5, 4), (3, 5)]),
+    "gemm2": (lambda a, b: nd.linalg.gemm2(a, b, transpose_b=True, alpha=0.5), [(2, 3, 4), (2, 5, 4)]),
+    "gemm2_axis": (lambda a, b: nd.linalg.gemm2(a, b, transpose_a=True, axis=1), [(2, 4, 2, 3), (2, 4, 2, 5)]),
+    "potrf": (lambda x: nd.linalg.potrf(_symmetric(x, 3.0)), [(2, 3, 3)]),
+    "potrf_upper": (lambda x: nd.linalg.potrf(_symmetric(x, 3.0), lower=False), [(3, 3)]),
+    "potri": (lambda x: nd.linalg.potri(_shifted(x)), [(2, 3, 3)]),
+    "potri_upper": (lambda x: nd.linalg.potri(_shifted(x), lower=False), [(3, 3)]),
+    "trmm": (lambda a, b: nd.linalg.trmm(a, b, alpha=1.5), [(2, 3, 3), (2, 3, 4)]),
+    "trmm_right_transposed_upper": (lambda a, b: nd.linalg.trmm(a, b, rightside=True, transpose=True, lower=False),
+                                    [(3, 3), (4, 3)]),
+    "trsm": (lambda a, b: nd.linalg.trsm(_shifted(a), b, alpha=1.5), [(3, 3), (3, 4)]),
+    "trsm_transposed": (lambda a, b: nd.linalg.trsm(_shifted(a), b, transpose=True), [(2, 3, 3), (2, 3, 4)]),
+    "trsm_right_transposed_upper": (lambda a, b: nd.linalg.trsm(_shifted(a), b, rightside=True, transpose=True,
+                                                                lower=False, alpha=0.7), [(2, 3, 3), (2, 4, 3)]),
+    "sumlogdiag": (lambda x: nd.linalg.sumlogdiag(_shifted(x)), [(3, 3)]),
+    "sumlogdiag_batch": (lambda x: nd.linalg.sumlogdiag(_shifted(x)), [(2, 3, 3)]),
+    "syrk": (lambda x: nd.linalg.syrk(x, alpha=0.5), [(2, 3, 4)]),
+    "syrk_transposed": (lambda x: nd.linalg.syrk(x, transpose=True), [(3, 4)]),
+    "gelqf": (nd.linalg.gelqf, [(2, 3, 4)]),
+    "syevd": (lambda x: nd.linalg.syevd(_symmetric(x, 0.0)), [(2, 3, 3)]),
+    "inverse": (lambda x: nd.linalg.inverse(_shifted(x)), [(2, 3, 3)]),
+    "det": (nd.linalg.det, [(3, 3)]),
+    "det_batch": (nd.linalg.det, [(2, 3, 3)]),
+    "slogdet": (nd.linalg.slogdet, [(2, 3, 3)]),
+    "extractdiag": (lambda x: nd.linalg.extractdiag(x, offset=-1), [(2, 3, 3)]),
+    "makediag": (lambda x: nd.linalg.makediag(x, offset=1), [(2, 3)]),
+    "extracttrian": (lambda x: nd.linalg.extracttrian(x, offset=1), [(2, 3, 3)]),
+    "maketrian": (lambda x: nd.linalg.maketrian(x, lower=False), [(2, 6)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LINALG_GRADIENTS))
+def test_linalg_gradient(name, ctx):
+    fn, shapes = LINALG_GRADIENTS[name]
+    check_gradient(fn, shapes, ctx, dtypes=["float64", "float32"])
+
+
+def test_linalg_gradients_of_singular_matrices_are_zero(ctx):
+    # MXNet backpropagates nothing through det/slogdet of a singular matrix.
+    x = nd.array([[[1., 2.], [2., 4.]], [[2., 1.], [1., 3.]]], ctx=ctx, dtype="float64")
+    for fn in (nd.linalg.det, lambda a: nd.linalg.slogdet(a)[1]):
+        x.attach_grad()
+        with autograd.record():
+            y = fn(x)
+        y.backward()
+        grad = x.grad.asnumpy()
+        assert (grad[0] == 0).all()
+        expected = np.linalg.inv(x.asnumpy()[1]).T * (np.linalg.det(x.asnumpy()[1]) if fn is nd.linalg.det else 1)
+        assert_almost_equal(grad[1], expected, rtol=1e-10, atol=1e-12)
+
+
+def test_linalg_second_order_gradient(ctx):
+    # Gradients are graphs of linalg operators, so they differentiate again: d/dA sum(g * g) for
+    # g = d sum(inverse(A)) / dA, against central differences of g.
+    rng = np.random.RandomState(2)
+    a0, w = rng.uniform(-1, 1, (3, 3)) + 3 * np.eye(3), rng.uniform(-1, 1, (3, 3))
+    w_nd = nd.array(w, ctx=ctx, dtype="float64")
+
+    def z_of(values, create_graph):
+        a = nd.array(values, ctx=ctx, dtype="float64")
+        a.attach_grad()
+        with autograd.record():
+            (g,) = autograd.grad(nd.linalg.inverse(a).sum(), [a], create_graph=create_graph)
+            z = (w_nd * g).sum()
+        return a, z
+
+    a, z = z_of(a0, True)
+    z.backward()
+    numeric = np.zeros_like(a0)
+    for i in np.ndindex(*a0.shape):
+        step = np.zeros_like(a0)
+        step[i] = 1e-6
+        numeric[i] = (z_of(a0 + step, False)[1].asscalar() - z_of(a0 - step, False)[1].asscalar()) / 2e-6
+    assert_almost_equal(a.grad.asnumpy(), numeric, rtol=1e-5, atol=1e-7)

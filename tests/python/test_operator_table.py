@@ -770,3 +770,179 @@ def test_public_sample_names_draw_as_the_internal_samplers(public, ctx):
         draws.append(getattr(mx.nd, name)(*arrays, shape=(64,)).asnumpy())
     assert draws[0].shape == (2, 64)
     np.testing.assert_array_equal(draws[0], draws[1])
+
+
+# Dense linear algebra (mx.nd.linalg): name -> (call on NDArrays, NumPy reference in float64, input makers).
+def _spd(rng, shape):
+    """Symmetric positive-definite matrices of `shape` (..., n, n)."""
+    x = rng.uniform(-1, 1, size=shape)
+    return x @ np.swapaxes(x, -1, -2) + shape[-1] * np.eye(shape[-1])
+
+
+def _well_conditioned(rng, shape):
+    return rng.uniform(-1, 1, size=shape) + 3 * np.eye(shape[-1])
+
+
+def _uniform(shape):
+    return lambda rng: rng.uniform(-1, 1, size=shape)
+
+
+def _tril_positions(side, k, upper):
+    """(rows, cols) of a packed triangle in MXNet's order: lower row by row, upper column by column."""
+    r, c = np.tril_indices(side)
+    return (c, r + k) if upper else (r + k, c)
+
+
+def _extracttrian(a, offset=0, lower=True):
+    k, side = abs(offset), a.shape[-1] - abs(offset)
+    rows, cols = _tril_positions(side, k, offset > 0 or (offset == 0 and not lower))
+    return a[..., rows, cols]
+
+
+def _maketrian(v, offset=0, lower=True):
+    m = v.shape[-1]
+    side = int((np.sqrt(8 * m + 1) - 1) / 2)
+    n = side + abs(offset)
+    out = np.zeros(v.shape[:-1] + (n, n))
+    rows, cols = _tril_positions(side, abs(offset), offset > 0 or (offset == 0 and not lower))
+    out[..., rows, cols] = v
+    return out
+
+
+def _eigh_mxnet(a):
+    """MXNet's syevd: eigenvectors as rows, each with its largest-magnitude entry positive."""
+    w, v = np.linalg.eigh(a)
+    u = np.swapaxes(v, -1, -2)
+    largest = np.take_along_axis(u, np.abs(u).argmax(axis=-1)[..., None], axis=-1)
+    return [u * np.sign(largest), w]
+
+
+def _lq(a):
+    """LQ from NumPy's (LAPACK's) QR of A^T, whose Householder signs gelqf shares."""
+    q, r = np.linalg.qr(np.swapaxes(a, -1, -2))
+    return [np.swapaxes(q, -1, -2), np.swapaxes(r, -1, -2)]
+
+
+def _per_matrix(values):
+    return values.reshape(values.shape or (1,)) if np.ndim(values) == 0 else values
+
+
+def _swap(x):
+    return np.swapaxes(x, -1, -2)
+
+
+LINALG = {
+    "gemm": (lambda a, b, c: mx.nd.linalg.gemm(a, b, c, transpose_b=True, alpha=2.0, beta=0.5),
+             lambda a, b, c: 2 * a @ _swap(b) + 0.5 * c, [_uniform((2, 3, 4)), _uniform((2, 5, 4)), _uniform((2, 3, 5))]),
+    "gemm_axis": (lambda a, b, c: mx.nd.linalg.gemm(a, b, c, transpose_a=True, axis=1),
+                  lambda a, b, c: np.swapaxes(_swap(np.swapaxes(a, 1, 2)) @ np.swapaxes(b, 1, 2), 1, 2) + c,
+                  [_uniform((2, 4, 3, 5)), _uniform((2, 4, 3, 6)), _uniform((2, 5, 3, 6))]),
+    "gemm2": (lambda a, b: mx.nd.linalg.gemm2(a, b, transpose_a=True, alpha=-1.5),
+              lambda a, b: -1.5 * _swap(a) @ b, [_uniform((4, 3)), _uniform((4, 5))]),
+    "gemm2_large": (lambda a, b: mx.nd.linalg_gemm2(a, b), lambda a, b: a @ b, [_uniform((130, 70)), _uniform((70, 90))]),
+    "potrf": (lambda a: mx.nd.linalg.potrf(a), np.linalg.cholesky, [lambda rng: _spd(rng, (3, 4, 4))]),
+    "potrf_upper": (lambda a: mx.nd.linalg.potrf(a, lower=False), lambda a: _swap(np.linalg.cholesky(a)),
+                    [lambda rng: _spd(rng, (4, 4))]),
+    "potri": (lambda a: mx.nd.linalg.potri(a), lambda l: np.linalg.inv(l @ _swap(l)),
+              [lambda rng: np.linalg.cholesky(_spd(rng, (2, 4, 4)))]),
+    "potri_upper": (lambda a: mx.nd.linalg.potri(a, lower=False), lambda u: np.linalg.inv(_swap(u) @ u),
+                    [lambda rng: _swap(np.linalg.cholesky(_spd(rng, (4, 4))))]),
+    "trmm": (lambda a, b: mx.nd.linalg.trmm(a, b, alpha=2.0), lambda a, b: 2 * np.tril(a) @ b,
+             [_uniform((2, 3, 3)), _uniform((2, 3, 4))]),
+    "trmm_right_transposed_upper": (lambda a, b: mx.nd.linalg.trmm(a, b, rightside=True, transpose=True, lower=False),
+                                    lambda a, b: b @ _swap(np.triu(a)), [_uniform((3, 3)), _uniform((5, 3))]),
+    "trsm": (lambda a, b: mx.nd.linalg.trsm(a, b, alpha=0.5), lambda a, b: np.linalg.solve(np.tril(a), 0.5 * b),
+             [lambda rng: _well_conditioned(rng, (2, 4, 4)), _uniform((2, 4, 3))]),
+    "trsm_transposed": (lambda a, b: mx.nd.linalg.trsm(a, b, transpose=True),
+                        lambda a, b: np.linalg.solve(_swap(np.tril(a)), b),
+                        [lambda rng: _well_conditioned(rng, (4, 4)), _uniform((4, 3))]),
+    "trsm_right_upper": (lambda a, b: mx.nd.linalg.trsm(a, b, rightside=True, lower=False),
+                         lambda a, b: b @ np.linalg.inv(np.triu(a)),
+                         [lambda rng: _well_conditioned(rng, (2, 4, 4)), _uniform((2, 3, 4))]),
+    "sumlogdiag": (lambda a: mx.nd.linalg.sumlogdiag(a),
+                   lambda a: _per_matrix(np.log(np.diagonal(a, axis1=-2, axis2=-1)).sum(-1)),
+                   [lambda rng: _spd(rng, (3, 3))]),
+    "sumlogdiag_batch": (lambda a: mx.nd.linalg.sumlogdiag(a), lambda a: np.log(np.diagonal(a, axis1=-2, axis2=-1)).sum(-1),
+                         [lambda rng: _spd(rng, (2, 2, 3, 3))]),
+    "syrk": (lambda a: mx.nd.linalg.syrk(a, alpha=0.5), lambda a: 0.5 * a @ _swap(a), [_uniform((2, 3, 5))]),
+    "syrk_transposed": (lambda a: mx.nd.linalg.syrk(a, transpose=True), lambda a: _swap(a) @ a, [_uniform((3, 5))]),
+    "gelqf": (lambda a: mx.nd.linalg.gelqf(a), _lq, [_uniform((2, 3, 5))]),
+    "syevd": (lambda a: mx.nd.linalg.syevd(a), _eigh_mxnet, [lambda rng: _spd(rng, (2, 5, 5)) - 5 * np.eye(5)]),
+    "inverse": (lambda a: mx.nd.linalg.inverse(a), np.linalg.inv, [_uniform((3, 4, 4))]),
+    "det": (lambda a: mx.nd.linalg.det(a), lambda a: _per_matrix(np.linalg.det(a)), [_uniform((4, 4))]),
+    "det_batch": (lambda a: mx.nd.linalg.det(a), np.linalg.det, [_uniform((2, 3, 4, 4))]),
+    "slogdet": (lambda a: mx.nd.linalg.slogdet(a), lambda a: list(np.linalg.slogdet(a)), [_uniform((3, 4, 4))]),
+    "extractdiag": (lambda a: mx.nd.linalg.extractdiag(a, offset=-1),
+                    lambda a: np.diagonal(a, offset=-1, axis1=-2, axis2=-1), [_uniform((2, 4, 4))]),
+    "makediag": (lambda a: mx.nd.linalg.makediag(a, offset=2), lambda a: np.stack([np.diag(v, 2) for v in a]),
+                 [_uniform((2, 3))]),
+    "extracttrian": (lambda a: mx.nd.linalg.extracttrian(a), _extracttrian, [_uniform((2, 4, 4))]),
+    "extracttrian_upper": (lambda a: mx.nd.linalg.extracttrian(a, lower=False),
+                           lambda a: _extracttrian(a, lower=False), [_uniform((4, 4))]),
+    "extracttrian_offset": (lambda a: mx.nd.linalg.extracttrian(a, offset=1),
+                            lambda a: _extracttrian(a, offset=1), [_uniform((2, 4, 4))]),
+    "maketrian": (lambda a: mx.nd.linalg.maketrian(a, offset=-1), lambda a: _maketrian(a, offset=-1),
+                  [_uniform((2, 6))]),
+    "maketrian_upper": (lambda a: mx.nd.linalg.maketrian(a, lower=False), lambda a: _maketrian(a, lower=False),
+                        [_uniform((10,))]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LINALG))
+def test_linalg(name, ctx):
+    call, reference, makers = LINALG[name]
+    rng = np.random.RandomState(3)
+    inputs = [make(rng) for make in makers]
+    for dtype in ("float32", "float64"):
+        cast = [x.astype(dtype) for x in inputs]
+        outs = call(*[mx.nd.array(x, ctx=ctx, dtype=dtype) for x in cast])
+        expected = reference(*[x.astype(np.float64) for x in cast])
+        outs, expected = (outs, expected) if isinstance(expected, list) else ([outs], [expected])
+        assert len(outs) == len(expected)
+        for out, exp in zip(outs, expected):
+            _check(out, exp, dtype)
+    with pytest.raises(mx.MXNetError, match="float32 and float64"):
+        call(*[mx.nd.array(x, ctx=ctx, dtype="float16") for x in inputs])
+
+
+def test_linalg_values_as_mxnet_documents(ctx):
+    nd = mx.nd
+    q, l = nd.linalg.gelqf(nd.array([[1., 2., 3.], [4., 5., 6.]], ctx=ctx))
+    _check(q, [[-0.26726124, -0.53452248, -0.80178373], [0.87287156, 0.21821789, -0.43643578]], "float32")
+    _check(l, [[-3.74165739, 0.], [-8.55235974, 1.96396101]], "float32")
+    u, w = nd.linalg.syevd(nd.array([[1., 2.], [2., 4.]], ctx=ctx))
+    _check(u, [[0.89442719, -0.4472136], [0.4472136, 0.89442719]], "float32")
+    _check(w, [0., 5.], "float32")
+    sign, logabsdet = nd.linalg.slogdet(nd.array([[[2., 3.], [1., 4.]], [[1., 2.], [2., 4.]], [[1., 2.], [4., 3.]]], ctx=ctx))
+    _check(sign, [1., 0., -1.], "float32")
+    assert np.signbit(sign.asnumpy()[1]) == 0  # +0 for a singular matrix, as MXNet
+    _check(logabsdet, [np.log(5), -np.inf, np.log(5)], "float32")
+    _check(nd.linalg.potri(nd.array([[2., 0], [0.5, 2.]], ctx=ctx)), [[0.265625, -0.0625], [-0.0625, 0.25]], "float32")
+
+
+def test_linalg_failures_name_the_operator_and_matrix(ctx):
+    not_positive_definite = mx.nd.array([[[4., 1.], [1., 4.]], [[1., 2.], [2., 1.]]], ctx=ctx)
+    with pytest.raises(mx.MXNetError, match=r"_linalg_potrf: matrix 1 of the batch is not symmetric positive definite"):
+        mx.nd.linalg.potrf(not_positive_definite).asnumpy()
+    with pytest.raises(mx.MXNetError, match=r"_linalg_inverse: matrix 0 of the batch is singular"):
+        mx.nd.linalg.inverse(mx.nd.array([[1., 2.], [2., 4.]], ctx=ctx)).asnumpy()
+    with pytest.raises(mx.MXNetError, match="incompatible matrix dimensions"):
+        mx.nd.linalg.gemm2(mx.nd.ones((2, 3), ctx=ctx), mx.nd.ones((2, 3), ctx=ctx))
+    with pytest.raises(mx.MXNetError, match="at most as many rows as columns"):
+        mx.nd.linalg.gelqf(mx.nd.ones((3, 2), ctx=ctx))
+    with pytest.raises(mx.MXNetError, match="not a triangular number"):
+        mx.nd.linalg.maketrian(mx.nd.ones((4,), ctx=ctx))
+
+
+def test_linalg_symbols_infer_shapes_and_run(ctx):
+    a, b = mx.sym.var("a"), mx.sym.var("b")
+    _, outs, _ = mx.sym.linalg.gemm2(a, b, transpose_b=True).infer_shape(a=(2, 3, 4), b=(2, 5, 4))
+    assert outs == [(2, 3, 5)]
+    _, outs, _ = mx.sym.linalg.gelqf(a).infer_shape(a=(4, 2, 3))
+    assert outs == [(4, 2, 3), (4, 2, 2)]
+    _, outs, _ = mx.sym.linalg.slogdet(a).infer_shape(a=(3, 3))
+    assert outs == [(1,), (1,)]
+    net = mx.sym.load_json(mx.sym.linalg_sumlogdiag(mx.sym.linalg.potrf(a)).tojson())
+    x = np.array([[4., 1.], [1., 3.]])
+    out = net.eval(ctx=ctx, a=mx.nd.array(x, ctx=ctx))[0]
+    _check(out, [np.log(np.diag(np.linalg.cholesky(x))).sum()], "float32")

@@ -8,6 +8,7 @@ from .ndarray import moveaxis, split_v2, onehot_encode, fill_element_0index
 from .cached_op import CachedOp
 from . import register as _register
 from .utils import save, load, load_frombuffer, save_tobuffer
+from .dlpack import to_dlpack_for_read, to_dlpack_for_write, from_dlpack
 
 _namespaces = _register.namespace_modules(__name__)
 globals().update(_namespaces)  # _internal, contrib, linalg, image

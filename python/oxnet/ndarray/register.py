@@ -1,7 +1,18 @@
 """Generate ``mx.nd.<op>`` functions from the core operator registry (no per-op Python code)."""
 
+import sys
+import types
+
 from .. import _core
 from .ndarray import _invoke, _wrap
+
+# Operator-name prefixes MXNet exposes as sub-namespaces of both `mx.nd` and `mx.sym`:
+# `_contrib_foo` is also `contrib.foo`, `_image_crop` is `image.crop`. One table for both APIs.
+SUBNAMESPACES = (
+    ("contrib", "_contrib_", "Contributed operators (MXNet's _contrib_ names)."),
+    ("linalg", "_linalg_", "Linear algebra operators (MXNet's _linalg_ names)."),
+    ("image", "_image_", "Image operators (MXNet's _image_ names): HWC images and CHW tensors."),
+)
 
 
 def _docstring(name, doc, params, aliases):
@@ -31,15 +42,33 @@ def _make_function(op_name, doc):
     return op_function
 
 
-def generate(public, internal, contrib):
-    """Install every registered operator (and alias) into the given namespaces (dicts):
-    ``_contrib_<name>`` also becomes ``contrib.<name>``."""
+def namespace_modules(package):
+    """The ``_internal`` module and one module per entry of ``SUBNAMESPACES`` for ``package``
+    (``oxnet.ndarray`` or ``oxnet.symbol``), registered in ``sys.modules`` so that
+    ``from oxnet.ndarray import image`` and ``import oxnet.symbol.contrib`` work."""
+    modules = {"_internal": types.ModuleType(package + "._internal", "Internal operators (names with a leading underscore).")}
+    for attr, _prefix, doc in SUBNAMESPACES:
+        modules[attr] = types.ModuleType(package + "." + attr, doc)
+    for module in modules.values():
+        sys.modules[module.__name__] = module
+    return modules
+
+
+def place(callable_name, fn, public, modules):
+    """Install one operator function under its name in ``public`` (the package's globals), in
+    ``_internal`` when the name starts with an underscore, and in the sub-namespace its prefix
+    names (without the prefix)."""
+    for attr, prefix, _doc in SUBNAMESPACES:
+        if callable_name.startswith(prefix):
+            modules[attr].__dict__[callable_name[len(prefix):]] = fn
+    if callable_name.startswith("_"):
+        modules["_internal"].__dict__[callable_name] = fn
+    public.setdefault(callable_name, fn)
+
+
+def generate(public, modules):
+    """Install every registered operator (and alias) with ``place``."""
     for name, aliases, doc, _variadic, params in _core.list_ops():
         full_doc = _docstring(name, doc, params, aliases)
         for callable_name in [name] + list(aliases):
-            fn = _make_function(callable_name, full_doc)
-            if callable_name.startswith("_contrib_"):
-                contrib[callable_name[len("_contrib_"):]] = fn
-            if callable_name.startswith("_"):
-                internal[callable_name] = fn
-            public.setdefault(callable_name, fn)
+            place(callable_name, _make_function(callable_name, full_doc), public, modules)

@@ -6,13 +6,13 @@ import types
 from .. import _core
 from .symbol import Symbol, var, Variable, Group, load, load_json, zeros, ones, full, arange, _operator_function
 from .executor import Executor
+from ..ndarray import register as _register
 from ..ndarray.register import _docstring
 
-_internal = types.ModuleType(__name__ + "._internal", "Internal operators (names with a leading underscore).")
-contrib = types.ModuleType(__name__ + ".contrib", "Contributed operators (MXNet's _contrib_ names).")
+_namespaces = _register.namespace_modules(__name__)
+globals().update(_namespaces)  # _internal, contrib, linalg, image
 random = types.ModuleType(__name__ + ".random", "Random sampling operators.")
-for _module in (_internal, contrib, random):
-    sys.modules[_module.__name__] = _module
+sys.modules[random.__name__] = random
 
 _OPERATORS = {}
 for _name, _aliases, _doc, _variadic, _params in _core.list_ops():
@@ -20,13 +20,9 @@ for _name, _aliases, _doc, _variadic, _params in _core.list_ops():
     for _callable_name in [_name] + list(_aliases):
         _fn = _operator_function(_callable_name, _full_doc)
         _OPERATORS[_callable_name] = _fn
-        if _callable_name.startswith("_contrib_"):
-            contrib.__dict__[_callable_name[len("_contrib_"):]] = _fn
         if _callable_name.startswith("_random_"):
             random.__dict__[_callable_name[len("_random_"):]] = _fn
-        if _callable_name.startswith("_"):
-            _internal.__dict__[_callable_name] = _fn
-        globals().setdefault(_callable_name, _fn)
+        _register.place(_callable_name, _fn, globals(), _namespaces)
 
 
 def _fluent_operator(name):

@@ -12,6 +12,7 @@ mod broadcast;
 mod conv_shifted;
 mod convolution;
 mod creation;
+mod ctc;
 pub mod custom;
 mod deconvolution;
 mod dropout;
@@ -21,8 +22,10 @@ mod fast_math;
 pub mod fused;
 mod gather_scatter;
 mod group_norm;
+mod image;
 mod indexing;
 mod linalg;
+mod linalg_la;
 mod local;
 mod losses;
 mod normalization;
@@ -245,6 +248,11 @@ pub trait Operator: Send + Sync + 'static {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         same_dtype(inputs, self.num_outputs())
     }
+    /// Output dtypes fixed by the parameters alone (Cast's `dtype`): inference knows them while
+    /// an input's dtype is still unknown. `None` when they follow the inputs.
+    fn fixed_output_types(&self) -> Option<Vec<DType>> {
+        None
+    }
     /// Fill in unknown input dtypes from known ones; by default they take the first known
     /// input's dtype (float32 when none is known), as the default dtype rule demands.
     fn complete_input_types(&self, inputs: &mut [Option<DType>]) {
@@ -270,6 +278,12 @@ pub trait Operator: Send + Sync + 'static {
     /// The operator as a reduction over some axes of its one input, if it is one.
     fn reduction(&self) -> Option<Reduction> {
         None
+    }
+    /// Whether equal inputs always give equal outputs, so that two nodes computing the same
+    /// thing may be merged (MXNet's THasDeterministicOutput): false for random draws and for
+    /// operators that run user code.
+    fn deterministic(&self) -> bool {
+        !self.needs_rng()
     }
     /// Whether the kernel draws random numbers: it then gets a seed drawn at push time.
     fn needs_rng(&self) -> bool {
@@ -386,6 +400,7 @@ pub fn registry() -> &'static Registry {
         elemwise_binary::register(&mut add);
         reduce::register(&mut add);
         linalg::register(&mut add);
+        linalg_la::register(&mut add);
         shape_ops::register(&mut add);
         indexing::register(&mut add);
         rearrange::register(&mut add);
@@ -393,6 +408,7 @@ pub fn registry() -> &'static Registry {
         sorting::register(&mut add);
         gather_scatter::register(&mut add);
         pad::register(&mut add);
+        image::register(&mut add);
         sampling::register(&mut add);
         activation::register(&mut add);
         convolution::register(&mut add);
@@ -405,6 +421,7 @@ pub fn registry() -> &'static Registry {
         sequence::register(&mut add);
         output_layers::register(&mut add);
         losses::register(&mut add);
+        ctc::register(&mut add);
         dropout::register(&mut add);
         optimizer_updates::register(&mut add);
         creation::register(&mut add);

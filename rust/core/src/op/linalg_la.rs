@@ -1,0 +1,1603 @@
+//! Dense linear algebra on batches of matrices: MXNet's `_linalg_*` operators (`mx.nd.linalg`).
+//!
+//! Matrices are the trailing two axes of a tensor and every leading axis is a batch axis (gemm
+//! and gemm2 may take their row axis elsewhere). The products (gemm, gemm2, trmm, syrk) run on
+//! the GEMM kernels of `linalg.rs` in the input's dtype; the factorizations and solves
+//! (Cholesky, triangular solves, LQ, symmetric eigendecomposition, LU for the inverse and the
+//! determinants) compute in float64 for float32 inputs too, with one matrix per task over the
+//! batch. As in MXNet, only float32 and float64 are supported. Gradients are graphs of these
+//! same operators, so they serve autograd, symbols and higher-order gradients alike.
+
+use std::borrow::Cow;
+use std::sync::Mutex;
+
+use super::grad::{Grad, InputGrads};
+use super::linalg::{matmul_into, Mat};
+use super::params::NoParams;
+use super::{parallel_chunks, same_dtype, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use crate::base::{DType, Elem, Shape};
+use crate::error::{Error, Result};
+use crate::graph::Entry;
+
+/// Run `$body` with `$T` the element type of a float32 or float64 `$dtype`.
+macro_rules! dispatch_real {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            other => crate::bail!(Type, "linear algebra operators support float32 and float64 only, got {other}"),
+        }
+    };
+}
+
+crate::op_params! {
+    pub struct GemmParams {
+        /// Multiply with the transpose of the first input (A).
+        transpose_a: bool = false,
+        /// Multiply with the transpose of the second input (B).
+        transpose_b: bool = false,
+        /// Scalar factor of the product A*B.
+        alpha: f64 = 1.0,
+        /// Scalar factor of C.
+        beta: f64 = 1.0,
+        /// Axis of the matrix rows (the columns are the last axis).
+        axis: i64 = -2,
+    }
+}
+
+crate::op_params! {
+    pub struct Gemm2Params {
+        /// Multiply with the transpose of the first input (A).
+        transpose_a: bool = false,
+        /// Multiply with the transpose of the second input (B).
+        transpose_b: bool = false,
+        /// Scalar factor of the product A*B.
+        alpha: f64 = 1.0,
+        /// Axis of the matrix rows (the columns are the last axis).
+        axis: i64 = -2,
+    }
+}
+
+crate::op_params! {
+    pub struct CholeskyParams {
+        /// True if the triangular matrix is lower triangular, false if it is upper triangular.
+        lower: bool = true,
+    }
+}
+
+crate::op_params! {
+    pub struct TriangularParams {
+        /// Use the transpose of the triangular matrix.
+        transpose: bool = false,
+        /// Multiply (or solve) with the triangular matrix on the right of the other one.
+        rightside: bool = false,
+        /// True if the triangular matrix is lower triangular, false if it is upper triangular.
+        lower: bool = true,
+        /// Scalar factor applied to the result.
+        alpha: f64 = 1.0,
+    }
+}
+
+crate::op_params! {
+    pub struct SyrkParams {
+        /// Use the transpose of the input matrix (A^T A instead of A A^T).
+        transpose: bool = false,
+        /// Scalar factor applied to the result.
+        alpha: f64 = 1.0,
+    }
+}
+
+crate::op_params! {
+    pub struct DiagParams {
+        /// Offset of the diagonal from the main one: negative below it, positive above it.
+        offset: i64 = 0,
+    }
+}
+
+crate::op_params! {
+    pub struct TrianParams {
+        /// Offset of the diagonal from the main one: negative below it, positive above it.
+        offset: i64 = 0,
+        /// The lower triangle if true, else the upper one (only relevant when offset=0).
+        lower: bool = true,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shapes, dtypes and batch execution shared by every operator.
+
+/// (batch, rows, cols) of a shape of rank >= 2.
+fn split_matrix(op: &str, what: &str, s: &Shape) -> Result<(usize, usize, usize)> {
+    let d = s.dims();
+    if d.len() < 2 {
+        crate::bail!(Shape, "{op}: {what} must have at least 2 dimensions (a batch of matrices), got shape {s}");
+    }
+    Ok((d[..d.len() - 2].iter().product(), d[d.len() - 2], d[d.len() - 1]))
+}
+
+/// (batch, n) of a batch of square n x n matrices.
+fn split_square(op: &str, what: &str, s: &Shape) -> Result<(usize, usize)> {
+    let (batch, rows, cols) = split_matrix(op, what, s)?;
+    if rows != cols {
+        crate::bail!(Shape, "{op}: {what} must be a batch of square matrices, got shape {s}");
+    }
+    Ok((batch, rows))
+}
+
+/// The shape of one scalar per matrix: the batch dimensions, or (1,) for a single matrix.
+fn per_matrix_shape(s: &Shape) -> Shape {
+    let d = s.dims();
+    if d.len() == 2 {
+        Shape::new(vec![1])
+    } else {
+        Shape::new(d[..d.len() - 2].to_vec())
+    }
+}
+
+/// One dtype for all inputs and outputs, float32 or float64 as MXNet's linalg operators demand.
+fn real_dtype(op: &str, inputs: &[DType], outputs: usize) -> Result<Vec<DType>> {
+    let types = same_dtype(inputs, outputs).map_err(|e| e.context(op))?;
+    if !matches!(types[0], DType::F32 | DType::F64) {
+        crate::bail!(Type, "{op}: supports float32 and float64 only, got {}", types[0]);
+    }
+    Ok(types)
+}
+
+/// Run `item` for every batch index, in parallel. When several items fail, the lowest index's
+/// error is reported, so that the message does not depend on thread timing.
+fn for_each_item(batch: usize, item: impl Fn(usize) -> Result<()> + Sync) -> Result<()> {
+    let first_error: Mutex<Option<(usize, Error)>> = Mutex::new(None);
+    parallel_chunks(batch, 1, |range| {
+        for i in range {
+            if let Err(e) = item(i) {
+                let mut slot = first_error.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                if slot.as_ref().is_none_or(|(j, _)| i < *j) {
+                    *slot = Some((i, e));
+                }
+                return;
+            }
+        }
+    });
+    match first_error.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner()) {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// A tensor's values in float64, the precision the factorizations compute in.
+fn values_f64(t: &Tensor) -> Result<Vec<f64>> {
+    // SAFETY: the op reads its inputs only; T is the tensor's element type.
+    dispatch_real!(t.dtype, T => Ok(unsafe { t.slice::<T>() }.iter().map(|v| v.to_f64()).collect()))
+}
+
+/// Store float64 results into an output of this op, rounding to its dtype.
+fn store_f64(t: &Tensor, values: &[f64]) -> Result<()> {
+    dispatch_real!(t.dtype, T => {
+        // SAFETY: the output belongs to this op alone; T is its element type.
+        for (slot, v) in unsafe { t.slice_mut::<T>() }.iter_mut().zip(values) {
+            *slot = T::from_f64(*v);
+        }
+        Ok(())
+    })
+}
+
+/// A buffer cut into equal per-item chunks that parallel items fill, each its own.
+struct ItemChunks<T> {
+    base: SendPtr<T>,
+    len: usize,
+}
+
+impl<T> ItemChunks<T> {
+    fn new(buffer: &mut [T], len: usize) -> Self {
+        ItemChunks { base: SendPtr(buffer.as_mut_ptr()), len }
+    }
+    /// # Safety
+    /// `i` must be inside the buffer's item count, the buffer must outlive the slice, and each
+    /// index may be taken by one task only.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn item(&self, i: usize) -> &mut [T] {
+        std::slice::from_raw_parts_mut(self.base.get().add(i * self.len), self.len)
+    }
+}
+
+fn identity(n: usize) -> Vec<f64> {
+    let mut m = vec![0.0; n * n];
+    for i in 0..n {
+        m[i * n + i] = 1.0;
+    }
+    m
+}
+
+fn transposed(x: &[f64], rows: usize, cols: usize) -> Vec<f64> {
+    let mut t = vec![0.0; rows * cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            t[c * rows + r] = x[r * cols + c];
+        }
+    }
+    t
+}
+
+/// `dst = alpha * dst (+ beta * addend)`; with beta = 0 the addend is not read (BLAS's rule, so
+/// that NaN in an unused C does not leak into the result).
+fn scale_add<T: Elem>(dst: &mut [T], alpha: f64, addend: Option<(f64, &[T])>) {
+    match addend {
+        Some((beta, c)) if beta != 0.0 => {
+            for (d, c) in dst.iter_mut().zip(c) {
+                *d = T::from_f64(alpha * d.to_f64() + beta * c.to_f64());
+            }
+        }
+        _ if alpha != 1.0 => {
+            for d in dst.iter_mut() {
+                *d = T::from_f64(alpha * d.to_f64());
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Threads each item's GEMM may use: many small products run one per thread, a few large ones
+/// share the threads inside the GEMM. Returns (threads per item, minimum items per task).
+fn product_threads(batch: usize) -> (usize, usize) {
+    let threads = crate::engine::fork_join::threads();
+    if batch >= threads {
+        (1, 1)
+    } else {
+        (threads, batch.max(1))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float64 kernels on one row-major matrix.
+
+/// Solve `op(A) X = B` in place of B (n x m); op(A) is A or A^T, and only A's `lower` (else
+/// upper) triangle is read.
+fn solve_triangular_left(a: &[f64], n: usize, lower: bool, transpose: bool, b: &mut [f64], m: usize) {
+    let at = |i: usize, j: usize| if transpose { a[j * n + i] } else { a[i * n + j] };
+    // op(A) is lower triangular when exactly one of `lower` and `transpose` holds: then rows
+    // are solved first to last, else last to first.
+    let forward = lower != transpose;
+    for step in 0..n {
+        let i = if forward { step } else { n - 1 - step };
+        let solved = if forward { 0..i } else { i + 1..n };
+        for j in solved {
+            let factor = at(i, j);
+            if factor != 0.0 {
+                for c in 0..m {
+                    b[i * m + c] -= factor * b[j * m + c];
+                }
+            }
+        }
+        let pivot = at(i, i);
+        for c in 0..m {
+            b[i * m + c] /= pivot;
+        }
+    }
+}
+
+/// Solve `op(A) X = B` (left) or `X op(A) = B` (right) in place of B, which is rows x cols.
+fn solve_triangular(a: &[f64], n: usize, p: &TriangularParams, b: &mut [f64], rows: usize, cols: usize) {
+    if !p.rightside {
+        solve_triangular_left(a, n, p.lower, p.transpose, b, cols);
+        return;
+    }
+    // X op(A) = B is op(A)^T X^T = B^T.
+    let mut bt = transposed(b, rows, cols);
+    solve_triangular_left(a, n, p.lower, !p.transpose, &mut bt, rows);
+    b.copy_from_slice(&transposed(&bt, cols, rows));
+}
+
+/// Cholesky factor of the symmetric matrix held in A's `lower` (else upper) triangle: lower L
+/// with A = L L^T, or upper U with A = U^T U; the other triangle of `out` is zero.
+/// Err(k) when the leading minor of order k is not positive (A is not positive definite).
+fn cholesky(a: &[f64], n: usize, lower: bool, out: &mut [f64]) -> std::result::Result<(), usize> {
+    // Element (i, j), i >= j, of the symmetric matrix, from the triangle that holds it.
+    let sym = |i: usize, j: usize| if lower { a[i * n + j] } else { a[j * n + i] };
+    let mut l = vec![0.0; n * n];
+    for j in 0..n {
+        let pivot = sym(j, j) - l[j * n..j * n + j].iter().map(|v| v * v).sum::<f64>();
+        if pivot.is_nan() || pivot <= 0.0 {
+            return Err(j + 1);
+        }
+        let diagonal = pivot.sqrt();
+        l[j * n + j] = diagonal;
+        for i in j + 1..n {
+            let dot: f64 = (0..j).map(|k| l[i * n + k] * l[j * n + k]).sum();
+            l[i * n + j] = (sym(i, j) - dot) / diagonal;
+        }
+    }
+    for i in 0..n {
+        for j in 0..n {
+            out[i * n + j] = if lower { l[i * n + j] } else { l[j * n + i] };
+        }
+    }
+    Ok(())
+}
+
+/// The inverse of A from its Cholesky factor F: (F F^T)^-1 for a lower F, (F^T F)^-1 for an
+/// upper one. Err(k) when F has a zero at diagonal position k.
+fn cholesky_inverse(f: &[f64], n: usize, lower: bool, out: &mut [f64]) -> std::result::Result<(), usize> {
+    if let Some(k) = (0..n).find(|&k| f[k * n + k] == 0.0) {
+        return Err(k);
+    }
+    // W = F^-1 is triangular like F; the inverse is W^T W (lower) or W W^T (upper).
+    let mut w = identity(n);
+    solve_triangular_left(f, n, lower, false, &mut w, n);
+    for i in 0..n {
+        for j in 0..=i {
+            // Both products only have terms k >= max(i, j) = i.
+            let v: f64 = if lower {
+                (i..n).map(|k| w[k * n + i] * w[k * n + j]).sum()
+            } else {
+                (i..n).map(|k| w[i * n + k] * w[j * n + k]).sum()
+            };
+            out[i * n + j] = v;
+            out[j * n + i] = v;
+        }
+    }
+    Ok(())
+}
+
+/// LQ factorization A = L Q of an m x n matrix (m <= n) by Householder reflections applied from
+/// the right, with LAPACK's sign convention (gelqf + orglq), so that L and Q match MXNet's.
+fn lq(a: &[f64], m: usize, n: usize, q: &mut [f64], l: &mut [f64]) {
+    let mut r = a.to_vec();
+    // Reflector i is H_i = I - tau v v^T, v over columns i..n with v[0] = 1.
+    let mut reflectors: Vec<(Vec<f64>, f64)> = Vec::with_capacity(m);
+    for i in 0..m {
+        let alpha = r[i * n + i];
+        let tail_norm = r[i * n + i + 1..i * n + n].iter().map(|v| v * v).sum::<f64>().sqrt();
+        let mut v = vec![0.0; n - i];
+        v[0] = 1.0;
+        let (tau, beta) = if tail_norm == 0.0 {
+            (0.0, alpha)
+        } else {
+            let norm = alpha.hypot(tail_norm);
+            let beta = if alpha >= 0.0 { -norm } else { norm };
+            for k in 1..n - i {
+                v[k] = r[i * n + i + k] / (alpha - beta);
+            }
+            ((beta - alpha) / beta, beta)
+        };
+        if tau != 0.0 {
+            for row in i + 1..m {
+                reflect(&mut r[row * n + i..row * n + n], &v, tau);
+            }
+        }
+        r[i * n + i] = beta;
+        reflectors.push((v, tau));
+    }
+    for i in 0..m {
+        for j in 0..m {
+            l[i * m + j] = if j <= i { r[i * n + j] } else { 0.0 };
+        }
+    }
+    // A H_0 ... H_{m-1} = [L 0], so Q = [I 0] H_{m-1} ... H_0: apply the last reflector first.
+    q.fill(0.0);
+    for i in 0..m {
+        q[i * n + i] = 1.0;
+    }
+    for (i, (v, tau)) in reflectors.iter().enumerate().rev() {
+        if *tau != 0.0 {
+            for row in 0..m {
+                reflect(&mut q[row * n + i..row * n + n], v, *tau);
+            }
+        }
+    }
+}
+
+/// `x = x (I - tau v v^T)` for one row x.
+fn reflect(x: &mut [f64], v: &[f64], tau: f64) {
+    let scale = tau * x.iter().zip(v).map(|(a, b)| a * b).sum::<f64>();
+    for (xk, vk) in x.iter_mut().zip(v) {
+        *xk -= scale * vk;
+    }
+}
+
+/// Sweeps after which cyclic Jacobi gives up (it converges quadratically, in well under 20).
+const JACOBI_MAX_SWEEPS: usize = 100;
+
+/// Eigendecomposition of the symmetric matrix held in A's lower triangle by cyclic Jacobi
+/// rotations (accurate to the last bits, also for small eigenvalues): the rows of `u` are the
+/// eigenvectors of the eigenvalues `w` in ascending order, and each row's largest-magnitude
+/// entry (the first one on ties) is positive, MXNet's rule for a deterministic sign.
+fn symmetric_eigen(a: &[f64], n: usize, u: &mut [f64], w: &mut [f64]) {
+    let mut s = vec![0.0; n * n];
+    for i in 0..n {
+        for j in 0..=i {
+            s[i * n + j] = a[i * n + j];
+            s[j * n + i] = a[i * n + j];
+        }
+    }
+    let mut v = identity(n);
+    for sweep in 0..JACOBI_MAX_SWEEPS {
+        if (0..n).all(|i| (0..i).all(|j| s[i * n + j] == 0.0)) {
+            break;
+        }
+        for p in 0..n {
+            for q in p + 1..n {
+                let apq = s[p * n + q];
+                if apq == 0.0 {
+                    continue;
+                }
+                let (app, aqq) = (s[p * n + p], s[q * n + q]);
+                // After a few sweeps an element below the diagonal's rounding is set to zero
+                // instead of rotated: this is what lets the sweeps end.
+                let negligible = 100.0 * apq.abs();
+                if sweep > 3 && app.abs() + negligible == app.abs() && aqq.abs() + negligible == aqq.abs() {
+                    s[p * n + q] = 0.0;
+                    s[q * n + p] = 0.0;
+                    continue;
+                }
+                // The rotation's tangent t is the smaller root of t^2 + 2 theta t - 1 = 0.
+                let theta = (aqq - app) / (2.0 * apq);
+                let t = if theta.abs() > 1e150 { 0.5 / theta } else { theta.signum() / (theta.abs() + (theta * theta + 1.0).sqrt()) };
+                let c = 1.0 / (t * t + 1.0).sqrt();
+                let sn = t * c;
+                for k in 0..n {
+                    let (skp, skq) = (s[k * n + p], s[k * n + q]);
+                    s[k * n + p] = c * skp - sn * skq;
+                    s[k * n + q] = sn * skp + c * skq;
+                }
+                for k in 0..n {
+                    let (spk, sqk) = (s[p * n + k], s[q * n + k]);
+                    s[p * n + k] = c * spk - sn * sqk;
+                    s[q * n + k] = sn * spk + c * sqk;
+                }
+                s[p * n + q] = 0.0;
+                s[q * n + p] = 0.0;
+                for k in 0..n {
+                    let (vkp, vkq) = (v[k * n + p], v[k * n + q]);
+                    v[k * n + p] = c * vkp - sn * vkq;
+                    v[k * n + q] = sn * vkp + c * vkq;
+                }
+            }
+        }
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&i, &j| s[i * n + i].total_cmp(&s[j * n + j]));
+    for (row, &col) in order.iter().enumerate() {
+        w[row] = s[col * n + col];
+        let eigenvector = &mut u[row * n..row * n + n];
+        for (k, slot) in eigenvector.iter_mut().enumerate() {
+            *slot = v[k * n + col];
+        }
+        let mut largest = 0;
+        for k in 1..n {
+            if eigenvector[k].abs() > eigenvector[largest].abs() {
+                largest = k;
+            }
+        }
+        if n > 0 && eigenvector[largest] < 0.0 {
+            eigenvector.iter_mut().for_each(|x| *x = -*x);
+        }
+    }
+}
+
+/// LU factorization with partial pivoting, in place: P A = L U with a unit lower L stored below
+/// the diagonal and U on and above it. Returns the row order (row i of P A is row `perm[i]` of
+/// A) and the number of row exchanges. A column without a nonzero pivot is skipped, leaving a
+/// zero on U's diagonal (A is singular), as LAPACK's getrf does.
+fn lu_in_place(a: &mut [f64], n: usize) -> (Vec<usize>, usize) {
+    let mut perm: Vec<usize> = (0..n).collect();
+    let mut swaps = 0;
+    for k in 0..n {
+        let mut p = k;
+        for i in k + 1..n {
+            if a[i * n + k].abs() > a[p * n + k].abs() {
+                p = i;
+            }
+        }
+        if a[p * n + k] == 0.0 {
+            continue;
+        }
+        if p != k {
+            for j in 0..n {
+                a.swap(p * n + j, k * n + j);
+            }
+            perm.swap(p, k);
+            swaps += 1;
+        }
+        let pivot = a[k * n + k];
+        for i in k + 1..n {
+            let factor = a[i * n + k] / pivot;
+            a[i * n + k] = factor;
+            if factor != 0.0 {
+                for j in k + 1..n {
+                    a[i * n + j] -= factor * a[k * n + j];
+                }
+            }
+        }
+    }
+    (perm, swaps)
+}
+
+/// A^-1 from A's LU factors (see [`lu_in_place`]); Err(k) when U has a zero at position k.
+fn inverse_from_lu(lu: &[f64], perm: &[usize], n: usize, out: &mut [f64]) -> std::result::Result<(), usize> {
+    if let Some(k) = (0..n).find(|&k| lu[k * n + k] == 0.0) {
+        return Err(k);
+    }
+    // Solve L U X = P: row i of P has its one in column perm[i].
+    out.fill(0.0);
+    for (i, &p) in perm.iter().enumerate() {
+        out[i * n + p] = 1.0;
+    }
+    for i in 0..n {
+        for j in 0..i {
+            let factor = lu[i * n + j];
+            if factor != 0.0 {
+                for c in 0..n {
+                    out[i * n + c] -= factor * out[j * n + c];
+                }
+            }
+        }
+    }
+    solve_triangular_left(lu, n, false, false, out, n);
+    Ok(())
+}
+
+/// (sign, log |det|, det) from A's LU factors: sign 0, log -inf and det 0 for a singular A.
+fn determinant_from_lu(lu: &[f64], swaps: usize, n: usize) -> (f64, f64, f64) {
+    let mut sign = if swaps % 2 == 1 { -1.0 } else { 1.0 };
+    let (mut log_abs, mut product) = (0.0, sign);
+    for k in 0..n {
+        let d = lu[k * n + k];
+        sign *= if d > 0.0 { 1.0 } else if d < 0.0 { -1.0 } else { 0.0 };
+        log_abs += d.abs().ln();
+        product *= d;
+    }
+    if sign == 0.0 {
+        // A singular matrix: +0 for both, not the -0 an odd number of row exchanges leaves.
+        return (0.0, log_abs, 0.0);
+    }
+    (sign, log_abs, product)
+}
+
+// ---------------------------------------------------------------------------------------------
+// gemm and gemm2.
+
+/// `_linalg_gemm` (`beta` set: alpha op(A) op(B) + beta C) and `_linalg_gemm2` (alpha op(A) op(B)).
+struct Gemm {
+    name: &'static str,
+    transpose_a: bool,
+    transpose_b: bool,
+    alpha: f64,
+    beta: Option<f64>,
+    axis: i64,
+}
+
+/// Where the matrices of a gemm lie: each tensor is viewed as (outer, rows, inner, cols), with
+/// rows the `axis` and cols the last axis, and holds outer * inner matrices.
+struct GemmLayout {
+    outer: usize,
+    inner: usize,
+    /// Stored (rows, cols) of A, B and the output.
+    a: (usize, usize),
+    b: (usize, usize),
+    out: (usize, usize),
+    /// The length of the products' sums.
+    k: usize,
+    out_shape: Shape,
+}
+
+impl Gemm {
+    fn layout(&self, a: &Shape, b: &Shape) -> Result<GemmLayout> {
+        let name = self.name;
+        if a.ndim() < 2 || a.ndim() != b.ndim() {
+            crate::bail!(Shape, "{name}: A and B must have the same number of dimensions, at least 2, got {a} and {b}");
+        }
+        let ndim = a.ndim();
+        let axis = if self.axis < 0 { self.axis + ndim as i64 } else { self.axis };
+        if axis < 0 || axis >= ndim as i64 - 1 {
+            crate::bail!(Shape, "{name}: invalid row axis {} for {ndim}-dimensional inputs: it must come before the last axis", self.axis);
+        }
+        let axis = axis as usize;
+        let (ad, bd) = (a.dims(), b.dims());
+        if (0..ndim - 1).any(|i| i != axis && ad[i] != bd[i]) {
+            crate::bail!(Shape, "{name}: A {a} and B {b} must have the same shape except on the row axis ({axis}) and the last axis");
+        }
+        let (stored_a, stored_b) = ((ad[axis], ad[ndim - 1]), (bd[axis], bd[ndim - 1]));
+        let op_a = if self.transpose_a { (stored_a.1, stored_a.0) } else { stored_a };
+        let op_b = if self.transpose_b { (stored_b.1, stored_b.0) } else { stored_b };
+        if op_a.1 != op_b.0 {
+            crate::bail!(
+                Shape,
+                "{name}: incompatible matrix dimensions: A {a} (transpose_a={}) and B {b} (transpose_b={}): {} != {}",
+                flag(self.transpose_a),
+                flag(self.transpose_b),
+                op_a.1,
+                op_b.0
+            );
+        }
+        let mut out = ad.to_vec();
+        out[axis] = op_a.0;
+        out[ndim - 1] = op_b.1;
+        Ok(GemmLayout {
+            outer: ad[..axis].iter().product(),
+            inner: ad[axis + 1..ndim - 1].iter().product(),
+            a: stored_a,
+            b: stored_b,
+            out: (op_a.0, op_b.1),
+            k: op_a.1,
+            out_shape: Shape::new(out),
+        })
+    }
+
+    fn run<T: Elem>(&self, l: &GemmLayout, inputs: &[Tensor], out: &Tensor) -> Result<()> {
+        let (outer, inner) = (l.outer, l.inner);
+        let (m, n) = l.out;
+        if m == 0 || n == 0 || outer * inner == 0 {
+            return Ok(());
+        }
+        // SAFETY: this op only reads its inputs, whose element type is T.
+        let (a, b) = unsafe { (inputs[0].slice::<T>(), inputs[1].slice::<T>()) };
+        let a = rows_axis_as_matrices(a, outer, l.a.0, inner, l.a.1);
+        let b = rows_axis_as_matrices(b, outer, l.b.0, inner, l.b.1);
+        // SAFETY: as above.
+        let c = inputs.get(2).map(|c| rows_axis_as_matrices(unsafe { c.slice::<T>() }, outer, m, inner, n));
+        // With the rows on another axis the products land in scratch and are scattered after.
+        let mut products = (inner > 1).then(|| vec![T::default(); out.size()]);
+        let dst = match &mut products {
+            Some(p) => SendPtr(p.as_mut_ptr()),
+            None => SendPtr(out.ptr::<T>()),
+        };
+        let batch = outer * inner;
+        let (a_step, b_step, o_step) = (l.a.0 * l.a.1, l.b.0 * l.b.1, m * n);
+        let (ap, bp) = (SendPtr(a.as_ptr() as *mut T), SendPtr(b.as_ptr() as *mut T));
+        let cp = c.as_ref().map(|c| SendPtr(c.as_ptr() as *mut T));
+        let (am, bm) = (Mat::stored(l.a.0, l.a.1, self.transpose_a), Mat::stored(l.b.0, l.b.1, self.transpose_b));
+        let (threads, min_items) = product_threads(batch);
+        parallel_chunks(batch, min_items, |range| {
+            for i in range {
+                // SAFETY: item i's matrices start at i * step of each buffer, which hold batch
+                // items; each output item is written by this task alone.
+                let item = unsafe { std::slice::from_raw_parts_mut(dst.get().add(i * o_step), o_step) };
+                if l.k == 0 {
+                    item.fill(T::default());
+                } else {
+                    // SAFETY: as above; the Mats describe the stored matrices of A and B.
+                    unsafe {
+                        matmul_into(T::DTYPE, item.as_mut_ptr() as *mut u8, false, ap.get().add(i * a_step) as *const u8, am, bp.get().add(i * b_step) as *const u8, bm, threads)
+                    };
+                }
+                // SAFETY: C has the output's layout and is only read.
+                let c_item = cp.map(|c| unsafe { std::slice::from_raw_parts(c.get().add(i * o_step) as *const T, o_step) });
+                scale_add(item, self.alpha, c_item.map(|c| (self.beta.unwrap_or(0.0), c)));
+            }
+        });
+        if let Some(p) = &products {
+            // SAFETY: the output belongs to this op alone.
+            matrices_as_rows_axis(p, outer, m, inner, n, unsafe { out.slice_mut::<T>() });
+        }
+        Ok(())
+    }
+}
+
+/// `x` viewed as (outer, rows, inner, cols), reordered to a batch (outer, inner) of contiguous
+/// rows x cols matrices; borrowed when it is one already (inner == 1).
+fn rows_axis_as_matrices<T: Elem>(x: &[T], outer: usize, rows: usize, inner: usize, cols: usize) -> Cow<'_, [T]> {
+    if inner == 1 {
+        return Cow::Borrowed(x);
+    }
+    let mut out = Vec::with_capacity(x.len());
+    for o in 0..outer {
+        for i in 0..inner {
+            for r in 0..rows {
+                let start = ((o * rows + r) * inner + i) * cols;
+                out.extend_from_slice(&x[start..start + cols]);
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// The inverse of [`rows_axis_as_matrices`]: write a batch of matrices into `x`.
+fn matrices_as_rows_axis<T: Elem>(matrices: &[T], outer: usize, rows: usize, inner: usize, cols: usize, x: &mut [T]) {
+    let mut from = 0;
+    for o in 0..outer {
+        for i in 0..inner {
+            for r in 0..rows {
+                let start = ((o * rows + r) * inner + i) * cols;
+                x[start..start + cols].copy_from_slice(&matrices[from..from + cols]);
+                from += cols;
+            }
+        }
+    }
+}
+
+impl Operator for Gemm {
+    fn input_names(&self) -> Vec<String> {
+        let mut names = vec!["A".to_string(), "B".to_string()];
+        if self.beta.is_some() {
+            names.push("C".to_string());
+        }
+        names
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let l = self.layout(&inputs[0], &inputs[1])?;
+        if let Some(c) = inputs.get(2) {
+            if *c != l.out_shape {
+                crate::bail!(Shape, "{}: C has shape {c}, expected {} for A {} and B {}", self.name, l.out_shape, inputs[0], inputs[1]);
+            }
+        }
+        Ok(vec![l.out_shape])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        real_dtype(self.name, inputs, 1)
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let l = self.layout(&inputs[0].shape, &inputs[1].shape)?;
+        dispatch_real!(outputs[0].dtype, T => self.run::<T>(&l, inputs, &outputs[0]))
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (a, b, g) = (d.input(0), d.input(1), d.out_grad(0));
+        let (ta, tb, alpha, axis) = (self.transpose_a, self.transpose_b, self.alpha, self.axis);
+        let da = if ta { gemm2(d, &b, &g, tb, true, alpha, axis)? } else { gemm2(d, &g, &b, false, !tb, alpha, axis)? };
+        let db = if tb { gemm2(d, &g, &a, true, ta, alpha, axis)? } else { gemm2(d, &a, &g, !ta, false, alpha, axis)? };
+        let mut grads = vec![Some(da), Some(db)];
+        if let Some(beta) = self.beta {
+            grads.push(Some(d.scalar("_mul_scalar", &g, beta)?));
+        }
+        Ok(grads)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// trmm and trsm: products with and solves for a triangular matrix.
+
+struct Triangular {
+    name: &'static str,
+    /// trsm (solve op(A) X = alpha B) rather than trmm (alpha op(A) B).
+    solve: bool,
+    p: TriangularParams,
+}
+
+impl Triangular {
+    /// (batch, n, rows, cols): A is n x n, B (and the output) rows x cols.
+    fn dims(&self, a: &Shape, b: &Shape) -> Result<(usize, usize, usize, usize)> {
+        let (batch, n) = split_square(self.name, "A", a)?;
+        let (_, rows, cols) = split_matrix(self.name, "B", b)?;
+        if a.ndim() != b.ndim() || a.dims()[..a.ndim() - 2] != b.dims()[..b.ndim() - 2] {
+            crate::bail!(Shape, "{}: A {a} and B {b} must have the same leading (batch) dimensions", self.name);
+        }
+        let shared = if self.p.rightside { cols } else { rows };
+        if shared != n {
+            crate::bail!(
+                Shape,
+                "{}: incompatible matrix dimensions: A {a} and B {b} (rightside={}): B's {} must be {n}",
+                self.name,
+                flag(self.p.rightside),
+                if self.p.rightside { "columns" } else { "rows" }
+            );
+        }
+        Ok((batch, n, rows, cols))
+    }
+
+    fn multiply<T: Elem>(&self, a: &Tensor, b: &Tensor, out: &Tensor, (batch, n, rows, cols): (usize, usize, usize, usize)) -> Result<()> {
+        if out.size() == 0 {
+            return Ok(());
+        }
+        let (ap, bp, op) = (SendPtr(a.ptr::<T>()), SendPtr(b.ptr::<T>()), SendPtr(out.ptr::<T>()));
+        let (threads, min_items) = product_threads(batch);
+        let p = &self.p;
+        parallel_chunks(batch, min_items, |range| {
+            let mut triangle = vec![T::default(); n * n];
+            for i in range {
+                // SAFETY: item i of A (n x n), B and the output (rows x cols) lie at i times
+                // their sizes; A and B are only read, the output item is this task's alone.
+                unsafe {
+                    let a_item = std::slice::from_raw_parts(ap.get().add(i * n * n) as *const T, n * n);
+                    for r in 0..n {
+                        for c in 0..n {
+                            let kept = if p.lower { c <= r } else { c >= r };
+                            triangle[r * n + c] = if kept { a_item[r * n + c] } else { T::default() };
+                        }
+                    }
+                    let tri = (triangle.as_ptr() as *const u8, Mat::stored(n, n, p.transpose));
+                    let plain = (bp.get().add(i * rows * cols) as *const u8, Mat::stored(rows, cols, false));
+                    let ((x, xm), (y, ym)) = if p.rightside { (plain, tri) } else { (tri, plain) };
+                    let item = op.get().add(i * rows * cols);
+                    matmul_into(T::DTYPE, item as *mut u8, false, x, xm, y, ym, threads);
+                    scale_add(std::slice::from_raw_parts_mut(item, rows * cols), p.alpha, None);
+                }
+            }
+        });
+        Ok(())
+    }
+
+    fn solve(&self, a: &Tensor, b: &Tensor, out: &Tensor, (batch, n, rows, cols): (usize, usize, usize, usize)) -> Result<()> {
+        let a = values_f64(a)?;
+        let mut x: Vec<f64> = values_f64(b)?.into_iter().map(|v| v * self.p.alpha).collect();
+        let items = ItemChunks::new(&mut x, rows * cols);
+        for_each_item(batch, |i| {
+            // SAFETY: x holds batch items of rows * cols values; item i is this task's alone.
+            let item = unsafe { items.item(i) };
+            solve_triangular(&a[i * n * n..(i + 1) * n * n], n, &self.p, item, rows, cols);
+            Ok(())
+        })?;
+        store_f64(out, &x)
+    }
+}
+
+impl Operator for Triangular {
+    fn input_names(&self) -> Vec<String> {
+        vec!["A".into(), "B".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        self.dims(&inputs[0], &inputs[1])?;
+        Ok(vec![inputs[1].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        real_dtype(self.name, inputs, 1)
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let dims = self.dims(&inputs[0].shape, &inputs[1].shape)?;
+        if self.solve {
+            self.solve(&inputs[0], &inputs[1], &outputs[0], dims)
+        } else {
+            dispatch_real!(outputs[0].dtype, T => self.multiply::<T>(&inputs[0], &inputs[1], &outputs[0], dims))
+        }
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (a, b, g) = (d.input(0), d.input(1), d.out_grad(0));
+        let p = &self.p;
+        // For C = alpha op(A) B (trmm) or op(A) C = alpha B (trsm): dB applies the same
+        // triangular operation with op(A) transposed, and dA is a product of dC or dB with B
+        // or C, restricted to A's triangle.
+        let db = triangular(d, self.name, &a, &g, !p.transpose, p.rightside, p.lower, p.alpha)?;
+        let (x, y, scale) = if self.solve { (db.clone(), d.output(0), -1.0 / p.alpha) } else { (g, b, p.alpha) };
+        let da = if p.rightside == p.transpose {
+            gemm2(d, &x, &y, p.transpose, !p.transpose, scale, -2)?
+        } else {
+            gemm2(d, &y, &x, !p.transpose, p.transpose, scale, -2)?
+        };
+        Ok(vec![Some(keep_triangle(d, &da, p.lower)?), Some(db)])
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// syrk: alpha A A^T or alpha A^T A.
+
+struct Syrk {
+    p: SyrkParams,
+}
+
+impl Syrk {
+    fn run<T: Elem>(&self, a: &Tensor, out: &Tensor) -> Result<()> {
+        let (batch, rows, cols) = split_matrix("_linalg_syrk", "A", &a.shape)?;
+        let n = if self.p.transpose { cols } else { rows };
+        if out.size() == 0 {
+            return Ok(());
+        }
+        let (ap, op) = (SendPtr(a.ptr::<T>()), SendPtr(out.ptr::<T>()));
+        let (threads, min_items) = product_threads(batch);
+        let (t, alpha) = (self.p.transpose, self.p.alpha);
+        parallel_chunks(batch, min_items, |range| {
+            for i in range {
+                // SAFETY: item i of A (rows x cols) is only read; item i of the output (n x n)
+                // is this task's alone.
+                unsafe {
+                    let item = std::slice::from_raw_parts_mut(op.get().add(i * n * n), n * n);
+                    if rows * cols == 0 {
+                        item.fill(T::default());
+                        continue;
+                    }
+                    let a_item = ap.get().add(i * rows * cols) as *const u8;
+                    matmul_into(T::DTYPE, item.as_mut_ptr() as *mut u8, false, a_item, Mat::stored(rows, cols, t), a_item, Mat::stored(rows, cols, !t), threads);
+                    // The GEMM's blocked sums may round the two triangles differently: the
+                    // result is made exactly symmetric, from its lower triangle as MXNet's.
+                    for r in 0..n {
+                        for c in r + 1..n {
+                            item[r * n + c] = item[c * n + r];
+                        }
+                    }
+                    scale_add(item, alpha, None);
+                }
+            }
+        });
+        Ok(())
+    }
+}
+
+impl Operator for Syrk {
+    fn input_names(&self) -> Vec<String> {
+        vec!["A".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let (_, rows, cols) = split_matrix("_linalg_syrk", "A", &inputs[0])?;
+        let n = if self.p.transpose { cols } else { rows };
+        let mut dims = inputs[0].dims().to_vec();
+        let ndim = dims.len();
+        dims[ndim - 2] = n;
+        dims[ndim - 1] = n;
+        Ok(vec![Shape::new(dims)])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        real_dtype("_linalg_syrk", inputs, 1)
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        dispatch_real!(outputs[0].dtype, T => self.run::<T>(&inputs[0], &outputs[0]))
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (a, g) = (d.input(0), d.out_grad(0));
+        let alpha = self.p.alpha;
+        // B = alpha A A^T: dA = alpha (dB + dB^T) A; B = alpha A^T A: dA = alpha A (dB + dB^T).
+        let (x, y) = if self.p.transpose {
+            (gemm2(d, &a, &g, false, false, alpha, -2)?, gemm2(d, &a, &g, false, true, alpha, -2)?)
+        } else {
+            (gemm2(d, &g, &a, false, false, alpha, -2)?, gemm2(d, &g, &a, true, false, alpha, -2)?)
+        };
+        Ok(vec![Some(d.binary("elemwise_add", &x, &y)?)])
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operators of one square-matrix input computed in float64, one matrix per task.
+
+/// Run `kernel(i, matrix_i, outputs_i)` over the batch of A's n x n matrices, each output
+/// holding `out_sizes[k]` values per matrix, and store the outputs.
+fn per_matrix(
+    a: &Tensor,
+    (batch, n): (usize, usize),
+    outputs: &[Tensor],
+    out_sizes: &[usize],
+    kernel: impl Fn(usize, &[f64], &mut [&mut [f64]]) -> Result<()> + Sync,
+) -> Result<()> {
+    let values = values_f64(a)?;
+    let mut results: Vec<Vec<f64>> = out_sizes.iter().map(|&len| vec![0.0; batch * len]).collect();
+    let chunks: Vec<ItemChunks<f64>> = results.iter_mut().zip(out_sizes).map(|(r, &len)| ItemChunks::new(r, len)).collect();
+    for_each_item(batch, |i| {
+        // SAFETY: each result holds batch items of its length; item i is this task's alone.
+        let mut items: Vec<&mut [f64]> = chunks.iter().map(|c| unsafe { c.item(i) }).collect();
+        kernel(i, &values[i * n * n..(i + 1) * n * n], &mut items)
+    })?;
+    for (out, values) in outputs.iter().zip(&results) {
+        store_f64(out, values)?;
+    }
+    Ok(())
+}
+
+/// What an operator of one batch of square matrices computes.
+#[derive(Clone, Copy, PartialEq)]
+enum SquareKind {
+    /// Cholesky factor (`_linalg_potrf`).
+    Cholesky { lower: bool },
+    /// Inverse from a Cholesky factor (`_linalg_potri`).
+    CholeskyInverse { lower: bool },
+    /// Sum of the logarithms of the diagonal (`_linalg_sumlogdiag`).
+    SumLogDiag,
+    /// (U, L): eigenvectors as rows and ascending eigenvalues (`_linalg_syevd`).
+    SymmetricEigen,
+    /// `_linalg_inverse`.
+    Inverse,
+    /// `_linalg_det`.
+    Det,
+    /// (sign, log |det|) (`_linalg_slogdet`).
+    SlogDet,
+}
+
+struct Square {
+    name: &'static str,
+    kind: SquareKind,
+}
+
+impl Square {
+    fn output_shapes(&self, a: &Shape) -> Result<Vec<Shape>> {
+        split_square(self.name, "A", a)?;
+        let eigenvalues = Shape::new(a.dims()[..a.ndim() - 1].to_vec());
+        Ok(match self.kind {
+            SquareKind::Cholesky { .. } | SquareKind::CholeskyInverse { .. } | SquareKind::Inverse => vec![a.clone()],
+            SquareKind::SumLogDiag | SquareKind::Det => vec![per_matrix_shape(a)],
+            SquareKind::SlogDet => vec![per_matrix_shape(a); 2],
+            SquareKind::SymmetricEigen => vec![a.clone(), eigenvalues],
+        })
+    }
+}
+
+impl Operator for Square {
+    fn input_names(&self) -> Vec<String> {
+        vec!["A".into()]
+    }
+    fn num_outputs(&self) -> usize {
+        match self.kind {
+            SquareKind::SlogDet | SquareKind::SymmetricEigen => 2,
+            _ => 1,
+        }
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        self.output_shapes(&inputs[0])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        real_dtype(self.name, inputs, self.num_outputs())
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let a = &inputs[0];
+        let dims = split_square(self.name, "A", &a.shape)?;
+        let n = dims.1;
+        let name = self.name;
+        match self.kind {
+            SquareKind::Cholesky { lower } => per_matrix(a, dims, outputs, &[n * n], |i, m, out| {
+                cholesky(m, n, lower, out[0]).map_err(|order| {
+                    crate::err!(
+                        Value,
+                        "{name}: matrix {i} of the batch is not symmetric positive definite (its leading minor of order {order} is not positive)"
+                    )
+                })
+            }),
+            SquareKind::CholeskyInverse { lower } => per_matrix(a, dims, outputs, &[n * n], |i, m, out| {
+                cholesky_inverse(m, n, lower, out[0])
+                    .map_err(|k| crate::err!(Value, "{name}: matrix {i} of the batch is not a Cholesky factor: its diagonal element {k} is zero"))
+            }),
+            SquareKind::SumLogDiag => per_matrix(a, dims, outputs, &[1], |_, m, out| {
+                out[0][0] = (0..n).map(|k| m[k * n + k].ln()).sum();
+                Ok(())
+            }),
+            SquareKind::SymmetricEigen => per_matrix(a, dims, outputs, &[n * n, n], |_, m, out| {
+                let (u, w) = out.split_at_mut(1);
+                symmetric_eigen(m, n, u[0], w[0]);
+                Ok(())
+            }),
+            SquareKind::Inverse => per_matrix(a, dims, outputs, &[n * n], |i, m, out| {
+                let mut lu = m.to_vec();
+                let (perm, _) = lu_in_place(&mut lu, n);
+                inverse_from_lu(&lu, &perm, n, out[0]).map_err(|_| crate::err!(Value, "{name}: matrix {i} of the batch is singular (not invertible)"))
+            }),
+            SquareKind::Det | SquareKind::SlogDet => {
+                let slog = self.kind == SquareKind::SlogDet;
+                let sizes: &[usize] = if slog { &[1, 1] } else { &[1] };
+                per_matrix(a, dims, outputs, sizes, |_, m, out| {
+                    let mut lu = m.to_vec();
+                    let (_, swaps) = lu_in_place(&mut lu, n);
+                    let (sign, log_abs, det) = determinant_from_lu(&lu, swaps, n);
+                    if slog {
+                        out[0][0] = sign;
+                        out[1][0] = log_abs;
+                    } else {
+                        out[0][0] = det;
+                    }
+                    Ok(())
+                })
+            }
+        }
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let a = d.input(0);
+        let grad = match self.kind {
+            SquareKind::Cholesky { lower } => {
+                // For A = L L^T: dA = 1/2 L^-T sym(L^T dL) L^-1, sym() mirroring the lower
+                // triangle (for an upper factor, everything transposed).
+                let (l, g) = (d.output(0), d.out_grad(0));
+                let m = triangular(d, "_linalg_trmm", &l, &g, true, !lower, lower, 1.0)?;
+                let s = symmetric_from_triangle(d, &m, lower)?;
+                let x = triangular(d, "_linalg_trsm", &l, &s, lower, false, lower, 1.0)?;
+                triangular(d, "_linalg_trsm", &l, &x, !lower, true, lower, 0.5)?
+            }
+            SquareKind::CholeskyInverse { lower } => {
+                // For X = (L L^T)^-1: dL = -tril(X (dX + dX^T) L^-T) (upper: transposed).
+                let (x, g) = (d.output(0), d.out_grad(0));
+                let (p, q) = if lower {
+                    (gemm2(d, &x, &g, false, false, 1.0, -2)?, gemm2(d, &x, &g, false, true, 1.0, -2)?)
+                } else {
+                    (gemm2(d, &g, &x, false, false, 1.0, -2)?, gemm2(d, &g, &x, true, false, 1.0, -2)?)
+                };
+                let sum = d.binary("elemwise_add", &p, &q)?;
+                let y = triangular(d, "_linalg_trsm", &a, &sum, true, lower, lower, -1.0)?;
+                keep_triangle(d, &y, lower)?
+            }
+            SquareKind::SumLogDiag => {
+                // d/dA sum(log(diag(A))) = diag(1 / diag(A)).
+                let g = d.out_grad(0);
+                let diagonal = d.op("_linalg_extractdiag", &[], &[&a])?;
+                let g = d.op("expand_dims", &[("axis", "-1".to_string())], &[&g])?;
+                let scaled = d.binary("broadcast_div", &g, &diagonal)?;
+                let full = d.op("_linalg_makediag", &[], &[&scaled])?;
+                d.binary("reshape_like", &full, &a)?
+            }
+            SquareKind::SymmetricEigen => symmetric_eigen_gradient(d)?,
+            SquareKind::Inverse => {
+                // For X = A^-1: dA = -X^T dX X^T.
+                let (x, g) = (d.output(0), d.out_grad(0));
+                let right = gemm2(d, &g, &x, false, true, 1.0, -2)?;
+                gemm2(d, &x, &right, true, false, -1.0, -2)?
+            }
+            SquareKind::Det => {
+                // Jacobi's formula: d det(A) / dA = det(A) A^-T; zero for a singular A.
+                let (det, g) = (d.output(0), d.out_grad(0));
+                let singular = d.scalar("_equal_scalar", &det, 0.0)?;
+                let scale = d.mul(&g, &det)?;
+                scaled_inverse_transpose(d, &a, &singular, &scale)?
+            }
+            SquareKind::SlogDet => {
+                // d log|det(A)| / dA = A^-T; the sign has no gradient, nor has a singular A.
+                let (sign, g) = (d.output(0), d.out_grad(1));
+                let singular = d.scalar("_equal_scalar", &sign, 0.0)?;
+                let invertible = d.scalar("_rminus_scalar", &singular, 1.0)?;
+                let scale = d.mul(&g, &invertible)?;
+                scaled_inverse_transpose(d, &a, &singular, &scale)?
+            }
+        };
+        Ok(vec![Some(grad)])
+    }
+}
+
+/// `scale * A^-T` per matrix, where `scale` and `singular` (1 for a singular matrix) hold one
+/// value per matrix. A singular matrix is replaced by the identity before inverting (its scale
+/// must be zero), so that the gradient graph never fails on one.
+fn scaled_inverse_transpose(d: &mut Grad, a: &Entry, singular: &Entry, scale: &Entry) -> Result<Entry> {
+    let diagonal = d.op("_linalg_extractdiag", &[], &[a])?;
+    let ones = d.unary("ones_like", &diagonal)?;
+    let eye = d.op("_linalg_makediag", &[], &[&ones])?;
+    let towards_eye = d.binary("elemwise_sub", &eye, a)?;
+    let singular = per_matrix_to_broadcast(d, singular)?;
+    let shift = d.binary("broadcast_mul", &singular, &towards_eye)?;
+    let safe = d.binary("broadcast_add", a, &shift)?;
+    let safe = d.binary("reshape_like", &safe, a)?;
+    let inverse = d.unary("_linalg_inverse", &safe)?;
+    let inverse_t = swap_last_two(d, &inverse)?;
+    let scale = per_matrix_to_broadcast(d, scale)?;
+    let grad = d.binary("broadcast_mul", &scale, &inverse_t)?;
+    d.binary("reshape_like", &grad, a)
+}
+
+/// One value per matrix, shaped (..., 1, 1) to broadcast against the matrices (a single
+/// matrix's (1,) becomes (1, 1, 1): the caller reshapes the broadcast result like A).
+fn per_matrix_to_broadcast(d: &mut Grad, x: &Entry) -> Result<Entry> {
+    let axis = [("axis", "-1".to_string())];
+    let x = d.op("expand_dims", &axis, &[x])?;
+    d.op("expand_dims", &axis, &[&x])
+}
+
+/// For (U, L) = syevd(A), U's rows the eigenvectors: dA = U^T (F o sym-part + diag(dL)) U with
+/// F_ij = (X_ij - X_ji) / (2 (L_i - L_j)) for X = dU U^T (MXNet's formula; undefined for equal
+/// eigenvalues, where it is set to zero instead of dividing by a tiny difference).
+fn symmetric_eigen_gradient(d: &mut Grad) -> Result<Entry> {
+    let (u, l, du, dl) = (d.output(0), d.output(1), d.out_grad(0), d.out_grad(1));
+    let x = gemm2(d, &du, &u, false, true, 1.0, -2)?;
+    let x_t = swap_last_two(d, &x)?;
+    let antisymmetric = d.binary("elemwise_sub", &x, &x_t)?;
+    // (L_i - L_j) / (2 max((L_i - L_j)^2, tiny)) = 1 / (2 (L_i - L_j)), and 0 where L_i = L_j.
+    let column = d.op("expand_dims", &[("axis", "-1".to_string())], &[&l])?;
+    let row = d.op("expand_dims", &[("axis", "-2".to_string())], &[&l])?;
+    let gaps = d.binary("broadcast_sub", &column, &row)?;
+    let squared = d.unary("square", &gaps)?;
+    // The smallest normal float32 rounded up: representable in both dtypes.
+    let squared = d.scalar("_maximum_scalar", &squared, 1.2e-38)?;
+    let squared = d.scalar("_mul_scalar", &squared, 2.0)?;
+    let factor = d.div(&gaps, &squared)?;
+    let off_diagonal = d.mul(&antisymmetric, &factor)?;
+    let diagonal = d.op("_linalg_makediag", &[], &[&dl])?;
+    let inner = d.binary("elemwise_add", &off_diagonal, &diagonal)?;
+    let right = gemm2(d, &inner, &u, false, false, 1.0, -2)?;
+    gemm2(d, &u, &right, true, false, 1.0, -2)
+}
+
+// ---------------------------------------------------------------------------------------------
+// gelqf: A = L Q.
+
+struct Gelqf;
+
+impl Operator for Gelqf {
+    fn input_names(&self) -> Vec<String> {
+        vec!["A".into()]
+    }
+    fn num_outputs(&self) -> usize {
+        2
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let a = &inputs[0];
+        let (_, m, n) = split_matrix("_linalg_gelqf", "A", a)?;
+        if m > n {
+            crate::bail!(Shape, "_linalg_gelqf: A must have at most as many rows as columns (shape (..., x, y) with x <= y), got {a}");
+        }
+        let mut l = a.dims().to_vec();
+        let ndim = l.len();
+        l[ndim - 1] = m;
+        Ok(vec![a.clone(), Shape::new(l)])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        real_dtype("_linalg_gelqf", inputs, 2)
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (batch, m, n) = split_matrix("_linalg_gelqf", "A", &inputs[0].shape)?;
+        let a = values_f64(&inputs[0])?;
+        let (mut q, mut l) = (vec![0.0; batch * m * n], vec![0.0; batch * m * m]);
+        let (q_items, l_items) = (ItemChunks::new(&mut q, m * n), ItemChunks::new(&mut l, m * m));
+        for_each_item(batch, |i| {
+            // SAFETY: q and l hold batch items of their sizes; item i is this task's alone.
+            let (q_item, l_item) = unsafe { (q_items.item(i), l_items.item(i)) };
+            lq(&a[i * m * n..(i + 1) * m * n], m, n, q_item, l_item);
+            Ok(())
+        })?;
+        store_f64(&outputs[0], &q)?;
+        store_f64(&outputs[1], &l)
+    }
+    /// dA = L^-T (dQ + sym(L^T dL - dQ Q^T) Q), sym() mirroring the lower triangle.
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (q, l, dq, dl) = (d.output(0), d.output(1), d.out_grad(0), d.out_grad(1));
+        let from_l = triangular(d, "_linalg_trmm", &l, &dl, true, false, true, 1.0)?;
+        let from_q = gemm2(d, &dq, &q, false, true, 1.0, -2)?;
+        let m = d.binary("elemwise_sub", &from_l, &from_q)?;
+        let s = symmetric_from_triangle(d, &m, true)?;
+        let sq = gemm2(d, &s, &q, false, false, 1.0, -2)?;
+        let sum = d.binary("elemwise_add", &dq, &sq)?;
+        Ok(vec![Some(triangular(d, "_linalg_trsm", &l, &sum, true, false, true, 1.0)?)])
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Diagonals and triangles of square matrices to and from vectors.
+
+/// `_linalg_extractdiag` / `_linalg_makediag` (no triangle) and `_linalg_extracttrian` /
+/// `_linalg_maketrian`: a matrix's diagonal or triangle as a vector and back.
+struct Packing {
+    name: &'static str,
+    /// The triangle (else the diagonal).
+    triangle: bool,
+    /// Matrix to vector (else vector to matrix).
+    extract: bool,
+    offset: i64,
+    lower: bool,
+}
+
+impl Packing {
+    /// (n, m): the matrices are n x n and the vectors hold m values.
+    fn sizes(&self, input: &Shape) -> Result<(usize, usize)> {
+        let name = self.name;
+        let k = self.offset.unsigned_abs() as usize;
+        if self.extract {
+            let (_, n) = split_square(name, "A", input)?;
+            if n <= k {
+                crate::bail!(Shape, "{name}: offset {} is out of range for {n} x {n} matrices (input {input})", self.offset);
+            }
+            let side = n - k;
+            Ok((n, if self.triangle { side * (side + 1) / 2 } else { side }))
+        } else {
+            let Some(&m) = input.dims().last() else {
+                crate::bail!(Shape, "{name}: A must have at least one dimension");
+            };
+            let side = if self.triangle {
+                // The side of the triangle with m entries: side (side + 1) / 2 = m.
+                let side = (((8 * m + 1) as f64).sqrt() as usize).saturating_sub(1) / 2;
+                if side * (side + 1) / 2 != m {
+                    crate::bail!(Shape, "{name}: the last axis of A ({m}) is not a triangular number n(n+1)/2 (input {input})");
+                }
+                side
+            } else {
+                m
+            };
+            Ok((side + k, m))
+        }
+    }
+
+    /// For each vector entry, its flat position in the n x n matrix.
+    fn positions(&self, n: usize) -> Vec<usize> {
+        let k = self.offset.unsigned_abs() as usize;
+        let side = n - k;
+        if !self.triangle {
+            let (row0, col0) = if self.offset < 0 { (k, 0) } else { (0, k) };
+            return (0..side).map(|i| (row0 + i) * n + col0 + i).collect();
+        }
+        let upper = self.offset > 0 || (self.offset == 0 && !self.lower);
+        let mut at = Vec::with_capacity(side * (side + 1) / 2);
+        // The lower triangle row by row, or the upper one column by column (MXNet's order).
+        for r in 0..side {
+            for c in 0..=r {
+                at.push(if upper { c * n + r + k } else { (r + k) * n + c });
+            }
+        }
+        at
+    }
+
+    fn run<T: Elem>(&self, input: &Tensor, out: &Tensor) -> Result<()> {
+        let (n, m) = self.sizes(&input.shape)?;
+        let positions = self.positions(n);
+        // SAFETY: the input is only read, the output belongs to this op alone.
+        let (x, y) = unsafe { (input.slice::<T>(), out.slice_mut::<T>()) };
+        if self.extract {
+            for (vector, matrix) in y.chunks_exact_mut(m).zip(x.chunks_exact(n * n)) {
+                for (v, &at) in vector.iter_mut().zip(&positions) {
+                    *v = matrix[at];
+                }
+            }
+        } else {
+            y.fill(T::default());
+            for (matrix, vector) in y.chunks_exact_mut(n * n).zip(x.chunks_exact(m)) {
+                for (v, &at) in vector.iter().zip(&positions) {
+                    matrix[at] = *v;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The operator that undoes this one, with the same parameters.
+    fn inverse_name(&self) -> &'static str {
+        match (self.triangle, self.extract) {
+            (false, true) => "_linalg_makediag",
+            (false, false) => "_linalg_extractdiag",
+            (true, true) => "_linalg_maketrian",
+            (true, false) => "_linalg_extracttrian",
+        }
+    }
+}
+
+impl Operator for Packing {
+    fn input_names(&self) -> Vec<String> {
+        vec!["A".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let (n, m) = self.sizes(&inputs[0])?;
+        let mut dims = inputs[0].dims().to_vec();
+        dims.pop();
+        if self.extract {
+            dims.pop();
+            dims.push(m);
+        } else {
+            dims.extend([n, n]);
+        }
+        Ok(vec![Shape::new(dims)])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        real_dtype(self.name, inputs, 1)
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        dispatch_real!(outputs[0].dtype, T => self.run::<T>(&inputs[0], &outputs[0]))
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let g = d.out_grad(0);
+        let mut attrs = vec![("offset", self.offset.to_string())];
+        if self.triangle {
+            attrs.push(("lower", flag(self.lower)));
+        }
+        Ok(vec![Some(d.op(self.inverse_name(), &attrs, &[&g])?)])
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gradient graph helpers.
+
+fn flag(value: bool) -> String {
+    if value { "True" } else { "False" }.to_string()
+}
+
+fn gemm2(d: &mut Grad, a: &Entry, b: &Entry, transpose_a: bool, transpose_b: bool, alpha: f64, axis: i64) -> Result<Entry> {
+    let attrs = [
+        ("transpose_a", flag(transpose_a)),
+        ("transpose_b", flag(transpose_b)),
+        ("alpha", format!("{alpha:?}")),
+        ("axis", axis.to_string()),
+    ];
+    d.op("_linalg_gemm2", &attrs, &[a, b])
+}
+
+/// `_linalg_trmm` or `_linalg_trsm` of the triangular `a` with `b`.
+#[allow(clippy::too_many_arguments)]
+fn triangular(d: &mut Grad, name: &str, a: &Entry, b: &Entry, transpose: bool, rightside: bool, lower: bool, alpha: f64) -> Result<Entry> {
+    let attrs = [
+        ("transpose", flag(transpose)),
+        ("rightside", flag(rightside)),
+        ("lower", flag(lower)),
+        ("alpha", format!("{alpha:?}")),
+    ];
+    d.op(name, &attrs, &[a, b])
+}
+
+/// The lower (else upper) triangle of each matrix, diagonal included, zeros elsewhere.
+fn keep_triangle(d: &mut Grad, x: &Entry, lower: bool) -> Result<Entry> {
+    let attrs = [("offset", "0".to_string()), ("lower", flag(lower))];
+    let packed = d.op("_linalg_extracttrian", &attrs, &[x])?;
+    d.op("_linalg_maketrian", &attrs, &[&packed])
+}
+
+/// The symmetric matrices equal to each matrix on its lower (else upper) triangle.
+fn symmetric_from_triangle(d: &mut Grad, x: &Entry, lower: bool) -> Result<Entry> {
+    let triangle = keep_triangle(d, x, lower)?;
+    let mirrored = swap_last_two(d, &triangle)?;
+    let twice_diagonal = d.binary("elemwise_add", &triangle, &mirrored)?;
+    let diagonal = d.op("_linalg_extractdiag", &[], &[x])?;
+    let diagonal = d.op("_linalg_makediag", &[], &[&diagonal])?;
+    d.binary("elemwise_sub", &twice_diagonal, &diagonal)
+}
+
+fn swap_last_two(d: &mut Grad, x: &Entry) -> Result<Entry> {
+    d.op("SwapAxis", &[("dim1", "-1".to_string()), ("dim2", "-2".to_string())], &[x])
+}
+
+// ---------------------------------------------------------------------------------------------
+
+pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
+    add(OpDef::new(
+        "_linalg_gemm",
+        &["linalg_gemm"],
+        "General matrix multiply-add on batches of matrices: out = alpha * op(A) * op(B) + beta * C, op() the \
+         identity or the transpose (transpose_a, transpose_b). The rows are on `axis`, the columns on the last axis; \
+         every other axis is a batch axis. float32 and float64.",
+        |p: GemmParams| {
+            Ok(Gemm { name: "_linalg_gemm", transpose_a: p.transpose_a, transpose_b: p.transpose_b, alpha: p.alpha, beta: Some(p.beta), axis: p.axis })
+        },
+    ));
+    add(OpDef::new(
+        "_linalg_gemm2",
+        &["linalg_gemm2"],
+        "General matrix multiply on batches of matrices: out = alpha * op(A) * op(B), op() the identity or the \
+         transpose (transpose_a, transpose_b). The rows are on `axis`, the columns on the last axis; every other axis \
+         is a batch axis. float32 and float64.",
+        |p: Gemm2Params| {
+            Ok(Gemm { name: "_linalg_gemm2", transpose_a: p.transpose_a, transpose_b: p.transpose_b, alpha: p.alpha, beta: None, axis: p.axis })
+        },
+    ));
+    add(OpDef::new(
+        "_linalg_potrf",
+        &["linalg_potrf"],
+        "Cholesky factorization of symmetric positive-definite matrices (the trailing two axes; leading axes are a \
+         batch): A = B * B^T with B lower triangular (lower=True), or A = B^T * B with B upper triangular. Only the \
+         `lower` (else upper) triangle of A is read. float32 and float64.",
+        |p: CholeskyParams| Ok(Square { name: "_linalg_potrf", kind: SquareKind::Cholesky { lower: p.lower } }),
+    ));
+    add(OpDef::new(
+        "_linalg_potri",
+        &["linalg_potri"],
+        "Inverse of a symmetric positive-definite matrix from its Cholesky factor A (see potrf): \
+         out = A^-T * A^-1 (lower=True) or A^-1 * A^-T (lower=False). Batched over leading axes; float32 and float64.",
+        |p: CholeskyParams| Ok(Square { name: "_linalg_potri", kind: SquareKind::CholeskyInverse { lower: p.lower } }),
+    ));
+    add(OpDef::new(
+        "_linalg_trmm",
+        &["linalg_trmm"],
+        "Multiplication with a triangular matrix A: out = alpha * op(A) * B, or alpha * B * op(A) with \
+         rightside=True; op() the identity or the transpose, and only A's `lower` (else upper) triangle read. \
+         Batched over leading axes; float32 and float64.",
+        |p: TriangularParams| Ok(Triangular { name: "_linalg_trmm", solve: false, p }),
+    ));
+    add(OpDef::new(
+        "_linalg_trsm",
+        &["linalg_trsm"],
+        "Solves op(A) * out = alpha * B (or out * op(A) = alpha * B with rightside=True) for a triangular A, op() \
+         the identity or the transpose, only A's `lower` (else upper) triangle read. Batched over leading axes; \
+         float32 and float64.",
+        |p: TriangularParams| Ok(Triangular { name: "_linalg_trsm", solve: true, p }),
+    ));
+    add(OpDef::new(
+        "_linalg_sumlogdiag",
+        &["linalg_sumlogdiag"],
+        "Sum of the natural logarithms of the diagonal of square matrices: one value per matrix (shape (1,) for a \
+         single matrix). float32 and float64.",
+        |_: NoParams| Ok(Square { name: "_linalg_sumlogdiag", kind: SquareKind::SumLogDiag }),
+    ));
+    add(OpDef::new(
+        "_linalg_extractdiag",
+        &["linalg_extractdiag"],
+        "The diagonal (offset from the main one: negative below, positive above) of square matrices as vectors. \
+         float32 and float64.",
+        |p: DiagParams| Ok(Packing { name: "_linalg_extractdiag", triangle: false, extract: true, offset: p.offset, lower: true }),
+    ));
+    add(OpDef::new(
+        "_linalg_makediag",
+        &["linalg_makediag"],
+        "Square matrices with the input vectors on their diagonal (offset from the main one: negative below, \
+         positive above) and zeros elsewhere. float32 and float64.",
+        |p: DiagParams| Ok(Packing { name: "_linalg_makediag", triangle: false, extract: false, offset: p.offset, lower: true }),
+    ));
+    add(OpDef::new(
+        "_linalg_extracttrian",
+        &["linalg_extracttrian"],
+        "A triangle of square matrices as vectors: the lower (lower=True) or upper triangle for offset=0, the \
+         triangle above the offset-th diagonal for offset > 0, below it for offset < 0. The lower triangle is read \
+         row by row, the upper one column by column. float32 and float64.",
+        |p: TrianParams| Ok(Packing { name: "_linalg_extracttrian", triangle: true, extract: true, offset: p.offset, lower: p.lower }),
+    ));
+    add(OpDef::new(
+        "_linalg_maketrian",
+        &["linalg_maketrian"],
+        "Square matrices from packed triangles (the inverse of extracttrian, same offset and lower), zeros \
+         elsewhere. float32 and float64.",
+        |p: TrianParams| Ok(Packing { name: "_linalg_maketrian", triangle: true, extract: false, offset: p.offset, lower: p.lower }),
+    ));
+    add(OpDef::new(
+        "_linalg_syrk",
+        &["linalg_syrk"],
+        "Multiplication of matrices with their transpose: out = alpha * A * A^T, or alpha * A^T * A with \
+         transpose=True. Batched over leading axes; float32 and float64.",
+        |p: SyrkParams| Ok(Syrk { p }),
+    ));
+    add(OpDef::new(
+        "_linalg_gelqf",
+        &["linalg_gelqf"],
+        "LQ factorization of full-rank matrices A of shape (x, y), x <= y: returns (Q, L) with A = L * Q, L lower \
+         triangular (x, x) and Q (x, y) with orthonormal rows (LAPACK's signs). Batched over leading axes; float32 \
+         and float64.",
+        |_: NoParams| Ok(Gelqf),
+    ));
+    add(OpDef::new(
+        "_linalg_syevd",
+        &[],
+        "Eigendecomposition of symmetric matrices (only the lower triangle is read): returns (U, L) with U * A = \
+         diag(L) * U, U orthonormal with the eigenvectors as rows (each one's largest-magnitude entry positive) and \
+         L the eigenvalues in ascending order. Batched over leading axes; float32 and float64. The gradient needs \
+         distinct eigenvalues.",
+        |_: NoParams| Ok(Square { name: "_linalg_syevd", kind: SquareKind::SymmetricEigen }),
+    ));
+    add(OpDef::new(
+        "_linalg_inverse",
+        &["linalg_inverse"],
+        "Inverse of square matrices (LU with partial pivoting); a singular matrix is an error. Batched over leading \
+         axes; float32 and float64.",
+        |_: NoParams| Ok(Square { name: "_linalg_inverse", kind: SquareKind::Inverse }),
+    ));
+    add(OpDef::new(
+        "_linalg_det",
+        &["linalg_det"],
+        "Determinant of square matrices: one value per matrix (shape (1,) for a single matrix). The gradient of a \
+         singular matrix is zero. float32 and float64.",
+        |_: NoParams| Ok(Square { name: "_linalg_det", kind: SquareKind::Det }),
+    ));
+    add(OpDef::new(
+        "_linalg_slogdet",
+        &["linalg_slogdet"],
+        "Sign and natural logarithm of the absolute value of the determinant of square matrices: returns (sign, \
+         logabsdet), one value per matrix each; sign 0 and logabsdet -inf for a singular matrix. Only logabsdet has \
+         a gradient (zero for a singular matrix). float32 and float64.",
+        |_: NoParams| Ok(Square { name: "_linalg_slogdet", kind: SquareKind::SlogDet }),
+    ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn product(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+        (0..m * n).map(|at| (0..k).map(|p| a[at / n * k + p] * b[p * n + at % n]).sum()).collect()
+    }
+
+    fn assert_close(got: &[f64], expected: &[f64]) {
+        for (g, e) in got.iter().zip(expected) {
+            assert!((g - e).abs() < 1e-10, "{got:?} != {expected:?}");
+        }
+    }
+
+    #[test]
+    fn cholesky_rebuilds_the_matrix_and_rejects_indefinite_ones() {
+        let a = [4.0, 1.0, 1.0, 4.25];
+        let mut l = [0.0; 4];
+        cholesky(&a, 2, true, &mut l).unwrap();
+        assert_close(&l, &[2.0, 0.0, 0.5, 2.0]);
+        cholesky(&a, 2, false, &mut l).unwrap();
+        assert_close(&l, &[2.0, 0.5, 0.0, 2.0]);
+        assert_eq!(cholesky(&[1.0, 2.0, 2.0, 1.0], 2, true, &mut l), Err(2));
+    }
+
+    #[test]
+    fn lq_matches_lapack_signs_and_rebuilds_the_matrix() {
+        let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let (mut q, mut l) = ([0.0; 6], [0.0; 4]);
+        lq(&a, 2, 3, &mut q, &mut l);
+        assert!((l[0] + 3.741_657_386_773_941).abs() < 1e-12 && (l[3] - 1.963_961_012_123_931).abs() < 1e-12);
+        assert_close(&product(&l, &q, 2, 2, 3), &a);
+    }
+
+    #[test]
+    fn jacobi_eigenvectors_are_sorted_and_signed() {
+        let (mut u, mut w) = ([0.0; 4], [0.0; 2]);
+        symmetric_eigen(&[1.0, 0.0, 2.0, 4.0], 2, &mut u, &mut w);
+        assert_close(&w, &[0.0, 5.0]);
+        let s = 5f64.sqrt();
+        assert_close(&u, &[2.0 / s, -1.0 / s, 1.0 / s, 2.0 / s]);
+    }
+
+    #[test]
+    fn lu_gives_inverse_and_determinant() {
+        let mut lu = vec![1.0, 4.0, 2.0, 3.0];
+        let (perm, swaps) = lu_in_place(&mut lu, 2);
+        let mut inv = [0.0; 4];
+        inverse_from_lu(&lu, &perm, 2, &mut inv).unwrap();
+        assert_close(&inv, &[-0.6, 0.8, 0.4, -0.2]);
+        let (sign, log_abs, det) = determinant_from_lu(&lu, swaps, 2);
+        assert_close(&[sign, log_abs, det], &[-1.0, 5f64.ln(), -5.0]);
+    }
+}
