@@ -377,3 +377,20 @@ def test_from_dlpack_copies_numpy_arrays_including_strided_ones():
     copied = mx.nd.from_dlpack(source)
     source[0, 0] = 100                          # an import is a copy
     assert copied[0, 0].asscalar() == 0
+
+
+def test_from_numpy_shares_memory_without_a_copy():
+    source = np.arange(6, dtype=np.float32).reshape(3, 2)
+    shared = mx.nd.from_numpy(source)
+    assert not source.flags["WRITEABLE"]
+    shared[2, 1] = 100
+    assert source[2, 1] == 100  # the NDArray writes into the NumPy array's memory
+    del source
+    assert (shared * 2).asnumpy()[2, 1] == 200  # the NDArray keeps the memory alive
+    copied_from = np.ones((2, 2), dtype=np.int32)
+    copy = mx.nd.from_numpy(copied_from, zero_copy=False)
+    copy[:] = 5
+    assert copied_from.flags["WRITEABLE"] and (copied_from == 1).all()
+    assert mx.nd.from_numpy(np.zeros((1, 0, 2))).shape == (1, 0, 2)
+    with pytest.raises(ValueError, match="c-contiguous"):
+        mx.nd.from_numpy(np.ones((2, 3)).T)

@@ -77,7 +77,8 @@ def test_infer_shape_both_directions_and_partial():
     net = mlp()
     arg, out, aux = net.infer_shape(data=(4, 5))
     assert arg == [(4, 5), (8, 5), (8,), (3, 8), (3,), (4,)] and out == [(4, 3)] and aux == []
-    assert net.infer_shape() == (None, None, None)
+    with pytest.warns(UserWarning, match="Cannot decide the shapes"):
+        assert net.infer_shape() == (None, None, None)
     arg, out, _ = net.infer_shape_partial()
     assert arg[0] == () and out == [()]
     conv = mx.sym.Convolution(mx.sym.var("img"), kernel=(3, 3), num_filter=4, pad=(1, 1), name="c")
@@ -171,11 +172,18 @@ def test_grad_req_add_and_null():
     np.testing.assert_allclose(gy.asnumpy(), [1.0, 1.0])
 
 
-def test_backward_needs_a_training_forward():
+def test_backward_reads_the_last_forward_pass_of_either_mode():
     exe = mlp().simple_bind(mx.cpu(), data=(2, 5))
-    exe.forward(is_train=False)
-    with pytest.raises(mx.MXNetError, match="is_train=True"):
+    with pytest.raises(mx.MXNetError, match="preceding forward"):
         exe.backward()
+    # As in MXNet, is_train only selects the operators' mode; backward reads the values either way.
+    x = mx.sym.var("x")
+    y = mx.sym.var("y")
+    exe = (x * y).bind(mx.cpu(), {"x": mx.nd.array([1.0, 2.0]), "y": mx.nd.array([3.0, 4.0])},
+                       args_grad={"x": mx.nd.zeros((2,)), "y": mx.nd.zeros((2,))})
+    exe.forward(is_train=False)
+    exe.backward(mx.nd.ones((2,)))
+    np.testing.assert_allclose(exe.grad_dict["x"].asnumpy(), [3.0, 4.0])
 
 
 def test_forward_kwargs_reshape_and_shared_parameters():
@@ -295,3 +303,177 @@ def test_mirroring_recomputes_cheap_activations_to_save_memory(monkeypatch):
     assert kept_bytes - mirrored_bytes >= 2 * 3 * block, (kept_bytes, mirrored_bytes)
     for name in kept:
         np.testing.assert_allclose(mirrored[name], kept[name], rtol=1e-6, atol=1e-7)
+
+
+def _prelu_chain():
+    data = mx.sym.var("data")
+    net = mx.sym.Deconvolution(data, kernel=(4, 4), stride=(2, 2), pad=(1, 1), num_filter=6, name="deconv")
+    net = mx.sym.LeakyReLU(net, act_type="prelu", name="prelu")
+    net = mx.sym.UpSampling(net, sample_type="nearest", scale=2, name="up")
+    net = mx.sym.Pooling(net, pool_type="avg", kernel=(3, 3), stride=(2, 2), pad=(1, 1), count_include_pad=False, name="pool")
+    net = mx.sym.LeakyReLU(net, act_type="elu", slope=0.3, name="elu")
+    return mx.sym.sum(net, axis=(2, 3))
+
+
+@pytest.mark.parametrize("grad_req", ["write", "add"])
+def test_prelu_gamma_gradient_survives_the_memory_plan(grad_req):
+    # Regression: a gradient that is not computed straight into its buffer (grad_req 'add', or a
+    # gradient read after the backward steps) lived in planned memory that later backward steps
+    # reused before it was added to the buffer, so prelu_gamma's gradient came out wrong.
+    net = _prelu_chain()
+    shapes = {"data": (2, 3, 5, 5)}
+    arg_shapes, _, _ = net.infer_shape(**shapes)
+    names = net.list_arguments()
+    assert dict(zip(names, arg_shapes))["prelu_gamma"] == (6,)  # one slope per channel, as MXNet
+    rng = np.random.RandomState(3)
+    values = {n: rng.uniform(-1, 1, s) for n, s in zip(names, arg_shapes)}
+
+    def loss(gamma):
+        args = dict(values, prelu_gamma=gamma)
+        exe = net.bind(mx.cpu(), {n: mx.nd.array(v, dtype="float64") for n, v in args.items()}, grad_req="null")
+        return exe.forward()[0].asnumpy().sum()
+
+    gamma = values["prelu_gamma"]
+    numeric = np.zeros_like(gamma)
+    for i in range(gamma.size):
+        step = np.zeros_like(gamma)
+        step[i] = 1e-6
+        numeric[i] = (loss(gamma + step) - loss(gamma - step)) / 2e-6
+
+    grads = {n: mx.nd.zeros(v.shape, dtype="float64") for n, v in values.items()}
+    exe = net.bind(mx.cpu(), {n: mx.nd.array(v, dtype="float64") for n, v in values.items()},
+                   args_grad=grads, grad_req=grad_req)
+    out = exe.forward(is_train=True)[0]
+    exe.backward(mx.nd.ones(out.shape, dtype="float64"))
+    # The slope's gradient sums over the batch and every spatial position of its channel.
+    np.testing.assert_allclose(grads["prelu_gamma"].asnumpy(), numeric, rtol=1e-6, atol=1e-6)
+
+
+def test_partial_shapes_are_inferred_in_both_directions():
+    a = mx.sym.var("a", shape=(0, 10))
+    c = mx.sym.var("c", shape=(5, 0))
+    net = mx.sym.FullyConnected(a, num_hidden=21, name="fc") + c
+    arg, out, _ = net.infer_shape()
+    assert dict(zip(net.list_arguments(), arg)) == {"a": (5, 10), "fc_weight": (21, 10), "fc_bias": (21,), "c": (5, 21)}
+    assert out == [(5, 21)]
+    # What stays unknown is 0 (legacy) or -1 (NumPy shape semantics); an unknown shape () or None.
+    image = mx.sym.var("image", shape=(1, 0, 0, 0))
+    conv = mx.sym.Convolution(image, kernel=(7, 7), num_filter=64, no_bias=True, name="conv")
+    arg, _, _ = conv.infer_shape_partial()
+    assert arg == [(1, 0, 0, 0), (64, 0, 7, 7)]
+    with mx.util.np_shape(True):
+        arg, out, _ = conv.infer_shape_partial(image=(1, -1, 9, 9))
+        assert arg == [(1, -1, 9, 9), (64, -1, 7, 7)] and out == [(1, 64, 3, 3)]
+        assert mx.sym.var("free").infer_shape_partial() == ([None], [None], [])
+    # Concat and split pass known dimensions through and back.
+    parts = mx.sym.Concat(mx.sym.var("p", shape=(0, 10)), mx.sym.var("q", shape=(0, 5)), dim=1) + mx.sym.var("r", shape=(2, 0))
+    arg, _, _ = parts.infer_shape()
+    assert arg == [(2, 10), (2, 5), (2, 15)]
+    halves = mx.sym.SliceChannel(mx.sym.var("s", shape=(0, 15, 0)), num_outputs=3)
+    arg, _, _ = (halves[1] + mx.sym.var("t", shape=(3, 5, 2))).infer_shape()
+    assert arg == [(3, 15, 2), (3, 5, 2)]
+    # A shape stated with _identity_with_attr_like_rhs flows back to the variable it names.
+    w = mx.sym.var("w")
+    shifted = mx.sym._internal._identity_with_attr_like_rhs(mx.sym.broadcast_add(w, mx.sym.var("shift", shape=(1,))), w)
+    fc = mx.sym.FullyConnected(mx.sym.var("x"), weight=shifted, num_hidden=11, no_bias=True)
+    arg, _, _ = fc.infer_shape(x=(7, 100))
+    assert dict(zip(fc.list_arguments(), arg))["w"] == (11, 100)
+
+
+def test_np_shape_is_recorded_in_json():
+    net = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=3, name="fc")
+    assert "is_np_shape" not in json.loads(net.tojson())["attrs"]
+    with mx.util.np_shape(True):
+        assert json.loads(net.tojson())["attrs"]["is_np_shape"] == ["int", 1]
+
+
+def test_hidden_and_user_attributes_reach_the_operators_variables():
+    data = mx.sym.var("data", attr={"mood": "angry", "force_mirroring": "True"}, lr_mult=1)
+    assert data.attr("lr_mult") == "1" and data.attr("__lr_mult__") == "1"
+    assert data.attr("force_mirroring") == "True" and data.attr("__force_mirroring__") == "True"
+    conv = mx.sym.Convolution(data, kernel=(1, 1), num_filter=1, name="conv", attr={"__mood__": "so so"}, wd_mult=0)
+    attrs = conv.attr_dict()
+    assert attrs["conv"]["__wd_mult__"] == "0" and attrs["conv"]["wd_mult"] == "0"
+    assert attrs["conv_weight"]["__mood__"] == "so so" and attrs["conv_weight"]["__wd_mult__"] == "0"
+    assert conv.list_attr()["__mood__"] == "so so"
+
+
+def test_executor_reshape_shares_memory_with_the_original():
+    y = mx.sym.FullyConnected(mx.sym.var("x"), num_hidden=4, name="fc")
+    exe = y.simple_bind(mx.cpu(), x=(5, 4), grad_req="null")
+    exe.arg_dict["x"][:] = 1
+    exe.arg_dict["fc_weight"][:] = 1
+    exe.arg_dict["fc_bias"][:] = 0
+    small = exe.reshape(x=(3, 4))
+    small.forward()
+    np.testing.assert_array_equal(small.outputs[0].asnumpy(), 4)
+    np.testing.assert_array_equal(exe.outputs[0].asnumpy()[:3], 4)  # the same storage
+    big = exe.reshape(allow_up_sizing=True, x=(6, 4))
+    big.arg_dict["x"][:] = 0
+    np.testing.assert_array_equal(exe.arg_dict["x"].asnumpy(), 1)  # grown: new memory
+    assert big.arg_dict["fc_weight"] is exe.arg_dict["fc_weight"]
+
+
+def test_group_children_compose_names_and_atomic_symbols():
+    data = mx.sym.var("data")
+    fc1 = mx.sym.FullyConnected(data, name="fc1", num_hidden=10)
+    fc2 = mx.sym.FullyConnected(fc1, name="fc2", num_hidden=100)
+    assert fc2.get_children().get_children().list_outputs() == ["data", "fc1_weight", "fc1_bias"]
+    renamed = fc2(data=mx.sym.var("x"), name="composed")
+    assert renamed.name == "composed" and fc2.name == "fc2"
+    rnn = mx.sym.RNN(data, mx.sym.var("p"), mx.sym.var("h0"), mx.sym.var("h1"), state_size=10, num_layers=2,
+                     bidirectional=True, state_outputs=True, mode="lstm", name="rnn")
+    atomic = rnn._gen_atomic_symbol()
+    assert atomic.list_outputs() == rnn.list_outputs()
+    with pytest.raises(mx.base.NotImplementedForSymbol):
+        bool(data)
+    assert abs(data).list_outputs()[0].startswith("abs")
+
+
+def test_common_subexpressions_are_merged_at_bind(monkeypatch):
+    a, b = mx.sym.var("a"), mx.sym.var("b")
+    values = {"a": mx.nd.array([[1.0, 2.0]]), "b": mx.nd.array([[3.0, 5.0]])}
+    twice = (a + b) + (a + b)
+    exe = twice.simple_bind(mx.cpu(), a=(1, 2), b=(1, 2))
+    assert len(exe.get_optimized_symbol().get_internals()) + 1 == len(twice.get_internals())
+    out = exe.forward(is_train=True, **values)[0]
+    exe.backward(mx.nd.ones((1, 2)))
+    np.testing.assert_allclose(out.asnumpy(), [[8.0, 14.0]])
+    np.testing.assert_allclose(exe.grad_dict["a"].asnumpy(), [[2.0, 2.0]])
+    # Two outputs that become one value are copied apart: each keeps storage of its own.
+    pair = mx.sym.Group([a * b, a * b])
+    exe = pair.simple_bind(mx.cpu(), a=(1, 2), b=(1, 2))
+    assert len(exe.get_optimized_symbol().get_internals()) == len(pair.get_internals())
+    first, second = exe.forward(**values)
+    first[:] = 0
+    np.testing.assert_allclose(second.asnumpy(), [[3.0, 10.0]])
+    # Random draws are never merged; the pass can be switched off.
+    drops = mx.sym.Dropout(a, p=0.5) + mx.sym.Dropout(a, p=0.5)
+    exe = drops.simple_bind(mx.cpu(), a=(1, 2))
+    assert len(exe.get_optimized_symbol().get_internals()) == len(drops.get_internals())
+    monkeypatch.setenv("MXNET_ELIMINATE_COMMON_EXPR", "0")
+    exe = twice.simple_bind(mx.cpu(), a=(1, 2), b=(1, 2))
+    assert len(exe.get_optimized_symbol().get_internals()) == len(twice.get_internals())
+
+
+def test_vector_dot_gradients():
+    # The inner product of two vectors has shape (1,): each gradient is the other vector times g.
+    x, y = mx.nd.array([1.0, 2.0, 3.0]), mx.nd.array([4.0, 5.0, 6.0])
+    grads = {"x": mx.nd.zeros((3,)), "y": mx.nd.zeros((3,))}
+    exe = mx.sym.dot(mx.sym.var("x"), mx.sym.var("y")).bind(mx.cpu(), {"x": x, "y": y}, args_grad=grads)
+    exe.forward(is_train=True)
+    exe.backward(mx.nd.array([2.0]))
+    np.testing.assert_allclose(grads["x"].asnumpy(), [8.0, 10.0, 12.0])
+    np.testing.assert_allclose(grads["y"].asnumpy(), [2.0, 4.0, 6.0])
+    x.attach_grad()
+    with mx.autograd.record():
+        z = mx.nd.dot(x, y)
+    z.backward()
+    np.testing.assert_allclose(x.grad.asnumpy(), y.asnumpy())
+
+
+def test_broadcast_like_along_chosen_axes():
+    lhs = mx.sym.var("lhs")
+    like = mx.sym.broadcast_like(lhs, mx.sym.var("rhs"), lhs_axes=(0,), rhs_axes=(1,))
+    out = like.eval(lhs=mx.nd.array([[1.0, 2.0]]), rhs=mx.nd.zeros((4, 3)))[0]
+    np.testing.assert_allclose(out.asnumpy(), [[1.0, 2.0]] * 3)

@@ -4,7 +4,7 @@ import os
 
 from .. import _core
 from .ndarray import NDArray, array, empty, zeros, ones, full, arange, eye, linspace, waitall
-from .ndarray import moveaxis, split_v2, onehot_encode, fill_element_0index
+from .ndarray import moveaxis, split_v2, onehot_encode, fill_element_0index, from_numpy
 from .cached_op import CachedOp
 from . import register as _register
 from .utils import save, load, load_frombuffer, save_tobuffer

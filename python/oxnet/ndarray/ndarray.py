@@ -481,6 +481,25 @@ def array(source_array, ctx=None, dtype=None):
     return NDArray(_core.from_buffer(src.reshape(-1).view(np.uint8), list(src.shape), name, ctx._as_tuple()))
 
 
+def from_numpy(ndarray, zero_copy=True):
+    """An NDArray on ``cpu(0)`` from a C-contiguous NumPy array.
+
+    With ``zero_copy`` (the default) the NDArray uses the NumPy array's memory: the NumPy array
+    is made read-only (writes go through the NDArray, which the engine orders) and stays alive
+    as long as the NDArray does. ``zero_copy=False`` copies instead. A non-contiguous array
+    raises ValueError, as in MXNet.
+    """
+    if not isinstance(ndarray, np.ndarray):
+        raise TypeError("from_numpy expects a numpy.ndarray, got %s" % type(ndarray).__name__)
+    if not ndarray.flags["C_CONTIGUOUS"]:
+        raise ValueError("Only c-contiguous arrays are supported for zero-copy")
+    if not zero_copy:
+        return array(ndarray, dtype=ndarray.dtype)
+    ndarray.flags["WRITEABLE"] = False
+    flat_bytes = ndarray.reshape(-1).view(np.uint8)
+    return NDArray(_core.share_buffer(flat_bytes, list(ndarray.shape), dtype_name(ndarray.dtype)))
+
+
 def empty(shape, ctx=None, dtype=None):
     """An uninitialized array."""
     if isinstance(shape, integer_types):

@@ -14,14 +14,15 @@ def _arrays(handles):
 class Executor:
     """Runs a bound symbol: ``forward`` fills ``outputs``, ``backward`` the gradient arrays."""
 
-    def __init__(self, symbol, ctx, args, grads, grad_reqs, aux):
+    def __init__(self, symbol, ctx, args, grads, grad_reqs, aux, shared_exec=None):
         self._symbol = symbol
         self._ctx = ctx
         self._grad_reqs = list(grad_reqs)
         self.handle = _core.ExecutorHandle(
             symbol.handle, ctx._as_tuple(),
             [a.handle for a in args], [None if g is None else g.handle for g in grads],
-            self._grad_reqs, [a.handle for a in aux])
+            self._grad_reqs, [a.handle for a in aux],
+            None if shared_exec is None else shared_exec.handle)
         # The Python arrays the caller passed stay the bound arrays (shared storage).
         self.arg_arrays = list(args)
         self.grad_arrays = list(grads)
@@ -88,8 +89,10 @@ class Executor:
                 raise ValueError("Find name %s that is not in the auxiliary states" % name)
 
     def reshape(self, partial_shaping=False, allow_up_sizing=False, **kwargs):
-        """An executor for new input shapes sharing this one's parameters; arrays whose shape
-        shrinks reuse this executor's memory."""
+        """An executor for new input shapes that shares this one's memory: arrays that keep
+        their shape are shared, smaller ones are views of this executor's arrays, larger ones
+        (with ``allow_up_sizing``) are new; intermediate values and outputs reuse this
+        executor's storage, so the two executors must not run at the same time."""
         from .. import ndarray as nd
         arg_shapes, _, aux_shapes = self._symbol.infer_shape(**kwargs)
         if arg_shapes is None:
@@ -113,7 +116,13 @@ class Executor:
         args = [resized(n, a, s) for n, a, s in zip(names, self.arg_arrays, arg_shapes)]
         grads = [resized(n, g, s) for n, g, s in zip(names, self.grad_arrays, arg_shapes)]
         aux = [resized(n, a, s) for n, a, s in zip(self._symbol.list_auxiliary_states(), self.aux_arrays, aux_shapes)]
-        return Executor(self._symbol, self._ctx, args, grads, self._grad_reqs, aux)
+        return Executor(self._symbol, self._ctx, args, grads, self._grad_reqs, aux, shared_exec=self)
+
+    def get_optimized_symbol(self):
+        """The graph this executor runs: the bound symbol after its graph passes (common
+        subexpression elimination unless ``MXNET_ELIMINATE_COMMON_EXPR=0``)."""
+        from .symbol import Symbol
+        return Symbol(self.handle.optimized_symbol())
 
     def set_monitor_callback(self, callback, monitor_all=False):
         """Call ``callback(name, array)`` with every node's output after each forward pass

@@ -1,12 +1,15 @@
 """The Symbol class (MXNet's ``mxnet.symbol.Symbol``): a declarative graph built on the core."""
 
+import warnings
+
 import numpy as np
 
 from .. import _core
 from ..attribute import AttrScope
-from ..base import MXNetError, dtype_name, np_dtype, numeric_types, string_types
+from ..base import MXNetError, NotImplementedForSymbol, dtype_name, np_dtype, numeric_types, string_types
 from ..context import current_context
 from ..name import NameManager
+from ..util import is_np_shape
 
 # MXNet stores a variable's dtype in `__dtype__` as its type flag.
 _DTYPE_FLAGS = {"float32": 0, "float64": 1, "float16": 2, "uint8": 3, "int32": 4, "int8": 5, "int64": 6,
@@ -88,36 +91,49 @@ class Symbol:
         return Symbol(self.handle.internals())
 
     def get_children(self):
-        """The inputs of this symbol's node (None for a variable)."""
+        """The inputs of the nodes behind this symbol's outputs (None for a variable)."""
         children = self.handle.children()
         return None if children is None else Symbol(children)
 
+    def _gen_atomic_symbol(self):
+        """This symbol's operator applied afresh: the same operator, name and attributes, with
+        new variables for its inputs."""
+        if len({self[i].name for i in range(len(self))}) != 1 or self[0].handle.op_name() == "null":
+            raise MXNetError("_gen_atomic_symbol needs the outputs of one operator node")
+        head = self[0]
+        attrs = dict(self.handle.attr_dict()).get(head.name, {})
+        return Symbol(_core.SymbolHandle.create(head.handle.op_name(), head.name, (), attrs))
+
     # ---- attributes --------------------------------------------------------------------------
     def attr(self, key):
-        """The attribute ``key`` of this symbol's node, or None."""
-        return self.handle.attr(key)
+        """The attribute ``key`` of this symbol's node, or None (``lr_mult`` finds ``__lr_mult__``)."""
+        value = self.handle.attr(key)
+        if value is None and key in _HIDDEN_KEYS:
+            value = self.handle.attr("__%s__" % key)
+        return value
 
     def list_attr(self, recursive=False):
+        """The attributes of this symbol's node."""
         if recursive:
             raise DeprecationWarning("Symbol.list_attr with recursive=True has been deprecated. Please use attr_dict instead.")
         return dict(self.attr_dict().get(self.name, {}))
 
     def attr_dict(self):
-        """Attributes of every node, by node name."""
-        return {name: attrs for name, attrs in self.handle.attr_dict()}
+        """Attributes of every node, by node name; a ``__lr_mult__``-style attribute is also
+        listed under its plain name, as MXNet lists it."""
+        return {name: _with_plain_hidden_keys(attrs) for name, attrs in self.handle.attr_dict()}
 
     def _set_attr(self, **kwargs):
         for key, value in kwargs.items():
             if not isinstance(value, string_types):
                 raise ValueError("Set Attr only accepts string values")
-            self.handle.set_attr(key, value)
+            self.handle.set_attr(_stored_attr_key(key), value)
 
     # ---- composition -------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         """A copy with its arguments replaced: positionally in ``list_arguments`` order, or by
-        name."""
-        if kwargs.pop("name", None) is not None:
-            raise MXNetError("compose: renaming the composed node is not supported; name the operator when creating it")
+        name; ``name`` renames the copy's head node."""
+        new_name = kwargs.pop("name", None)
         replacements = {}
         if args:
             arguments = self.list_arguments()
@@ -129,7 +145,7 @@ class Symbol:
         for key, value in replacements.items():
             if not isinstance(value, Symbol):
                 raise TypeError("Compose expects Symbol as arguments, got %r for '%s'" % (type(value), key))
-        return Symbol(self.handle.substitute({k: v.handle for k, v in replacements.items()}))
+        return Symbol(self.handle.substitute({k: v.handle for k, v in replacements.items()}, new_name))
 
     def _compose(self, *args, **kwargs):
         self.handle = self(*args, **kwargs).handle
@@ -186,6 +202,12 @@ class Symbol:
     def __neg__(self):
         return self.__mul__(-1.0)
 
+    def __abs__(self):
+        return _create("abs", self)
+
+    def __bool__(self):
+        raise NotImplementedForSymbol(self.__bool__, "bool")
+
     def __eq__(self, other):
         return self._binary(other, "_equal", "_equal_scalar")
 
@@ -213,35 +235,61 @@ class Symbol:
         return lambda *args, **kwargs: operator(self, *args, **kwargs)
 
     # ---- inference ----------------------------------------------------------------------------
+    # Shapes cross into the core with -1 for an unknown dimension and None for an unknown shape,
+    # MXNet's NumPy shape semantics; under the legacy semantics (the default) the caller writes
+    # and reads them as 0 and () instead.
     def _shape_query(self, args, kwargs):
-        known = {}
+        given = {}
         if args:
-            for arg_name, shape in zip(self.list_arguments(), args):
-                if shape is not None:
-                    known[arg_name] = shape
-        known.update({k: v for k, v in kwargs.items() if v is not None})
-        for key, shape in known.items():
+            if len(args) > len(self.list_arguments()):
+                raise ValueError("infer_shape: %d positional shapes for %d arguments" % (len(args), len(self.list_arguments())))
+            given.update(zip(self.list_arguments(), args))
+        given.update(kwargs)
+        np_semantics = is_np_shape()
+        known = {}
+        for name, shape in given.items():
+            if shape is None or (not np_semantics and shape == ()):
+                continue  # nothing known about it
             if not isinstance(shape, (tuple, list)):
-                raise TypeError("Arguments need to be shapes (tuple), got %r for '%s'" % (shape, key))
-        # MXNet writes unknown dimensions as 0: such a shape is not known yet.
-        return {k: tuple(int(d) for d in v) for k, v in known.items() if all(int(d) > 0 for d in v)}
+                raise TypeError("Arguments need to be shapes (tuple), got %r for '%s'" % (shape, name))
+            dims = [int(d) for d in shape]
+            known[name] = [d if np_semantics or d != 0 else -1 for d in dims]
+        inputs = set(self.list_inputs())
+        unknown_names = [name for name in known if name not in inputs]
+        if unknown_names:
+            raise MXNetError("infer_shape: keyword argument name %s not found; the symbol's arguments are: %s"
+                             % (", ".join(unknown_names), ", ".join(self.list_arguments())))
+        return known
+
+    @staticmethod
+    def _shapes_for_caller(shapes):
+        if is_np_shape():
+            return [None if s is None else tuple(s) for s in shapes]
+        return [() if s is None else tuple(0 if d < 0 else d for d in s) for s in shapes]
+
+    def infer_shape_partial(self, *args, **kwargs):
+        """(arg_shapes, out_shapes, aux_shapes) as far as the given argument shapes determine
+        them: unknown dimensions are 0 and unknown shapes () (-1 and None under NumPy shape
+        semantics)."""
+        arg, out, aux = self.handle.infer_shape(self._shape_query(args, kwargs))
+        return self._shapes_for_caller(arg), self._shapes_for_caller(out), self._shapes_for_caller(aux)
 
     def infer_shape(self, *args, **kwargs):
         """(arg_shapes, out_shapes, aux_shapes) from the given argument shapes; all three None
-        when the given shapes do not determine every shape."""
+        (with a warning naming the undetermined arguments) when they do not determine every
+        shape."""
         arg, out, aux = self.handle.infer_shape(self._shape_query(args, kwargs))
-        if any(s is None for s in arg + out + aux):
-            return None, None, None
-        return arg, out, aux
+        complete = lambda s: s is not None and all(d >= 0 for d in s)
+        if all(complete(s) for s in arg + out + aux):
+            return self._shapes_for_caller(arg), self._shapes_for_caller(out), self._shapes_for_caller(aux)
+        undetermined = ["%s: %s" % (name, shape) for name, shape, raw in
+                        zip(self.list_arguments(), self._shapes_for_caller(arg), arg) if not complete(raw)]
+        warnings.warn("Cannot decide the shapes of these arguments (%s marks an unknown dimension); "
+                      "consider giving them:\n\t%s" % ("-1" if is_np_shape() else "0", "\n\t".join(undetermined[:10])),
+                      stacklevel=2)
+        return None, None, None
 
-    def infer_shape_partial(self, *args, **kwargs):
-        """Like infer_shape, with ``()`` where a shape cannot be inferred."""
-        arg, out, aux = self.handle.infer_shape(self._shape_query(args, kwargs))
-        fill = lambda shapes: [() if s is None else s for s in shapes]
-        return fill(arg), fill(out), fill(aux)
-
-    def infer_type(self, *args, **kwargs):
-        """(arg_types, out_types, aux_types) as NumPy types."""
+    def _type_query(self, args, kwargs):
         known = {}
         if args:
             for arg_name, dtype in zip(self.list_arguments(), args):
@@ -252,9 +300,25 @@ class Symbol:
         convert = lambda names: [None if n is None else np_dtype(n) for n in names]
         return convert(arg), convert(out), convert(aux)
 
+    def infer_type_partial(self, *args, **kwargs):
+        """(arg_types, out_types, aux_types) as NumPy types, None where undetermined."""
+        return self._type_query(args, kwargs)
+
+    def infer_type(self, *args, **kwargs):
+        """(arg_types, out_types, aux_types) as NumPy types; all three None (with a warning)
+        when the given types do not determine every type."""
+        arg, out, aux = self._type_query(args, kwargs)
+        if any(t is None for t in arg + out + aux):
+            undetermined = [name for name, t in zip(self.list_arguments(), arg) if t is None]
+            warnings.warn("Cannot decide the types of these arguments; consider giving them:\n\t%s"
+                          % "\n\t".join(undetermined[:10]), stacklevel=2)
+            return None, None, None
+        return arg, out, aux
+
     # ---- serialization and display -----------------------------------------------------------
     def tojson(self):
-        return self.handle.tojson()
+        """MXNet JSON text of the graph (recording ``is_np_shape`` under NumPy shape semantics)."""
+        return self.handle.tojson(is_np_shape())
 
     def save(self, fname, remove_amp_cast=True):
         with open(fname, "w") as f:
@@ -298,7 +362,9 @@ class Symbol:
         return values
 
     def bind(self, ctx, args, args_grad=None, grad_req="write", aux_states=None, group2ctx=None, shared_exec=None):
-        """An executor computing this symbol with the given arrays (shared, not copied)."""
+        """An executor computing this symbol with the given arrays (shared, not copied); with
+        ``shared_exec`` its intermediate and output memory reuses that executor's (the two must
+        then not run at the same time)."""
         from .executor import Executor
         arg_names = self.list_arguments()
         aux_names = self.list_auxiliary_states()
@@ -311,19 +377,27 @@ class Symbol:
             reqs = [grad_req.get(n, "null") if g is not None else "null" for n, g in zip(arg_names, grads)]
         else:
             reqs = list(grad_req)
-        return Executor(self, ctx or current_context(), args, grads, reqs, aux)
+        return Executor(self, ctx or current_context(), args, grads, reqs, aux, shared_exec)
 
     def simple_bind(self, ctx, grad_req="write", type_dict=None, stype_dict=None, group2ctx=None,
                     shared_arg_names=None, shared_exec=None, shared_buffer=None, **kwargs):
         """Bind with arrays allocated from inferred shapes (kwargs give the input shapes);
         arguments of ``shared_exec`` with the same name and shape are shared, not allocated."""
         from .. import ndarray as nd
-        arg_shapes, _, aux_shapes = self.infer_shape(**kwargs)
-        if arg_shapes is None:
-            partial, _, _ = self.infer_shape_partial(**kwargs)
-            unknown = [n for n, s in zip(self.list_arguments(), partial) if s == ()]
+        arg_shapes, _, aux_shapes = self.handle.infer_shape(self._shape_query((), kwargs))
+        complete = lambda s: s is not None and all(d >= 0 for d in s)
+        if not all(complete(s) for s in arg_shapes + aux_shapes):
+            unknown = ["%s: %s" % (n, s) for n, s, raw in zip(self.list_arguments(), self._shapes_for_caller(arg_shapes), arg_shapes)
+                       if not complete(raw)]
             raise MXNetError("simple_bind: cannot infer the shapes of %s from %s" % (", ".join(unknown), kwargs))
-        arg_types, _, aux_types = self.infer_type(**(type_dict or {}))
+        if type_dict is None:
+            # As MXNet: arguments that declare no dtype are float32.
+            attrs = self.attr_dict()
+            type_dict = {n: np.float32 for n in self.list_arguments() if "__dtype__" not in attrs.get(n, {})}
+        arg_types, _, aux_types = self.infer_type_partial(**type_dict)
+        undetermined = [n for n, t in zip(self.list_arguments() + self.list_auxiliary_states(), arg_types + aux_types) if t is None]
+        if undetermined:
+            raise MXNetError("simple_bind: cannot infer the dtypes of %s from %s" % (", ".join(undetermined), type_dict))
         arg_names = self.list_arguments()
         if isinstance(grad_req, string_types):
             reqs = {n: grad_req for n in arg_names}
@@ -349,7 +423,7 @@ class Symbol:
         for name, shape, dtype in zip(self.list_auxiliary_states(), aux_shapes, aux_types):
             reuse = shared_aux.get(name)
             aux.append(reuse if reuse is not None and reuse.shape == tuple(shape) else nd.zeros(shape, ctx=ctx, dtype=dtype))
-        return self.bind(ctx, args, grads, [reqs[n] for n in arg_names], aux)
+        return self.bind(ctx, args, grads, [reqs[n] for n in arg_names], aux, shared_exec=shared_exec)
 
     def eval(self, ctx=None, **kwargs):
         """Outputs for the given argument arrays (a bind and a forward pass)."""
@@ -383,7 +457,7 @@ def var(name, attr=None, shape=None, lr_mult=None, wd_mult=None, dtype=None, ini
             raise ValueError("Attribute name=%s is not supported. Additional attributes must start and end with "
                              "double underscores, e.g, __yourattr__" % key)
         attrs[key] = _attr_string(value)
-    return Symbol(_core.SymbolHandle.variable(name, {k: _attr_string(v) for k, v in attrs.items()}))
+    return Symbol(_core.SymbolHandle.variable(name, {_stored_attr_key(k): _attr_string(v) for k, v in attrs.items()}))
 
 
 Variable = var
@@ -412,18 +486,79 @@ def load(fname):
         return load_json(f.read())
 
 
+# Keyword arguments of any operator that MXNet stores as the node's ``__key__`` attributes
+# rather than operator parameters; the variables the operator creates for its own inputs
+# (``fc1_weight``, ...) receive them too, so ``FullyConnected(..., lr_mult=0)`` freezes its weight.
+_HIDDEN_KEYS = ("ctx_group", "lr_mult", "wd_mult", "force_mirroring", "mirror_stage", "profiler_scope")
+
+
+def _stored_attr_key(key):
+    """The key an attribute is stored under: a hidden key such as ``lr_mult`` as ``__lr_mult__``."""
+    for hidden in _HIDDEN_KEYS:
+        if key == hidden:
+            return "__%s__" % key
+        if key.endswith(hidden):
+            raise MXNetError("setting variable attributes with %s is deprecated. Please instead use\n"
+                             "w = Variable(%s=...)\nsym = YourSymbolName(%s=w)" % (key, hidden, key[:-len(hidden) - 1]))
+    return key
+
+
+def _with_plain_hidden_keys(attrs):
+    """``attrs`` plus each stored hidden attribute (``__lr_mult__``) under its plain name too."""
+    listed = dict(attrs)
+    for hidden in _HIDDEN_KEYS:
+        stored = "__%s__" % hidden
+        if stored in attrs:
+            listed[hidden] = attrs[stored]
+    return listed
+
+
+# MXNet's FSetInputVarAttrOnCompose: operators that give the variables at some input positions
+# an initializer (``__init__``) unless they have one, so that Module.init_params starts running
+# statistics at 0 and 1, PReLU slopes at 0.25 and UpSampling kernels bilinear.
+_BATCH_NORM_STAT_INITS = {3: '["zero", {}]', 4: '["one", {}]'}
+_INPUT_VARIABLE_INITS = {
+    "BatchNorm": _BATCH_NORM_STAT_INITS,
+    "CuDNNBatchNorm": _BATCH_NORM_STAT_INITS,
+    "_contrib_SyncBatchNorm": _BATCH_NORM_STAT_INITS,
+    "LeakyReLU": {1: '["Constant", {"value": 0.25}]'},
+    "UpSampling": {1: '["bilinear", {}]'},
+}
+
+
+def _set_input_variable_inits(op_name, symbol):
+    inits = _INPUT_VARIABLE_INITS.get(op_name)
+    if not inits:
+        return
+    inputs = symbol.get_children()
+    for index, init in inits.items():
+        if inputs is None or index >= len(inputs):
+            continue
+        variable = inputs[index]
+        if variable.get_children() is None and variable.attr("__init__") is None:
+            variable.handle.set_attr("__init__", init)
+
+
 def _create(op_name, *args, name=None, attr=None, **kwargs):
     """Apply a registered operator to symbols (the body of every generated ``mx.sym.<op>``)."""
     hint = op_name.lower()
     node_name = NameManager.current.get(name, hint)
+    hidden = {"__%s__" % key: _attr_string(kwargs.pop(key)) for key in _HIDDEN_KEYS if key in kwargs}
+    annotations = {_stored_attr_key(k): _attr_string(v) for k, v in (AttrScope.current.get(attr) or {}).items()}
+    annotations.update(hidden)
+    # `__key__` attributes go in with the parameters: the variables the operator makes for the
+    # inputs not given inherit them (MXNet copies the node's attributes to them).
+    inherited = {k: v for k, v in annotations.items() if k.startswith("__") and k.endswith("__")}
     kwargs = {k: (v.handle if isinstance(v, Symbol) else v) for k, v in kwargs.items()}
+    kwargs.update(inherited)
     handle = _core.SymbolHandle.create(op_name, node_name, tuple(_as_symbol_args(args)), kwargs)
-    annotations = AttrScope.current.get(attr)
-    if annotations:
-        node = handle.output(0)
-        for key, value in annotations.items():
-            node.set_attr(key, _attr_string(value))
-    return Symbol(handle)
+    node = handle.output(0)
+    for key, value in annotations.items():
+        if key not in inherited:
+            node.set_attr(key, value)
+    result = Symbol(handle)
+    _set_input_variable_inits(op_name, result)
+    return result
 
 
 def _as_symbol_args(args):

@@ -144,6 +144,24 @@ fn from_buffer(py: Python<'_>, src: &Bound<'_, PyAny>, shape: Vec<usize>, dtype:
     wrap(py, NDArray::from_bytes(Shape::new(shape), dtype, ctx, bytes).py()?)
 }
 
+/// An array over the memory of a C-contiguous buffer, without a copy (`mx.nd.from_numpy`): the
+/// array keeps the buffer export (and so its owner) alive; writes through it are visible there.
+#[pyfunction]
+fn share_buffer(py: Python<'_>, src: &Bound<'_, PyAny>, shape: Vec<usize>, dtype: &str) -> PyResult<Py<NDArrayHandle>> {
+    let buf = PyBuffer::<u8>::get(src)?;
+    if !buf.is_c_contiguous() {
+        return Err(pyo3::exceptions::PyValueError::new_err("only C-contiguous arrays can be shared without a copy"));
+    }
+    let ptr = std::ptr::NonNull::new(buf.buf_ptr() as *mut u8).unwrap_or(std::ptr::NonNull::dangling());
+    let bytes = buf.len_bytes();
+    // SAFETY: a buffer export keeps the exporter's memory valid and unmoved (NumPy refuses to
+    // resize an array with live exports) until it is released, which happens when the boxed
+    // PyBuffer is dropped with the array's storage. The NumPy side is made read-only by the
+    // caller, so only arrays sharing this storage write it, in the order the engine gives them.
+    let buffer = unsafe { oxnet::storage::Buffer::external(ptr, bytes, Box::new(buf)) };
+    wrap(py, NDArray::from_buffer(buffer, Shape::new(shape), dtype_from(dtype)?).py()?)
+}
+
 /// An uninitialized array (MXNet's `empty`).
 #[pyfunction]
 fn empty(py: Python<'_>, shape: Vec<usize>, dtype: &str, ctx: (i32, i32)) -> PyResult<Py<NDArrayHandle>> {
@@ -239,6 +257,7 @@ fn engine_info() -> (String, usize) {
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(from_buffer, m)?)?;
+    m.add_function(wrap_pyfunction!(share_buffer, m)?)?;
     m.add_function(wrap_pyfunction!(empty, m)?)?;
     m.add_function(wrap_pyfunction!(waitall, m)?)?;
     m.add_function(wrap_pyfunction!(set_current_context, m)?)?;

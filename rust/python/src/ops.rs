@@ -58,7 +58,12 @@ pub(crate) fn attr_string(v: &Bound<'_, PyAny>) -> PyResult<String> {
         return Ok(s.to_str()?.to_string());
     }
     if v.is_instance_of::<PyInt>() {
-        return Ok(v.extract::<i64>()?.to_string());
+        // An integer beyond i64 keeps its digits: the operator's parameter parser then rejects
+        // it naming the operator and the parameter, instead of Python's bare OverflowError.
+        return match v.extract::<i64>() {
+            Ok(i) => Ok(i.to_string()),
+            Err(_) => Ok(v.call_method0("__index__")?.str()?.to_str()?.to_string()),
+        };
     }
     if let Ok(f) = v.cast::<PyFloat>() {
         return Ok(format!("{:?}", f.value()));

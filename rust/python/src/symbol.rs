@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use oxnet::base::Shape;
+use oxnet::base::PartialShape;
 use oxnet::executor::{BoundExecutor, CachedOp};
 use oxnet::graph::GradReq;
 use oxnet::op::{self, Attrs};
@@ -31,9 +31,13 @@ impl From<Symbol> for SymbolHandle {
 
 type Inferred<'py> = (Vec<Option<Bound<'py, PyTuple>>>, Vec<Option<Bound<'py, PyTuple>>>, Vec<Option<Bound<'py, PyTuple>>>);
 
-fn shapes_to_py<'py>(py: Python<'py>, r: InferResult<Shape>) -> PyResult<Inferred<'py>> {
-    let convert = |v: Vec<Option<Shape>>| -> PyResult<Vec<Option<Bound<'py, PyTuple>>>> {
-        v.into_iter().map(|s| s.map(|s| PyTuple::new(py, s.dims())).transpose()).collect()
+/// Inferred shapes as tuples with -1 for an unknown dimension, None for an unknown rank (the
+/// Python side converts them to the caller's shape semantics).
+fn shapes_to_py<'py>(py: Python<'py>, r: InferResult<PartialShape>) -> PyResult<Inferred<'py>> {
+    let convert = |v: Vec<Option<PartialShape>>| -> PyResult<Vec<Option<Bound<'py, PyTuple>>>> {
+        v.into_iter()
+            .map(|s| s.map(|s| PyTuple::new(py, s.dims().iter().map(|d| d.map_or(-1, |d| d as i64)))).transpose())
+            .collect()
     };
     Ok((convert(r.arguments)?, convert(r.outputs)?, convert(r.auxiliary_states)?))
 }
@@ -90,8 +94,9 @@ impl SymbolHandle {
         py.detach(|| Symbol::from_json(text)).py().map(handle)
     }
 
-    fn tojson(&self) -> String {
-        self.inner.to_json()
+    #[pyo3(signature = (np_shape=false))]
+    fn tojson(&self, np_shape: bool) -> String {
+        self.inner.to_json(np_shape)
     }
 
     fn to_dot(&self, title: &str) -> String {
@@ -133,12 +138,13 @@ impl SymbolHandle {
     fn internals(&self) -> SymbolHandle {
         handle(self.inner.internals())
     }
-    fn children(&self) -> PyResult<Option<SymbolHandle>> {
-        Ok(self.inner.children().py()?.map(handle))
+    fn children(&self) -> Option<SymbolHandle> {
+        self.inner.children().map(handle)
     }
-    fn substitute(&self, replacements: HashMap<String, PyRef<'_, SymbolHandle>>) -> PyResult<SymbolHandle> {
+    #[pyo3(signature = (replacements, rename=None))]
+    fn substitute(&self, replacements: HashMap<String, PyRef<'_, SymbolHandle>>, rename: Option<&str>) -> PyResult<SymbolHandle> {
         let map = replacements.into_iter().map(|(k, v)| (k, v.inner.clone())).collect();
-        self.inner.substitute(&map).py().map(handle)
+        self.inner.substitute(&map, rename).py().map(handle)
     }
     fn attr(&self, key: &str) -> Option<String> {
         self.inner.attr(key)
@@ -160,8 +166,9 @@ impl SymbolHandle {
             })
             .collect()
     }
-    fn infer_shape<'py>(&self, py: Python<'py>, known: HashMap<String, Vec<usize>>) -> PyResult<Inferred<'py>> {
-        let known = known.into_iter().map(|(k, v)| (k, Shape::new(v))).collect();
+    /// Shapes from the given argument shapes, in which -1 marks an unknown dimension.
+    fn infer_shape<'py>(&self, py: Python<'py>, known: HashMap<String, Vec<i64>>) -> PyResult<Inferred<'py>> {
+        let known = known.into_iter().map(|(k, v)| (k, PartialShape(v.into_iter().map(|d| usize::try_from(d).ok()).collect()))).collect();
         shapes_to_py(py, self.inner.infer_shape(&known).py()?)
     }
     fn infer_type(&self, known: HashMap<String, String>) -> PyResult<(Vec<Option<String>>, Vec<Option<String>>, Vec<Option<String>>)> {
@@ -191,6 +198,7 @@ impl ExecutorHandle {
         grads: Vec<Option<PyRef<'_, NDArrayHandle>>>,
         reqs: Vec<String>,
         aux: Vec<PyRef<'_, NDArrayHandle>>,
+        shared: Option<PyRef<'_, ExecutorHandle>>,
     ) -> PyResult<ExecutorHandle> {
         let reqs = reqs.iter().map(|r| GradReq::parse(r)).collect::<oxnet::Result<Vec<_>>>().py()?;
         let inner = BoundExecutor::bind(
@@ -200,6 +208,7 @@ impl ExecutorHandle {
             grads.iter().map(|g| g.as_ref().map(|g| g.inner.clone())).collect(),
             reqs,
             aux.iter().map(|a| a.inner.clone()).collect(),
+            shared.as_ref().map(|s| &s.inner),
         )
         .py()?;
         Ok(ExecutorHandle { inner })
@@ -216,6 +225,10 @@ impl ExecutorHandle {
 
     fn outputs(&self, py: Python<'_>) -> PyResult<Vec<Py<NDArrayHandle>>> {
         handles(py, &self.inner.outputs)
+    }
+    /// The graph the executor runs, after its graph passes.
+    fn optimized_symbol(&self) -> SymbolHandle {
+        handle(self.inner.symbol().clone())
     }
     /// Bytes of the static memory plan for intermediate values.
     fn planned_bytes(&self) -> usize {

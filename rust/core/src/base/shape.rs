@@ -13,8 +13,25 @@ impl Shape {
     pub fn ndim(&self) -> usize {
         self.0.len()
     }
+    /// The element count. A product that overflows `usize` saturates at `usize::MAX`, a count no
+    /// array can have, so size comparisons and allocation checks fail instead of wrapping to a
+    /// small number; [`Shape::checked_size`] reports the overflow as an error.
     pub fn size(&self) -> usize {
-        self.0.iter().product()
+        self.checked_size().unwrap_or(usize::MAX)
+    }
+    /// The element count, or an error naming the shape when it does not fit in `usize`. Every
+    /// array's shape passes this check when the array is made (allocation, reshape, views).
+    pub fn checked_size(&self) -> Result<usize> {
+        self.0.iter().try_fold(1usize, |count, &d| count.checked_mul(d)).ok_or_else(|| {
+            crate::err!(Value, "shape {self} has more elements than the address space can hold")
+        })
+    }
+    /// The byte count of an array of this shape with elements of `element_bytes` bytes, checked
+    /// like [`Shape::checked_size`].
+    pub fn checked_bytes(&self, element_bytes: usize) -> Result<usize> {
+        self.checked_size()?
+            .checked_mul(element_bytes)
+            .ok_or_else(|| crate::err!(Value, "shape {self} with {element_bytes}-byte elements needs more bytes than the address space holds"))
     }
     pub fn dims(&self) -> &[usize] {
         &self.0
@@ -23,7 +40,9 @@ impl Shape {
     pub fn strides(&self) -> Vec<usize> {
         let mut strides = vec![1; self.0.len()];
         for i in (0..self.0.len().saturating_sub(1)).rev() {
-            strides[i] = strides[i + 1] * self.0[i + 1];
+            // Saturating like `size`: an overflowing shape never addresses memory (it fails the
+            // checks every array passes when it is made).
+            strides[i] = strides[i + 1].saturating_mul(self.0[i + 1]);
         }
         strides
     }
@@ -73,4 +92,104 @@ pub fn normalize_axis(axis: i64, ndim: usize) -> Result<usize> {
         crate::bail!(Value, "axis {axis} is out of bounds for an array of {ndim} dimension(s)");
     }
     Ok(a as usize)
+}
+
+/// A shape whose dimensions may be unknown (`None`), as two-way shape inference refines it:
+/// MXNet writes such a dimension as 0 (legacy semantics) or -1 (NumPy semantics).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartialShape(pub Vec<Option<usize>>);
+
+impl PartialShape {
+    /// `ndim` dimensions, none of them known.
+    pub fn unknown(ndim: usize) -> Self {
+        PartialShape(vec![None; ndim])
+    }
+    pub fn ndim(&self) -> usize {
+        self.0.len()
+    }
+    pub fn dims(&self) -> &[Option<usize>] {
+        &self.0
+    }
+    /// The shape, when every dimension is known.
+    pub fn full(&self) -> Option<Shape> {
+        self.0.iter().copied().collect::<Option<Vec<_>>>().map(Shape::new)
+    }
+    pub fn is_full(&self) -> bool {
+        self.0.iter().all(Option::is_some)
+    }
+    /// Product of dimensions `from..`, when all of them are known.
+    pub fn known_product(&self, from: usize) -> Option<usize> {
+        self.0.get(from..).unwrap_or(&[]).iter().copied().try_fold(1usize, |acc, d| d.map(|d| acc * d))
+    }
+    /// Fill in the unknown dimensions of `self` from `other` (same rank). Returns whether anything
+    /// changed; fails when a dimension known on both sides differs, or the ranks differ.
+    pub fn merge(&mut self, other: &PartialShape) -> Result<bool> {
+        if self.ndim() != other.ndim() {
+            crate::bail!(Shape, "shapes {self} and {other} have different numbers of dimensions");
+        }
+        if self.0.iter().zip(&other.0).any(|(a, b)| matches!((a, b), (Some(a), Some(b)) if a != b)) {
+            crate::bail!(Shape, "shapes {self} and {other} disagree");
+        }
+        let mut changed = false;
+        for (mine, theirs) in self.0.iter_mut().zip(&other.0) {
+            if mine.is_none() && theirs.is_some() {
+                *mine = *theirs;
+                changed = true;
+            }
+        }
+        Ok(changed)
+    }
+}
+
+impl From<&Shape> for PartialShape {
+    fn from(shape: &Shape) -> Self {
+        PartialShape(shape.dims().iter().map(|&d| Some(d)).collect())
+    }
+}
+
+impl std::fmt::Display for PartialShape {
+    /// Like [`Shape`]'s tuples, with `?` for an unknown dimension: `(?, 10)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("(")?;
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            match d {
+                Some(d) => write!(f, "{d}")?,
+                None => f.write_str("?")?,
+            }
+        }
+        if self.0.len() == 1 {
+            f.write_str(",")?;
+        }
+        f.write_str(")")
+    }
+}
+
+/// Merge `value` into a slot of partial inference (`None`: not even the rank is known).
+/// Returns whether the slot learned something.
+pub fn merge_partial(slot: &mut Option<PartialShape>, value: &PartialShape) -> Result<bool> {
+    match slot {
+        None => {
+            *slot = Some(value.clone());
+            Ok(true)
+        }
+        Some(known) => known.merge(value),
+    }
+}
+
+/// Make every input and output agree: the partial inference of an operator whose outputs have
+/// its inputs' shape.
+pub fn unify_partial(inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
+    let mut common: Option<PartialShape> = None;
+    for shape in inputs.iter().chain(outputs.iter()).flatten() {
+        merge_partial(&mut common, shape)?;
+    }
+    if let Some(common) = common {
+        for slot in inputs.iter_mut().chain(outputs.iter_mut()) {
+            merge_partial(slot, &common)?;
+        }
+    }
+    Ok(())
 }

@@ -19,7 +19,7 @@ use crate::ndarray::NDArray;
 use crate::op::Attrs;
 use crate::pass::fuse::{fuse_elementwise, fusion_enabled};
 use crate::pass::plan_memory::{inplace_enabled, plan_memory, PlanRequest};
-use crate::pass::{gradient, infer, mirror};
+use crate::pass::{cse, gradient, infer, mirror};
 use crate::symbol::Symbol;
 
 /// The gradient graph of a bound symbol.
@@ -51,14 +51,20 @@ pub struct BoundExecutor {
     /// Planned storage of every intermediate value (views into the blocks).
     storage: AddressMap<EntryKey, NDArray>,
     planned_bytes: usize,
+    /// The storage blocks of the plan, which an executor bound with this one as `shared` reuses.
+    blocks: Vec<NDArray>,
     /// Values of the last forward pass, which backward reads.
     values: AddressMap<EntryKey, NDArray>,
-    trained: bool,
+    /// Whether a forward pass has run (backward reads its values).
+    forwarded: bool,
 }
 
 impl BoundExecutor {
     /// Bind `symbol` to argument arrays (in `list_arguments` order), their gradient buffers and
-    /// requests, and auxiliary state arrays (in `list_auxiliary_states` order).
+    /// requests, and auxiliary state arrays (in `list_auxiliary_states` order). With `shared`,
+    /// the planned storage reuses that executor's blocks where they are large enough (MXNet's
+    /// `shared_exec`, how `Executor.reshape` and bucketing share memory), so the two must not
+    /// run at the same time.
     pub fn bind(
         symbol: Symbol,
         ctx: Context,
@@ -66,10 +72,13 @@ impl BoundExecutor {
         grads: Vec<Option<NDArray>>,
         grad_reqs: Vec<GradReq>,
         aux: Vec<NDArray>,
+        shared: Option<&BoundExecutor>,
     ) -> Result<BoundExecutor> {
         let arg_nodes = symbol.argument_nodes();
         let aux_nodes = symbol.auxiliary_nodes();
         check_arrays(&arg_nodes, &aux_nodes, &args, &grads, &grad_reqs, &aux, ctx)?;
+        // The graph the executor runs (the variables stay the caller's symbol's nodes).
+        let symbol = if cse::enabled() { Symbol { outputs: cse::eliminate_common_expr(&symbol.outputs)? } } else { symbol };
 
         let bound = value_map(&arg_nodes, &args, &aux_nodes, &aux);
         let forward_shapes = infer::infer_shapes(&symbol.outputs, &|n: &Node| bound.get(&address(n)).map(|a| a.shape().clone()))?;
@@ -118,14 +127,19 @@ impl BoundExecutor {
                 }
             }
         }
-        let pinned: AddressSet<EntryKey> = forward_outputs.iter().map(Entry::key).collect();
+        let mut pinned: AddressSet<EntryKey> = forward_outputs.iter().map(Entry::key).collect();
+        if let Some(plan) = &plan {
+            // A gradient not computed straight into its buffer is copied or added there after
+            // the last backward step: no later step may reuse its memory.
+            for (grad, direct) in plan.grads.iter().zip(&plan.direct) {
+                if let (Some(g), false) = (grad, direct) {
+                    pinned.insert(g.key());
+                }
+            }
+        }
         let bytes = |e: &Entry| Some(shapes.get(&e.key())?.size() * types.get(&e.key())?.size());
         let memory = plan_memory(&PlanRequest { steps: &steps, bytes: &bytes, pinned: &pinned, external: &external, inplace: inplace_enabled() });
-        let blocks = memory
-            .blocks
-            .iter()
-            .map(|&size| NDArray::empty(Shape::new(vec![size]), DType::U8, ctx))
-            .collect::<Result<Vec<_>>>()?;
+        let blocks = allocate_blocks(&memory.blocks, shared.map(|s| s.blocks.as_slice()).unwrap_or_default(), ctx)?;
         let mut storage: AddressMap<EntryKey, NDArray> = AddressMap::default();
         for (key, &block) in &memory.assignment {
             storage.insert(*key, blocks[block].reinterpret(shapes[key].clone(), types[key])?);
@@ -139,9 +153,10 @@ impl BoundExecutor {
         }
         let outputs = forward_outputs
             .iter()
-            .map(|e| match storage.get(&e.key()) {
-                Some(view) => Ok(view.clone()),
-                None => NDArray::empty(shapes[&e.key()].clone(), types[&e.key()], ctx),
+            .map(|e| match (storage.get(&e.key()), shapes.get(&e.key()), types.get(&e.key())) {
+                (Some(view), _, _) => Ok(view.clone()),
+                (None, Some(shape), Some(&dtype)) => NDArray::empty(shape.clone(), dtype, ctx),
+                _ => crate::bail!(Shape, "bind: the shape or dtype of output '{}' of the graph to run cannot be inferred", e.node.name),
             })
             .collect::<Result<Vec<_>>>()?;
 
@@ -160,11 +175,14 @@ impl BoundExecutor {
             plan,
             storage,
             planned_bytes: memory.total_bytes(),
+            blocks,
             values: AddressMap::default(),
-            trained: false,
+            forwarded: false,
         })
     }
 
+    /// The graph the executor runs: the bound symbol after graph passes such as common
+    /// subexpression elimination (MXNet's `get_optimized_symbol`).
     pub fn symbol(&self) -> &Symbol {
         &self.symbol
     }
@@ -180,7 +198,7 @@ impl BoundExecutor {
     }
 
     /// Run the graph; with `is_train` operators such as Dropout and BatchNorm behave as in
-    /// training and backward may follow.
+    /// training. Backward may follow either way (it reads the values this pass computed).
     pub fn forward(&mut self, is_train: bool) -> Result<()> {
         let _flags = FlagsGuard::set(false, is_train);
         let mut values: AddressMap<EntryKey, NDArray> =
@@ -193,7 +211,7 @@ impl BoundExecutor {
             }
         }
         self.values = values;
-        self.trained = is_train;
+        self.forwarded = true;
         Ok(())
     }
 
@@ -203,8 +221,8 @@ impl BoundExecutor {
         let Some(plan) = &self.plan else {
             return Ok(());
         };
-        if !self.trained {
-            crate::bail!(Value, "backward needs a preceding forward(is_train=True): the values gradients read were not kept");
+        if !self.forwarded {
+            crate::bail!(Value, "backward needs a preceding forward pass: the gradients read its values");
         }
         if !head_grads.is_empty() && head_grads.len() != self.outputs.len() {
             crate::bail!(Value, "backward: {} head gradient(s) for {} output(s)", head_grads.len(), self.outputs.len());
@@ -280,6 +298,27 @@ fn check_arrays(
         }
     }
     Ok(())
+}
+
+/// One storage block per planned size: a block of `shared` (the same one where it fits, for the
+/// same graph gets the same layout) or a new one.
+fn allocate_blocks(sizes: &[usize], shared: &[NDArray], ctx: Context) -> Result<Vec<NDArray>> {
+    let mut taken = vec![false; shared.len()];
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &size)| {
+            let fits = |j: usize| !taken[j] && shared[j].nbytes() >= size && shared[j].context() == ctx;
+            let reuse = (i < shared.len() && fits(i)).then_some(i).or_else(|| (0..shared.len()).filter(|&j| fits(j)).min_by_key(|&j| shared[j].nbytes()));
+            match reuse {
+                Some(j) => {
+                    taken[j] = true;
+                    Ok(shared[j].clone())
+                }
+                None => NDArray::empty(Shape::new(vec![size]), DType::U8, ctx),
+            }
+        })
+        .collect()
 }
 
 /// Bound arrays by variable node.

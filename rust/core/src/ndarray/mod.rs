@@ -55,17 +55,31 @@ pub struct NDArray {
 impl NDArray {
     /// A new array with uninitialized contents (MXNet's `empty`).
     pub fn empty(shape: Shape, dtype: DType, ctx: Context) -> Result<NDArray> {
-        let bytes = shape.dims().iter().try_fold(dtype.size(), |total, &d| total.checked_mul(d));
-        let Some(bytes) = bytes.filter(|&b| b <= isize::MAX as usize / 2) else {
+        let bytes = shape
+            .checked_bytes(dtype.size())
+            .ok()
+            .filter(|&b| b <= isize::MAX as usize / 2);
+        let Some(bytes) = bytes else {
             crate::bail!(Value, "cannot allocate an array of shape {shape} and dtype {dtype}: too many bytes");
         };
         let chunk = Chunk { buffer: OnceLock::new(), bytes, fresh_grad: AtomicBool::new(false), var: Var::new(), ctx };
         Ok(NDArray { chunk: Arc::new(chunk), offset: 0, shape, dtype, autograd: None })
     }
 
+    /// An array over memory that already holds its row-major elements (no copy), on the host.
+    pub fn from_buffer(buffer: Buffer, shape: Shape, dtype: DType) -> Result<NDArray> {
+        let bytes = shape.dims().iter().try_fold(dtype.size(), |total, &d| total.checked_mul(d));
+        if bytes != Some(buffer.len()) {
+            crate::bail!(Value, "a buffer of {} bytes cannot hold an array of shape {shape} and dtype {dtype}", buffer.len());
+        }
+        let len = buffer.len();
+        let chunk = Chunk { buffer: OnceLock::from(buffer), bytes: len, fresh_grad: AtomicBool::new(false), var: Var::new(), ctx: Context::cpu(0) };
+        Ok(NDArray { chunk: Arc::new(chunk), offset: 0, shape, dtype, autograd: None })
+    }
+
     /// A new array holding a copy of `bytes` (row-major elements of `dtype`).
     pub fn from_bytes(shape: Shape, dtype: DType, ctx: Context, bytes: &[u8]) -> Result<NDArray> {
-        let expected = shape.size() * dtype.size();
+        let expected = shape.checked_bytes(dtype.size())?;
         if bytes.len() != expected {
             crate::bail!(Value, "{} bytes given for an array of shape {shape} and dtype {dtype} ({expected} bytes)", bytes.len());
         }
@@ -141,7 +155,7 @@ impl NDArray {
     /// A view with another shape of the same size (reshape without copy). Views start outside
     /// any autograd graph: [`crate::autograd::record_view`] records them.
     pub fn reshape_view(&self, shape: Shape) -> Result<NDArray> {
-        if shape.size() != self.size() {
+        if shape.checked_size().map_err(|e| e.context(format!("cannot reshape array of shape {}", self.shape)))? != self.size() {
             crate::bail!(Shape, "cannot reshape array of shape {} into {shape}", self.shape);
         }
         Ok(NDArray { shape, autograd: None, ..self.clone() })
@@ -150,7 +164,7 @@ impl NDArray {
     /// The start of this array's memory seen as `shape` elements of `dtype` (a planned storage
     /// block holding one value after another).
     pub fn reinterpret(&self, shape: Shape, dtype: DType) -> Result<NDArray> {
-        let needed = shape.size() * dtype.size();
+        let needed = shape.checked_bytes(dtype.size())?;
         if self.offset != 0 || needed > self.nbytes() {
             crate::bail!(Value, "cannot view {} bytes at offset {} as {needed} bytes of {dtype} {shape}", self.nbytes(), self.offset);
         }

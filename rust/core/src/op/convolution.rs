@@ -9,7 +9,7 @@ use super::grad::{tuple_attr, Grad, InputGrads};
 use super::conv_shifted::{Shifted, ShiftedBuffers, ShiftedLayout, Uses};
 use super::linalg::{matmul_into, Mat};
 use super::{simd, sum_lanes, ExecContext, OpDef, Operator, Scratch, SendPtr, Tensor};
-use crate::base::{DType, Elem, Shape};
+use crate::base::{merge_partial, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 use std::ops::Range;
 
@@ -582,6 +582,52 @@ impl Operator for Convolution {
                 bias.get_or_insert_with(|| Shape::new(vec![g.filters]));
             }
         }
+        Ok(())
+    }
+    /// Needs the data's rank, as MXNet does. The weight takes the data's channels (when known),
+    /// the output the batch and the spatial sizes the data determines; back from the output,
+    /// the data takes the batch, and its spatial sizes where the stride is 1.
+    fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
+        let Some(data) = inputs[0].clone() else { return Ok(()) };
+        let op = "Convolution";
+        let rank = self.p.kernel.len();
+        if !(1..=3).contains(&rank) || data.ndim() != rank + 2 {
+            crate::bail!(Shape, "{op}: a kernel of {:?} needs data of {} dimensions (batch, channel, spatial...), got {data}", self.p.kernel, rank + 2);
+        }
+        let first = 3 - rank;
+        let (kernel, stride) = (spatial(op, "kernel", &self.p.kernel, rank, 1, 1)?, spatial(op, "stride", &self.p.stride, rank, 1, 1)?);
+        let (dilate, pad) = (spatial(op, "dilate", &self.p.dilate, rank, 1, 1)?, spatial(op, "pad", &self.p.pad, rank, 0, 0)?);
+        let (kernel, stride, dilate, pad) = (&kernel[first..], &stride[first..], &dilate[first..], &pad[first..]);
+        let groups = self.p.num_group.max(1);
+        let filters = Some(self.p.num_filter);
+        let extent: Vec<usize> = (0..rank).map(|a| dilate[a] * (kernel[a].max(1) - 1) + 1).collect();
+
+        let mut weight = vec![filters, data.0[1].map(|c| c / groups)];
+        weight.extend(kernel.iter().map(|&k| Some(k)));
+        merge_partial(&mut inputs[1], &PartialShape(weight))?;
+        if let Some(bias) = inputs.get_mut(2) {
+            merge_partial(bias, &PartialShape(vec![filters]))?;
+        }
+        let mut out = vec![data.0[0], filters];
+        for a in 0..rank {
+            out.push(match data.0[2 + a] {
+                Some(size) if size + 2 * pad[a] < extent[a] => {
+                    crate::bail!(Shape, "{op}: kernel {:?} (dilated) is larger than the padded input {data}", self.p.kernel)
+                }
+                Some(size) => Some((size + 2 * pad[a] - extent[a]) / stride[a].max(1) + 1),
+                None => None,
+            });
+        }
+        merge_partial(&mut outputs[0], &PartialShape(out))?;
+        let out = outputs[0].clone().expect("merged above");
+        let mut back = PartialShape::unknown(data.ndim());
+        back.0[0] = out.0[0];
+        for a in 0..rank {
+            if stride[a] == 1 {
+                back.0[2 + a] = out.0[2 + a].and_then(|o| (o + extent[a] - 1).checked_sub(2 * pad[a]));
+            }
+        }
+        merge_partial(&mut inputs[0], &back)?;
         Ok(())
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {

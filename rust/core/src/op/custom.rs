@@ -254,6 +254,10 @@ impl Operator for Custom {
     fn forward(&self, _ctx: &ExecContext, _inputs: &[Tensor], _outputs: &[Tensor]) -> Result<()> {
         crate::bail!(Runtime, "custom operator '{}' runs its Python forward on whole arrays, not as a kernel", self.node.op_type)
     }
+    /// User code: two calls are two computations.
+    fn deterministic(&self) -> bool {
+        false
+    }
     fn run_on_host(&self, inputs: &[NDArray], into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
         Some(self.forward_on_host(inputs, into))
     }

@@ -45,6 +45,10 @@ impl<'a> Grad<'a> {
     pub fn input_needed(&self, i: usize) -> bool {
         self.needed.get(i).copied().unwrap_or(true)
     }
+    /// The shape of a forward entry, where it is known.
+    pub fn shape_of(&self, e: &Entry) -> Option<Shape> {
+        (self.shapes)(e)
+    }
     /// Whether two forward entries are known to have the same shape.
     pub fn known_same_shape(&self, a: &Entry, b: &Entry) -> bool {
         matches!(((self.shapes)(a), (self.shapes)(b)), (Some(x), Some(y)) if x == y)

@@ -4,7 +4,7 @@
 use super::grad::{Grad, InputGrads};
 use super::shape_ops::{copy_bytes, strided_copy};
 use super::{zero_gradient, ExecContext, OpDef, Operator, SendPtr, Tensor};
-use crate::base::{normalize_axis, DType, Elem, Shape};
+use crate::base::{merge_partial, normalize_axis, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 
 crate::op_params! {
@@ -495,6 +495,22 @@ impl Operator for Embedding {
     }
     fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
         inputs[1].get_or_insert_with(|| Shape::new(vec![self.input_dim, self.output_dim]));
+        Ok(())
+    }
+    /// The output is the data's shape with an axis of output_dim appended, known or not.
+    fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
+        merge_partial(&mut inputs[1], &PartialShape(vec![Some(self.input_dim), Some(self.output_dim)]))?;
+        if let Some(data) = inputs[0].clone() {
+            let mut out = data;
+            out.0.push(Some(self.output_dim));
+            merge_partial(&mut outputs[0], &out)?;
+        }
+        if let Some(out) = outputs[0].clone() {
+            if out.ndim() == 0 {
+                crate::bail!(Shape, "Embedding: the output needs at least one dimension, got {out}");
+            }
+            merge_partial(&mut inputs[0], &PartialShape(out.0[..out.ndim() - 1].to_vec()))?;
+        }
         Ok(())
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {

@@ -5,7 +5,7 @@ use half::f16;
 
 use super::grad::{Grad, InputGrads};
 use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
-use crate::base::{DType, Elem, Shape};
+use crate::base::{merge_partial, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 
 crate::op_params! {
@@ -312,6 +312,35 @@ impl Operator for Dot {
     fn num_inputs(&self) -> usize {
         2
     }
+    /// With both ranks known, the output keeps the operands' outer dimensions, known or not.
+    fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
+        let (Some(a), Some(b)) = (inputs[0].clone(), inputs[1].clone()) else { return Ok(()) };
+        if a.ndim() == 0 || b.ndim() == 0 {
+            crate::bail!(Shape, "dot: inputs must have at least one dimension, got {a} and {b}");
+        }
+        let (ta, tb) = (self.p.transpose_a, self.p.transpose_b);
+        let (inner_a, inner_b) = if a.ndim() == 1 && b.ndim() == 1 {
+            (a.0[0], b.0[0])
+        } else {
+            (if ta { a.0[0] } else { a.0[a.ndim() - 1] }, if tb { b.0[b.ndim() - 1] } else { b.0[0] })
+        };
+        if let (Some(x), Some(y)) = (inner_a, inner_b) {
+            if x != y {
+                crate::bail!(Shape, "dot: shapes {a} and {b} are not aligned (transpose_a={ta}, transpose_b={tb}): {x} != {y}");
+            }
+        }
+        let mut out: Vec<Option<usize>> = Vec::new();
+        if a.ndim() > 1 {
+            out.extend_from_slice(if ta { &a.0[1..] } else { &a.0[..a.ndim() - 1] });
+        }
+        if b.ndim() > 1 {
+            out.extend_from_slice(if tb { &b.0[..b.ndim() - 1] } else { &b.0[1..] });
+        }
+        if out.is_empty() {
+            out.push(Some(1));
+        }
+        merge_partial(&mut outputs[0], &PartialShape(out)).map(|_| ())
+    }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         if inputs[0].ndim() == 0 || inputs[1].ndim() == 0 {
             crate::bail!(Shape, "dot: inputs must have at least one dimension, got {} and {}", inputs[0], inputs[1]);
@@ -326,6 +355,13 @@ impl Operator for Dot {
         Ok(())
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let (a, b) = (d.input(0), d.input(1));
+        if matches!((d.shape_of(&a), d.shape_of(&b)), (Some(x), Some(y)) if x.ndim() == 1 && y.ndim() == 1) {
+            // The inner product of two vectors (output shape (1,)): each operand's gradient is
+            // the other operand scaled by g; the matrix formulas would pair (1,) with (n,).
+            let g = d.out_grad(0);
+            return Ok(vec![Some(d.binary("broadcast_mul", &g, &b)?), Some(d.binary("broadcast_mul", &g, &a)?)]);
+        }
         product_gradient(d, "dot", self.p.transpose_a, self.p.transpose_b)
     }
 }
@@ -403,6 +439,24 @@ impl Operator for BatchDot {
         let (batch, am, bm) = self.operands(&inputs[0], &inputs[1])?;
         Ok(vec![Shape::new(vec![batch, am.rows, bm.cols])])
     }
+    /// Needs both operands' inner dimensions (as MXNet does); the batch and the outer
+    /// dimensions may be unknown.
+    fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
+        let (Some(a), Some(b)) = (inputs[0].clone(), inputs[1].clone()) else { return Ok(()) };
+        if a.ndim() != 3 || b.ndim() != 3 {
+            crate::bail!(Shape, "batch_dot: both inputs must be 3-D (batch, rows, cols), got {a} and {b}");
+        }
+        let (ta, tb) = (self.p.transpose_a, self.p.transpose_b);
+        let (rows, inner_a) = if ta { (a.0[2], a.0[1]) } else { (a.0[1], a.0[2]) };
+        let (inner_b, cols) = if tb { (b.0[2], b.0[1]) } else { (b.0[1], b.0[2]) };
+        let mut batch = PartialShape(vec![a.0[0]]);
+        batch.merge(&PartialShape(vec![b.0[0]])).map_err(|e| e.context("batch_dot: batch sizes differ"))?;
+        match (inner_a, inner_b) {
+            (Some(x), Some(y)) if x == y => merge_partial(&mut outputs[0], &PartialShape(vec![batch.0[0], rows, cols])).map(|_| ()),
+            (Some(x), Some(y)) => crate::bail!(Shape, "batch_dot: shapes {a} and {b} are not aligned: {x} != {y}"),
+            _ => Ok(()),
+        }
+    }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let (batch, am, bm) = self.operands(&inputs[0].shape, &inputs[1].shape)?;
         let es = inputs[0].dtype.size();
@@ -476,6 +530,30 @@ impl Operator for FullyConnected {
                 bias.get_or_insert_with(|| Shape::new(vec![self.p.num_hidden]));
             }
         }
+        Ok(())
+    }
+    /// Needs the data's rank (as MXNet does): then the weight and bias shapes follow as far as
+    /// the features are known, and the output's leading dimensions are the data's.
+    fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
+        let Some(data) = inputs[0].clone() else { return Ok(()) };
+        if data.ndim() == 0 {
+            crate::bail!(Shape, "FullyConnected: data must have at least one dimension");
+        }
+        let hidden = Some(self.p.num_hidden);
+        let last = data.ndim() - 1;
+        // The leading dimensions data and output share: the batch, or all but the last axis.
+        let (features, leading) = if self.p.flatten { (data.known_product(1), 1) } else { (data.0[last], last) };
+        merge_partial(&mut inputs[1], &PartialShape(vec![hidden, features]))?;
+        if let Some(bias) = inputs.get_mut(2) {
+            merge_partial(bias, &PartialShape(vec![hidden]))?;
+        }
+        let mut out = PartialShape(data.0[..leading].to_vec());
+        out.0.push(hidden);
+        merge_partial(&mut outputs[0], &out)?;
+        let out = outputs[0].clone().expect("merged above");
+        let mut back = PartialShape::unknown(data.ndim());
+        back.0[..leading].copy_from_slice(&out.0[..leading]);
+        merge_partial(&mut inputs[0], &back)?;
         Ok(())
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {

@@ -152,8 +152,13 @@ impl ParamValue for bool {
 
 fn parse_int(text: &str) -> std::result::Result<i64, String> {
     let t = text.trim().trim_end_matches('L');
+    // MXNet writes some integers as floats ("2.0", "1e3"); they are accepted when exact. Beyond
+    // 2^53 a float no longer names one integer, and a cast would saturate ("1e30" would become
+    // i64::MAX), so such values are refused.
+    const EXACT_FLOAT_INTEGERS: f64 = (1u64 << 53) as f64;
     t.parse::<i64>().or_else(|_| match t.parse::<f64>() {
-        Ok(f) if f.fract() == 0.0 && f.is_finite() => Ok(f as i64),
+        Ok(f) if f.fract() == 0.0 && f.abs() <= EXACT_FLOAT_INTEGERS => Ok(f as i64),
+        Ok(f) if f.is_finite() && f.fract() == 0.0 => Err(format!("{t} is out of the range of integer parameters")),
         _ => Err("expected an integer".into()),
     })
 }

@@ -4,7 +4,7 @@
 
 use super::grad::{tuple_attr, Grad, InputGrads};
 use super::{parallel_chunks, zero_gradient, ExecContext, OpDef, Operator, SendPtr, Tensor};
-use crate::base::{normalize_axis, DType, Elem, Shape};
+use crate::base::{merge_partial, normalize_axis, unify_partial, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 
 /// Copy an N-d block: element `idx` of `dims` goes from `src[sb + idx·ss]` to `dst[db + idx·ds]`.
@@ -165,6 +165,22 @@ impl Operator for Transpose {
         let perm = self.perm(inputs[0].ndim())?;
         Ok(vec![Shape::new(perm.iter().map(|&p| inputs[0][p]).collect::<Vec<_>>())])
     }
+    /// Dimensions move with their axes, known or not, in both directions.
+    fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
+        let Some(ndim) = inputs[0].as_ref().or(outputs[0].as_ref()).map(PartialShape::ndim) else { return Ok(()) };
+        let perm = self.perm(ndim)?;
+        if let Some(x) = inputs[0].clone() {
+            merge_partial(&mut outputs[0], &PartialShape(perm.iter().map(|&p| x.0[p]).collect()))?;
+        }
+        if let Some(y) = outputs[0].clone() {
+            let mut x = PartialShape::unknown(ndim);
+            for (i, &p) in perm.iter().enumerate() {
+                x.0[p] = y.0[i];
+            }
+            merge_partial(&mut inputs[0], &x)?;
+        }
+        Ok(())
+    }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let perm = self.perm(inputs[0].shape.ndim())?;
         crate::dispatch_dtype!(inputs[0].dtype, T => transpose_into::<T>(&inputs[0], &outputs[0], &perm));
@@ -210,6 +226,39 @@ impl Operator for ReshapeLike {
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         Ok(vec![Some(reshape_back(d)?), None])
+    }
+}
+
+/// `_identity_with_attr_like_rhs(lhs, rhs)`: lhs unchanged, while shape inference requires it
+/// to have rhs's shape. A graph states a value's shape this way, so that inference can pass it
+/// back to where it is unknown (rhs gets no gradient).
+struct IdentityLikeRhs;
+
+impl Operator for IdentityLikeRhs {
+    fn input_names(&self) -> Vec<String> {
+        vec!["lhs".into(), "rhs".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        if inputs[0] != inputs[1] {
+            crate::bail!(Shape, "_identity_with_attr_like_rhs: lhs {} must have the shape of rhs {}", inputs[0], inputs[1]);
+        }
+        Ok(vec![inputs[0].clone()])
+    }
+    fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
+        unify_partial(inputs, outputs)
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        Ok(vec![inputs[0]])
+    }
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
+        &[(0, 0)]
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        copy_bytes(&inputs[0], &outputs[0]);
+        Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        Ok(vec![Some(d.out_grad(0)), None])
     }
 }
 
@@ -386,6 +435,30 @@ impl Operator for Concat {
         }
         Ok(vec![Shape::new(out)])
     }
+    /// Operands and output agree except on the concatenated axis, whose output length is the
+    /// sum of the operands' lengths once they are all known.
+    fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
+        let Some(ndim) = inputs.iter().chain(outputs.iter()).flatten().map(PartialShape::ndim).next() else {
+            return Ok(());
+        };
+        let axis = normalize_axis(self.dim, ndim)?;
+        let mut common = PartialShape::unknown(ndim);
+        for shape in inputs.iter().chain(outputs.iter()).flatten() {
+            if shape.ndim() != ndim {
+                crate::bail!(Shape, "Concat: operands {} must have the same number of dimensions", list_partial(inputs));
+            }
+            let mut rest = shape.clone();
+            rest.0[axis] = None;
+            common.merge(&rest).map_err(|e| e.context(format!("Concat: operands {} must agree except on dim {}", list_partial(inputs), self.dim)))?;
+        }
+        for slot in inputs.iter_mut() {
+            merge_partial(slot, &common)?;
+        }
+        let mut out = common;
+        out.0[axis] = inputs.iter().map(|s| s.as_ref().and_then(|s| s.0[axis])).sum();
+        merge_partial(&mut outputs[0], &out)?;
+        Ok(())
+    }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let out = &outputs[0];
         let axis = normalize_axis(self.dim, out.shape.ndim())?;
@@ -480,6 +553,10 @@ fn list(shapes: &[Shape]) -> String {
     shapes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
 }
 
+fn list_partial(shapes: &[Option<PartialShape>]) -> String {
+    shapes.iter().map(|s| s.as_ref().map_or_else(|| "unknown".to_string(), |s| s.to_string())).collect::<Vec<_>>().join(", ")
+}
+
 crate::op_params! {
     pub struct SliceChannelParams {
         /// Number of splits; the axis length must be divisible by it.
@@ -515,6 +592,40 @@ impl Operator for SliceChannel {
             dims.remove(axis);
         }
         Ok(vec![Shape::new(dims); n])
+    }
+    /// Every part has one shape: the input's with the split axis divided (or removed when
+    /// squeezed); what is known of any part fills in the others and the input.
+    fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
+        let Some(data) = inputs[0].clone() else { return Ok(()) };
+        let axis = normalize_axis(self.p.axis, data.ndim())?;
+        let n = self.p.num_outputs;
+        let mut part = data;
+        if let Some(len) = part.0[axis] {
+            if n == 0 || len % n != 0 {
+                crate::bail!(Shape, "SliceChannel: axis {axis} of length {len} cannot be split into {n} equal parts");
+            }
+            part.0[axis] = Some(len / n);
+        }
+        if self.p.squeeze_axis {
+            if part.0[axis].is_some_and(|len| len != 1) {
+                crate::bail!(Shape, "SliceChannel: squeeze_axis needs parts of length 1, got {part}");
+            }
+            part.0.remove(axis);
+        }
+        for shape in outputs.iter().flatten() {
+            part.merge(shape).map_err(|e| e.context("SliceChannel: the parts must have one shape"))?;
+        }
+        for slot in outputs.iter_mut() {
+            merge_partial(slot, &part)?;
+        }
+        let mut whole = part;
+        if self.p.squeeze_axis {
+            whole.0.insert(axis, Some(n));
+        } else {
+            whole.0[axis] = whole.0[axis].map(|len| len * n);
+        }
+        merge_partial(&mut inputs[0], &whole)?;
+        Ok(())
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let x = &inputs[0];
@@ -581,8 +692,16 @@ impl Operator for Cast {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![inputs[0].clone()])
     }
+    fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
+        unify_partial(inputs, outputs)
+    }
     fn infer_type(&self, _inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![self.dtype])
+    }
+    /// Any input dtype casts: the output's dtype tells nothing about the input's.
+    fn complete_input_types(&self, _inputs: &mut [Option<DType>]) {}
+    fn fixed_output_types(&self) -> Option<Vec<DType>> {
+        Some(vec![self.dtype])
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         cast_into(&inputs[0], &outputs[0]);
@@ -649,6 +768,12 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         Ok(ShapeInfo { size_only: true })
     }));
     add(OpDef::new("reshape_like", &[], "Reshapes lhs to the shape of rhs (same number of elements).", |_: super::params::NoParams| Ok(ReshapeLike)));
+    add(OpDef::new(
+        "_identity_with_attr_like_rhs",
+        &[],
+        "Returns lhs unchanged; shape inference requires it to have the shape of rhs.",
+        |_: super::params::NoParams| Ok(IdentityLikeRhs),
+    ));
     add(OpDef::new(
         "transpose",
         &[],

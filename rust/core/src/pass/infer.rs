@@ -3,11 +3,13 @@
 //! Forward, each operator computes its output shapes once all its input shapes are known.
 //! Backward, an operator fills in the shapes of unknown variables among its inputs from the ones
 //! it knows (a FullyConnected weight from its data), which is how `simple_bind` needs only the
-//! data shape. The two alternate until nothing changes. A creation op whose `shape` has unknown
-//! (0) dimensions, as MXNet 1.x symbols allow (`zeros(shape=(2, 0, 8))` for a begin state whose
-//! batch size comes from the data), takes its shape from its consumer instead of computing it.
+//! data shape. Shapes may also be partly known (MXNet's 0 or -1 dimensions: `var('a', shape=(0,
+//! 10))`): operators refine such shapes in both directions, so `(0, 10) + (12, 0)` makes both
+//! operands `(12, 10)`. The steps alternate until nothing changes. A creation op whose `shape`
+//! has unknown (0) dimensions (`zeros(shape=(2, 0, 8))` for a begin state whose batch size comes
+//! from the data) takes those dimensions from its consumer instead of computing them.
 
-use crate::base::{DType, Shape};
+use crate::base::{merge_partial, DType, PartialShape, Shape};
 use crate::error::Result;
 use crate::graph::{topo_order, AddressMap, Entry, EntryKey, Node};
 
@@ -15,59 +17,97 @@ use crate::graph::{topo_order, AddressMap, Entry, EntryKey, Node};
 pub type Inferred<T> = AddressMap<EntryKey, T>;
 
 /// Shapes of every entry reachable from `outputs` that can be inferred from the variables'
-/// shapes `given` (`None`: unknown).
+/// shapes `given` (`None`: unknown). Only fully known shapes are kept.
 pub fn infer_shapes(outputs: &[Entry], given: &dyn Fn(&Node) -> Option<Shape>) -> Result<Inferred<Shape>> {
-    infer(
-        outputs,
-        given,
-        |node, inputs| {
+    let partial = infer_partial_shapes(outputs, &|n: &Node| given(n).map(|s| PartialShape::from(&s)))?;
+    Ok(partial.into_iter().filter_map(|(key, shape)| Some((key, shape.full()?))).collect())
+}
+
+/// Shapes of every entry reachable from `outputs`, as far as the variables' partly known shapes
+/// `given` determine them: entries of unknown rank are absent, unknown dimensions are `None`.
+///
+/// Each operator node is visited until nothing changes. With every input shape known it computes
+/// its outputs; otherwise it first fills in unknown variable inputs it can derive (a weight
+/// from its data), then refines inputs and outputs from each other
+/// ([`Operator::infer_partial_shapes`]): what a consumer needs flows back to its producers.
+pub fn infer_partial_shapes(outputs: &[Entry], given: &dyn Fn(&Node) -> Option<PartialShape>) -> Result<Inferred<PartialShape>> {
+    let order = topo_order(outputs, |_| false);
+    let mut known: Inferred<PartialShape> = AddressMap::default();
+    for node in order.iter().filter(|n| n.is_variable()) {
+        if let Some(shape) = given(node) {
+            known.insert(Entry::new(node.clone(), 0).key(), shape);
+        }
+    }
+    loop {
+        let mut changed = false;
+        for node in order.iter().filter(|n| !n.is_variable()) {
             let op = node.op.as_ref().expect("operator node");
-            op.operator.complete_input_shapes(inputs).map_err(|e| in_node(e, node))
-        },
-        |node, inputs| {
-            let op = node.op.as_ref().expect("operator node");
-            op.operator.infer_shape(inputs).map_err(|e| in_node(e, node).context(describe_shapes(inputs)))
-        },
-        |node| node.op.as_ref().and_then(|op| op.operator.partial_output_shapes()),
-    )
+            let out_entries: Vec<Entry> = (0..node.num_outputs()).map(|i| Entry::new(node.clone(), i)).collect();
+            let mut inputs: Vec<Option<PartialShape>> = node.inputs.iter().map(|e| known.get(&e.key()).cloned()).collect();
+            let mut outs: Vec<Option<PartialShape>> = out_entries.iter().map(|e| known.get(&e.key()).cloned()).collect();
+            let all_full = |shapes: &[Option<PartialShape>]| shapes.iter().all(|s| s.as_ref().is_some_and(PartialShape::is_full));
+            if all_full(&inputs) && all_full(&outs) {
+                continue;
+            }
+            let (inputs_before, outs_before) = (inputs.clone(), outs.clone());
+            refine_node(node, &mut inputs, &mut outs).map_err(|e| in_node(e, node))?;
+            if let Some(creation) = op.operator.partial_output_shapes() {
+                // A creation op with unknown (0) dimensions: its consumers complete them.
+                for (slot, shape) in outs.iter_mut().zip(&creation) {
+                    let declared = PartialShape(shape.dims().iter().map(|&d| (d > 0).then_some(d)).collect());
+                    merge_partial(slot, &declared).map_err(|e| in_node(e, node))?;
+                }
+            } else if all_full(&inputs) {
+                let full: Vec<Shape> = inputs.iter().map(|s| s.as_ref().and_then(PartialShape::full).expect("all inputs known")).collect();
+                let computed = op.operator.infer_shape(&full).map_err(|e| in_node(e, node).context(describe_shapes(&full)))?;
+                for (slot, shape) in outs.iter_mut().zip(&computed) {
+                    merge_partial(slot, &PartialShape::from(shape))
+                        .map_err(|e| in_node(e, node).context("the shape computed from the inputs disagrees with the shape its consumers need"))?;
+                }
+            }
+            for (entry, (after, before)) in node.inputs.iter().chain(&out_entries).zip(inputs.into_iter().chain(outs).zip(inputs_before.iter().chain(&outs_before))) {
+                if after != *before {
+                    if let Some(shape) = after {
+                        known.insert(entry.key(), shape);
+                        changed = true;
+                    }
+                }
+            }
+        }
+        if !changed {
+            return Ok(known);
+        }
+    }
+}
+
+/// One node's inference step while some input is not fully known: the operator's completion of
+/// unknown variable inputs (in full), then its two-way partial inference.
+fn refine_node(node: &Node, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
+    let op = node.op.as_ref().expect("operator node");
+    if inputs.iter().any(|s| !s.as_ref().is_some_and(PartialShape::is_full)) {
+        let mut full: Vec<Option<Shape>> = inputs.iter().map(|s| s.as_ref().and_then(PartialShape::full)).collect();
+        op.operator.complete_input_shapes(&mut full)?;
+        for ((slot, completed), entry) in inputs.iter_mut().zip(&full).zip(&node.inputs) {
+            let Some(completed) = completed else { continue };
+            let completed = PartialShape::from(completed);
+            // A variable takes what its consumer needs; another operator's output only where
+            // it agrees with what is known of it (its producer has the last word).
+            if entry.node.is_variable() {
+                merge_partial(slot, &completed)?;
+            } else if slot.as_ref().is_some_and(|known| known.clone().merge(&completed).is_ok()) {
+                merge_partial(slot, &completed)?;
+            }
+        }
+        op.operator.infer_partial_shapes(inputs, outputs)?;
+    }
+    Ok(())
 }
 
 /// Dtypes of every entry reachable from `outputs`; variables without a given dtype take the
 /// dtype their consumers expect (float32 by default).
 pub fn infer_types(outputs: &[Entry], given: &dyn Fn(&Node) -> Option<DType>) -> Result<Inferred<DType>> {
-    infer(
-        outputs,
-        given,
-        |node, inputs| {
-            node.op.as_ref().expect("operator node").operator.complete_input_types(inputs);
-            Ok(())
-        },
-        |node, inputs| node.op.as_ref().expect("operator node").operator.infer_type(inputs).map_err(|e| in_node(e, node)),
-        |_| None,
-    )
-}
-
-fn in_node(e: crate::Error, node: &Node) -> crate::Error {
-    let op = node.op.as_ref().map_or("variable", |o| o.name.as_str());
-    e.context(format!("inferring node '{}' (operator {op})", node.name))
-}
-
-fn describe_shapes(shapes: &[Shape]) -> String {
-    format!("input shapes: {}", shapes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "))
-}
-
-fn infer<T: Clone + PartialEq>(
-    outputs: &[Entry],
-    given: &dyn Fn(&Node) -> Option<T>,
-    complete_inputs: impl Fn(&Node, &mut [Option<T>]) -> Result<()>,
-    forward: impl Fn(&Node, &[T]) -> Result<Vec<T>>,
-    partial_outputs: impl Fn(&Node) -> Option<Vec<T>>,
-) -> Result<Inferred<T>>
-where
-    T: Fits,
-{
     let order = topo_order(outputs, |_| false);
-    let mut known: Inferred<T> = AddressMap::default();
+    let mut known: Inferred<DType> = AddressMap::default();
     for node in order.iter().filter(|n| n.is_variable()) {
         if let Some(v) = given(node) {
             known.insert(Entry::new(node.clone(), 0).key(), v);
@@ -76,31 +116,34 @@ where
     loop {
         let mut changed = false;
         for node in order.iter().filter(|n| !n.is_variable()) {
+            let op = node.op.as_ref().expect("operator node");
             let out_keys: Vec<EntryKey> = (0..node.num_outputs()).map(|i| Entry::new(node.clone(), i).key()).collect();
             if out_keys.iter().all(|k| known.contains_key(k)) {
                 continue;
             }
-            let mut inputs: Vec<Option<T>> = node.inputs.iter().map(|e| known.get(&e.key()).cloned()).collect();
+            let mut inputs: Vec<Option<DType>> = node.inputs.iter().map(|e| known.get(&e.key()).copied()).collect();
             if inputs.iter().any(Option::is_none) {
-                complete_inputs(node, &mut inputs)?;
+                op.operator.complete_input_types(&mut inputs);
                 for (entry, value) in node.inputs.iter().zip(&inputs) {
-                    let Some(v) = value else { continue };
-                    if known.contains_key(&entry.key()) {
-                        continue;
-                    }
-                    let completes_partial = || partial_outputs(&entry.node).is_some_and(|p| p[entry.index].fits_into(v));
-                    if entry.node.is_variable() || completes_partial() {
-                        known.insert(entry.key(), v.clone());
-                        changed = true;
+                    if let Some(v) = value {
+                        if entry.node.is_variable() && !known.contains_key(&entry.key()) {
+                            known.insert(entry.key(), *v);
+                            changed = true;
+                        }
                     }
                 }
             }
-            if partial_outputs(node).is_some() {
-                continue;
-            }
-            let inputs: Vec<T> = node.inputs.iter().filter_map(|e| known.get(&e.key()).cloned()).collect();
-            if inputs.len() == node.inputs.len() {
-                for (key, value) in out_keys.into_iter().zip(forward(node, &inputs)?) {
+            let inputs: Vec<DType> = node.inputs.iter().filter_map(|e| known.get(&e.key()).copied()).collect();
+            if inputs.len() < node.inputs.len() {
+                if let Some(fixed) = op.operator.fixed_output_types() {
+                    for (key, value) in out_keys.into_iter().zip(fixed) {
+                        known.insert(key, value);
+                    }
+                    changed = true;
+                }
+            } else {
+                let computed = op.operator.infer_type(&inputs).map_err(|e| in_node(e, node))?;
+                for (key, value) in out_keys.into_iter().zip(computed) {
                     known.insert(key, value);
                 }
                 changed = true;
@@ -112,22 +155,13 @@ where
     }
 }
 
-/// Whether a value a consumer expects can complete a partially known one.
-trait Fits {
-    fn fits_into(&self, complete: &Self) -> bool;
+fn in_node(e: crate::Error, node: &Node) -> crate::Error {
+    let op = node.op.as_ref().map_or("variable", |o| o.name.as_str());
+    e.context(format!("inferring node '{}' (operator {op})", node.name))
 }
 
-/// Same rank, and every known (non-zero) dimension agrees.
-impl Fits for Shape {
-    fn fits_into(&self, complete: &Shape) -> bool {
-        self.ndim() == complete.ndim() && self.dims().iter().zip(complete.dims()).all(|(&p, &d)| p == 0 || p == d)
-    }
-}
-
-impl Fits for DType {
-    fn fits_into(&self, complete: &DType) -> bool {
-        self == complete
-    }
+fn describe_shapes(shapes: &[Shape]) -> String {
+    format!("input shapes: {}", shapes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "))
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Graph passes: each takes a graph (its output entries) and returns a new graph or facts about it.
 
+pub mod cse;
 pub mod gradient;
 pub mod infer;
 pub mod mirror;

@@ -92,7 +92,7 @@ impl CpuPool {
         // synchronized through them.
         let used = self.used.fetch_add(class as u64, Ordering::Relaxed) + class as u64;
         self.peak.fetch_max(used, Ordering::Relaxed);
-        Ok(Buffer { ptr, bytes, class, pool: self })
+        Ok(Buffer { ptr, bytes, owner: Owner::Pool { class, pool: self } })
     }
 
     fn system_alloc(class: usize) -> Result<NonNull<u8>> {
@@ -189,8 +189,16 @@ fn advise_huge_pages(_ptr: NonNull<u8>, _bytes: usize) {}
 pub struct Buffer {
     ptr: NonNull<u8>,
     bytes: usize,
-    class: usize,
-    pool: &'static CpuPool,
+    owner: Owner,
+}
+
+/// Who frees a buffer's memory.
+enum Owner {
+    /// The pool, which takes the block back into its size class.
+    Pool { class: usize, pool: &'static CpuPool },
+    /// Memory that belongs to someone else (a NumPy array shared without a copy): dropping the
+    /// owner releases it.
+    External { _keeps_alive: Box<dyn Send + Sync> },
 }
 
 // SAFETY: a Buffer is the unique owner of its allocation; concurrent access to the bytes is
@@ -199,6 +207,15 @@ unsafe impl Send for Buffer {}
 unsafe impl Sync for Buffer {}
 
 impl Buffer {
+    /// Memory owned by `owner` used in place, without a copy (`mx.nd.from_numpy(zero_copy=True)`).
+    ///
+    /// # Safety
+    /// `ptr` must address `bytes` bytes that stay valid, and are neither freed nor moved, for as
+    /// long as `owner` lives; the caller must ensure nothing writes them except through arrays
+    /// that use this buffer (whose accesses the engine orders).
+    pub unsafe fn external(ptr: NonNull<u8>, bytes: usize, owner: Box<dyn Send + Sync>) -> Buffer {
+        Buffer { ptr, bytes, owner: Owner::External { _keeps_alive: owner } }
+    }
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
@@ -212,7 +229,10 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        self.pool.release(self.ptr, self.class);
+        if let Owner::Pool { class, pool } = self.owner {
+            pool.release(self.ptr, class);
+        }
+        // An external owner is dropped with the buffer, which releases the memory it keeps alive.
     }
 }
 

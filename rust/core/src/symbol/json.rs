@@ -15,7 +15,7 @@ use crate::op::{self, params::is_annotation, Attrs};
 /// The version MXNet 1.9.1 writes; MXNet upgrades files older than 1.0 when it reads them.
 const MXNET_VERSION: i64 = 10901;
 
-pub fn save(symbol: &Symbol) -> String {
+pub fn save(symbol: &Symbol, np_shape: bool) -> String {
     let nodes = symbol.nodes();
     let index: AddressMap<usize, usize> = nodes.iter().enumerate().map(|(i, n)| (node_key(n), i)).collect();
     let entry = |e: &Entry| json!([index[&node_key(&e.node)], e.index, 0]);
@@ -41,12 +41,17 @@ pub fn save(symbol: &Symbol) -> String {
         json_nodes.push(Value::Object(object));
         row_ptr.push(row_ptr[i] + node.num_outputs());
     }
+    let mut graph_attrs = Map::new();
+    graph_attrs.insert("mxnet_version".into(), json!(["int", MXNET_VERSION]));
+    if np_shape {
+        graph_attrs.insert("is_np_shape".into(), json!(["int", 1]));
+    }
     let graph = json!({
         "nodes": json_nodes,
         "arg_nodes": arg_nodes,
         "node_row_ptr": row_ptr,
         "heads": symbol.outputs.iter().map(entry).collect::<Vec<_>>(),
-        "attrs": {"mxnet_version": ["int", MXNET_VERSION]},
+        "attrs": graph_attrs,
     });
     serde_json::to_string_pretty(&graph).expect("a JSON value always serializes")
 }
@@ -135,12 +140,13 @@ mod tests {
         let data = Symbol::variable("data", [("__shape__".to_string(), "(2, 3)".to_string())].into_iter().collect());
         let attrs: Attrs = [("num_hidden".to_string(), "4".to_string()), ("__lr_mult__".to_string(), "2".to_string())].into_iter().collect();
         let fc = Symbol::create("FullyConnected", attrs, "fc", &[data], &[]).unwrap();
-        let text = fc.to_json();
+        let text = fc.to_json(false);
         let back = load(&text).unwrap();
         assert_eq!(back.list_arguments(), fc.list_arguments());
         assert_eq!(back.attr("num_hidden").as_deref(), Some("4"));
         assert_eq!(back.attr("__lr_mult__").as_deref(), Some("2"));
-        assert_eq!(back.to_json(), text);
+        assert_eq!(back.to_json(false), text);
+        assert!(fc.to_json(true).contains("is_np_shape"));
     }
 
     #[test]

@@ -10,7 +10,7 @@ mod json;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::base::{DType, Shape};
+use crate::base::{DType, PartialShape};
 use crate::error::Result;
 use crate::graph::{node_key, topo_order, AddressMap, AddressSet, Entry, Node, NodeOp};
 use crate::op::{self, params::is_annotation, Attrs};
@@ -82,10 +82,13 @@ impl Symbol {
             }
             inputs[pos] = Some(single(s, key)?);
         }
+        // As in MXNet, a variable made for an input not given inherits the node's attributes
+        // (an `lr_mult` or `__init__` given to a layer then applies to its weights).
+        let inherited: Attrs = params.iter().chain(&annotations).map(|(k, v)| (k.clone(), v.clone())).collect();
         let inputs = inputs
             .into_iter()
             .zip(&input_names)
-            .map(|(given, input)| given.unwrap_or_else(|| Entry::new(Node::variable(format!("{name}_{input}"), Attrs::new()), 0)))
+            .map(|(given, input)| given.unwrap_or_else(|| Entry::new(Node::variable(format!("{name}_{input}"), inherited.clone()), 0)))
             .collect();
         let visible = operator.num_visible_outputs();
         let node = Node::annotated(NodeOp { name: op_name.to_string(), attrs: params, operator }, inputs, name, annotations);
@@ -163,16 +166,18 @@ impl Symbol {
         Symbol { outputs }
     }
 
-    /// The inputs of this symbol's single output node; `None` for a variable.
-    pub fn children(&self) -> Result<Option<Symbol>> {
-        let [head] = self.outputs.as_slice() else {
-            crate::bail!(Value, "get_children needs a symbol with one output, this one has {}", self.outputs.len());
-        };
-        Ok((!head.node.inputs.is_empty()).then(|| Symbol { outputs: head.node.inputs.clone() }))
+    /// The inputs of the nodes behind this symbol's outputs (each node once, in output order);
+    /// `None` when there are none (variables).
+    pub fn children(&self) -> Option<Symbol> {
+        let mut seen = AddressSet::default();
+        let outputs: Vec<Entry> =
+            self.outputs.iter().filter(|e| seen.insert(node_key(&e.node))).flat_map(|e| e.node.inputs.iter().cloned()).collect();
+        (!outputs.is_empty()).then_some(Symbol { outputs })
     }
 
-    /// The graph with variables replaced by other symbols' outputs (calling a symbol in MXNet).
-    pub fn substitute(&self, replacements: &HashMap<String, Symbol>) -> Result<Symbol> {
+    /// The graph with variables replaced by other symbols' outputs (calling a symbol in MXNet),
+    /// its first output's node renamed to `rename` when given.
+    pub fn substitute(&self, replacements: &HashMap<String, Symbol>, rename: Option<&str>) -> Result<Symbol> {
         let mut by_variable: HashMap<&str, Entry> = HashMap::new();
         for (name, s) in replacements {
             let [entry] = s.outputs.as_slice() else {
@@ -206,7 +211,21 @@ impl Symbol {
             let new_node = Node::annotated(copy, inputs, node.name.clone(), node.annotations().clone());
             rebuilt.insert(node_key(&node), Entry::new(new_node, 0));
         }
-        Ok(Symbol { outputs: self.outputs.iter().map(|e| mapped(&rebuilt, e)).collect() })
+        let mut outputs: Vec<Entry> = self.outputs.iter().map(|e| mapped(&rebuilt, e)).collect();
+        if let (Some(new_name), Some(head)) = (rename, outputs.first().cloned()) {
+            let node = &head.node;
+            let renamed = match &node.op {
+                None => Node::variable(new_name, node.annotations().clone()),
+                Some(op) => {
+                    let copy = NodeOp { name: op.name.clone(), attrs: op.attrs.clone(), operator: op.operator.clone() };
+                    Node::annotated(copy, node.inputs.clone(), new_name, node.annotations().clone())
+                }
+            };
+            for e in outputs.iter_mut().filter(|e| node_key(&e.node) == node_key(node)) {
+                *e = Entry::new(renamed.clone(), e.index);
+            }
+        }
+        Ok(Symbol { outputs })
     }
 
     /// A symbol attribute: an annotation such as `__lr_mult__`, or an operator parameter.
@@ -237,10 +256,11 @@ impl Symbol {
     }
 
     /// Shapes of arguments, outputs and auxiliary states from the variables' shapes given by
-    /// name (plus `__shape__` annotations); unknown where they cannot be inferred.
-    pub fn infer_shape(&self, given: &HashMap<String, Shape>) -> Result<InferResult<Shape>> {
+    /// name (plus `__shape__` annotations), any of them partly known: as far as they can be
+    /// inferred (`None`: not even the rank is known).
+    pub fn infer_shape(&self, given: &HashMap<String, PartialShape>) -> Result<InferResult<PartialShape>> {
         let shape_of = |n: &Node| given.get(&n.name).cloned().or_else(|| annotated_shape(n));
-        let inferred = infer::infer_shapes(&self.outputs, &shape_of)?;
+        let inferred = infer::infer_partial_shapes(&self.outputs, &shape_of)?;
         Ok(self.collect(&inferred))
     }
 
@@ -286,8 +306,10 @@ impl Symbol {
         Symbol { outputs: heads.iter().map(|e| Entry::new(rebuilt[&node_key(&e.node)].clone(), e.index)).collect() }
     }
 
-    pub fn to_json(&self) -> String {
-        json::save(self)
+    /// MXNet JSON text of the graph; `np_shape` records that its shapes follow NumPy semantics
+    /// (-1 for an unknown dimension), as MXNet does with `is_np_shape` in the graph attributes.
+    pub fn to_json(&self, np_shape: bool) -> String {
+        json::save(self, np_shape)
     }
 
     pub fn from_json(text: &str) -> Result<Symbol> {
@@ -317,12 +339,12 @@ pub(crate) fn node_attrs(node: &Node) -> Attrs {
     attrs
 }
 
-/// The shape a variable declares with `__shape__` (`mx.sym.var('x', shape=(2, 3))`); MXNet's
-/// 0 dimensions mean "unknown", so such a shape does not count as given.
-fn annotated_shape(node: &Node) -> Option<Shape> {
+/// The shape a variable declares with `__shape__` (`mx.sym.var('x', shape=(0, 3))`): MXNet
+/// writes an unknown dimension as 0 (or -1 under NumPy shape semantics).
+fn annotated_shape(node: &Node) -> Option<PartialShape> {
     let text = node.annotations().get("__shape__")?.clone();
     let dims: Vec<i64> = op::params::parse_value::<Vec<i64>>("var", "__shape__", &text).ok()?;
-    dims.iter().all(|&d| d > 0).then(|| Shape::new(dims.iter().map(|&d| d as usize).collect::<Vec<_>>()))
+    Some(PartialShape(dims.iter().map(|&d| usize::try_from(d).ok().filter(|&d| d > 0)).collect()))
 }
 
 fn annotated_dtype(node: &Node) -> Option<DType> {
@@ -354,7 +376,7 @@ mod tests {
         assert_eq!(net.list_outputs(), ["softmax_output"]);
         let internals = net.internals();
         assert!(internals.list_outputs().contains(&"relu1_output".to_string()));
-        let children = net.children().unwrap().unwrap();
+        let children = net.children().unwrap();
         assert_eq!(children.list_outputs(), ["bn_output", "softmax_label"]);
     }
 
@@ -363,10 +385,11 @@ mod tests {
         let net = mlp();
         let x = Symbol::variable("x", Attrs::new());
         let pre = Symbol::create("Activation", attrs(&[("act_type", "tanh")]), "pre", &[x], &[]).unwrap();
-        let composed = net.substitute(&[("data".to_string(), pre)].into_iter().collect()).unwrap();
+        let composed = net.substitute(&[("data".to_string(), pre)].into_iter().collect(), Some("net")).unwrap();
+        assert_eq!(composed.output(0).unwrap().list_outputs(), ["net_output"]);
         assert_eq!(composed.list_arguments()[0], "x");
         assert_eq!(net.list_arguments()[0], "data", "the original is unchanged");
-        assert!(net.substitute(&[("nope".to_string(), net.clone())].into_iter().collect()).is_err());
+        assert!(net.substitute(&[("nope".to_string(), net.clone())].into_iter().collect(), None).is_err());
     }
 
     #[test]
