@@ -1,5 +1,7 @@
 """The NDArray class: a Python view onto a core array handle."""
 
+import math
+
 import numpy as np
 
 from .. import _core
@@ -110,7 +112,15 @@ class NDArray:
 
     def asnumpy(self):
         """A NumPy copy of the contents (waits for pending writes)."""
-        out = np.empty(self.shape, dtype=self.dtype)
+        # Waiting first surfaces a failed computation (an allocation the machine cannot hold)
+        # as its MXNetError before NumPy tries to allocate the copy.
+        self.wait_to_read()
+        try:
+            out = np.empty(self.shape, dtype=self.dtype)
+        except (MemoryError, ValueError) as e:
+            # NumPy refuses shapes whose byte count it cannot represent, even empty ones.
+            raise MXNetError("cannot copy an array of shape %s and dtype %s to NumPy: %s"
+                             % (self.shape, self.dtype, e)) from None
         self.handle.read_into(out.reshape(-1).view(np.uint8))
         return out
 
@@ -192,7 +202,8 @@ class NDArray:
         if kwargs:
             raise TypeError("reshape got unexpected keyword arguments %s" % ", ".join(kwargs))
         shape = [int(s) for s in shape]
-        if all(s > 0 for s in shape) and int(np.prod(shape)) != self.size:
+        # math.prod on Python ints: NumPy's int64 product wraps (2**32 * 2**32 == 0).
+        if all(s > 0 for s in shape) and math.prod(shape) != self.size:
             # A plain shape of another size is a ValueError in MXNet (special codes fail in the core).
             raise _ReshapeSizeError("Cannot reshape array of size %d into shape %s" % (self.size, tuple(shape)))
         new_shape = _core.infer_reshape(list(self.shape), shape, reverse)

@@ -147,6 +147,26 @@ fn invoke<'py>(
     kwargs: Option<&Bound<'py, PyDict>>,
     out: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    // Operators validate their inputs and return errors; should one still panic (a bug), the
+    // caller gets an MXNetError naming the operator instead of pyo3's PanicException, which is
+    // not an Exception and would escape `except Exception` handlers.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| invoke_checked(py, name, args, kwargs, out))).unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_string());
+        Err(crate::errors::to_py(oxnet::err!(Runtime, "internal error: operator {name} panicked: {message}")))
+    })
+}
+
+fn invoke_checked<'py>(
+    py: Python<'py>,
+    name: &str,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+    out: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
     let def = op::lookup(name).py()?;
     let mut inputs: Vec<NDArray> = Vec::with_capacity(args.len());
     let mut attrs = Attrs::new();

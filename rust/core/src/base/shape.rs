@@ -38,7 +38,7 @@ impl Shape {
     }
     /// Row-major element strides.
     pub fn strides(&self) -> Vec<usize> {
-        let mut strides = vec![1; self.0.len()];
+        let mut strides = vec![1usize; self.0.len()];
         for i in (0..self.0.len().saturating_sub(1)).rev() {
             // Saturating like `size`: an overflowing shape never addresses memory (it fails the
             // checks every array passes when it is made).

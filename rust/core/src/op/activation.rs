@@ -22,6 +22,10 @@ struct Activation {
 }
 
 impl Operator for Activation {
+    /// MXNet registers no input names for Activation (monitors call its input `input0`).
+    fn declares_input_names(&self) -> bool {
+        false
+    }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         self.inner.infer_shape(inputs)
     }
@@ -252,6 +256,8 @@ impl Operator for LeakyReLUBackward {
         }
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let forward_output = self.forward.infer_shape(&inputs[1..])?;
+        super::check_out_grad("_backward_LeakyReLU", &inputs[0], &forward_output[0])?;
         Ok(inputs[1..].to_vec())
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {

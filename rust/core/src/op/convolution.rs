@@ -797,6 +797,9 @@ impl Operator for ConvolutionBackward {
 
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     add(OpDef::new("Convolution", &[], "Computes 1-D, 2-D or 3-D convolution (channels-first layouts), im2col + GEMM.", |p: ConvolutionParams| {
+        if p.num_filter == 0 {
+            crate::bail!(Param, "Convolution: num_filter must be at least 1, got 0");
+        }
         Ok(Convolution { p })
     }));
     add(OpDef::new("_backward_Convolution", &[], "Gradients of Convolution for data, weight and bias.", |p: ConvolutionBackwardParams| {

@@ -316,7 +316,12 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         "Deconvolution",
         &[],
         "Computes 1-D, 2-D or 3-D transposed convolution (channels-first layouts), GEMM + col2im.",
-        |p: DeconvolutionParams| Ok(Deconvolution { p }),
+        |p: DeconvolutionParams| {
+            if p.num_filter == 0 {
+                crate::bail!(Param, "Deconvolution: num_filter must be at least 1, got 0");
+            }
+            Ok(Deconvolution { p })
+        },
     ));
     add(OpDef::new("_backward_Deconvolution", &[], "Gradients of Deconvolution for data, weight and bias.", |p: DeconvolutionBackwardParams| {
         let forward = DeconvolutionParams {

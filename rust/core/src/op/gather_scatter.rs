@@ -18,6 +18,10 @@ fn read_indices(idx: &Tensor) -> Vec<i64> {
 
 /// Clip or wrap `i` into `0..n` (MXNet's index modes); `raise` reports an out-of-bounds index.
 fn resolve_index(op: &str, i: i64, n: usize, mode: &str) -> Result<usize> {
+    if n == 0 {
+        // No mode can map an index into an empty axis (clip would give -1, wrap divides by 0).
+        crate::bail!(Index, "{op}: index {i} cannot address an axis of size 0");
+    }
     let n = n as i64;
     Ok(match mode {
         "wrap" => i.rem_euclid(n.max(1)),
@@ -81,9 +85,12 @@ impl Operator for Pick {
         vec!["data".into(), "index".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let (_, out) = self.layout(&inputs[0])?;
+        let ((_, n, _), out) = self.layout(&inputs[0])?;
         if inputs[1].size() != out.size() {
             crate::bail!(Shape, "pick: index of shape {} does not match the picked shape {out}", inputs[1]);
+        }
+        if n == 0 && out.size() > 0 {
+            crate::bail!(Index, "pick: cannot pick {} element(s) along an axis of size 0 of data {}", out.size(), inputs[0]);
         }
         Ok(vec![out])
     }
@@ -152,6 +159,10 @@ impl Operator for PickBackward {
         vec!["grad".into(), "index".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let (_, picked) = self.pick.layout(&inputs[2])?;
+        if inputs[0].size() != picked.size() || inputs[1].size() != picked.size() {
+            crate::bail!(Shape, "_backward_pick: gradient {} and index {} must match the picked shape {picked} of data {}", inputs[0], inputs[1], inputs[2]);
+        }
         Ok(vec![inputs[2].clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
@@ -543,6 +554,8 @@ impl Operator for DiagBackward {
         vec!["grad".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let diagonal = self.diag.infer_shape(&inputs[1..])?;
+        super::check_out_grad("_backward_diag", &inputs[0], &diagonal[0])?;
         Ok(vec![inputs[1].clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {

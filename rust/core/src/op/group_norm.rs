@@ -32,10 +32,19 @@ fn group_layout(op: &str, data: &Shape, groups: usize) -> Result<(usize, usize, 
     if d.len() < 2 {
         crate::bail!(Shape, "{op}: data must be at least 2-D (batch, channels, ...), got {data}");
     }
+    if op == "InstanceNorm" && d.len() < 3 {
+        // Instance statistics are taken over spatial axes, which a 2-D input does not have.
+        crate::bail!(Shape, "{op}: data must be at least 3-D (batch, channels, spatial...), got {data}");
+    }
     if groups == 0 || d[1] % groups != 0 {
         crate::bail!(Shape, "{op}: {} channels cannot be split into {groups} groups", d[1]);
     }
-    Ok((d[0], groups, data.size() / (d[0] * groups)))
+    let blocks = d[0] * groups;
+    let per_block = if blocks == 0 { 0 } else { data.size() / blocks };
+    if blocks > 0 && per_block == 0 {
+        crate::bail!(Shape, "{op}: data {data} has no elements to normalize in each of its {blocks} (instance, group) blocks");
+    }
+    Ok((d[0], groups, per_block))
 }
 
 /// Normalization of each (instance, group) followed by a per-group scale and shift.
@@ -87,6 +96,10 @@ impl Operator for GroupNorm {
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let (n, groups, m) = group_layout(self.name, &inputs[0].shape, self.groups(&inputs[0].shape))?;
+        if m == 0 {
+            // No (instance, group) blocks: every output is empty.
+            return Ok(());
+        }
         let (x, gamma, beta) = (to_f64(&inputs[0]), to_f64(&inputs[1]), to_f64(&inputs[2]));
         let mut y = vec![0.0; x.len()];
         let (mut means, mut stds) = (vec![0.0; n * groups], vec![0.0; n * groups]);
@@ -134,6 +147,15 @@ impl Operator for GroupNormBackward {
         3
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let data = &inputs[1];
+        let groups = self.groups.unwrap_or_else(|| data.dims().get(1).copied().unwrap_or(1));
+        let (n, groups, _) = group_layout("_backward_GroupNorm", data, groups)?;
+        let expected = [data.clone(), data.clone(), Shape::new(vec![groups]), Shape::new(vec![n, groups]), Shape::new(vec![n, groups])];
+        for ((name, given), wanted) in self.input_names().iter().zip(inputs).zip(&expected) {
+            if given.size() != wanted.size() {
+                crate::bail!(Shape, "_backward_GroupNorm: {name} has shape {given}, expected {wanted} for data {data}");
+            }
+        }
         Ok(vec![inputs[1].clone(), inputs[2].clone(), inputs[2].clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
@@ -143,6 +165,12 @@ impl Operator for GroupNormBackward {
         let shape = &inputs[1].shape;
         let groups = self.groups.unwrap_or_else(|| shape.dims().get(1).copied().unwrap_or(1));
         let (_, groups, m) = group_layout("_backward_GroupNorm", shape, groups)?;
+        if m == 0 {
+            // No elements: the data gradient is empty, gamma's and beta's are empty sums.
+            write_f64(&outputs[1], &vec![0.0; groups]);
+            write_f64(&outputs[2], &vec![0.0; groups]);
+            return Ok(());
+        }
         let (gy, x, gamma, mean, std) = (to_f64(&inputs[0]), to_f64(&inputs[1]), to_f64(&inputs[2]), to_f64(&inputs[3]), to_f64(&inputs[4]));
         let mut dx = vec![0.0; x.len()];
         let (mut dgamma, mut dbeta) = (vec![0.0; groups], vec![0.0; groups]);
@@ -263,6 +291,7 @@ impl Operator for L2NormalizationBackward {
         vec!["out_grad".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        super::check_out_grad("_backward_L2Normalization", &inputs[0], &inputs[1])?;
         Ok(vec![inputs[1].clone()])
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {

@@ -233,6 +233,10 @@ impl Operator for Take {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         let (a, idx) = (&inputs[0], &inputs[1]);
         let axis = normalize_axis(self.axis, a.ndim())?;
+        if a[axis] == 0 && idx.size() > 0 {
+            // Every mode maps an index into the axis; an empty axis has no element to map to.
+            crate::bail!(Index, "take: cannot take indices {idx} from axis {axis} of size 0 of array {a}");
+        }
         let mut dims = a.dims()[..axis].to_vec();
         dims.extend_from_slice(idx.dims());
         dims.extend_from_slice(&a.dims()[axis + 1..]);
@@ -457,7 +461,12 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         "Embedding",
         &[],
         "Maps integer indices to rows of a weight matrix (input_dim, output_dim).",
-        |p: EmbeddingParams| Ok(Embedding { take: Take { axis: 0, mode: "clip".to_string() }, input_dim: p.input_dim, output_dim: p.output_dim }),
+        |p: EmbeddingParams| {
+            if p.input_dim == 0 || p.output_dim == 0 {
+                crate::bail!(Param, "Embedding: input_dim and output_dim must be at least 1, got input_dim={} output_dim={}", p.input_dim, p.output_dim);
+            }
+            Ok(Embedding { take: Take { axis: 0, mode: "clip".to_string() }, input_dim: p.input_dim, output_dim: p.output_dim })
+        },
     ));
     add(OpDef::new(
         "_backward_take",

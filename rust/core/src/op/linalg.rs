@@ -48,6 +48,15 @@ unsafe fn matmul(dtype: DType, dst: *mut u8, a: *const u8, am: Mat, b: *const u8
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a: *const u8, am: Mat, b: *const u8, bm: Mat, threads: usize) {
     let (m, k, n) = (am.rows, am.cols, bm.cols);
+    if k == 0 {
+        // An empty inner dimension: every output is an empty sum, zero. GEMM kernels may not
+        // touch dst at all then, which would leave uninitialised memory in the result.
+        if !accumulate {
+            // SAFETY: dst holds the m x n product (contiguous, row stride n).
+            std::ptr::write_bytes(dst, 0, m * n * dtype.size());
+        }
+        return;
+    }
     // Both operands along k and few outputs (a convolution's weight gradient): dot products of
     // rows beat packing both operands for a blocked GEMM.
     if dtype == DType::F32 && am.cs == 1 && bm.rs == 1 && am.rs > 0 && bm.cs > 0 && super::row_dots::suits(m, n, k) && super::row_dots::available() {
@@ -264,13 +273,19 @@ impl Dot {
     /// MXNet's view of N-d operands as matrices: `a` is (prod(shape[:-1]), shape[-1]) unless
     /// transposed, in which case it is (shape[0], prod(shape[1:])) read transposed.
     fn operands(&self, a: &Shape, b: &Shape) -> Result<(Mat, Mat, Shape)> {
+        // The products of the other axes, not size / axis: with a zero-length axis the division
+        // would lose the other axes' extents.
         let split_last = |s: &Shape| -> (usize, usize) {
-            let last = *s.dims().last().unwrap_or(&1);
-            (s.size() / last.max(1), last)
+            match s.dims().split_last() {
+                Some((&last, rest)) => (Shape::from(rest).size(), last),
+                None => (1, 1),
+            }
         };
         let split_first = |s: &Shape| -> (usize, usize) {
-            let first = *s.dims().first().unwrap_or(&1);
-            (first, s.size() / first.max(1))
+            match s.dims().split_first() {
+                Some((&first, rest)) => (first, Shape::from(rest).size()),
+                None => (1, 1),
+            }
         };
         let (ta, tb) = (self.p.transpose_a, self.p.transpose_b);
         if a.ndim() == 1 && b.ndim() == 1 {
@@ -507,7 +522,9 @@ impl FullyConnected {
         let (rows, features, mut out) = if self.p.flatten {
             (d[0], d[1..].iter().product(), vec![d[0]])
         } else {
-            (data.size() / d[d.len() - 1].max(1), d[d.len() - 1], d[..d.len() - 1].to_vec())
+            // Rows as the product of the leading axes: size / features loses them when
+            // features is 0, and the zero-filled output would then not be written at all.
+            (Shape::from(&d[..d.len() - 1]).size(), d[d.len() - 1], d[..d.len() - 1].to_vec())
         };
         out.push(self.p.num_hidden);
         Ok(((rows, features), Shape::new(out)))
@@ -654,6 +671,12 @@ impl Operator for FullyConnectedBackward {
         if self.forward.p.no_bias { 2 } else { 3 }
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let mut forward_inputs = inputs[1..].to_vec();
+        if !self.forward.p.no_bias {
+            forward_inputs.push(Shape::new(vec![self.forward.p.num_hidden]));
+        }
+        let forward_output = self.forward.infer_shape(&forward_inputs)?;
+        super::check_out_grad("_backward_FullyConnected", &inputs[0], &forward_output[0])?;
         let mut shapes = vec![inputs[1].clone(), inputs[2].clone()];
         if !self.forward.p.no_bias {
             shapes.push(Shape::new(vec![self.forward.p.num_hidden]));
@@ -694,7 +717,12 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         "FullyConnected",
         &[],
         "Applies a linear transformation: out = data . weight^T + bias (data flattened to 2-D unless flatten=False).",
-        |p: FullyConnectedParams| Ok(FullyConnected { p }),
+        |p: FullyConnectedParams| {
+            if p.num_hidden == 0 {
+                crate::bail!(Param, "FullyConnected: num_hidden must be at least 1, got 0");
+            }
+            Ok(FullyConnected { p })
+        },
     ));
     add(OpDef::new(
         "dot",

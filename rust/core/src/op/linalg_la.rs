@@ -1299,6 +1299,12 @@ impl Packing {
         let positions = self.positions(n);
         // SAFETY: the input is only read, the output belongs to this op alone.
         let (x, y) = unsafe { (input.slice::<T>(), out.slice_mut::<T>()) };
+        if n == 0 || m == 0 {
+            // Empty matrices or vectors (chunks of zero length are not allowed): a made matrix
+            // is all zeros, an extracted vector has no entries.
+            y.fill(T::default());
+            return Ok(());
+        }
         if self.extract {
             for (vector, matrix) in y.chunks_exact_mut(m).zip(x.chunks_exact(n * n)) {
                 for (v, &at) in vector.iter_mut().zip(&positions) {

@@ -66,6 +66,7 @@ impl Operator for SmoothL1Backward {
         vec!["out_grad".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        super::check_out_grad("_backward_smooth_l1", &inputs[0], &inputs[1])?;
         Ok(vec![inputs[1].clone()])
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
@@ -86,6 +87,9 @@ fn batch_layout(op: &str, data: &Shape, label: &Shape) -> Result<(usize, usize)>
     };
     if label.size() != *n {
         crate::bail!(Shape, "{op}: label {label} must hold one class index per row of data {data}");
+    }
+    if *k == 0 && *n > 0 {
+        crate::bail!(Shape, "{op}: data {data} has no classes for its labels to name");
     }
     Ok((*n, *k))
 }
@@ -160,6 +164,7 @@ impl Operator for SoftmaxCrossEntropyBackward {
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         batch_layout("_backward_softmax_cross_entropy", &inputs[1], &inputs[2])?;
+        super::check_out_grad("_backward_softmax_cross_entropy", &inputs[0], &Shape::new(vec![1]))?;
         Ok(vec![inputs[1].clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {

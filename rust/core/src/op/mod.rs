@@ -195,6 +195,11 @@ pub trait Operator: Send + Sync + 'static {
     fn num_inputs(&self) -> usize {
         self.input_names().len()
     }
+    /// Whether MXNet declares the input names (its FListInputNames): monitors and Gluon op hooks
+    /// then call an input `<node>_<name>` (`fc_data`), otherwise `<node>_input<i>`.
+    fn declares_input_names(&self) -> bool {
+        true
+    }
     fn num_outputs(&self) -> usize {
         1
     }
@@ -302,12 +307,32 @@ pub trait Operator: Send + Sync + 'static {
     fn gradient(&self, _g: &mut grad::Grad) -> Result<grad::InputGrads> {
         crate::bail!(Value, "the operator is non-differentiable: it has no gradient definition")
     }
+    /// The graphs a control flow operator holds (a loop body, a branch), which Symbol JSON
+    /// stores under the node's `subgraphs`.
+    fn subgraphs(&self) -> Vec<crate::symbol::Symbol> {
+        Vec::new()
+    }
 }
 
 /// Gradient of an operator whose output does not change under small input changes (rounding,
 /// comparisons, indices, creation from a shape): zero for every input.
 pub(crate) fn zero_gradient(g: &grad::Grad) -> Result<grad::InputGrads> {
     Ok(vec![None; g.num_inputs()])
+}
+
+/// A gradient operator's check that the output gradient it was given has the shape its forward
+/// operator produced: with any other shape, part of the input gradient would go unwritten or the
+/// kernel would read past the gradient.
+pub(crate) fn check_out_grad(op: &str, grad: &Shape, forward_output: &Shape) -> Result<()> {
+    if grad != forward_output {
+        crate::bail!(Shape, "{op}: the output gradient has shape {grad}, expected {forward_output} (the forward output's shape)");
+    }
+    Ok(())
+}
+
+/// The first input's shape of a variadic operator, or an error when it was given none.
+pub(crate) fn first_input<'a>(op: &str, inputs: &'a [Shape]) -> Result<&'a Shape> {
+    inputs.first().ok_or_else(|| crate::err!(Shape, "{op}: at least one input is needed, got none"))
 }
 
 /// Shared dtype check: all inputs have one dtype, which every output takes.
@@ -360,7 +385,13 @@ impl OpDef {
 
     /// Parse `attrs` into an instance, naming the operator as it was called.
     pub fn instantiate(&self, called_as: &str, attrs: &Attrs) -> Result<Arc<dyn Operator>> {
-        (self.create)(called_as, attrs)
+        let operator = (self.create)(called_as, attrs)?;
+        // Every variadic operator's inference and kernel read its first input; a call with none
+        // is refused here, once for all of them, imperative and symbolic alike.
+        if self.variadic && operator.num_inputs() == 0 {
+            crate::bail!(Param, "operator {called_as}: at least one input is needed (num_args is 0)");
+        }
+        Ok(operator)
     }
 }
 

@@ -38,6 +38,22 @@ fn channel_layout(s: &Shape, axis: i64) -> Result<(usize, usize, usize)> {
     Ok((d[..a].iter().product(), d[a], d[a + 1..].iter().product()))
 }
 
+/// Shape check of a normalization gradient's inputs (grad, data, gamma, two statistics): grad
+/// shaped like data, gamma with `params` elements and each statistic with `stats` elements, so
+/// that the kernel reads and writes only what exists.
+fn check_backward_inputs(op: &str, inputs: &[Shape], params: usize, stats: usize) -> Result<()> {
+    let names = ["grad", "data", "gamma", "first statistic", "second statistic"];
+    let data = &inputs[1];
+    super::check_out_grad(op, &inputs[0], data)?;
+    let wanted = [params, stats, stats];
+    for ((name, given), &count) in names[2..].iter().zip(&inputs[2..]).zip(&wanted) {
+        if given.size() != count {
+            crate::bail!(Shape, "{op}: {name} has shape {given}, expected {count} element(s) for data {data}");
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn to_f64(t: &Tensor) -> Vec<f64> {
     crate::dispatch_dtype!(t.dtype, T => {
         // SAFETY: read-only use of an input (or of an output this op already wrote).
@@ -189,6 +205,8 @@ impl Operator for BatchNormBackward {
         3
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let (_, channels, _) = channel_layout(&inputs[1], self.p.axis)?;
+        check_backward_inputs("_backward_BatchNorm", inputs, channels, channels)?;
         Ok(vec![inputs[1].clone(), inputs[2].clone(), inputs[2].clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
@@ -349,6 +367,8 @@ impl Operator for LayerNormBackward {
         3
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let (outer, n, inner) = self.norm.layout(&inputs[1])?;
+        check_backward_inputs("_backward_LayerNorm", inputs, n, outer * inner)?;
         Ok(vec![inputs[1].clone(), inputs[2].clone(), inputs[2].clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {

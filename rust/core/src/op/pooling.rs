@@ -109,6 +109,10 @@ impl Pooling {
         if kernel.contains(&0) || stride.contains(&0) {
             crate::bail!(Param, "Pooling: kernel and stride must be positive");
         }
+        if !self.p.global_pool && pad.iter().zip(&kernel).any(|(p, k)| p >= k) {
+            // A window starting in the padding would then cover no input element at all.
+            crate::bail!(Param, "Pooling: pad {:?} must be smaller than kernel {:?} in every dimension (data {data})", self.p.pad, self.p.kernel);
+        }
         let mut output = [1; 3];
         for a in 0..3 {
             let padded = input[a] + 2 * pad[a];

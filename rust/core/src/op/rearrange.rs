@@ -261,11 +261,12 @@ impl Operator for Stack {
         (0..self.num_args).map(|i| format!("arg{i}")).collect()
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        if let Some(bad) = inputs.iter().find(|s| **s != inputs[0]) {
-            crate::bail!(Shape, "stack: all inputs must have the same shape, got {} and {bad}", inputs[0]);
+        let first = super::first_input("stack", inputs)?;
+        if let Some(bad) = inputs.iter().find(|s| *s != first) {
+            crate::bail!(Shape, "stack: all inputs must have the same shape, got {first} and {bad}");
         }
-        let axis = normalize_axis(self.axis, inputs[0].ndim() + 1)?;
-        let mut dims = inputs[0].dims().to_vec();
+        let axis = normalize_axis(self.axis, first.ndim() + 1)?;
+        let mut dims = first.dims().to_vec();
         dims.insert(axis, inputs.len());
         Ok(vec![Shape::new(dims)])
     }
@@ -421,6 +422,8 @@ impl Operator for TileBackward {
         vec!["grad".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let (tiled, _) = tile_plan(self.reps.clone())(&inputs[1])?;
+        super::check_out_grad("_backward_tile", &inputs[0], &tiled)?;
         Ok(vec![inputs[1].clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
@@ -449,6 +452,8 @@ impl Operator for RepeatBackward {
         vec!["grad".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let (repeated, _) = repeat_plan(self.params.clone())(&inputs[1])?;
+        super::check_out_grad("_backward_repeat", &inputs[0], &repeated)?;
         Ok(vec![inputs[1].clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {

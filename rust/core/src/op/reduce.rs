@@ -23,6 +23,9 @@ pub trait Reducer: Send + Sync + 'static {
     const PLAIN_SUM: bool = false;
     /// Whether `step` is exact in float32 (max, min), so float32 runs need no widening.
     const EXACT_IN_F32: bool = false;
+    /// The reducer's name, when it has no value over zero elements (max, min): reducing an
+    /// empty axis into a non-empty result is then an error instead of the identity (-inf, inf).
+    const UNDEFINED_WHEN_EMPTY: Option<&'static str> = None;
     /// `step` in float32, used where `PLAIN_SUM` or `EXACT_IN_F32` holds.
     #[inline(always)]
     fn step_f32(acc: f32, x: f32) -> f32 {
@@ -190,6 +193,7 @@ impl Reducer for Max {
     fn grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
         extreme_grad(d, x, y, g, spread)
     }
+    const UNDEFINED_WHEN_EMPTY: Option<&'static str> = Some("max");
     const INIT: f64 = f64::NEG_INFINITY;
     #[inline(always)]
     fn step(acc: f64, x: f64) -> f64 {
@@ -215,6 +219,7 @@ impl Reducer for Min {
     fn grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
         extreme_grad(d, x, y, g, spread)
     }
+    const UNDEFINED_WHEN_EMPTY: Option<&'static str> = Some("min");
     const INIT: f64 = f64::INFINITY;
     #[inline(always)]
     fn step(acc: f64, x: f64) -> f64 {
@@ -389,7 +394,14 @@ impl<R: Reducer> Operator for Reduce<R> {
             s.dims().iter().zip(&mask).filter(|(_, &m)| !m).map(|(&d, _)| d).collect()
         };
         // MXNet 1.x represents a full reduction as shape (1,), not as a 0-d scalar.
-        Ok(vec![if dims.is_empty() { Shape::new(vec![1]) } else { Shape::new(dims) }])
+        let out = if dims.is_empty() { Shape::new(vec![1]) } else { Shape::new(dims) };
+        if let Some(name) = R::UNDEFINED_WHEN_EMPTY {
+            let reduces_nothing = s.dims().iter().zip(&mask).any(|(&d, &m)| m && d == 0);
+            if reduces_nothing && out.size() > 0 {
+                crate::bail!(Value, "{name}: cannot reduce an empty axis of array {s}: the {name} of no elements is undefined");
+            }
+        }
+        Ok(vec![out])
     }
 
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {

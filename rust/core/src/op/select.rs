@@ -3,7 +3,7 @@
 use super::broadcast::map1;
 use super::grad::{Grad, InputGrads};
 use super::{parallel_chunks, same_dtype, ExecContext, OpDef, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
-use crate::base::{DType, Elem, Shape};
+use crate::base::{unify_partial, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 
 crate::op_params! {
@@ -62,6 +62,18 @@ impl Operator for Where {
         }
         Ok(vec![x.clone()])
     }
+    /// x, y and the output share one shape; a condition of their rank has it too (a 1-D
+    /// condition selecting rows tells nothing more). This is how a zoneout cell's
+    /// `where(mask, new, zeros((0, 0)))` learns the shape of its zeros.
+    fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
+        let (condition, values) = inputs.split_at_mut(1);
+        unify_partial(values, outputs)?;
+        let condition_has_value_rank = matches!((&condition[0], &outputs[0]), (Some(c), Some(out)) if c.ndim() == out.ndim());
+        if condition_has_value_rank {
+            unify_partial(condition, outputs)?;
+        }
+        Ok(())
+    }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         same_dtype(&inputs[1..], 1)
     }
@@ -108,10 +120,11 @@ impl Operator for AddN {
         (0..self.num_args).map(|i| format!("arg{i}")).collect()
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        if let Some(bad) = inputs.iter().find(|s| **s != inputs[0]) {
-            crate::bail!(Shape, "add_n: all inputs must have the same shape, got {} and {bad}", inputs[0]);
+        let first = super::first_input("add_n", inputs)?;
+        if let Some(bad) = inputs.iter().find(|s| *s != first) {
+            crate::bail!(Shape, "add_n: all inputs must have the same shape, got {first} and {bad}");
         }
-        Ok(vec![inputs[0].clone()])
+        Ok(vec![first.clone()])
     }
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]

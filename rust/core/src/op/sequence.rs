@@ -105,6 +105,14 @@ impl Operator for Sequence {
                 crate::bail!(Shape, "{}: sequence_length has shape {lengths}, expected ({},) for data {data}", self.name(), layout.batch);
             }
         }
+        if matches!(self.kind, Kind::Last | Kind::LastBackward) && layout.steps == 0 && layout.batch * layout.inner > 0 {
+            crate::bail!(Shape, "{}: data {data} has no time steps to take the last of", self.name());
+        }
+        if self.kind == Kind::LastBackward {
+            let mut last = data.dims().to_vec();
+            last.remove(self.time_axis);
+            super::check_out_grad("_backward_SequenceLast", &inputs[0], &Shape::new(last))?;
+        }
         Ok(vec![match self.kind {
             Kind::Last => {
                 let mut dims = data.dims().to_vec();

@@ -422,7 +422,7 @@ impl Operator for Concat {
         (0..self.num_args).map(|i| format!("arg{i}")).collect()
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let first = &inputs[0];
+        let first = super::first_input("Concat", inputs)?;
         let axis = normalize_axis(self.dim, first.ndim())?;
         let mut out = first.dims().to_vec();
         out[axis] = 0;

@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 
 use super::{node_attrs, Symbol};
 use crate::error::Result;
+use crate::executor::control_flow;
 use crate::graph::{node_key, AddressMap, Entry, Node, NodeOp};
 use crate::op::{self, params::is_annotation, Attrs};
 
@@ -16,6 +17,12 @@ use crate::op::{self, params::is_annotation, Attrs};
 const MXNET_VERSION: i64 = 10901;
 
 pub fn save(symbol: &Symbol, np_shape: bool) -> String {
+    serde_json::to_string_pretty(&graph_value(symbol, np_shape)).expect("a JSON value always serializes")
+}
+
+/// One graph as MXNet's JSON object; a control flow node's subgraphs are graphs of their own
+/// under its `subgraphs` key.
+fn graph_value(symbol: &Symbol, np_shape: bool) -> Value {
     let nodes = symbol.nodes();
     let index: AddressMap<usize, usize> = nodes.iter().enumerate().map(|(i, n)| (node_key(n), i)).collect();
     let entry = |e: &Entry| json!([index[&node_key(&e.node)], e.index, 0]);
@@ -38,6 +45,10 @@ pub fn save(symbol: &Symbol, np_shape: bool) -> String {
             object.insert("attrs".into(), Value::Object(attrs.into_iter().map(|(k, v)| (k, Value::String(v))).collect()));
         }
         object.insert("inputs".into(), Value::Array(node.inputs.iter().map(entry).collect()));
+        let subgraphs = node.op.as_ref().map(|op| op.operator.subgraphs()).unwrap_or_default();
+        if !subgraphs.is_empty() {
+            object.insert("subgraphs".into(), Value::Array(subgraphs.iter().map(|g| graph_value(g, np_shape)).collect()));
+        }
         json_nodes.push(Value::Object(object));
         row_ptr.push(row_ptr[i] + node.num_outputs());
     }
@@ -46,18 +57,21 @@ pub fn save(symbol: &Symbol, np_shape: bool) -> String {
     if np_shape {
         graph_attrs.insert("is_np_shape".into(), json!(["int", 1]));
     }
-    let graph = json!({
+    json!({
         "nodes": json_nodes,
         "arg_nodes": arg_nodes,
         "node_row_ptr": row_ptr,
         "heads": symbol.outputs.iter().map(entry).collect::<Vec<_>>(),
         "attrs": graph_attrs,
-    });
-    serde_json::to_string_pretty(&graph).expect("a JSON value always serializes")
+    })
 }
 
 pub fn load(text: &str) -> Result<Symbol> {
     let graph: Value = serde_json::from_str(text).map_err(|e| crate::err!(Value, "symbol JSON is not valid JSON: {e}"))?;
+    load_graph(&graph)
+}
+
+fn load_graph(graph: &Value) -> Result<Symbol> {
     let Some(json_nodes) = graph.get("nodes").and_then(Value::as_array) else {
         crate::bail!(Value, "symbol JSON has no 'nodes' list");
     };
@@ -100,9 +114,19 @@ fn load_node(json_node: &Value, name: &str, earlier: &[std::sync::Arc<Node>]) ->
         }
         return Ok(Node::variable(name, attrs));
     }
-    let def = op::lookup(op_name)?;
     let (params, annotations): (Attrs, Attrs) = attrs.into_iter().partition(|(k, _)| !is_annotation(k));
-    let operator = def.instantiate(op_name, &params)?;
+    let operator = match json_node.get("subgraphs") {
+        Some(Value::Array(graphs)) if control_flow::is_control_flow(op_name) => {
+            let subgraphs = graphs
+                .iter()
+                .enumerate()
+                .map(|(i, g)| load_graph(g).map_err(|e| e.context(format!("subgraph {i}"))))
+                .collect::<Result<Vec<_>>>()?;
+            control_flow::instantiate(op_name, &params, subgraphs)?
+        }
+        Some(_) => crate::bail!(Value, "operator {op_name} does not take subgraphs (or 'subgraphs' is not a list)"),
+        None => op::lookup(op_name)?.instantiate(op_name, &params)?,
+    };
     if operator.num_inputs() != inputs.len() {
         crate::bail!(
             Value,
@@ -117,10 +141,12 @@ fn load_node(json_node: &Value, name: &str, earlier: &[std::sync::Arc<Node>]) ->
 
 /// One `[node, output]` or `[node, output, version]` reference to an earlier node.
 fn entry(value: &Value, earlier: &[std::sync::Arc<Node>]) -> Result<Entry> {
-    let parts: Vec<u64> = value.as_array().map(|a| a.iter().filter_map(Value::as_u64).collect()).unwrap_or_default();
-    let (node, index) = match parts.as_slice() {
-        [node, index] | [node, index, _] => (*node as usize, *index as usize),
-        _ => crate::bail!(Value, "entry {value} is not [node, output, version]"),
+    // Every part must be a non-negative integer: dropping the others (a -1 node index) would
+    // shift the remaining parts into the wrong roles.
+    let parts: Option<Vec<u64>> = value.as_array().and_then(|a| a.iter().map(Value::as_u64).collect());
+    let (node, index) = match parts.as_deref() {
+        Some([node, index] | [node, index, _]) => (*node as usize, *index as usize),
+        _ => crate::bail!(Value, "entry {value} is not [node, output, version] of non-negative integers"),
     };
     let Some(producer) = earlier.get(node) else {
         crate::bail!(Value, "entry {value} refers to node {node}, which does not come before it");
