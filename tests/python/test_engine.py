@@ -73,6 +73,59 @@ def test_an_unreported_random_failure_fails_later_random_ops_until_reported(ctx)
     assert mx.nd.random.normal(0, 1, shape=(2,), ctx=ctx).asnumpy().shape == (2,)
 
 
+def _fail_into(out):
+    """Push an op that fails on a worker while writing `out` (as `take(..., out=out)` with a bad index)."""
+    data = mx.nd.ones((4, 3), ctx=out.context)
+    mx.nd.take(data, mx.nd.array([0, 7], ctx=out.context), mode="raise", out=out)
+
+
+def _raises_once(array):
+    """`array` raises its inherited error at the next sync point, and only there (as in MXNet)."""
+    with pytest.raises(mx.MXNetError, match="index 7 is out of bounds"):
+        array.asnumpy()
+    array.asnumpy()
+    mx.nd.waitall()
+
+
+def test_in_place_add_on_a_failed_array_raises_instead_of_succeeding_on_garbage(ctx):
+    x = mx.nd.zeros((2, 3), ctx=ctx)
+    _fail_into(x)
+    x += 1                 # reads and writes x: inherits the failure, does not clear it
+    _raises_once(x)
+    x[:] = 5               # once raised, fresh data makes x valid again
+    x += 1
+    assert same(x, np.full((2, 3), 6))
+
+
+def test_out_into_a_failed_array_raises_at_the_next_sync_point(ctx):
+    y = mx.nd.zeros((2, 3), ctx=ctx)
+    _fail_into(y)
+    ones = mx.nd.ones((2, 3), ctx=ctx)
+    mx.nd.elemwise_add(ones, ones, out=y)  # MXNet fails an op whose output holds an unraised error
+    _raises_once(y)
+    mx.nd.elemwise_add(ones, ones, out=y)
+    assert same(y, np.full((2, 3), 2))
+
+
+def test_in_place_optimizer_update_with_a_failed_gradient_raises_once(ctx):
+    weight = mx.nd.ones((2, 3), ctx=ctx)
+    grad = mx.nd.zeros((2, 3), ctx=ctx)
+    _fail_into(grad)
+    mx.nd.sgd_update(weight, grad, out=weight, lr=0.1)
+    _raises_once(weight)
+    grad.asnumpy()  # the same failure, already raised through the weight
+    # A momentum update writes two arrays: the failure reaches both, and is raised once for both.
+    mom = mx.nd.zeros((2, 3), ctx=ctx)
+    _fail_into(grad)
+    mx.nd.sgd_mom_update(weight, grad, mom, out=weight, lr=0.1, momentum=0.9)
+    _raises_once(mom)
+    weight.asnumpy()
+    grad[:] = 1
+    weight[:] = 1
+    mx.nd.sgd_update(weight, grad, out=weight, lr=0.5)
+    assert same(weight, np.full((2, 3), 0.5))
+
+
 def test_scopes_assigned_on_the_class_are_per_thread():
     from oxnet.attribute import AttrScope
     from oxnet.name import NameManager

@@ -31,6 +31,7 @@ struct Slot {
     busy: AtomicBool,
     /// The region's work: the task function (lifetime erased, see `run`) and its task count.
     job: Mutex<Option<(&'static Task<'static>, usize)>>,
+    /// The next task index to hand out; every index is claimed by exactly one `fetch_add`.
     next_task: AtomicUsize,
     /// A helper's task panicked; the caller re-raises it.
     panicked: Mutex<Option<Box<dyn std::any::Any + Send>>>,
@@ -68,6 +69,7 @@ pub fn threads() -> usize {
 /// Tasks are claimed in order, one at a time, so unequal tasks balance.
 pub fn run(tasks: usize, task: &(dyn Fn(usize) + Sync)) {
     let pool = pool();
+    // Acquire: pairs with the Release in `Region::drop`, so the slot's previous region is over.
     let owned = (tasks > 1 && pool.helpers > 0)
         .then(|| pool.slots.iter().find(|s| s.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok()))
         .flatten();
@@ -83,6 +85,7 @@ pub fn run(tasks: usize, task: &(dyn Fn(usize) + Sync)) {
     slot.next_task.store(0, Ordering::Relaxed);
     let region = Region { slot };
     // Release: a helper that joins (Acquire on `region`) sees the job and the reset counter.
+    // Relaxed load: only the slot's owner (holding `busy`) changes the generation bits.
     let generation = (slot.region.load(Ordering::Relaxed) >> GENERATION_SHIFT) + 1;
     slot.region.store((generation << GENERATION_SHIFT) | OPEN, Ordering::Release);
     super::workers::wake_sleepers();
@@ -123,7 +126,7 @@ impl Drop for Region {
 impl Region {
     fn close(&self) {
         // No task may start after this: the caller stops waiting only once the helpers inside
-        // have finished what they claimed.
+        // have finished what they claimed. (Half the range: late `fetch_add`s cannot wrap it.)
         self.slot.next_task.store(usize::MAX / 2, Ordering::Relaxed);
         self.slot.region.fetch_and(!OPEN, Ordering::AcqRel);
         // Acquire: pairs with the helpers' Release when they leave, so their writes are visible.

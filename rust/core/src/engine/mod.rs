@@ -26,7 +26,8 @@ pub type OpFn = Box<dyn FnOnce() -> Result<()> + Send + 'static>;
 
 /// One failure, shared by the vars of the op that raised it, the vars of every op that inherited
 /// it and the engine's list of unreported errors. Reporting it empties the cell, which is how a
-/// single report reaches all of them.
+/// single report reaches all of them. Lock order: a cell's lock may be taken while a var's lock
+/// or the engine's error list is held, and nothing is locked while a cell's lock is held.
 pub(crate) type ErrorCell = Arc<Mutex<Option<Error>>>;
 
 /// How an operation describes itself in error messages: op name, inputs, where it was pushed.
@@ -63,7 +64,9 @@ pub struct PushProps {
 }
 
 pub(crate) struct OprBlock {
-    /// Dependencies not yet granted, plus one held by `push` until registration finishes.
+    /// Dependencies not yet granted, plus one held by `push` until registration finishes. Only the
+    /// thread whose `fetch_sub` brings it to zero starts the block: it runs exactly once, and never
+    /// before it is on the queues of all its vars.
     wait: AtomicUsize,
     /// Taken exactly once, by the thread that executes the block; the lock is never contended and
     /// only makes the block shareable between the vars' queues.
@@ -84,8 +87,12 @@ struct Engine {
     /// means nothing can still run; the lock pairs the count with the condvar.
     pending: Mutex<usize>,
     idle: Condvar,
+    /// Held while one op appends itself to the queues of all its vars (see [`register`]), so that
+    /// the ops' order is the same on every var.
+    registration: Mutex<()>,
     /// Failures since the last `wait_all` that may still be unreported; `wait_all` raises the
-    /// first one still holding its error and empties them all.
+    /// first one still holding its error and empties them all. The lock is held only to edit the
+    /// list (it encloses error cells' locks, never a var's lock).
     global_errors: Mutex<Vec<ErrorCell>>,
     /// Held for the whole of each push under the naive engine.
     naive_serial: Mutex<()>,
@@ -122,6 +129,7 @@ fn engine() -> &'static Engine {
             kind: configured_kind(),
             pending: Mutex::new(0),
             idle: Condvar::new(),
+            registration: Mutex::new(()),
             global_errors: Mutex::new(Vec::new()),
             naive_serial: Mutex::new(()),
         }
@@ -175,17 +183,33 @@ fn unique_vars(vars: &[Arc<Var>], exclude: &[Arc<Var>]) -> Vec<Arc<Var>> {
 }
 
 /// Enqueue `blk` on its vars and start it if every dependency was granted at once.
+///
+/// Invariant: an op is on the queues of all its vars before any later op appends itself to any
+/// queue, so every var orders its ops by one global order (that of registration) and an op only
+/// ever waits for ops registered before it; no cycle of waits can form, whatever the number of
+/// pushing threads. Without it, `x: read a, write b` and `y: read b, write a` pushed at the same
+/// time can each be granted its read and queue its write behind the other's read, and neither
+/// ever runs. Appending in a fixed order of vars (by address) would not prevent that (both would
+/// meet `a` first, `x` granted and `y` queued, then `y` granted `b` before `x` queues there)
+/// unless each var's lock were held until the op is on all of them: one lock per op is cheaper
+/// (uncontended, it is not measurable next to a 2x2 add) and simpler to check. Completions need
+/// not take the lock: they only pop the front of a queue, which never reorders it.
 fn register(blk: Arc<OprBlock>) {
-    *engine().pending.lock().unwrap() += 1;
+    let eng = engine();
+    *eng.pending.lock().unwrap() += 1;
     let mut granted = 1;
-    for v in &blk.reads {
-        if v.append_read(&blk) {
-            granted += 1;
+    {
+        // Held only for the queue bookkeeping, never while an op runs (a running op may push).
+        let _registering = eng.registration.lock().unwrap();
+        for v in &blk.reads {
+            if v.append_read(&blk) {
+                granted += 1;
+            }
         }
-    }
-    for v in &blk.writes {
-        if v.append_write(&blk) {
-            granted += 1;
+        for v in &blk.writes {
+            if v.append_write(&blk) {
+                granted += 1;
+            }
         }
     }
     // AcqRel: the thread that brings the count to zero must see every grant made before it.
@@ -200,6 +224,8 @@ fn register(blk: Arc<OprBlock>) {
 
 /// Called when a var grants `blk` one of its dependencies.
 fn on_granted(blk: Arc<OprBlock>) {
+    // AcqRel, as in `register`: every grant, and what the ops granting it wrote, happens before
+    // the op runs on whichever thread brings the count to zero.
     if blk.wait.fetch_sub(1, Ordering::AcqRel) == 1 {
         if blk.marker {
             // A wait marker only wakes its waiter: cheaper to run here than to hop threads.

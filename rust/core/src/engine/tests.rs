@@ -1,5 +1,7 @@
 use super::*;
-use std::sync::atomic::AtomicI64;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::sync::mpsc;
 use std::time::Duration;
 
 fn cells(n: usize) -> (Vec<Arc<AtomicI64>>, Vec<Arc<Var>>) {
@@ -63,17 +65,22 @@ fn read_after_write_and_write_after_read_are_ordered() {
     assert_eq!(got, sequential(3, &ops));
 }
 
-#[test]
-fn randomized_stress_matches_sequential_reference() {
-    let n = 12;
-    let (c, v) = cells(n);
-    let mut state = 0x9E3779B97F4A7C15u64;
-    let mut next = move || {
+/// A xorshift generator: the random tests draw the same ops on every run.
+fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed.max(1);
+    move || {
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
         state
-    };
+    }
+}
+
+#[test]
+fn randomized_stress_matches_sequential_reference() {
+    let n = 12;
+    let (c, v) = cells(n);
+    let mut next = xorshift(0x9E3779B97F4A7C15);
     let mut ops = Vec::new();
     for i in 0..3000 {
         let w = (next() % n as u64) as usize;
@@ -87,6 +94,258 @@ fn randomized_stress_matches_sequential_reference() {
     wait_vars(&v);
     let got: Vec<i64> = c.iter().map(|x| x.load(Ordering::Relaxed)).collect();
     assert_eq!(got, sequential(n, &ops));
+}
+
+/// A var of the multi-threaded stress test and the state the engine guards with it.
+struct SharedCell {
+    var: Arc<Var>,
+    /// Ops inside the cell now: readers count up, a writer sets `WRITER`. Checks the engine's
+    /// exclusion directly (AcqRel/Acquire: each op sees the exits of the ops before it).
+    occupancy: AtomicUsize,
+    /// The content: a hash chain over the writes it received, read and written with Relaxed
+    /// load-then-store, so it comes out right only if the engine orders the ops that touch it.
+    value: AtomicU64,
+    /// Writes received so far: the version an op sees.
+    version: AtomicUsize,
+    /// The ids of the ops that wrote the cell, in the order they ran.
+    writers: Mutex<Vec<usize>>,
+}
+
+const WRITER: usize = 1 << 32;
+
+/// One op of the stress test: reads and writes cells of the pool (a cell in both is read and
+/// written, as `x += y`); it records what it saw in `seen[id]`.
+struct StressOp {
+    reads: Vec<usize>,
+    writes: Vec<usize>,
+}
+
+/// What an op saw of each cell it touched: (cell, version, value), cells in ascending order.
+type Seen = Vec<(usize, usize, u64)>;
+
+fn mix(hash: u64, x: u64) -> u64 {
+    (hash ^ x).wrapping_mul(0x100000001B3).rotate_left(29)
+}
+
+/// The value a write leaves: a function of the cell's old value, the op and everything it saw.
+fn written_value(old: u64, id: usize, seen: &Seen) -> u64 {
+    seen.iter().fold(mix(old, id as u64), |h, &(cell, _, value)| mix(mix(h, cell as u64), value))
+}
+
+fn touched(op: &StressOp) -> Vec<usize> {
+    let mut cells: Vec<usize> = op.reads.iter().chain(&op.writes).copied().collect();
+    cells.sort_unstable();
+    cells.dedup();
+    cells
+}
+
+fn run_stress_op(pool: &[SharedCell], op: &StressOp, id: usize) -> std::result::Result<Seen, String> {
+    let cells = touched(op);
+    let is_written = |c: &usize| op.writes.contains(c);
+    for c in &cells {
+        let occupancy = &pool[*c].occupancy;
+        let clash = if is_written(c) {
+            occupancy.compare_exchange(0, WRITER, Ordering::AcqRel, Ordering::Acquire).err()
+        } else {
+            Some(occupancy.fetch_add(1, Ordering::AcqRel)).filter(|before| before & WRITER != 0)
+        };
+        if let Some(before) = clash {
+            return Err(format!("op {id} entered cell {c} while it held {before:#x} (readers, or WRITER)"));
+        }
+    }
+    let seen: Seen = cells
+        .iter()
+        .map(|&c| (c, pool[c].version.load(Ordering::Relaxed), pool[c].value.load(Ordering::Relaxed)))
+        .collect();
+    if id % 16 == 0 {
+        std::thread::yield_now(); // widen the window in which a wrongly granted op would overlap
+    }
+    for &(c, version, old) in seen.iter().filter(|(c, _, _)| is_written(c)) {
+        pool[c].value.store(written_value(old, id, &seen), Ordering::Relaxed);
+        pool[c].version.store(version + 1, Ordering::Relaxed);
+        pool[c].writers.lock().unwrap().push(id);
+    }
+    for c in &cells {
+        if is_written(c) {
+            pool[*c].occupancy.store(0, Ordering::Release);
+        } else {
+            pool[*c].occupancy.fetch_sub(1, Ordering::Release);
+        }
+    }
+    Ok(seen)
+}
+
+/// Replays the ops in an order that puts every op after the writes it saw and before the write
+/// that followed them on each cell, and after the op its thread pushed before it; checks that
+/// such an order exists (the run was serializable), that every op saw what it sees in the
+/// replay, and that every cell ends with the replay's value. Per-cell order is all that fixes
+/// the result, so any such order gives the same replay.
+fn check_against_sequential_replay(ops: &[StressOp], seen: &[Seen], pool: &[SharedCell], per_thread: usize) {
+    let writers: Vec<Vec<usize>> = pool.iter().map(|c| c.writers.lock().unwrap().clone()).collect();
+    let mut successors: Vec<Vec<usize>> = vec![Vec::new(); ops.len()];
+    for (id, op_seen) in seen.iter().enumerate() {
+        if id % per_thread != 0 {
+            successors[id - 1].push(id); // its thread pushed `id - 1` first
+        }
+        for &(cell, version, _) in op_seen {
+            let log = &writers[cell];
+            assert!(version <= log.len(), "op {id} saw version {version} of cell {cell}, written {} times", log.len());
+            if version > 0 {
+                successors[log[version - 1]].push(id);
+            }
+            if !ops[id].writes.contains(&cell) && version < log.len() {
+                successors[id].push(log[version]);
+            }
+            if ops[id].writes.contains(&cell) {
+                assert_eq!(log.get(version), Some(&id), "cell {cell}: op {id} wrote version {version} out of turn");
+            }
+        }
+    }
+    let mut unmet = vec![0usize; ops.len()];
+    for s in successors.iter().flatten() {
+        unmet[*s] += 1;
+    }
+    let mut ready: VecDeque<usize> = (0..ops.len()).filter(|&id| unmet[id] == 0).collect();
+    let mut state: Vec<(usize, u64)> = (0..pool.len()).map(|c| (0, c as u64)).collect();
+    let mut replayed = 0;
+    while let Some(id) = ready.pop_front() {
+        let expected: Seen = touched(&ops[id]).into_iter().map(|c| (c, state[c].0, state[c].1)).collect();
+        assert_eq!(seen[id], expected, "op {id} saw other data than in the sequential replay");
+        for &c in &ops[id].writes {
+            state[c] = (state[c].0 + 1, written_value(state[c].1, id, &expected));
+        }
+        replayed += 1;
+        for &s in &successors[id] {
+            unmet[s] -= 1;
+            if unmet[s] == 0 {
+                ready.push_back(s);
+            }
+        }
+    }
+    assert_eq!(replayed, ops.len(), "the per-var orders contradict each other: no sequential order explains the run");
+    for (c, cell) in pool.iter().enumerate() {
+        assert_eq!(cell.value.load(Ordering::Relaxed), state[c].1, "cell {c} ends with another value than the replay");
+    }
+}
+
+/// Eight threads push random ops over a small pool of shared vars (and now and then wait on one,
+/// as a reader or a writer): every push finishes, no op overlaps a conflicting one, and the run
+/// equals a sequential replay of the ops in each var's push order.
+#[test]
+fn randomized_stress_from_eight_threads_matches_a_sequential_replay() {
+    const THREADS: usize = 8;
+    const PER_THREAD: usize = 1500;
+    const CELLS: usize = 6;
+    let pool: Arc<Vec<SharedCell>> = Arc::new(
+        (0..CELLS)
+            .map(|c| SharedCell {
+                var: Var::new(),
+                occupancy: AtomicUsize::new(0),
+                value: AtomicU64::new(c as u64),
+                version: AtomicUsize::new(0),
+                writers: Mutex::new(Vec::new()),
+            })
+            .collect(),
+    );
+    let mut next = xorshift(0x2545F4914F6CDD1D);
+    let ops: Arc<Vec<StressOp>> = Arc::new(
+        (0..THREADS * PER_THREAD)
+            .map(|_| {
+                let mut pick = |most: u64| -> Vec<usize> { (0..next() % (most + 1)).map(|_| (next() % CELLS as u64) as usize).collect() };
+                let (mut reads, mut writes) = (pick(3), pick(2));
+                if writes.is_empty() && next() % 4 != 0 {
+                    writes.push((next() % CELLS as u64) as usize); // mostly writers: readers alone change nothing
+                }
+                if reads.is_empty() && writes.is_empty() {
+                    reads.push((next() % CELLS as u64) as usize);
+                }
+                writes.sort_unstable();
+                writes.dedup();
+                StressOp { reads, writes }
+            })
+            .collect(),
+    );
+    let seen: Arc<Vec<Mutex<Seen>>> = Arc::new((0..ops.len()).map(|_| Mutex::new(Vec::new())).collect());
+    let violations: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
+    let (done_tx, done_rx) = mpsc::channel();
+    for thread in 0..THREADS {
+        let (pool, ops, seen, violations, done) = (pool.clone(), ops.clone(), seen.clone(), violations.clone(), done_tx.clone());
+        std::thread::spawn(move || {
+            let mut next = xorshift(thread as u64 + 1);
+            for id in thread * PER_THREAD..(thread + 1) * PER_THREAD {
+                let vars = |cells: &[usize]| -> Vec<Arc<Var>> { cells.iter().map(|&c| pool[c].var.clone()).collect() };
+                let (reads, writes) = (vars(&ops[id].reads), vars(&ops[id].writes));
+                let run = {
+                    let (pool, ops, seen, violations) = (pool.clone(), ops.clone(), seen.clone(), violations.clone());
+                    move || match run_stress_op(&pool, &ops[id], id) {
+                        Ok(op_seen) => {
+                            *seen[id].lock().unwrap() = op_seen;
+                            Ok(())
+                        }
+                        Err(violation) => {
+                            violations.lock().unwrap().push(violation.clone());
+                            Err(crate::err!(Runtime, "{violation}"))
+                        }
+                    }
+                };
+                let inline_if_ready = next() % 2 == 0;
+                push(Box::new(run), &reads, &writes, PushProps { inline_if_ready }, Box::new("stress"));
+                if next() % 64 == 0 {
+                    let cell = (next() % CELLS as u64) as usize;
+                    if let Err(e) = wait_for_var(&pool[cell].var, next() % 2 == 0) {
+                        violations.lock().unwrap().push(e.message);
+                    }
+                }
+            }
+            done.send(()).unwrap();
+        });
+    }
+    for _ in 0..THREADS {
+        done_rx.recv_timeout(Duration::from_secs(20)).expect("the pushing threads are stuck: the engine deadlocked");
+    }
+    for cell in pool.iter() {
+        if let Err(e) = wait_for_var(&cell.var, true) {
+            violations.lock().unwrap().push(e.message);
+        }
+    }
+    assert_eq!(*violations.lock().unwrap(), Vec::<String>::new());
+    let seen: Vec<Seen> = seen.iter().map(|s| s.lock().unwrap().clone()).collect();
+    check_against_sequential_replay(&ops, &seen, &pool, PER_THREAD);
+}
+
+/// The case of issue 22: two threads push many ops, each reading the var the other writes. With
+/// registration not atomic, each op could hold a grant the other waits for, and both stop.
+#[test]
+fn two_threads_pushing_ops_with_opposite_reads_and_writes_finish() {
+    const OPS_PER_THREAD: usize = 200_000;
+    let (a, b) = (Var::new(), Var::new());
+    let ran = Arc::new(AtomicUsize::new(0));
+    let (done_tx, done_rx) = mpsc::channel();
+    for (read, write, inline_if_ready) in [(a.clone(), b.clone(), true), (b.clone(), a.clone(), false)] {
+        let (ran, done) = (ran.clone(), done_tx.clone());
+        std::thread::spawn(move || {
+            for _ in 0..OPS_PER_THREAD {
+                let ran = ran.clone();
+                push(
+                    Box::new(move || {
+                        ran.fetch_add(1, Ordering::Relaxed);
+                        Ok(())
+                    }),
+                    std::slice::from_ref(&read),
+                    std::slice::from_ref(&write),
+                    PushProps { inline_if_ready },
+                    Box::new("opposite_roles"),
+                );
+            }
+            // Every op of this thread writes `write`: waiting for it waits for all of them.
+            wait_for_var(&write, true).unwrap();
+            done.send(()).unwrap();
+        });
+    }
+    for _ in 0..2 {
+        done_rx.recv_timeout(Duration::from_secs(20)).expect("the two pushing threads deadlocked");
+    }
+    assert_eq!(ran.load(Ordering::Relaxed), 2 * OPS_PER_THREAD);
 }
 
 #[test]
@@ -148,6 +407,36 @@ fn an_error_is_reported_once_through_any_array_it_reached() {
     wait_for_var(&view_reader, false).unwrap();
     push(Box::new(|| Ok(())), &[source.clone()], &[later.clone()], PushProps::default(), Box::new("later_reader"));
     wait_for_var(&later, false).unwrap();
+}
+
+/// An op that reads and writes a failed var (`x += 1`) reads the failed content: as in MXNet it
+/// does not run and fails with the inherited error, which reaches its readers; a pure write
+/// (`x[:] = 0`) while the error is unreported fails too, since MXNet checks written vars as well.
+/// Once the error has been raised, a pure write gives the var fresh content, and `x += 1` runs.
+#[test]
+fn a_read_write_of_a_failed_var_inherits_the_error_until_it_is_reported() {
+    let (x, reader) = (Var::new(), Var::new());
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counted = |ran: &Arc<AtomicUsize>| -> OpFn {
+        let ran = ran.clone();
+        Box::new(move || {
+            ran.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+    };
+    push(Box::new(|| Err(crate::err!(Runtime, "disk on fire"))), &[], &[x.clone()], PushProps::default(), Box::new("fail_op"));
+    push(counted(&ran), &[x.clone()], &[x.clone()], PushProps::default(), Box::new("increment"));
+    push(counted(&ran), &[], &[x.clone()], PushProps::default(), Box::new("overwrite_unreported"));
+    push(counted(&ran), &[x.clone()], &[reader.clone()], PushProps::default(), Box::new("reader"));
+    let e = wait_for_var(&reader, false).unwrap_err();
+    assert!(e.message.contains("disk on fire") && e.message.contains("fail_op"), "{}", e.message);
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "an op ran on the failed var's content");
+    // Reported once, through any var it reached.
+    wait_for_var(&x, true).unwrap();
+    push(counted(&ran), &[], &[x.clone()], PushProps::default(), Box::new("fresh_write"));
+    push(counted(&ran), &[x.clone()], &[x.clone()], PushProps::default(), Box::new("increment"));
+    wait_for_var(&x, true).unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 2);
 }
 
 #[test]

@@ -23,7 +23,8 @@ struct VarState {
 #[derive(Default)]
 pub struct Var {
     // One lock per var: held only for queue bookkeeping, never while an op runs, and never
-    // together with another var's lock, so no lock-order cycle can form.
+    // together with another var's lock, so no lock-order cycle can form. It is taken inside the
+    // engine's registration lock (see `register`) and encloses only error cells' locks.
     state: Mutex<VarState>,
 }
 

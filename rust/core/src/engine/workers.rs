@@ -28,6 +28,7 @@ pub type Job = Box<dyn FnOnce() + Send + 'static>;
 
 struct Workers {
     count: usize,
+    /// Ready jobs. The lock is held only to add or take one, never while a job runs.
     queue: Mutex<VecDeque<Job>>,
     /// The queue's length, readable without its lock by idle workers polling for work. It is
     /// changed under the queue's lock, so it never claims a job that is not there.
@@ -98,6 +99,8 @@ pub(super) fn wake_sleepers() {
 }
 
 fn pop(w: &Workers) -> Option<Job> {
+    // A stale zero only makes this worker look again later (it checks again under `sleepers`
+    // before it sleeps); the job itself is handed over under the queue's lock.
     if w.queued.load(Ordering::Acquire) == 0 {
         return None;
     }
