@@ -213,6 +213,13 @@ fn save(py: Python<'_>, path: std::path::PathBuf, arrays: Vec<PyRef<'_, NDArrayH
     py.detach(move || oxnet::io::params::save(&path, &arrays, &names)).py()
 }
 
+/// Replace a file's whole contents without ever leaving it half-written (symbol JSON, optimizer
+/// states: every save that does not go through `save`).
+#[pyfunction]
+fn write_file(py: Python<'_>, path: std::path::PathBuf, data: &[u8]) -> PyResult<()> {
+    py.detach(move || oxnet::io::file::write_file(&path, data)).py()
+}
+
 #[pyfunction]
 fn load<'py>(py: Python<'py>, path: std::path::PathBuf) -> PyResult<(Bound<'py, PyList>, Vec<String>)> {
     let (arrays, names) = py.detach(move || oxnet::io::params::load(&path)).py()?;
@@ -270,6 +277,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(load_frombuffer, m)?)?;
     m.add_function(wrap_pyfunction!(save_tobuffer, m)?)?;
+    m.add_function(wrap_pyfunction!(write_file, m)?)?;
     m.add_function(wrap_pyfunction!(cpu_pool_stats, m)?)?;
     m.add_function(wrap_pyfunction!(cpu_pool_release_all, m)?)?;
     m.add_function(wrap_pyfunction!(engine_info, m)?)?;

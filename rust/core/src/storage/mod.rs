@@ -4,12 +4,29 @@
 //! state of a training loop (the same shapes every iteration) allocates nothing and, above all,
 //! never pays first-touch page faults again (2 GB/s fresh vs ~25 GB/s reused on the project machine).
 //! CPU buffers are 64-byte aligned so that SIMD loads never split a cache line.
+//!
+//! The pool gives memory back, so that a server or a notebook shrinks after a large computation:
+//! - a block nobody reused for `OXNET_CPU_MEM_POOL_IDLE_MS` (default 2000 ms; 0 keeps blocks
+//!   forever) is returned by a background thread of the host pool, which sleeps while the pool is
+//!   empty;
+//! - past `OXNET_CPU_MEM_POOL_LIMIT_MB` of free blocks (default: no limit) the oldest go back at
+//!   once; 0 (or MXNet's `MXNET_CPU_MEM_POOL_TYPE=Unpooled`) pools nothing;
+//! - `MXNET_CPU_MEM_POOL_RESERVE` keeps MXNet's meaning: the percentage of the machine's memory
+//!   (default 5) kept for everything else; when a new block could only be had by eating into it,
+//!   every free block is returned first;
+//! - `CpuPool::release_all` (`mx.cpu().empty_cache()`) returns every free block now.
+//!
+//! Blocks of at least [`MAPPED_BLOCK_BYTES`] are mapped from the kernel directly rather than taken
+//! from the global allocator (mimalloc in the Python module), so returning one unmaps it and the
+//! process's resident memory drops at once: an allocator would keep freed memory in its own
+//! caches, or purge it only when the thread that allocated it next calls into it.
 
 use std::alloc::{self as system, Layout};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 use crate::base::{Context, DeviceType};
 use crate::error::Result;
@@ -18,6 +35,9 @@ pub const ALIGNMENT: usize = 64;
 /// Buffers at least this large ask the kernel for transparent huge pages, which makes first touch
 /// several times faster and relieves the TLB on big tensors.
 const HUGE_PAGE_THRESHOLD: usize = 2 << 20;
+/// Size classes from here on are whole pages mapped from the kernel (see the module notes); below,
+/// the global allocator packs small blocks far better than whole pages would.
+pub const MAPPED_BLOCK_BYTES: usize = 256 << 10;
 
 /// Round a request up to its size class: multiples of 64 bytes up to 4 KiB, above that four
 /// classes per power of two, so a reused buffer wastes at most a quarter of its size.
@@ -46,9 +66,66 @@ pub struct PoolStats {
     pub peak_used_bytes: u64,
 }
 
+/// When a pool gives its free blocks back to the system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolPolicy {
+    /// A free block unused this long is returned (None: kept until `release_all`).
+    pub idle: Option<Duration>,
+    /// The most bytes kept in free lists; past it the oldest blocks are returned.
+    pub max_pooled_bytes: u64,
+    /// Percentage of physical memory a new system allocation must leave available, or the pool
+    /// first returns every free block (MXNet's `MXNET_CPU_MEM_POOL_RESERVE`).
+    pub reserve_percent: u64,
+}
+
+impl Default for PoolPolicy {
+    fn default() -> Self {
+        PoolPolicy { idle: Some(Duration::from_millis(2000)), max_pooled_bytes: u64::MAX, reserve_percent: 5 }
+    }
+}
+
+impl PoolPolicy {
+    /// The defaults, overridden by the environment (see the module notes). A value that does not
+    /// parse keeps the default: memory tuning must never stop a program from starting.
+    pub fn from_env() -> Self {
+        let number = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<u64>().ok());
+        let mut policy = PoolPolicy::default();
+        if let Some(ms) = number("OXNET_CPU_MEM_POOL_IDLE_MS") {
+            policy.idle = (ms > 0).then(|| Duration::from_millis(ms));
+        }
+        if let Some(mb) = number("OXNET_CPU_MEM_POOL_LIMIT_MB") {
+            policy.max_pooled_bytes = mb.saturating_mul(1 << 20);
+        }
+        if std::env::var("MXNET_CPU_MEM_POOL_TYPE").is_ok_and(|t| t.trim().eq_ignore_ascii_case("unpooled")) {
+            policy.max_pooled_bytes = 0;
+        }
+        if let Some(percent) = number("MXNET_CPU_MEM_POOL_RESERVE") {
+            policy.reserve_percent = percent.min(100);
+        }
+        policy
+    }
+}
+
+/// A block on a free list and when it was freed.
+struct FreeBlock {
+    ptr: NonNull<u8>,
+    freed_at: Instant,
+}
+
+/// Free blocks by size class; within a class the oldest is at the front and the most recently
+/// freed (the one most likely still in cache) at the back.
+type FreeLists = HashMap<usize, VecDeque<FreeBlock>>;
+
 /// A pool of 64-byte aligned host buffers.
 pub struct CpuPool {
-    free: Mutex<HashMap<usize, Vec<NonNull<u8>>>>,
+    /// Invariant: every block on a list was allocated by `system_memory::alloc` with the list's
+    /// class, is referenced by no `Buffer`, and `pooled` equals the sum of the listed classes
+    /// (both change together under this lock).
+    free: Mutex<FreeLists>,
+    policy: PoolPolicy,
+    /// Whether a background thread returns idle blocks (the process-wide host pool does; pools
+    /// made in tests call `trim_idle` themselves).
+    background_trim: bool,
     used: AtomicU64,
     pooled: AtomicU64,
     hits: AtomicU64,
@@ -62,9 +139,11 @@ unsafe impl Send for CpuPool {}
 unsafe impl Sync for CpuPool {}
 
 impl CpuPool {
-    fn new() -> Self {
+    pub fn new(policy: PoolPolicy) -> Self {
         CpuPool {
             free: Mutex::new(HashMap::new()),
+            policy,
+            background_trim: false,
             used: AtomicU64::new(0),
             pooled: AtomicU64::new(0),
             hits: AtomicU64::new(0),
@@ -73,19 +152,35 @@ impl CpuPool {
         }
     }
 
+    /// The free lists. A panic cannot leave them inconsistent (every critical section only
+    /// pushes or pops whole entries and adjusts `pooled` with them), so a poisoned lock is used
+    /// as it is rather than turned into a panic of every later allocation.
+    fn lists(&self) -> MutexGuard<'_, FreeLists> {
+        self.free.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub fn alloc(&'static self, bytes: usize) -> Result<Buffer> {
         let class = size_class(bytes);
         // The lock guards only the free-list lookup; it is never held while calling into the OS.
-        let reused = self.free.lock().unwrap().get_mut(&class).and_then(Vec::pop);
+        let reused = {
+            let mut lists = self.lists();
+            let block = lists.get_mut(&class).and_then(VecDeque::pop_back);
+            if block.is_some() {
+                self.pooled.fetch_sub(class as u64, Ordering::SeqCst);
+            }
+            block
+        };
         let ptr = match reused {
-            Some(p) => {
+            Some(block) => {
                 self.hits.fetch_add(1, Ordering::Relaxed);
-                self.pooled.fetch_sub(class as u64, Ordering::Relaxed);
-                p
+                block.ptr
             }
             None => {
                 self.misses.fetch_add(1, Ordering::Relaxed);
-                Self::system_alloc(class)?
+                if class >= MAPPED_BLOCK_BYTES && self.pooled.load(Ordering::Relaxed) > 0 && self.would_breach_reserve(class) {
+                    self.release_all();
+                }
+                system_memory::alloc(class)?
             }
         };
         // Statistics counters are independent gauges; Relaxed is enough since nothing is
@@ -95,42 +190,105 @@ impl CpuPool {
         Ok(Buffer { ptr, bytes, owner: Owner::Pool { class, pool: self } })
     }
 
-    fn system_alloc(class: usize) -> Result<NonNull<u8>> {
-        // The OS overcommits: a request beyond the machine's memory would "succeed" and the
-        // process be killed on first touch, so it is refused here with a clear error instead.
-        let physical = physical_memory_bytes();
-        if class as u64 > physical {
-            crate::bail!(Runtime, "out of host memory: {class} bytes requested, the machine has {physical}");
+    /// Whether taking `class` more bytes from the system would leave less available memory than
+    /// the reserve. The available figure is read at most every 50 ms (reading it costs about as
+    /// much as a small allocation); in between, what this pool took since is subtracted.
+    fn would_breach_reserve(&self, class: usize) -> bool {
+        if self.policy.reserve_percent == 0 {
+            return false;
         }
-        let layout = Layout::from_size_align(class, ALIGNMENT)
-            .map_err(|_| crate::err!(Value, "cannot allocate {class} bytes"))?;
-        // SAFETY: layout has a non-zero size (size_class returns at least ALIGNMENT).
-        let raw = unsafe { system::alloc(layout) };
-        let ptr = NonNull::new(raw)
-            .ok_or_else(|| crate::err!(Runtime, "out of host memory allocating {class} bytes"))?;
-        if class >= HUGE_PAGE_THRESHOLD {
-            advise_huge_pages(ptr, class);
-        }
-        Ok(ptr)
+        let Some(available) = available_memory::estimate(class as u64) else {
+            return false;
+        };
+        let reserve = physical_memory_bytes().saturating_mul(self.policy.reserve_percent) / 100;
+        available.saturating_sub(class as u64) < reserve
     }
 
-    fn release(&self, ptr: NonNull<u8>, class: usize) {
+    fn release(&'static self, ptr: NonNull<u8>, class: usize) {
         self.used.fetch_sub(class as u64, Ordering::Relaxed);
-        self.pooled.fetch_add(class as u64, Ordering::Relaxed);
-        self.free.lock().unwrap().entry(class).or_default().push(ptr);
-    }
-
-    /// Give every pooled buffer back to the system (MXNet's `ReleaseAll`).
-    pub fn release_all(&self) {
-        let drained: Vec<(usize, Vec<NonNull<u8>>)> = self.free.lock().unwrap().drain().collect();
-        for (class, ptrs) in drained {
-            for p in ptrs {
-                self.pooled.fetch_sub(class as u64, Ordering::Relaxed);
-                // SAFETY: p was allocated by system_alloc with exactly this layout and is no
-                // longer referenced by any Buffer (it was on the free list).
-                unsafe { system::dealloc(p.as_ptr(), Layout::from_size_align_unchecked(class, ALIGNMENT)) };
+        let freed_at = Instant::now();
+        let mut over_limit = Vec::new();
+        {
+            let mut lists = self.lists();
+            lists.entry(class).or_default().push_back(FreeBlock { ptr, freed_at });
+            // SeqCst pairs with the trimmer's park check (see `trimmer`).
+            let pooled = self.pooled.fetch_add(class as u64, Ordering::SeqCst) + class as u64;
+            if pooled > self.policy.max_pooled_bytes {
+                over_limit = self.take_oldest(&mut lists, pooled - self.policy.max_pooled_bytes);
             }
         }
+        // SAFETY: the blocks were just taken off the free lists, so nothing else refers to them.
+        unsafe { Self::give_back(over_limit) };
+        if self.background_trim && self.policy.idle.is_some() {
+            trimmer::wake(self);
+        }
+    }
+
+    /// Remove the oldest free blocks, across classes, until at least `excess` bytes are taken.
+    fn take_oldest(&self, lists: &mut FreeLists, excess: u64) -> Vec<(NonNull<u8>, usize)> {
+        let mut taken = Vec::new();
+        let mut freed = 0u64;
+        while freed < excess {
+            let oldest = lists.iter().filter_map(|(&class, list)| list.front().map(|b| (b.freed_at, class))).min();
+            let Some((_, class)) = oldest else { break };
+            if let Some(block) = lists.get_mut(&class).and_then(VecDeque::pop_front) {
+                self.pooled.fetch_sub(class as u64, Ordering::SeqCst);
+                freed += class as u64;
+                taken.push((block.ptr, class));
+            }
+        }
+        lists.retain(|_, list| !list.is_empty());
+        taken
+    }
+
+    /// Return blocks to the system.
+    ///
+    /// # Safety
+    /// Every block must have come from `system_memory::alloc` with its class and be referenced by
+    /// nothing (taken off a free list).
+    unsafe fn give_back(blocks: Vec<(NonNull<u8>, usize)>) {
+        for (ptr, class) in blocks {
+            // SAFETY: guaranteed by this function's contract.
+            unsafe { system_memory::free(ptr, class) };
+        }
+    }
+
+    /// Return every free block that was freed before `now - idle`; the bytes returned.
+    pub fn trim_idle(&self, now: Instant) -> u64 {
+        let Some(cutoff) = self.policy.idle.and_then(|idle| now.checked_sub(idle)) else {
+            return 0;
+        };
+        let mut idle_blocks = Vec::new();
+        {
+            let mut lists = self.lists();
+            for (&class, list) in lists.iter_mut() {
+                while list.front().is_some_and(|b| b.freed_at <= cutoff) {
+                    if let Some(block) = list.pop_front() {
+                        self.pooled.fetch_sub(class as u64, Ordering::SeqCst);
+                        idle_blocks.push((block.ptr, class));
+                    }
+                }
+            }
+            lists.retain(|_, list| !list.is_empty());
+        }
+        let bytes = idle_blocks.iter().map(|&(_, class)| class as u64).sum();
+        // SAFETY: the blocks were just taken off the free lists, so nothing else refers to them.
+        unsafe { Self::give_back(idle_blocks) };
+        bytes
+    }
+
+    /// Give every pooled buffer back to the system (MXNet's `ReleaseAll`, `ctx.empty_cache()`).
+    pub fn release_all(&self) {
+        let drained: Vec<(NonNull<u8>, usize)> = {
+            let mut lists = self.lists();
+            let blocks: Vec<_> = lists.drain().flat_map(|(class, list)| list.into_iter().map(move |b| (b.ptr, class))).collect();
+            for &(_, class) in &blocks {
+                self.pooled.fetch_sub(class as u64, Ordering::SeqCst);
+            }
+            blocks
+        };
+        // SAFETY: the blocks were just taken off the free lists, so nothing else refers to them.
+        unsafe { Self::give_back(drained) };
     }
 
     pub fn stats(&self) -> PoolStats {
@@ -142,6 +300,228 @@ impl CpuPool {
             peak_used_bytes: self.peak.load(Ordering::Relaxed),
         }
     }
+}
+
+/// The background thread that returns idle blocks of the process-wide host pool.
+///
+/// It sleeps a quarter of the idle time between passes while the pool holds free blocks and parks
+/// while it holds none, so an idle process with an empty pool never wakes up. A release that
+/// finds it parked unparks it. No wake-up is lost: the trimmer publishes PARKED and then checks
+/// `pooled`, a release adds to `pooled` and then checks the state, all SeqCst, so at least one of
+/// the two sees the other's write; and an unpark that comes before the park makes the park
+/// return at once.
+mod trimmer {
+    use super::*;
+
+    const NOT_RUNNING: u8 = 0;
+    const ACTIVE: u8 = 1;
+    const PARKED: u8 = 2;
+
+    static STATE: AtomicU8 = AtomicU8::new(NOT_RUNNING);
+    /// The trimmer's thread handle, set by the trimmer itself before it can ever park (so PARKED
+    /// implies it is set). Leaked on purpose: the thread runs for the life of the process.
+    static THREAD: AtomicPtr<std::thread::Thread> = AtomicPtr::new(std::ptr::null_mut());
+
+    pub(super) fn wake(pool: &'static CpuPool) {
+        match STATE.load(Ordering::SeqCst) {
+            ACTIVE => {}
+            PARKED => {
+                let thread = THREAD.load(Ordering::SeqCst);
+                // SAFETY: a non-null pointer came from Box::into_raw in `run` and is never freed.
+                if let Some(thread) = unsafe { thread.as_ref() } {
+                    thread.unpark();
+                }
+            }
+            _ => {
+                if STATE.compare_exchange(NOT_RUNNING, ACTIVE, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                    forget_after_fork();
+                    let spawned = std::thread::Builder::new().name("oxnet-pool-trim".into()).spawn(move || run(pool));
+                    if spawned.is_err() {
+                        // No thread to be had: idle blocks stay until the next release tries again.
+                        STATE.store(NOT_RUNNING, Ordering::SeqCst);
+                    }
+                }
+            }
+        }
+    }
+
+    fn run(pool: &'static CpuPool) {
+        THREAD.store(Box::into_raw(Box::new(std::thread::current())), Ordering::SeqCst);
+        let Some(idle) = pool.policy.idle else { return };
+        let period = (idle / 4).max(Duration::from_millis(10));
+        loop {
+            if pool.pooled.load(Ordering::SeqCst) == 0 {
+                STATE.store(PARKED, Ordering::SeqCst);
+                if pool.pooled.load(Ordering::SeqCst) == 0 {
+                    std::thread::park();
+                }
+                STATE.store(ACTIVE, Ordering::SeqCst);
+                continue;
+            }
+            std::thread::sleep(period);
+            pool.trim_idle(Instant::now());
+        }
+    }
+
+    /// A child made by `fork` has no trimmer thread (threads do not survive fork): mark it not
+    /// running there, so that the child's first release starts its own.
+    fn forget_after_fork() {
+        #[cfg(unix)]
+        {
+            extern "C" {
+                fn pthread_atfork(prepare: Option<extern "C" fn()>, parent: Option<extern "C" fn()>, child: Option<extern "C" fn()>) -> i32;
+            }
+            extern "C" fn in_child() {
+                STATE.store(NOT_RUNNING, Ordering::SeqCst);
+                THREAD.store(std::ptr::null_mut(), Ordering::SeqCst);
+            }
+            static REGISTERED: std::sync::Once = std::sync::Once::new();
+            // SAFETY: the handler only stores to atomics, which is async-signal-safe as fork requires.
+            REGISTERED.call_once(|| unsafe {
+                pthread_atfork(None, None, Some(in_child));
+            });
+        }
+    }
+}
+
+/// Memory the kernel reports available (MemAvailable), estimated between readings.
+mod available_memory {
+    use super::*;
+
+    const REREAD_AFTER: Duration = Duration::from_millis(50);
+    /// Nanoseconds since `epoch()` of the last reading (0: never read).
+    static READ_AT_NS: AtomicU64 = AtomicU64::new(0);
+    static AVAILABLE_AT_READ: AtomicU64 = AtomicU64::new(0);
+    static TAKEN_SINCE_READ: AtomicU64 = AtomicU64::new(0);
+
+    fn epoch() -> Instant {
+        static EPOCH: OnceLock<Instant> = OnceLock::new();
+        *EPOCH.get_or_init(Instant::now)
+    }
+
+    /// The bytes available before taking `about_to_take` more, or None where the kernel does not
+    /// say. The atomics are a cache: concurrent callers may each re-read, which is harmless.
+    pub(super) fn estimate(about_to_take: u64) -> Option<u64> {
+        let now_ns = (epoch().elapsed().as_nanos() as u64).max(1);
+        let read_at = READ_AT_NS.load(Ordering::Relaxed);
+        let available = if read_at == 0 || now_ns.saturating_sub(read_at) > REREAD_AFTER.as_nanos() as u64 {
+            let available = read_mem_available()?;
+            AVAILABLE_AT_READ.store(available, Ordering::Relaxed);
+            TAKEN_SINCE_READ.store(0, Ordering::Relaxed);
+            READ_AT_NS.store(now_ns, Ordering::Relaxed);
+            available
+        } else {
+            AVAILABLE_AT_READ.load(Ordering::Relaxed).saturating_sub(TAKEN_SINCE_READ.load(Ordering::Relaxed))
+        };
+        TAKEN_SINCE_READ.fetch_add(about_to_take, Ordering::Relaxed);
+        Some(available)
+    }
+
+    fn read_mem_available() -> Option<u64> {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib.saturating_mul(1024))
+    }
+}
+
+/// Where pool blocks come from: whole pages mapped from the kernel for large classes (Linux), the
+/// global allocator otherwise.
+mod system_memory {
+    use super::*;
+
+    pub(super) fn alloc(class: usize) -> Result<NonNull<u8>> {
+        // The OS overcommits: a request beyond the machine's memory would "succeed" and the
+        // process be killed on first touch, so it is refused here with a clear error instead.
+        let physical = physical_memory_bytes();
+        if class as u64 > physical {
+            crate::bail!(Runtime, "out of host memory: {class} bytes requested, the machine has {physical}");
+        }
+        let ptr = if uses_mapping(class) {
+            map(class)?
+        } else {
+            let layout = Layout::from_size_align(class, ALIGNMENT).map_err(|_| crate::err!(Value, "cannot allocate {class} bytes"))?;
+            // SAFETY: layout has a non-zero size (size_class returns at least ALIGNMENT).
+            let raw = unsafe { system::alloc(layout) };
+            NonNull::new(raw).ok_or_else(|| crate::err!(Runtime, "out of host memory allocating {class} bytes"))?
+        };
+        if class >= HUGE_PAGE_THRESHOLD {
+            advise_huge_pages(ptr, class);
+        }
+        Ok(ptr)
+    }
+
+    /// # Safety
+    /// `ptr` must come from `alloc(class)` with the same `class` and be referenced by nothing.
+    pub(super) unsafe fn free(ptr: NonNull<u8>, class: usize) {
+        if uses_mapping(class) {
+            // SAFETY: guaranteed by this function's contract.
+            unsafe { unmap(ptr, class) };
+        } else {
+            // SAFETY: the block was allocated by system::alloc with exactly this layout (contract).
+            unsafe { system::dealloc(ptr.as_ptr(), Layout::from_size_align_unchecked(class, ALIGNMENT)) };
+        }
+    }
+
+    fn uses_mapping(class: usize) -> bool {
+        cfg!(target_os = "linux") && class >= MAPPED_BLOCK_BYTES
+    }
+
+    #[cfg(target_os = "linux")]
+    mod linux {
+        extern "C" {
+            pub fn mmap(addr: *mut std::ffi::c_void, len: usize, prot: i32, flags: i32, fd: i32, offset: i64) -> *mut std::ffi::c_void;
+            pub fn munmap(addr: *mut std::ffi::c_void, len: usize) -> i32;
+        }
+        pub const PROT_READ_WRITE: i32 = 0x1 | 0x2;
+        pub const MAP_PRIVATE_ANONYMOUS: i32 = 0x02 | 0x20;
+    }
+
+    /// Map `class` bytes (a whole number of pages: classes from MAPPED_BLOCK_BYTES on are
+    /// multiples of 64 KiB). Blocks of HUGE_PAGE_THRESHOLD and more start on a huge-page boundary,
+    /// so that every huge page the kernel can back them with lies inside the block.
+    #[cfg(target_os = "linux")]
+    fn map(class: usize) -> Result<NonNull<u8>> {
+        let align = if class >= HUGE_PAGE_THRESHOLD { HUGE_PAGE_THRESHOLD } else { 4096 };
+        let len = class + (align - 4096);
+        // SAFETY: an anonymous private mapping at an address of the kernel's choice touches no
+        // existing memory.
+        let raw = unsafe { linux::mmap(std::ptr::null_mut(), len, linux::PROT_READ_WRITE, linux::MAP_PRIVATE_ANONYMOUS, -1, 0) };
+        if raw as isize == -1 || raw.is_null() {
+            crate::bail!(Runtime, "out of host memory mapping {class} bytes: {}", std::io::Error::last_os_error());
+        }
+        let start = raw as usize;
+        let aligned = start.next_multiple_of(align);
+        let (head, tail) = (aligned - start, len - (aligned - start) - class);
+        // SAFETY: [start, aligned) and [aligned + class, start + len) lie inside the mapping just
+        // made and nothing refers to them.
+        unsafe {
+            if head > 0 {
+                linux::munmap(raw, head);
+            }
+            if tail > 0 {
+                linux::munmap((aligned + class) as *mut _, tail);
+            }
+        }
+        NonNull::new(aligned as *mut u8).ok_or_else(|| crate::err!(Runtime, "the kernel mapped {class} bytes at address 0"))
+    }
+
+    /// # Safety
+    /// `ptr` must be a mapping of exactly `class` bytes made by `map` and referenced by nothing.
+    #[cfg(target_os = "linux")]
+    unsafe fn unmap(ptr: NonNull<u8>, class: usize) {
+        // SAFETY: guaranteed by this function's contract. munmap fails only for arguments that
+        // are not a mapping, which the contract excludes.
+        unsafe { linux::munmap(ptr.as_ptr().cast(), class) };
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn map(class: usize) -> Result<NonNull<u8>> {
+        crate::bail!(Runtime, "cannot map {class} bytes: pool blocks are mapped directly only on Linux")
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    unsafe fn unmap(_ptr: NonNull<u8>, _class: usize) {}
 }
 
 /// Total physical memory, or u64::MAX where it cannot be read.
@@ -239,7 +619,7 @@ impl Drop for Buffer {
 /// The pool of host memory (plain and pinned host memory share it on machines without CUDA).
 pub fn cpu_pool() -> &'static CpuPool {
     static POOL: OnceLock<CpuPool> = OnceLock::new();
-    POOL.get_or_init(CpuPool::new)
+    POOL.get_or_init(|| CpuPool { background_trim: true, ..CpuPool::new(PoolPolicy::from_env()) })
 }
 
 /// Allocate `bytes` on `ctx`.
@@ -267,7 +647,7 @@ mod tests {
 
     #[test]
     fn pool_reuses_and_aligns() {
-        let pool: &'static CpuPool = Box::leak(Box::new(CpuPool::new()));
+        let pool: &'static CpuPool = Box::leak(Box::new(CpuPool::new(PoolPolicy::default())));
         let a = pool.alloc(1000).unwrap();
         assert_eq!(a.as_ptr() as usize % ALIGNMENT, 0);
         let first = a.as_ptr();
@@ -291,7 +671,7 @@ mod tests {
 
     #[test]
     fn pool_is_thread_safe() {
-        let pool: &'static CpuPool = Box::leak(Box::new(CpuPool::new()));
+        let pool: &'static CpuPool = Box::leak(Box::new(CpuPool::new(PoolPolicy::default())));
         std::thread::scope(|s| {
             for t in 0..4 {
                 s.spawn(move || {
@@ -304,5 +684,36 @@ mod tests {
             }
         });
         assert_eq!(pool.stats().used_bytes, 0);
+    }
+
+    #[test]
+    fn idle_blocks_go_back_and_fresh_ones_stay() {
+        let policy = PoolPolicy { idle: Some(Duration::from_secs(60)), ..PoolPolicy::default() };
+        let pool: &'static CpuPool = Box::leak(Box::new(CpuPool::new(policy)));
+        drop(pool.alloc(MAPPED_BLOCK_BYTES).unwrap());
+        drop(pool.alloc(1000).unwrap());
+        let pooled = pool.stats().pooled_bytes;
+        assert_eq!(pool.trim_idle(Instant::now()), 0, "nothing has been idle for a minute yet");
+        assert_eq!(pool.trim_idle(Instant::now() + Duration::from_secs(61)), pooled);
+        assert_eq!(pool.stats().pooled_bytes, 0);
+        // A block taken again after the trim comes from the system, aligned as before.
+        let again = pool.alloc(HUGE_PAGE_THRESHOLD).unwrap();
+        assert_eq!(again.as_ptr() as usize % HUGE_PAGE_THRESHOLD, 0, "large blocks start on a huge page");
+        assert_eq!(pool.stats().misses, 3);
+    }
+
+    #[test]
+    fn the_limit_returns_the_oldest_blocks() {
+        let limit = 3 * MAPPED_BLOCK_BYTES as u64;
+        let policy = PoolPolicy { idle: None, max_pooled_bytes: limit, ..PoolPolicy::default() };
+        let pool: &'static CpuPool = Box::leak(Box::new(CpuPool::new(policy)));
+        let blocks: Vec<Buffer> = (0..5).map(|_| pool.alloc(MAPPED_BLOCK_BYTES).unwrap()).collect();
+        let newest = blocks[4].as_ptr();
+        drop(blocks);
+        assert_eq!(pool.stats().pooled_bytes, limit);
+        assert_eq!(pool.alloc(MAPPED_BLOCK_BYTES).unwrap().as_ptr(), newest, "the most recently freed block is kept");
+        let unpooled: &'static CpuPool = Box::leak(Box::new(CpuPool::new(PoolPolicy { max_pooled_bytes: 0, ..policy })));
+        drop(unpooled.alloc(100).unwrap());
+        assert_eq!(unpooled.stats().pooled_bytes, 0, "a limit of 0 pools nothing");
     }
 }
