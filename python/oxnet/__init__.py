@@ -33,6 +33,7 @@ from . import monitor
 from . import monitor as mon
 from . import image
 from . import gluon
+from . import rnn
 from . import visualization as viz
 from . import test_utils
 from . import util

@@ -1,6 +1,7 @@
 """Attribute scopes for symbols (MXNet's ``mxnet.attribute``)."""
 
 import threading
+from collections import defaultdict
 
 _state = threading.local()
 
@@ -20,6 +21,9 @@ class _PerThreadCurrent(type):
 
 class AttrScope(metaclass=_PerThreadCurrent):
     """Attributes every symbol created inside the ``with`` block receives (values are strings)."""
+
+    # How many control flow subgraphs of each name were made (`foreach0`, `foreach1`, ...).
+    _subgraph_names = defaultdict(int)
 
     def __init__(self, **kwargs):
         for value in kwargs.values():

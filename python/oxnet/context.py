@@ -72,7 +72,9 @@ class Context(metaclass=_ContextClass):
         _core.set_current_context(self._previous.pop())
 
     def empty_cache(self):
-        """Return pooled memory of this device to the system."""
+        """Return the memory pooled for this device's freed arrays to the system now (arrays still
+        alive, or still used by pending operations, keep theirs: call ``mx.nd.waitall()`` first).
+        Host memory also goes back by itself after an idle time; see the README's Memory notes."""
         if self.device_type != "gpu":
             _core.cpu_pool_release_all()
 

@@ -350,6 +350,43 @@ class LSTMBias(Initializer):
         arr[num_hidden:2 * num_hidden] = self.forget_bias
 
 
+@register
+class FusedRNN(Initializer):
+    """The packed parameter vector of a fused ``RNN`` operator (``mx.rnn.FusedRNNCell``),
+    initialized one gate weight at a time: by ``init`` (the global initializer when None), LSTM
+    forget-gate biases set to ``forget_bias``."""
+
+    def __init__(self, init, num_hidden, num_layers, mode, bidirectional=False, forget_bias=1.0):
+        if isinstance(init, string_types):
+            init = create(init)
+        super().__init__(init=None if init is None else init.dumps(), num_hidden=num_hidden, num_layers=num_layers,
+                         mode=mode, bidirectional=bidirectional, forget_bias=forget_bias)
+        self._init = init
+        self._num_hidden = num_hidden
+        self._num_layers = num_layers
+        self._mode = mode
+        self._bidirectional = bidirectional
+        self._forget_bias = forget_bias
+
+    def _init_weight(self, desc, arr):
+        from .rnn import rnn_cell
+        cell = rnn_cell.FusedRNNCell(self._num_hidden, self._num_layers, self._mode, self._bidirectional,
+                                     forget_bias=self._forget_bias, prefix="")
+        weights = cell.unpack_weights({"parameters": arr})
+        global_init = getattr(desc, "global_init", None)
+        for name, weight in weights.items():
+            if self._mode == "lstm" and name.endswith("_f_bias"):
+                weight[:] = self._forget_bias
+            elif self._init is not None:
+                self._init(InitDesc(name, global_init=global_init), weight)
+            elif global_init is not None:
+                global_init(InitDesc(name, global_init=global_init), weight)
+            else:
+                raise ValueError("FusedRNN: no initializer for %s (pass init, or initialize through a global "
+                                 "initializer)" % name)
+        arr[:] = cell.pack_weights(weights)["parameters"]
+
+
 class Load:
     """Initializes parameters from a dict of arrays or a ``.params`` file (``arg:``/``aux:``
     prefixes dropped); parameters it lacks go to `default_init`."""

@@ -418,7 +418,8 @@ class Perplexity(EvalMetric):
                 raise ValueError("Perplexity: shape mismatch: label %s vs. prediction %s (classes on axis %d)"
                                  % (label.shape, pred.shape, self.axis))
             index_shape = pred.shape[:axis] + (1,) + pred.shape[axis + 1:]
-            index = label.astype("int64").reshape(index_shape)
+            # Out-of-range labels are clipped to a valid class, as MXNet's `pick` does.
+            index = numpy.clip(label.astype("int64"), 0, pred.shape[axis] - 1).reshape(index_shape)
             prob = numpy.take_along_axis(pred, index, axis=axis).ravel()
             if self.ignore_label is not None:
                 ignored = label.ravel() == self.ignore_label

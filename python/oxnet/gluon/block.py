@@ -317,8 +317,7 @@ class Block:
 
         model = {}
         describe(self, [0], model)
-        with open(prefix + "-model.json", "w") as f:
-            json.dump(model, f)
+        _core.write_file(prefix + "-model.json", json.dumps(model).encode("utf-8"))
         self.save_parameters(prefix + "-model.params")
 
     def load(self, prefix):
@@ -372,6 +371,14 @@ class Block:
             child.apply(fn)
         fn(self)
         return self
+
+    def register_op_hook(self, callback, monitor_all=False):
+        """Call ``callback(name, op_name, array)`` for every operator output (and input, with
+        ``monitor_all``) that the hybridized descendants' graphs compute (MXNet's op hooks).
+        Outputs are named ``<node>_output``, inputs ``<node>_<input name>`` (``<node>_input<i>``
+        for operators that declare no input names)."""
+        for child in self._children.values():
+            child.register_op_hook(callback, monitor_all)
 
     def initialize(self, init=initializer.Uniform(), ctx=None, verbose=False, force_reinit=False):
         self.collect_params().initialize(init, ctx, verbose, force_reinit)
@@ -456,6 +463,8 @@ class HybridBlock(Block):
         self._flags = {}
         # (traced graph, its number of operators), for the inlining decision.
         self._operator_count = (None, 0)
+        # (callback, monitor_all) of register_op_hook.
+        self._op_hook = None
 
     def __setattr__(self, name, value):
         super().__setattr__(name, value)
@@ -486,10 +495,19 @@ class HybridBlock(Block):
         self._cached_graph = ()
         self._cached_op = None
 
+    def register_op_hook(self, callback, monitor_all=False):
+        """Call ``callback(name, op_name, array)`` for every operator output (and input, with
+        ``monitor_all``) of this block's cached graph as it runs (MXNet's op hooks): outputs are
+        named ``<node>_output``, inputs ``<node>_<input name>`` (``<node>_input<i>`` for
+        operators that declare no input names). The graph then runs unfused and uninlined, so
+        that every operator reports."""
+        self._op_hook = (callback, monitor_all)
+        super().register_op_hook(callback, monitor_all)
+
     def _inlined(self, *args):
         """Whether this recorded call runs operator by operator: a small graph, not statically
         allocated (MXNet's CachedOp inlining, visible in ``autograd.get_symbol``)."""
-        if self._flags.get("static_alloc") or not autograd.is_recording():
+        if self._flags.get("static_alloc") or self._op_hook is not None or not autograd.is_recording():
             return False
         out = self._get_graph(*args)[1]
         if self._operator_count[0] is not out:
@@ -618,7 +636,14 @@ class HybridBlock(Block):
                 else:
                     i._finish_deferred_init()
                     cargs.append(i.data())
-        out = [NDArray(h) for h in self._cached_op([c.handle for c in cargs])]
+        if self._op_hook is None:
+            out = [NDArray(h) for h in self._cached_op([c.handle for c in cargs])]
+        else:
+            callback, monitor_all = self._op_hook
+            handles, report = self._cached_op.call_monitored([c.handle for c in cargs], monitor_all)
+            out = [NDArray(h) for h in handles]
+            for name, op_name, handle in report:
+                callback(name, op_name, NDArray(handle))
         return _regroup(out, self._out_format)[0]
 
     def forward(self, x, *args):

@@ -3,6 +3,7 @@
 import numpy as np
 
 from .. import ndarray
+from ..ndarray.ndarray import _ReshapeSizeError
 from ..base import numeric_types
 from .block import HybridBlock
 
@@ -17,10 +18,6 @@ def _apply_weighting(F, loss, weight=None, sample_weight=None):
     return loss
 
 
-def _reshape_like(F, x, y):
-    return x.reshape(y.shape) if F is ndarray else F.reshape_like(x, y)
-
-
 class Loss(HybridBlock):
     """Base loss: ``weight`` scales it, ``batch_axis`` is kept, every other axis averaged."""
 
@@ -31,6 +28,17 @@ class Loss(HybridBlock):
 
     def __repr__(self):
         return "{name}(batch_axis={_batch_axis}, w={_weight})".format(name=self.__class__.__name__, **self.__dict__)
+
+    def _reshape_like(self, F, x, y, x_name="label", y_name="pred"):
+        """``x`` reshaped to ``y``'s shape. Imperatively a size mismatch is reported here, naming
+        the loss and both shapes; a hybridized loss reports it from shape inference, naming the
+        block's reshape_like node and both shapes."""
+        if F is not ndarray:
+            return F.reshape_like(x, y)
+        if x.size != y.size:
+            raise _ReshapeSizeError("%s: %s of shape %s does not match %s of shape %s (%d elements, expected %d)"
+                                    % (type(self).__name__, x_name, x.shape, y_name, y.shape, x.size, y.size))
+        return x.reshape(y.shape)
 
     def _mean(self, F, loss):
         return F.mean(loss, axis=self._batch_axis, exclude=True)
@@ -46,7 +54,7 @@ class L2Loss(Loss):
         super().__init__(weight, batch_axis, **kwargs)
 
     def hybrid_forward(self, F, pred, label, sample_weight=None):
-        label = _reshape_like(F, label, pred)
+        label = self._reshape_like(F, label, pred)
         loss = F.square(label - pred)
         return self._mean(F, _apply_weighting(F, loss, self._weight / 2, sample_weight))
 
@@ -58,7 +66,7 @@ class L1Loss(Loss):
         super().__init__(weight, batch_axis, **kwargs)
 
     def hybrid_forward(self, F, pred, label, sample_weight=None):
-        label = _reshape_like(F, label, pred)
+        label = self._reshape_like(F, label, pred)
         loss = F.abs(label - pred)
         return self._mean(F, _apply_weighting(F, loss, self._weight, sample_weight))
 
@@ -71,7 +79,7 @@ class SigmoidBinaryCrossEntropyLoss(Loss):
         self._from_sigmoid = from_sigmoid
 
     def hybrid_forward(self, F, pred, label, sample_weight=None, pos_weight=None):
-        label = _reshape_like(F, label, pred)
+        label = self._reshape_like(F, label, pred)
         if not self._from_sigmoid:
             if pos_weight is None:
                 loss = F.relu(pred) - pred * label + F.Activation(-F.abs(pred), act_type="softrelu")
@@ -108,7 +116,7 @@ class SoftmaxCrossEntropyLoss(Loss):
         if self._sparse_label:
             loss = -F.pick(pred, label, axis=self._axis, keepdims=True)
         else:
-            label = _reshape_like(F, label, pred)
+            label = self._reshape_like(F, label, pred)
             loss = -F.sum(pred * label, axis=self._axis, keepdims=True)
         return self._mean(F, _apply_weighting(F, loss, self._weight, sample_weight))
 
@@ -139,7 +147,7 @@ class HuberLoss(Loss):
         self._rho = rho
 
     def hybrid_forward(self, F, pred, label, sample_weight=None):
-        label = _reshape_like(F, label, pred)
+        label = self._reshape_like(F, label, pred)
         loss = F.abs(label - pred)
         loss = F.where(loss > self._rho, loss - 0.5 * self._rho, (0.5 / self._rho) * F.square(loss))
         return self._mean(F, _apply_weighting(F, loss, self._weight, sample_weight))
@@ -153,7 +161,7 @@ class HingeLoss(Loss):
         self._margin = margin
 
     def hybrid_forward(self, F, pred, label, sample_weight=None):
-        label = _reshape_like(F, label, pred)
+        label = self._reshape_like(F, label, pred)
         loss = F.relu(self._margin - pred * label)
         return self._mean(F, _apply_weighting(F, loss, self._weight, sample_weight))
 
@@ -162,7 +170,7 @@ class SquaredHingeLoss(HingeLoss):
     """max(0, margin - pred * label)^2."""
 
     def hybrid_forward(self, F, pred, label, sample_weight=None):
-        label = _reshape_like(F, label, pred)
+        label = self._reshape_like(F, label, pred)
         loss = F.square(F.relu(self._margin - pred * label))
         return self._mean(F, _apply_weighting(F, loss, self._weight, sample_weight))
 
@@ -177,7 +185,7 @@ class LogisticLoss(Loss):
         self._label_format = label_format
 
     def hybrid_forward(self, F, pred, label, sample_weight=None):
-        label = _reshape_like(F, label, pred)
+        label = self._reshape_like(F, label, pred)
         if self._label_format == "binary":
             label = 2 * label - 1
         loss = F.relu(-pred * label) + F.Activation(-F.abs(pred * label), act_type="softrelu")
@@ -192,8 +200,8 @@ class TripletLoss(Loss):
         self._margin = margin
 
     def hybrid_forward(self, F, pred, positive, negative, sample_weight=None):
-        positive = _reshape_like(F, positive, pred)
-        negative = _reshape_like(F, negative, pred)
+        positive = self._reshape_like(F, positive, pred, "positive")
+        negative = self._reshape_like(F, negative, pred, "negative")
         loss = F.sum(F.square(positive - pred) - F.square(negative - pred), axis=self._batch_axis, exclude=True)
         loss = F.relu(loss + self._margin)
         return _apply_weighting(F, loss, self._weight, sample_weight)
@@ -208,7 +216,7 @@ class CosineEmbeddingLoss(Loss):
         self._margin = margin
 
     def hybrid_forward(self, F, input1, input2, label, sample_weight=None):
-        input1 = _reshape_like(F, input1, input2)
+        input1 = self._reshape_like(F, input1, input2, "input1", "input2")
         label = label.reshape((-1, 1))
         cos_sim = self._cosine_similarity(F, input1, input2)
         similar_part = (1 - cos_sim) * (label == 1)
@@ -296,7 +304,7 @@ class PoissonNLLLoss(Loss):
         self._compute_full = compute_full
 
     def hybrid_forward(self, F, pred, target, sample_weight=None, epsilon=1e-08):
-        target = _reshape_like(F, target, pred)
+        target = self._reshape_like(F, target, pred, "target")
         if self._from_logits:
             loss = F.exp(pred) - target * pred
         else:

@@ -1,5 +1,6 @@
 """The Gluon Trainer (MXNet's ``mxnet.gluon.Trainer``): applies an optimizer to parameters."""
 
+from .. import _core
 from .. import optimizer as opt
 from ..model import _create_kvstore
 from ..ndarray import NDArray
@@ -218,8 +219,7 @@ class Trainer:
                                               "initialized in kvstore.")
             self._kvstore.save_optimizer_states(fname, dump_optimizer=True)
         else:
-            with open(fname, "wb") as fout:
-                fout.write(self._updaters[0].get_states(dump_optimizer=True))
+            _core.write_file(fname, self._updaters[0].get_states(dump_optimizer=True))
 
     def load_states(self, fname):
         """Load what ``save_states`` wrote (the optimizer included)."""

@@ -2,6 +2,7 @@
 
 from ..base import MXNetError, integer_types, string_types
 from ..ndarray import NDArray
+from .. import _core
 from .. import optimizer as opt
 from .base import KVStoreBase
 
@@ -158,8 +159,7 @@ class KVStore(KVStoreBase):
     def save_optimizer_states(self, fname, dump_optimizer=False):
         """Write the updater's states (and the optimizer with ``dump_optimizer``) to ``fname``."""
         assert self._updater is not None, "Cannot save states for distributed training"
-        with open(fname, "wb") as fout:
-            fout.write(self._updater.get_states(dump_optimizer))
+        _core.write_file(fname, self._updater.get_states(dump_optimizer))
 
     def load_optimizer_states(self, fname):
         assert self._updater is not None, "Cannot load states for distributed training"

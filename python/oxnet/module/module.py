@@ -5,6 +5,7 @@ import logging
 import warnings
 
 from .. import context as ctx
+from .. import _core
 from .. import optimizer as opt
 from ..initializer import Uniform, InitDesc
 from ..io import DataDesc
@@ -311,8 +312,7 @@ class Module(BaseModule):
         if self._update_on_kvstore:
             self._kvstore.save_optimizer_states(fname)
         else:
-            with open(fname, "wb") as fout:
-                fout.write(self._updater.get_states())
+            _core.write_file(fname, self._updater.get_states())
 
     def load_optimizer_states(self, fname):
         assert self.optimizer_initialized

@@ -19,6 +19,8 @@ true_divide = divide  # noqa: F821 (a helper installed above)
 _core._register_python(NDArray, os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
 # MXNet keeps its element classification helpers in ``contrib`` (0/1 in the data's dtype).
 contrib.isinf, contrib.isfinite, contrib.isnan = isinf, isfinite, isnan  # noqa: F821 (generated)
+from . import control_flow as _control_flow  # noqa: E402
+contrib.foreach, contrib.while_loop, contrib.cond = _control_flow.foreach, _control_flow.while_loop, _control_flow.cond  # noqa: F821
 from . import random  # noqa: E402 (uses the generated operators)
 from . import sparse  # noqa: E402
 

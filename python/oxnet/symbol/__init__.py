@@ -50,3 +50,6 @@ from ..ndarray.ndarray import _HELPERS  # noqa: E402
 
 for _helper_name, _helper_ops in _HELPERS.items():
     globals()[_helper_name] = _make_helper(_helper_name, _helper_ops)
+
+from . import control_flow as _control_flow  # noqa: E402
+contrib.foreach, contrib.while_loop, contrib.cond = _control_flow.foreach, _control_flow.while_loop, _control_flow.cond  # noqa: F821

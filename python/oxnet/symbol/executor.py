@@ -14,15 +14,18 @@ def _arrays(handles):
 class Executor:
     """Runs a bound symbol: ``forward`` fills ``outputs``, ``backward`` the gradient arrays."""
 
-    def __init__(self, symbol, ctx, args, grads, grad_reqs, aux, shared_exec=None):
+    def __init__(self, symbol, ctx, args, grads, grad_reqs, aux, shared_exec=None, group2ctx=None):
         self._symbol = symbol
         self._ctx = ctx
         self._grad_reqs = list(grad_reqs)
+        # Nodes annotated with a ctx_group in group2ctx run on that group's context.
+        self._group2ctx = dict(group2ctx or {})
         self.handle = _core.ExecutorHandle(
             symbol.handle, ctx._as_tuple(),
             [a.handle for a in args], [None if g is None else g.handle for g in grads],
             self._grad_reqs, [a.handle for a in aux],
-            None if shared_exec is None else shared_exec.handle)
+            None if shared_exec is None else shared_exec.handle,
+            [(group, c._as_tuple()) for group, c in self._group2ctx.items()])
         # The Python arrays the caller passed stay the bound arrays (shared storage).
         self.arg_arrays = list(args)
         self.grad_arrays = list(grads)
@@ -73,7 +76,15 @@ class Executor:
             grads = [out_grads.handle]
         else:
             grads = [None if g is None else g.handle for g in out_grads]
-        self.handle.backward(grads)
+        # MXNet reads one head gradient per output and ignores any beyond them.
+        grads = grads[:len(self.outputs)]
+        if self._monitor is None:
+            self.handle.backward(grads)
+            return
+        # As MXNet's monitor: each node's input gradients (`<node>_backward_output<i>`).
+        callback, _ = self._monitor
+        for name, handle in self.handle.backward_monitored(grads):
+            callback(name, NDArray(handle))
 
     def copy_params_from(self, arg_params, aux_params=None, allow_extra_params=False):
         """Copy parameter values into the bound arrays by name."""
@@ -116,7 +127,8 @@ class Executor:
         args = [resized(n, a, s) for n, a, s in zip(names, self.arg_arrays, arg_shapes)]
         grads = [resized(n, g, s) for n, g, s in zip(names, self.grad_arrays, arg_shapes)]
         aux = [resized(n, a, s) for n, a, s in zip(self._symbol.list_auxiliary_states(), self.aux_arrays, aux_shapes)]
-        return Executor(self._symbol, self._ctx, args, grads, self._grad_reqs, aux, shared_exec=self)
+        return Executor(self._symbol, self._ctx, args, grads, self._grad_reqs, aux, shared_exec=self,
+                        group2ctx=self._group2ctx)
 
     def get_optimized_symbol(self):
         """The graph this executor runs: the bound symbol after its graph passes (common
@@ -126,7 +138,8 @@ class Executor:
 
     def set_monitor_callback(self, callback, monitor_all=False):
         """Call ``callback(name, array)`` with every node's output after each forward pass
-        (and with every operator input as well when ``monitor_all``)."""
+        (and with every operator input as well when ``monitor_all``), and with every input
+        gradient of each differentiated node after backward (``<node>_backward_output<i>``)."""
         self._monitor = (callback, monitor_all)
 
     def _run_monitor(self, is_train):
@@ -134,7 +147,7 @@ class Executor:
         internals = self._symbol.get_internals()
         names = internals.list_outputs()
         watched = Executor(internals, self._ctx, self.arg_arrays, [None] * len(self.arg_arrays),
-                           ["null"] * len(self.arg_arrays), self.aux_arrays)
+                           ["null"] * len(self.arg_arrays), self.aux_arrays, group2ctx=self._group2ctx)
         watched.handle.forward(bool(is_train))
         arguments = set(self._symbol.list_inputs())
         for name, array in zip(names, watched.outputs):

@@ -321,8 +321,8 @@ class Symbol:
         return self.handle.tojson(is_np_shape())
 
     def save(self, fname, remove_amp_cast=True):
-        with open(fname, "w") as f:
-            f.write(self.tojson())
+        """Write the MXNet JSON to ``fname``; a failed save leaves an existing file as it was."""
+        _core.write_file(fname, self.tojson().encode("utf-8"))
 
     def debug_str(self):
         """The graph as text: outputs, then every node with its inputs (MXNet's layout)."""
@@ -377,7 +377,7 @@ class Symbol:
             reqs = [grad_req.get(n, "null") if g is not None else "null" for n, g in zip(arg_names, grads)]
         else:
             reqs = list(grad_req)
-        return Executor(self, ctx or current_context(), args, grads, reqs, aux, shared_exec)
+        return Executor(self, ctx or current_context(), args, grads, reqs, aux, shared_exec, group2ctx=group2ctx)
 
     def simple_bind(self, ctx, grad_req="write", type_dict=None, stype_dict=None, group2ctx=None,
                     shared_arg_names=None, shared_exec=None, shared_buffer=None, **kwargs):
@@ -407,6 +407,12 @@ class Symbol:
             reqs = dict(zip(arg_names, grad_req))
         shared_args = shared_exec.arg_dict if shared_exec is not None else {}
         shared_grads = shared_exec.grad_dict if shared_exec is not None else {}
+        # As MXNet: a variable of a ctx_group that group2ctx places lives on that context.
+        attrs = self.attr_dict()
+        group2ctx = dict(group2ctx or {})
+
+        def home(name):
+            return group2ctx.get(attrs.get(name, {}).get("__ctx_group__"), ctx)
         args, grads = [], []
         for name, shape, dtype in zip(arg_names, arg_shapes, arg_types):
             reuse = shared_args.get(name)
@@ -414,16 +420,16 @@ class Symbol:
                 args.append(reuse)
                 grads.append(shared_grads.get(name) if reqs[name] != "null" else None)
             else:
-                args.append(nd.zeros(shape, ctx=ctx, dtype=dtype))
-                grads.append(nd.zeros(shape, ctx=ctx, dtype=dtype) if reqs[name] != "null" else None)
+                args.append(nd.zeros(shape, ctx=home(name), dtype=dtype))
+                grads.append(nd.zeros(shape, ctx=home(name), dtype=dtype) if reqs[name] != "null" else None)
             if reqs[name] != "null" and grads[-1] is None:
-                grads[-1] = nd.zeros(shape, ctx=ctx, dtype=dtype)
+                grads[-1] = nd.zeros(shape, ctx=home(name), dtype=dtype)
         shared_aux = shared_exec.aux_dict if shared_exec is not None else {}
         aux = []
         for name, shape, dtype in zip(self.list_auxiliary_states(), aux_shapes, aux_types):
             reuse = shared_aux.get(name)
-            aux.append(reuse if reuse is not None and reuse.shape == tuple(shape) else nd.zeros(shape, ctx=ctx, dtype=dtype))
-        return self.bind(ctx, args, grads, [reqs[n] for n in arg_names], aux, shared_exec=shared_exec)
+            aux.append(reuse if reuse is not None and reuse.shape == tuple(shape) else nd.zeros(shape, ctx=home(name), dtype=dtype))
+        return self.bind(ctx, args, grads, [reqs[n] for n in arg_names], aux, group2ctx=group2ctx, shared_exec=shared_exec)
 
     def eval(self, ctx=None, **kwargs):
         """Outputs for the given argument arrays (a bind and a forward pass)."""
@@ -482,8 +488,17 @@ def load(fname):
     """A symbol from an MXNet ``-symbol.json`` file."""
     if not isinstance(fname, string_types):
         raise TypeError("fname need to be string")
-    with open(fname) as f:
-        return load_json(f.read())
+    with open(fname, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MXNetError("load '%s': not a symbol JSON file: the byte at offset %d (0x%02x) is not UTF-8 text"
+                         % (fname, e.start, raw[e.start])) from None
+    try:
+        return load_json(text)
+    except MXNetError as e:
+        raise MXNetError("load '%s': %s" % (fname, e)) from None
 
 
 # Keyword arguments of any operator that MXNet stores as the node's ``__key__`` attributes

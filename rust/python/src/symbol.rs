@@ -83,6 +83,39 @@ impl SymbolHandle {
         Symbol::create(op_name, attrs, name, &positional, &keyword).py().map(handle)
     }
 
+    /// Apply a control flow operator holding `subgraphs` to `inputs` (`attrs`: its parameters
+    /// as strings and any `__annotations__`).
+    #[staticmethod]
+    fn create_with_subgraphs(
+        op_name: &str,
+        name: &str,
+        subgraphs: Vec<PyRef<'_, SymbolHandle>>,
+        inputs: Vec<PyRef<'_, SymbolHandle>>,
+        attrs: HashMap<String, String>,
+    ) -> PyResult<SymbolHandle> {
+        let subgraphs: Vec<Symbol> = subgraphs.iter().map(|s| s.inner.clone()).collect();
+        let inputs: Vec<Symbol> = inputs.iter().map(|s| s.inner.clone()).collect();
+        Symbol::create_with_subgraphs(op_name, attrs.into_iter().collect(), name, subgraphs, &inputs).py().map(handle)
+    }
+
+    /// The part of the graph built in the subgraph scope `scope`, cut from the rest, and per new
+    /// variable standing for an outside value: (that variable, the outside value).
+    fn cut_subgraph(&self, scope: &str) -> (SymbolHandle, Vec<(SymbolHandle, SymbolHandle)>) {
+        let (graph, pairs) = self.inner.cut_subgraph(scope);
+        let as_symbol = |e: oxnet::graph::Entry| handle(Symbol { outputs: vec![e] });
+        (handle(graph), pairs.into_iter().map(|(var, outside)| (as_symbol(var), as_symbol(outside))).collect())
+    }
+
+    /// The identity of each output (node address, output index): equal for the same value.
+    fn entry_keys(&self) -> Vec<(usize, usize)> {
+        self.inner.outputs.iter().map(|e| e.key()).collect()
+    }
+
+    /// The input variables as symbols, in `list_inputs` order.
+    fn input_symbols(&self) -> Vec<SymbolHandle> {
+        self.inner.input_nodes().into_iter().map(|n| handle(Symbol { outputs: vec![oxnet::graph::Entry::new(n, 0)] })).collect()
+    }
+
     #[staticmethod]
     fn group(symbols: Vec<PyRef<'_, SymbolHandle>>) -> SymbolHandle {
         let inner: Vec<Symbol> = symbols.iter().map(|s| s.inner.clone()).collect();
@@ -199,8 +232,10 @@ impl ExecutorHandle {
         reqs: Vec<String>,
         aux: Vec<PyRef<'_, NDArrayHandle>>,
         shared: Option<PyRef<'_, ExecutorHandle>>,
+        group2ctx: Vec<(String, (i32, i32))>,
     ) -> PyResult<ExecutorHandle> {
         let reqs = reqs.iter().map(|r| GradReq::parse(r)).collect::<oxnet::Result<Vec<_>>>().py()?;
+        let group2ctx = group2ctx.into_iter().map(|(group, ctx)| context_from(ctx).map(|c| (group, c))).collect::<PyResult<Vec<_>>>()?;
         let inner = BoundExecutor::bind(
             symbol.inner.clone(),
             context_from(ctx)?,
@@ -208,6 +243,7 @@ impl ExecutorHandle {
             grads.iter().map(|g| g.as_ref().map(|g| g.inner.clone())).collect(),
             reqs,
             aux.iter().map(|a| a.inner.clone()).collect(),
+            &group2ctx,
             shared.as_ref().map(|s| &s.inner),
         )
         .py()?;
@@ -221,6 +257,14 @@ impl ExecutorHandle {
     fn backward(&mut self, head_grads: Vec<Option<PyRef<'_, NDArrayHandle>>>) -> PyResult<()> {
         let grads: Vec<_> = head_grads.iter().map(|g| g.as_ref().map(|g| g.inner.clone())).collect();
         self.inner.backward(&grads).py()
+    }
+
+    /// Backward, returning (name, array) for each input gradient of each differentiated node
+    /// (what MXNet's monitor callback sees in the backward pass).
+    fn backward_monitored(&mut self, py: Python<'_>, head_grads: Vec<Option<PyRef<'_, NDArrayHandle>>>) -> PyResult<Vec<(String, Py<NDArrayHandle>)>> {
+        let grads: Vec<_> = head_grads.iter().map(|g| g.as_ref().map(|g| g.inner.clone())).collect();
+        let report = self.inner.backward_monitored(&grads).py()?;
+        report.into_iter().map(|(name, array)| wrap(py, array).map(|a| (name, a))).collect()
     }
 
     fn outputs(&self, py: Python<'_>) -> PyResult<Vec<Py<NDArrayHandle>>> {
@@ -264,6 +308,21 @@ impl CachedOpHandle {
         let arrays: Vec<_> = inputs.iter().map(|a| a.inner.clone()).collect();
         let outputs = self.inner.call(&arrays, current_context()).py()?;
         handles(py, &outputs)
+    }
+
+    /// A call that also returns (name, operator, array) for each operator output (and input,
+    /// with `monitor_all`) as it ran: what Gluon's op hooks see.
+    #[allow(clippy::type_complexity)]
+    fn call_monitored(
+        &self,
+        py: Python<'_>,
+        inputs: Vec<PyRef<'_, NDArrayHandle>>,
+        monitor_all: bool,
+    ) -> PyResult<(Vec<Py<NDArrayHandle>>, Vec<(String, String, Py<NDArrayHandle>)>)> {
+        let arrays: Vec<_> = inputs.iter().map(|a| a.inner.clone()).collect();
+        let (outputs, report) = self.inner.call_monitored(&arrays, current_context(), monitor_all).py()?;
+        let report = report.into_iter().map(|m| wrap(py, m.array).map(|a| (m.name, m.op, a))).collect::<PyResult<Vec<_>>>()?;
+        Ok((handles(py, &outputs)?, report))
     }
 }
 

@@ -212,7 +212,7 @@ pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>,
     let values = {
         let _recording = FlagsGuard::set(options.create_graph, options.train_mode);
         let create_graph = options.create_graph;
-        executor::run(&targets, &destinations, ctx, |node| resolve(node, &forward_keys, create_graph))?
+        executor::run(&targets, &destinations, ctx, |node| resolve(node, &forward_keys, create_graph), None)?
     };
     let mut values = values.into_iter();
     let mut results = Vec::with_capacity(xs.len());

@@ -32,6 +32,19 @@ struct BackwardPlan {
     steps: Vec<Arc<Node>>,
     /// Arguments whose gradient node writes straight into the gradient array.
     direct: Vec<bool>,
+    /// The input gradients of each differentiated forward node, for monitors.
+    by_node: Vec<gradient::NodeGradients>,
+}
+
+/// One input gradient of a forward node as a monitor reports it after backward.
+struct MonitoredGradient {
+    /// MXNet's name for it: `<node>_backward_output<i>` (`<node>_backward_output` when the
+    /// node has one input).
+    name: String,
+    /// `None` where the gradient pass computes none (not needed, or zero).
+    entry: Option<Entry>,
+    /// Shape, dtype and device of the zeros reported where there is no entry.
+    zeros: Option<(Shape, DType, Context)>,
 }
 
 pub struct BoundExecutor {
@@ -57,6 +70,9 @@ pub struct BoundExecutor {
     values: AddressMap<EntryKey, NDArray>,
     /// Whether a forward pass has run (backward reads its values).
     forwarded: bool,
+    /// The device of each operator node (its `__ctx_group__`'s in `group2ctx`, else `ctx`).
+    contexts: AddressMap<usize, Context>,
+    monitored: Vec<MonitoredGradient>,
 }
 
 impl BoundExecutor {
@@ -65,6 +81,11 @@ impl BoundExecutor {
     /// the planned storage reuses that executor's blocks where they are large enough (MXNet's
     /// `shared_exec`, how `Executor.reshape` and bucketing share memory), so the two must not
     /// run at the same time.
+    ///
+    /// `group2ctx` places the nodes annotated with a `__ctx_group__` (and the gradient nodes
+    /// built for them) on that group's device; the others run on `ctx`. Values crossing devices
+    /// are copied, and arrays may then be bound on any device (MXNet's model parallelism).
+    #[allow(clippy::too_many_arguments)]
     pub fn bind(
         symbol: Symbol,
         ctx: Context,
@@ -72,11 +93,12 @@ impl BoundExecutor {
         grads: Vec<Option<NDArray>>,
         grad_reqs: Vec<GradReq>,
         aux: Vec<NDArray>,
+        group2ctx: &[(String, Context)],
         shared: Option<&BoundExecutor>,
     ) -> Result<BoundExecutor> {
         let arg_nodes = symbol.argument_nodes();
         let aux_nodes = symbol.auxiliary_nodes();
-        check_arrays(&arg_nodes, &aux_nodes, &args, &grads, &grad_reqs, &aux, ctx)?;
+        check_arrays(&arg_nodes, &aux_nodes, &args, &grads, &grad_reqs, &aux, ctx, !group2ctx.is_empty())?;
         // The graph the executor runs (the variables stay the caller's symbol's nodes).
         let symbol = if cse::enabled() { Symbol { outputs: cse::eliminate_common_expr(&symbol.outputs)? } } else { symbol };
 
@@ -89,7 +111,7 @@ impl BoundExecutor {
             }
         }
 
-        let plan = if grad_reqs.iter().any(|r| *r != GradReq::Null) {
+        let mut plan = if grad_reqs.iter().any(|r| *r != GradReq::Null) {
             let forward_steps: Vec<Arc<Node>> = symbol.nodes().into_iter().filter(|n| !n.is_variable()).collect();
             Some(plan_backward(&symbol, &forward_steps, &arg_nodes, &grad_reqs, &forward_shapes)?)
         } else {
@@ -118,9 +140,28 @@ impl BoundExecutor {
         let types = infer::infer_types(&targets, &|n: &Node| given_types.get(&address(n)).copied())?;
 
         let mut steps = forward_steps.clone();
-        let mut external = AddressSet::default();
         if let Some(plan) = &plan {
             steps.extend(plan.steps.iter().cloned());
+        }
+        let contexts: AddressMap<usize, Context> = steps
+            .iter()
+            .map(|n| {
+                let group = n.annotations().get(gradient::CTX_GROUP).cloned();
+                let placed = group.and_then(|g| group2ctx.iter().find(|(name, _)| *name == g).map(|(_, c)| *c));
+                (node_key(n), placed.unwrap_or(ctx))
+            })
+            .collect();
+        let context_of = |n: &Node| node_context(&contexts, ctx, n);
+        if let Some(plan) = &mut plan {
+            // A gradient is written straight into its buffer only when they share a device.
+            for ((direct, grad), buffer) in plan.direct.iter_mut().zip(&plan.grads).zip(&grads) {
+                if let (true, Some(g), Some(buffer)) = (*direct, grad, buffer) {
+                    *direct = context_of(g.node.as_ref()) == buffer.context();
+                }
+            }
+        }
+        let mut external = AddressSet::default();
+        if let Some(plan) = &plan {
             for (grad, direct) in plan.grads.iter().zip(&plan.direct) {
                 if let (Some(g), true) = (grad, direct) {
                     external.insert(g.key());
@@ -138,8 +179,15 @@ impl BoundExecutor {
             }
         }
         let bytes = |e: &Entry| Some(shapes.get(&e.key())?.size() * types.get(&e.key())?.size());
-        let memory = plan_memory(&PlanRequest { steps: &steps, bytes: &bytes, pinned: &pinned, external: &external, inplace: inplace_enabled() });
-        let blocks = allocate_blocks(&memory.blocks, shared.map(|s| s.blocks.as_slice()).unwrap_or_default(), ctx)?;
+        let memory = plan_memory(&PlanRequest {
+            steps: &steps,
+            bytes: &bytes,
+            pinned: &pinned,
+            external: &external,
+            inplace: inplace_enabled(),
+            context: &context_of,
+        });
+        let blocks = allocate_blocks(&memory.blocks, &memory.block_contexts, shared.map(|s| s.blocks.as_slice()).unwrap_or_default())?;
         let mut storage: AddressMap<EntryKey, NDArray> = AddressMap::default();
         for (key, &block) in &memory.assignment {
             storage.insert(*key, blocks[block].reinterpret(shapes[key].clone(), types[key])?);
@@ -155,10 +203,16 @@ impl BoundExecutor {
             .iter()
             .map(|e| match (storage.get(&e.key()), shapes.get(&e.key()), types.get(&e.key())) {
                 (Some(view), _, _) => Ok(view.clone()),
-                (None, Some(shape), Some(&dtype)) => NDArray::empty(shape.clone(), dtype, ctx),
+                (None, Some(shape), Some(&dtype)) => NDArray::empty(shape.clone(), dtype, if e.node.is_variable() { ctx } else { context_of(e.node.as_ref()) }),
                 _ => crate::bail!(Shape, "bind: the shape or dtype of output '{}' of the graph to run cannot be inferred", e.node.name),
             })
             .collect::<Result<Vec<_>>>()?;
+        let aux_keys: AddressSet<usize> = aux_nodes.iter().map(node_key).collect();
+        let monitored = plan.as_ref().map_or_else(Vec::new, |plan| {
+            monitored_gradients(&plan.by_node, &aux_keys, &|e: &Entry| {
+                Some((shapes.get(&e.key())?.clone(), *types.get(&e.key())?, context_of(e.node.as_ref())))
+            })
+        });
 
         Ok(BoundExecutor {
             symbol,
@@ -178,6 +232,8 @@ impl BoundExecutor {
             blocks,
             values: AddressMap::default(),
             forwarded: false,
+            contexts,
+            monitored,
         })
     }
 
@@ -203,7 +259,8 @@ impl BoundExecutor {
         let _flags = FlagsGuard::set(false, is_train);
         let mut values: AddressMap<EntryKey, NDArray> =
             value_map(&self.arg_nodes, &self.args, &self.aux_nodes, &self.aux).into_iter().map(|(k, a)| ((k, 0), a)).collect();
-        run_steps(&self.forward_steps, &mut values, &self.storage, self.ctx)?;
+        let context_of = |n: &Node| node_context(&self.contexts, self.ctx, n);
+        run_steps(&self.forward_steps, &mut values, &self.storage, &context_of, &mut |_, _| Ok(()))?;
         for (e, output) in self.forward_outputs.iter().zip(&self.outputs) {
             let value = &values[&e.key()];
             if !value.same_data(output) {
@@ -218,6 +275,34 @@ impl BoundExecutor {
     /// Gradients of the outputs, weighted by `head_grads` (ones where `None`), into the gradient
     /// arrays according to each argument's request.
     pub fn backward(&mut self, head_grads: &[Option<NDArray>]) -> Result<()> {
+        self.run_backward(head_grads, None)
+    }
+
+    /// [`BoundExecutor::backward`], also returning the input gradients of every differentiated
+    /// forward node under MXNet's monitor names (`fc_backward_output1`), in the order the pass
+    /// built them. Each is a copy taken when it is computed (later steps may reuse its memory);
+    /// a gradient the pass does not compute (not requested, zero, or recomputed by mirroring)
+    /// is reported as zeros.
+    pub fn backward_monitored(&mut self, head_grads: &[Option<NDArray>]) -> Result<Vec<(String, NDArray)>> {
+        let mut taken: Vec<Option<NDArray>> = vec![None; self.monitored.len()];
+        self.run_backward(head_grads, Some(&mut taken))?;
+        let mut report = Vec::with_capacity(taken.len());
+        for (watched, value) in self.monitored.iter().zip(taken) {
+            let value = match (value, &watched.zeros) {
+                (Some(v), _) => v,
+                (None, Some((shape, dtype, ctx))) => {
+                    let zeros = NDArray::empty(shape.clone(), *dtype, *ctx)?;
+                    imperative::invoke("zeros_like", &[zeros.clone()], &Attrs::new(), Some(vec![zeros.clone()]), *ctx, None)?;
+                    zeros
+                }
+                (None, None) => continue,
+            };
+            report.push((watched.name.clone(), value));
+        }
+        Ok(report)
+    }
+
+    fn run_backward(&mut self, head_grads: &[Option<NDArray>], mut taken: Option<&mut Vec<Option<NDArray>>>) -> Result<()> {
         let Some(plan) = &self.plan else {
             return Ok(());
         };
@@ -238,7 +323,29 @@ impl BoundExecutor {
             self.values.insert((node_key(node), 0), grad);
         }
         let _flags = FlagsGuard::set(false, true);
-        run_steps(&plan.steps, &mut self.values, &self.storage, self.ctx)?;
+        let context_of = |n: &Node| node_context(&self.contexts, self.ctx, n);
+        // Monitored gradients by entry: those already known (head gradients) are copied now,
+        // the others as the step computing them is pushed.
+        let mut watched: AddressMap<EntryKey, Vec<usize>> = AddressMap::default();
+        if let Some(taken) = taken.as_deref_mut() {
+            for (slot, m) in self.monitored.iter().enumerate() {
+                let Some(entry) = &m.entry else { continue };
+                match self.values.get(&entry.key()) {
+                    Some(value) => taken[slot] = Some(snapshot(value)?),
+                    None => watched.entry(entry.key()).or_default().push(slot),
+                }
+            }
+        }
+        let mut observe = |node: &Arc<Node>, outputs: &[NDArray]| -> Result<()> {
+            let Some(taken) = taken.as_deref_mut() else { return Ok(()) };
+            for (i, value) in outputs.iter().enumerate() {
+                for &slot in watched.get(&(node_key(node), i)).into_iter().flatten() {
+                    taken[slot] = Some(snapshot(value)?);
+                }
+            }
+            Ok(())
+        };
+        run_steps(&plan.steps, &mut self.values, &self.storage, &context_of, &mut observe)?;
         for ((grad, buffer), req) in plan.grads.iter().zip(&self.grads).zip(&self.grad_reqs) {
             let (Some(buffer), true) = (buffer, *req != GradReq::Null) else { continue };
             match (grad, req) {
@@ -249,11 +356,16 @@ impl BoundExecutor {
                     }
                 }
                 (Some(g), _) => {
-                    let value = self.values[&g.key()].clone();
-                    imperative::invoke("elemwise_add", &[buffer.clone(), value], &Attrs::new(), Some(vec![buffer.clone()]), self.ctx, None)?;
+                    let mut value = self.values[&g.key()].clone();
+                    if value.context() != buffer.context() {
+                        let moved = NDArray::empty(value.shape().clone(), value.dtype(), buffer.context())?;
+                        imperative::copy(&value, &moved, None)?;
+                        value = moved;
+                    }
+                    imperative::invoke("elemwise_add", &[buffer.clone(), value], &Attrs::new(), Some(vec![buffer.clone()]), buffer.context(), None)?;
                 }
                 (None, GradReq::Write) => {
-                    imperative::invoke("zeros_like", &[buffer.clone()], &Attrs::new(), Some(vec![buffer.clone()]), self.ctx, None)?;
+                    imperative::invoke("zeros_like", &[buffer.clone()], &Attrs::new(), Some(vec![buffer.clone()]), buffer.context(), None)?;
                 }
                 (None, _) => {}
             }
@@ -270,6 +382,7 @@ fn check_arrays(
     grad_reqs: &[GradReq],
     aux: &[NDArray],
     ctx: Context,
+    placed_by_groups: bool,
 ) -> Result<()> {
     let names = |nodes: &[Arc<Node>]| nodes.iter().map(|n| n.name.clone()).collect::<Vec<_>>().join(", ");
     if args.len() != arg_nodes.len() {
@@ -281,9 +394,17 @@ fn check_arrays(
     if grads.len() != args.len() || grad_reqs.len() != args.len() {
         crate::bail!(Value, "bind: need one gradient array and request per argument ({})", args.len());
     }
+    // As MXNet: without group2ctx every array lives on the executor's device; with it, arrays
+    // may live anywhere (their values are copied to the devices that read them).
     for (node, array) in arg_nodes.iter().chain(aux_nodes).zip(args.iter().chain(aux)) {
-        if array.context() != ctx {
-            crate::bail!(Device, "bind: array for '{}' lives on {}, the executor on {ctx}", node.name, array.context());
+        if array.context() != ctx && !placed_by_groups {
+            crate::bail!(
+                Device,
+                "bind: array for '{}' lives on {}, the executor on {ctx}; all arguments must be on the executor's device \
+                 unless group2ctx places parts of the graph elsewhere",
+                node.name,
+                array.context()
+            );
         }
     }
     for (((node, grad), req), arg) in arg_nodes.iter().zip(grads).zip(grad_reqs).zip(args) {
@@ -300,14 +421,15 @@ fn check_arrays(
     Ok(())
 }
 
-/// One storage block per planned size: a block of `shared` (the same one where it fits, for the
-/// same graph gets the same layout) or a new one.
-fn allocate_blocks(sizes: &[usize], shared: &[NDArray], ctx: Context) -> Result<Vec<NDArray>> {
+/// One storage block per planned size and device: a block of `shared` (the same one where it
+/// fits, for the same graph gets the same layout) or a new one.
+fn allocate_blocks(sizes: &[usize], contexts: &[Context], shared: &[NDArray]) -> Result<Vec<NDArray>> {
     let mut taken = vec![false; shared.len()];
     sizes
         .iter()
+        .zip(contexts)
         .enumerate()
-        .map(|(i, &size)| {
+        .map(|(i, (&size, &ctx))| {
             let fits = |j: usize| !taken[j] && shared[j].nbytes() >= size && shared[j].context() == ctx;
             let reuse = (i < shared.len() && fits(i)).then_some(i).or_else(|| (0..shared.len()).filter(|&j| fits(j)).min_by_key(|&j| shared[j].nbytes()));
             match reuse {
@@ -319,6 +441,43 @@ fn allocate_blocks(sizes: &[usize], shared: &[NDArray], ctx: Context) -> Result<
             }
         })
         .collect()
+}
+
+fn node_context(contexts: &AddressMap<usize, Context>, default: Context, node: &Node) -> Context {
+    contexts.get(&address(node)).copied().unwrap_or(default)
+}
+
+/// A copy of `value` (pushed now, so it holds the value as it is at this point of the run).
+fn snapshot(value: &NDArray) -> Result<NDArray> {
+    let copy = NDArray::empty(value.shape().clone(), value.dtype(), value.context())?;
+    imperative::copy(value, &copy, None)?;
+    Ok(copy)
+}
+
+/// What monitors report after backward: each differentiated node's input gradients, auxiliary
+/// states left out (MXNet's backward nodes have no outputs for them). `describe` gives the
+/// shape, dtype and device of a forward input, for the zeros reported where no gradient is
+/// computed.
+fn monitored_gradients(
+    by_node: &[gradient::NodeGradients],
+    aux: &AddressSet<usize>,
+    describe: &dyn Fn(&Entry) -> Option<(Shape, DType, Context)>,
+) -> Vec<MonitoredGradient> {
+    let mut monitored = Vec::new();
+    for record in by_node {
+        let reported: Vec<(&Entry, &Option<Entry>)> =
+            record.node.inputs.iter().zip(&record.input_grads).filter(|(input, _)| !aux.contains(&node_key(&input.node))).collect();
+        let single = reported.len() == 1;
+        for (i, (input, grad)) in reported.into_iter().enumerate() {
+            let suffix = if single { String::new() } else { i.to_string() };
+            monitored.push(MonitoredGradient {
+                name: format!("{}_backward_output{suffix}", record.node.name),
+                entry: grad.clone(),
+                zeros: describe(input),
+            });
+        }
+    }
+    monitored
 }
 
 /// Bound arrays by variable node.
@@ -338,7 +497,7 @@ fn plan_backward(
     let head_entries: Vec<Entry> = head_grads.iter().map(|n| Entry::new(n.clone(), 0)).collect();
     let wanted: Vec<usize> = (0..arg_nodes.len()).filter(|&i| reqs[i] != GradReq::Null).collect();
     let xs: Vec<Entry> = wanted.iter().map(|&i| Entry::new(arg_nodes[i].clone(), 0)).collect();
-    let found = gradient::gradient(&symbol.outputs, &head_entries, &xs, &|e: &Entry| shapes.get(&e.key()).cloned())?;
+    let (found, by_node) = gradient::gradient_by_node(&symbol.outputs, &head_entries, &xs, &|e: &Entry| shapes.get(&e.key()).cloned())?;
     let mut grads = vec![None; arg_nodes.len()];
     for (&i, g) in wanted.iter().zip(found) {
         grads[i] = g;
@@ -368,6 +527,6 @@ fn plan_backward(
             })
         })
         .collect();
-    Ok(BackwardPlan { head_grads, grads, steps, direct })
+    Ok(BackwardPlan { head_grads, grads, steps, direct, by_node })
 }
 

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::{run, Source};
+use super::{monitor_node, run, Monitored, Observer, Source};
 use crate::autograd::{self, FlagsGuard};
 use crate::base::{Context, DType, Shape};
 use crate::error::Result;
@@ -114,19 +114,38 @@ impl CachedOp {
 
     fn compute(&self, inputs: &[NDArray], ctx: Context) -> Result<Vec<NDArray>> {
         let targets = if fusion_enabled() { self.fused_outputs(inputs)?.to_vec() } else { self.graph.symbol.outputs.clone() };
-        self.graph.run(&targets, inputs, ctx)
+        self.graph.run(&targets, inputs, ctx, None)
     }
 
     /// Run the graph on `inputs`; when autograd records, the call becomes one recorded node.
     pub fn call(&self, inputs: &[NDArray], default_ctx: Context) -> Result<Vec<NDArray>> {
+        self.call_observed(inputs, default_ctx, None)
+    }
+
+    /// [`CachedOp::call`] reporting, as each operator runs, its inputs (with `monitor_all`) and
+    /// outputs under MXNet's names (Gluon's op hooks). Element-wise chains are not fused here,
+    /// so that every node of the graph reports.
+    pub fn call_monitored(&self, inputs: &[NDArray], default_ctx: Context, monitor_all: bool) -> Result<(Vec<NDArray>, Vec<Monitored>)> {
+        let mut report = Vec::new();
+        let outputs = {
+            let mut observe = |node: &Arc<Node>, ins: &[NDArray], outs: &[NDArray]| monitor_node(node, ins, outs, monitor_all, &mut report);
+            self.call_observed(inputs, default_ctx, Some(&mut observe as Observer<'_>))?
+        };
+        Ok((outputs, report))
+    }
+
+    fn call_observed(&self, inputs: &[NDArray], default_ctx: Context, observe: Option<Observer<'_>>) -> Result<Vec<NDArray>> {
         self.graph.check_inputs(inputs)?;
         let ctx = inputs.first().map_or(default_ctx, NDArray::context);
         if !autograd::should_record(inputs) {
-            return self.compute(inputs, ctx);
+            return match observe {
+                Some(observe) => self.graph.run(&self.graph.symbol.outputs, inputs, ctx, Some(observe)),
+                None => self.compute(inputs, ctx),
+            };
         }
         let needed: Needed = inputs.iter().map(|a| a.autograd_entry().is_some()).collect();
         let call = CachedCall { graph: self.graph.clone(), plan: self.plan(&needed)? };
-        let outputs = call.compute(inputs, ctx)?;
+        let outputs = call.compute(inputs, ctx, observe)?;
         let mut recorded = autograd::record("_CachedOp", Arc::new(call), &Attrs::new(), inputs, outputs);
         recorded.truncate(self.graph.symbol.outputs.len());
         Ok(recorded)
@@ -143,7 +162,7 @@ impl Graph {
     }
 
     /// Values of `targets` with the graph's inputs bound to `inputs`.
-    fn run(&self, targets: &[Entry], inputs: &[NDArray], ctx: Context) -> Result<Vec<NDArray>> {
+    fn run(&self, targets: &[Entry], inputs: &[NDArray], ctx: Context, observe: Option<Observer<'_>>) -> Result<Vec<NDArray>> {
         self.check_inputs(inputs)?;
         let bound: AddressMap<usize, NDArray> = self.inputs.iter().zip(inputs).map(|(n, a)| (node_key(n), a.detached())).collect();
         let _flags = FlagsGuard::set(false, autograd::is_training());
@@ -151,7 +170,7 @@ impl Graph {
             Some(a) => Ok(Source::Known(vec![a.clone()])),
             None if node.is_variable() => crate::bail!(Value, "graph input '{}' is not bound", node.name),
             None => Ok(Source::Compute),
-        })
+        }, observe)
     }
 }
 
@@ -173,8 +192,8 @@ impl CachedCall {
         targets
     }
 
-    fn compute(&self, inputs: &[NDArray], ctx: Context) -> Result<Vec<NDArray>> {
-        self.graph.run(&self.targets(), inputs, ctx)
+    fn compute(&self, inputs: &[NDArray], ctx: Context, observe: Option<Observer<'_>>) -> Result<Vec<NDArray>> {
+        self.graph.run(&self.targets(), inputs, ctx, observe)
     }
 }
 
@@ -202,7 +221,7 @@ impl Operator for CachedCall {
     }
     fn run_on_host(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
         let ctx = inputs.first().map_or(Context::cpu(0), NDArray::context);
-        Some(self.compute(inputs, ctx))
+        Some(self.compute(inputs, ctx, None))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let visible = self.visible();
@@ -271,6 +290,6 @@ impl Operator for CachedBackward {
                 None if node.is_variable() => crate::bail!(Value, "graph input '{}' is not bound", node.name),
                 None => Ok(Source::Compute),
             }
-        }))
+        }, None))
     }
 }

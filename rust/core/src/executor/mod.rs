@@ -4,6 +4,7 @@
 
 mod bound;
 mod cached;
+pub mod control_flow;
 
 pub use bound::BoundExecutor;
 pub use cached::CachedOp;
@@ -17,6 +18,7 @@ use crate::op::Operator;
 use crate::pass::infer::infer_shapes;
 use crate::imperative;
 use crate::ndarray::NDArray;
+use crate::symbol::output_name;
 
 /// How the runner obtains a node's values.
 pub enum Source {
@@ -26,13 +28,42 @@ pub enum Source {
     Compute,
 }
 
+/// Sees each operator node run: its input values and its outputs.
+pub type Observer<'a> = &'a mut dyn FnMut(&Arc<Node>, &[NDArray], &[NDArray]);
+
+/// An array a monitor reports: MXNet's name for it and the operator of its node.
+pub struct Monitored {
+    pub name: String,
+    pub op: String,
+    pub array: NDArray,
+}
+
+/// What MXNet's monitors and op hooks report for one operator node run: with `with_inputs`,
+/// each input as `<node>_<input name>` (`<node>_input<i>` for operators that declare no input
+/// names), then each visible output under its symbol output name (`<node>_output`).
+pub fn monitor_node(node: &Arc<Node>, inputs: &[NDArray], outputs: &[NDArray], with_inputs: bool, report: &mut Vec<Monitored>) {
+    let Some(op) = &node.op else { return };
+    if with_inputs {
+        let names = op.operator.declares_input_names().then(|| op.operator.input_names()).unwrap_or_default();
+        for (i, array) in inputs.iter().enumerate() {
+            let input = names.get(i).cloned().unwrap_or_else(|| format!("input{i}"));
+            report.push(Monitored { name: format!("{}_{input}", node.name), op: op.name.clone(), array: array.clone() });
+        }
+    }
+    for (i, array) in outputs.iter().take(op.operator.num_visible_outputs()).enumerate() {
+        report.push(Monitored { name: output_name(&Entry::new(node.clone(), i)), op: op.name.clone(), array: array.clone() });
+    }
+}
+
 /// Values of `targets`. `resolve` says, once per node, whether its values are known; nodes it
-/// asks to compute must have an operator.
+/// asks to compute must have an operator. `observe` sees every computed node (each output is a
+/// fresh array, never overwritten later).
 pub fn run(
     targets: &[Entry],
     destinations: &AddressMap<EntryKey, NDArray>,
     ctx: Context,
     mut resolve: impl FnMut(&Arc<Node>) -> Result<Source>,
+    mut observe: Option<Observer<'_>>,
 ) -> Result<Vec<NDArray>> {
     let mut values: AddressMap<EntryKey, NDArray> = AddressMap::default();
     let mut failure = None;
@@ -88,6 +119,9 @@ pub fn run(
             None => imperative::invoke_operator(&op.name, operator.clone(), &op.attrs, &inputs, None, ctx, None)
                 .map_err(|e| e.context(format!("node '{}'", node.name)))?,
         };
+        if let Some(observe) = observe.as_mut() {
+            observe(node, &inputs, &outputs);
+        }
         for input in &node.inputs {
             let key = input.key();
             if let Some(n) = uses.get_mut(&key) {
@@ -111,19 +145,31 @@ pub fn run(
 }
 
 /// Run `steps` (operator nodes, in order) reading and extending `values`; a node whose outputs
-/// all have planned `storage` writes into it instead of allocating.
+/// all have planned `storage` writes into it instead of allocating. Each node runs on the device
+/// `context_of` gives it: an input living on another device is copied there first (MXNet's
+/// cross-device copy). `observe` sees each node's outputs right after it is pushed.
 pub fn run_steps(
     steps: &[Arc<Node>],
     values: &mut AddressMap<EntryKey, NDArray>,
     storage: &AddressMap<EntryKey, NDArray>,
-    ctx: Context,
+    context_of: &dyn Fn(&Node) -> Context,
+    observe: &mut dyn FnMut(&Arc<Node>, &[NDArray]) -> Result<()>,
 ) -> Result<()> {
     for node in steps {
         let op = node.op.as_ref().expect("a step is an operator node");
+        let ctx = context_of(node.as_ref());
         let inputs = node
             .inputs
             .iter()
-            .map(|e| values.get(&e.key()).cloned().ok_or_else(|| crate::err!(Runtime, "value of an input of node '{}' is missing", node.name)))
+            .map(|e| {
+                let value = values.get(&e.key()).ok_or_else(|| crate::err!(Runtime, "value of an input of node '{}' is missing", node.name))?;
+                if value.context() == ctx {
+                    return Ok(value.clone());
+                }
+                let moved = NDArray::empty(value.shape().clone(), value.dtype(), ctx)?;
+                imperative::copy(value, &moved, None)?;
+                Ok(moved)
+            })
             .collect::<Result<Vec<_>>>()?;
         let planned = |count: usize| (0..count).map(|i| storage.get(&(node_key(node), i)).cloned()).collect::<Option<Vec<_>>>();
         let out = planned(node.num_outputs()).or_else(|| planned(op.operator.num_visible_outputs()));
@@ -138,6 +184,7 @@ pub fn run_steps(
             None => imperative::invoke_operator(&op.name, operator, &op.attrs, &inputs, out, ctx, None),
         }
         .map_err(|e| e.context(format!("node '{}'", node.name)))?;
+        observe(node, &outputs)?;
         for (i, value) in outputs.into_iter().enumerate() {
             values.insert((node_key(node), i), value);
         }

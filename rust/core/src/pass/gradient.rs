@@ -7,11 +7,16 @@
 //! values: recorded ones (autograd) or those the executor computed (Symbol).
 
 
+use std::sync::Arc;
+
 use crate::base::Shape;
 use crate::error::Result;
 use crate::graph::{node_key, topo_order, AddressMap, AddressSet, Entry, EntryKey, Node};
 use crate::op::grad::Grad;
 use crate::op::Attrs;
+
+/// The annotation naming the device group a node runs in (`mx.AttrScope(ctx_group=...)`).
+pub const CTX_GROUP: &str = "__ctx_group__";
 
 /// Gradients of `heads` (weighted by `head_grads`) with respect to each of `xs`; `None` where a
 /// variable does not influence the heads (its gradient is zero). `shapes` tells the shapes of
@@ -22,7 +27,30 @@ pub fn gradient(
     xs: &[Entry],
     shapes: &dyn Fn(&Entry) -> Option<Shape>,
 ) -> Result<Vec<Option<Entry>>> {
+    Ok(gradient_by_node(heads, head_grads, xs, shapes)?.0)
+}
+
+/// The input gradients one forward operator node contributes (MXNet's backward node of it).
+pub struct NodeGradients {
+    pub node: Arc<Node>,
+    /// One per input of the node: `None` where its gradient is zero or not needed.
+    pub input_grads: Vec<Option<Entry>>,
+}
+
+/// [`gradient`], and the input gradients of every differentiated forward node in the order they
+/// were built (from the outputs back), for monitors. Nodes the pass creates for a forward node
+/// that carries a `__ctx_group__` annotation carry it too, so that an executor placing groups
+/// on devices runs a node's gradient where the node runs.
+pub fn gradient_by_node(
+    heads: &[Entry],
+    head_grads: &[Entry],
+    xs: &[Entry],
+    shapes: &dyn Fn(&Entry) -> Option<Shape>,
+) -> Result<(Vec<Option<Entry>>, Vec<NodeGradients>)> {
     let order = topo_order(heads, |_| false);
+    let mut by_node = Vec::new();
+    let mut known: AddressSet<usize> = order.iter().map(node_key).collect();
+    known.extend(head_grads.iter().map(|g| node_key(&g.node)));
     let wanted: AddressSet<usize> = xs.iter().map(|x| node_key(&x.node)).collect();
     let mut leads_to_x: AddressSet<usize> = AddressSet::default();
     for node in &order {
@@ -52,6 +80,7 @@ pub fn gradient(
                 None => zeros_like(o, &node.name),
             })
             .collect::<Result<Vec<_>>>()?;
+        mark_created(&out_grads, node, &mut known);
         let needed = node.inputs.iter().map(|e| leads_to_x.contains(&node_key(&e.node))).collect();
         let mut g = Grad::new(&node.inputs, &outputs, &out_grads, &node.name, shapes).with_needed(needed);
         let input_grads = op
@@ -67,6 +96,8 @@ pub fn gradient(
                 node.inputs.len()
             );
         }
+        mark_created(input_grads.iter().flatten(), node, &mut known);
+        by_node.push(NodeGradients { node: node.clone(), input_grads: input_grads.clone() });
         for (input, grad) in node.inputs.iter().zip(input_grads) {
             if let Some(grad) = grad {
                 if leads_to_x.contains(&node_key(&input.node)) {
@@ -75,7 +106,31 @@ pub fn gradient(
             }
         }
     }
-    xs.iter().map(|x| contributions.remove(&x.key()).map(|parts| sum(parts, &x.node.name)).transpose()).collect()
+    let grads = xs
+        .iter()
+        .map(|x| {
+            let total = contributions.remove(&x.key()).map(|parts| sum(parts, &x.node.name)).transpose()?;
+            mark_created(total.iter(), &x.node, &mut known);
+            Ok(total)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((grads, by_node))
+}
+
+/// Give the nodes behind `entries` that are not `known` yet (those just built for `owner`) the
+/// owner's `__ctx_group__`, and make them known.
+fn mark_created<'a>(entries: impl IntoIterator<Item = &'a Entry>, owner: &Node, known: &mut AddressSet<usize>) {
+    let group = owner.annotations().get(CTX_GROUP).cloned();
+    let mut pending: Vec<Arc<Node>> = entries.into_iter().map(|e| e.node.clone()).collect();
+    while let Some(node) = pending.pop() {
+        if !known.insert(node_key(&node)) {
+            continue;
+        }
+        if let Some(group) = &group {
+            node.annotations().insert(CTX_GROUP.to_string(), group.clone());
+        }
+        pending.extend(node.inputs.iter().map(|e| e.node.clone()));
+    }
 }
 
 /// One entry for the sum of several gradient contributions.

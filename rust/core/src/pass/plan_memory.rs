@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use crate::base::Context;
 use crate::graph::{node_key, AddressMap, AddressSet, Entry, EntryKey, Node};
 
 /// Where each planned value lives.
@@ -16,6 +17,8 @@ use crate::graph::{node_key, AddressMap, AddressSet, Entry, EntryKey, Node};
 pub struct MemoryPlan {
     /// Byte size of each storage block.
     pub blocks: Vec<usize>,
+    /// The device of each block: values share a block only when their nodes run on one device.
+    pub block_contexts: Vec<Context>,
     /// The block of each planned value.
     pub assignment: AddressMap<EntryKey, usize>,
 }
@@ -38,6 +41,8 @@ pub struct PlanRequest<'a> {
     /// Values the caller provides storage for (written into gradient buffers): not planned.
     pub external: &'a AddressSet<EntryKey>,
     pub inplace: bool,
+    /// The device each operator node runs on (its outputs live there).
+    pub context: &'a dyn Fn(&Node) -> Context,
 }
 
 /// Whether in-place reuse is enabled (`MXNET_EXEC_ENABLE_INPLACE`, default on).
@@ -67,6 +72,7 @@ pub fn plan_memory(request: &PlanRequest<'_>) -> MemoryPlan {
 
     for (step, node) in steps.iter().enumerate() {
         let pairs = node.op.as_ref().map_or(&[][..], |o| o.operator.inplace_pairs());
+        let ctx = (request.context)(node.as_ref());
         let mut donated: Vec<EntryKey> = Vec::new();
         for index in 0..node.num_outputs() {
             let out = Entry::new(node.clone(), index);
@@ -82,7 +88,7 @@ pub fn plan_memory(request: &PlanRequest<'_>) -> MemoryPlan {
                         let block = *plan.assignment.get(&input.key())?;
                         let ends_here = last_use.get(&input.key()) == Some(&step);
                         let only_reader = node.inputs.iter().filter(|e| e.key() == input.key()).count() == 1;
-                        let fits = plan.blocks[block] >= size && !donated.contains(&input.key());
+                        let fits = plan.blocks[block] >= size && plan.block_contexts[block] == ctx && !donated.contains(&input.key());
                         (ends_here && only_reader && fits && planned_here.contains(&node_key(&input.node))).then_some((input.key(), block))
                     })
                 })
@@ -92,8 +98,9 @@ pub fn plan_memory(request: &PlanRequest<'_>) -> MemoryPlan {
                     donated.push(input_key);
                     block
                 }
-                None => take_free_block(&mut free, &plan.blocks, size).unwrap_or_else(|| {
+                None => take_free_block(&mut free, &plan, size, ctx).unwrap_or_else(|| {
                     plan.blocks.push(size);
+                    plan.block_contexts.push(ctx);
                     live.push(0);
                     plan.blocks.len() - 1
                 }),
@@ -129,9 +136,10 @@ fn release(plan: &MemoryPlan, live: &mut [usize], free: &mut Vec<usize>, key: &E
     }
 }
 
-/// The smallest free block that holds `size` bytes.
-fn take_free_block(free: &mut Vec<usize>, blocks: &[usize], size: usize) -> Option<usize> {
-    let best = free.iter().enumerate().filter(|(_, &b)| blocks[b] >= size).min_by_key(|(_, &b)| blocks[b]).map(|(i, _)| i);
+/// The smallest free block on `ctx` that holds `size` bytes.
+fn take_free_block(free: &mut Vec<usize>, plan: &MemoryPlan, size: usize, ctx: Context) -> Option<usize> {
+    let usable = |b: usize| plan.blocks[b] >= size && plan.block_contexts[b] == ctx;
+    let best = free.iter().enumerate().filter(|(_, &b)| usable(b)).min_by_key(|(_, &b)| plan.blocks[b]).map(|(i, _)| i);
     best.map(|i| free.swap_remove(i))
 }
 
@@ -159,7 +167,7 @@ mod tests {
         let steps: Vec<_> = symbol.nodes().into_iter().filter(|n| !n.is_variable()).collect();
         let pinned: AddressSet<EntryKey> = symbol.outputs.iter().map(Entry::key).collect();
         let bytes = |e: &Entry| shapes.get(&e.key()).map(|s| s.size() * 4);
-        plan_memory(&PlanRequest { steps: &steps, bytes: &bytes, pinned: &pinned, external: &AddressSet::default(), inplace })
+        plan_memory(&PlanRequest { steps: &steps, bytes: &bytes, pinned: &pinned, external: &AddressSet::default(), inplace, context: &|_| Context::cpu(0) })
     }
 
     #[test]

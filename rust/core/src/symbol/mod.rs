@@ -95,6 +95,79 @@ impl Symbol {
         Ok(Symbol { outputs: (0..visible).map(|i| Entry::new(node.clone(), i)).collect() })
     }
 
+    /// Apply a control flow operator (`_foreach`, `_while_loop`, `_cond`) holding `subgraphs` to
+    /// `inputs`; `attrs` holds its parameters and any `__annotations__`.
+    pub fn create_with_subgraphs(op_name: &str, attrs: Attrs, name: &str, subgraphs: Vec<Symbol>, inputs: &[Symbol]) -> Result<Symbol> {
+        let fail = |e: crate::Error| e.context(format!("composing node '{name}' (operator {op_name})"));
+        let (mut params, annotations): (Attrs, Attrs) = attrs.into_iter().partition(|(k, _)| !is_annotation(k));
+        params.remove("name");
+        params.entry("num_args".into()).or_insert_with(|| (inputs.len() + subgraphs.len()).to_string());
+        let operator = crate::executor::control_flow::instantiate(op_name, &params, subgraphs).map_err(fail)?;
+        let entries = inputs
+            .iter()
+            .map(|s| match s.outputs.as_slice() {
+                [one] => Ok(one.clone()),
+                many => Err(fail(crate::err!(Value, "an input is a symbol with {} outputs; compose with one output", many.len()))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if entries.len() != operator.num_inputs() {
+            return Err(fail(crate::err!(Value, "{} input(s) given, the operator takes {}", entries.len(), operator.num_inputs())));
+        }
+        let visible = operator.num_visible_outputs();
+        let node = Node::annotated(NodeOp { name: op_name.to_string(), attrs: params, operator }, entries, name, annotations);
+        Ok(Symbol { outputs: (0..visible).map(|i| Entry::new(node.clone(), i)).collect() })
+    }
+
+    /// The part of the graph built inside the subgraph scope `scope` (nodes whose
+    /// `__subgraph_name__` is `scope`), cut from the rest: each value an inside node reads from
+    /// outside becomes a new variable named as that value's output. Returns the cut graph and,
+    /// per new variable, the variable and the outside value it stands for (MXNet's
+    /// `MXSymbolCutSubgraph`, without changing this graph).
+    pub fn cut_subgraph(&self, scope: &str) -> (Symbol, Vec<(Entry, Entry)>) {
+        let inside = |n: &Arc<Node>| n.annotations().get("__subgraph_name__").is_some_and(|s| s == scope);
+        let mut rebuilt: AddressMap<usize, Arc<Node>> = AddressMap::default();
+        let mut cut: AddressMap<crate::graph::EntryKey, Entry> = AddressMap::default();
+        let mut pairs = Vec::new();
+        for node in topo_order(&self.outputs, |n| !inside(n)) {
+            let Some(op) = node.op.as_ref().filter(|_| inside(&node)) else { continue };
+            let mut changed = false;
+            let inputs: Vec<Entry> = node
+                .inputs
+                .iter()
+                .map(|e| {
+                    if !inside(&e.node) {
+                        changed = true;
+                        return cut
+                            .entry(e.key())
+                            .or_insert_with(|| {
+                                let var = Entry::new(Node::variable(output_name(e), Attrs::new()), 0);
+                                pairs.push((var.clone(), e.clone()));
+                                var
+                            })
+                            .clone();
+                    }
+                    match rebuilt.get(&node_key(&e.node)) {
+                        Some(r) => {
+                            changed = true;
+                            Entry::new(r.clone(), e.index)
+                        }
+                        None => e.clone(),
+                    }
+                })
+                .collect();
+            if changed {
+                let copy = NodeOp { name: op.name.clone(), attrs: op.attrs.clone(), operator: op.operator.clone() };
+                rebuilt.insert(node_key(&node), Node::annotated(copy, inputs, node.name.clone(), node.annotations().clone()));
+            }
+        }
+        let outputs = self
+            .outputs
+            .iter()
+            .map(|e| rebuilt.get(&node_key(&e.node)).map_or_else(|| e.clone(), |r| Entry::new(r.clone(), e.index)))
+            .collect();
+        (Symbol { outputs }, pairs)
+    }
+
     /// Every node of the graph, inputs before their consumers.
     pub fn nodes(&self) -> Vec<Arc<Node>> {
         topo_order(&self.outputs, |_| false)
@@ -324,7 +397,7 @@ impl Symbol {
 
 /// MXNet's output naming: a variable is its name, an operator output `<node>_output` (or
 /// `<node>_output<i>` when the operator shows several).
-fn output_name(e: &Entry) -> String {
+pub(crate) fn output_name(e: &Entry) -> String {
     match &e.node.op {
         None => e.node.name.clone(),
         Some(op) if op.operator.num_visible_outputs() == 1 => format!("{}_output", e.node.name),
