@@ -171,6 +171,27 @@ def test_backward_relu(dtype, ctx):
     _check(out, np.where(y > 0, g, 0).astype(_np_dtype(dtype)), dtype)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_nan_propagates_through_maximum_minimum_and_relu(dtype, ctx):
+    """A NaN on either side of maximum/minimum, or into relu, stays NaN (as NumPy and MXNet), and
+    relu's gradient at a NaN is NaN rather than a silent 0."""
+    a, b = _data((4, 6), dtype, seed=3), _data((4, 6), dtype, seed=4)
+    a[0, :3] = np.nan
+    b[1, 2:] = np.nan
+    a_nd, b_nd = mx.nd.array(a, ctx=ctx, dtype=dtype), mx.nd.array(b, ctx=ctx, dtype=dtype)
+    for name, ref in (("maximum", np.maximum), ("minimum", np.minimum)):
+        _check(getattr(mx.nd, name)(a_nd, b_nd), ref(a, b), dtype)
+        _check(getattr(mx.nd, name)(b_nd, a_nd), ref(b, a), dtype)
+        _check(getattr(mx.nd, "broadcast_" + name)(a_nd, b_nd[:1]), ref(a, b[:1]), dtype)
+    _check(mx.nd.relu(a_nd), np.maximum(a, 0), dtype)
+    _check(mx.nd.Activation(a_nd, act_type="relu"), np.maximum(a, 0), dtype)
+    a_nd.attach_grad()
+    with mx.autograd.record():
+        y = mx.nd.relu(a_nd)
+    y.backward()
+    _check(a_nd.grad, np.where(np.isnan(a), np.nan, (a > 0).astype(np.float32)), dtype)
+
+
 @pytest.mark.parametrize("name", sorted(ELEMWISE_NAME))
 def test_elemwise_requires_equal_shapes(name, ctx):
     a, b = _binary_inputs(name, (3, 4), (3, 4), "float32")

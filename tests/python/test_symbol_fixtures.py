@@ -1,7 +1,6 @@
 """Every MXNet 1.9.1 fixture graph loads, binds with its parameters and reproduces MXNet's
 outputs (inference and training) and gradients."""
 
-import pathlib
 
 import numpy as np
 import pytest
@@ -38,27 +37,13 @@ def _tolerance(name):
     return dict(rtol=1e-3, atol=1e-5) if name in ("lenet", "resblock", "lstm") else dict(rtol=1e-4, atol=1e-5)
 
 
-# MXNet 1.9.1 wrote resblock's out:0 with its oneDNN subgraph backend, which folds bn1 into the
-# stem convolution although the residual add also reads the stem's raw output. Unfused MXNet
-# (MXNET_SUBGRAPH_BACKEND=NONE) computes the graph as written: tests/fixtures/extra holds its
-# output, and that is the reference for resblock inference.
-_RESBLOCK_UNFUSED = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "extra" / "resblock-out-no-subgraph.params"
-
-
 @pytest.mark.parametrize("name", MODELS)
 def test_fixture_inference_matches_mxnet(fixtures_dir, name):
     sym, arg_params, aux_params, io = _load_model(fixtures_dir, name)
     exe = _bind(sym, arg_params, aux_params, io)
     outputs = exe.forward(is_train=False)
-    expected = mx.nd.load(str(_RESBLOCK_UNFUSED)) if name == "resblock" else io
     for i, out in enumerate(outputs):
-        np.testing.assert_allclose(out.asnumpy(), expected["out:%d" % i].asnumpy(), **_tolerance(name))
-
-
-def test_resblock_reference_differs_only_by_mxnets_fused_batchnorm(fixtures_dir):
-    io = mx.nd.load(str(fixtures_dir / "resblock-io.params"))
-    unfused = mx.nd.load(str(_RESBLOCK_UNFUSED))["out:0"].asnumpy()
-    assert np.abs(unfused - io["out:0"].asnumpy()).max() > 0.1
+        np.testing.assert_allclose(out.asnumpy(), io["out:%d" % i].asnumpy(), **_tolerance(name))
 
 
 @pytest.mark.parametrize("name", [m for m in MODELS if m != "gluon_mlp"])

@@ -324,12 +324,12 @@ binary_ops! {
         scalar_grad: |d, x, y, g, s, rev| if rev { let t = d.scalar("_mul_scalar", y, s.ln())?; d.mul(g, &t).map(Some) } else { let t = d.scalar("_power_scalar", x, s - 1.0)?; let t = d.scalar("_mul_scalar", &t, s)?; d.mul(g, &t).map(Some) },
         broadcast: "broadcast_power" [], elemwise: "_power" ["_Power"],
         scalar: "_power_scalar" ["_PowerScalar"], rscalar: "_rpower_scalar", doc: "First array elements raised to powers from the second, element-wise.";
-    Maximum { float: |a, b| if a >= b || b.is_nan() { a } else { b }, int: |a, b| a.max(b), cuda: "ox_maximum($0, $1)" }
+    Maximum { float: |a, b| if a.is_nan() || a > b { a } else { b }, int: |a, b| a.max(b), cuda: "ox_maximum($0, $1)" }
         grad: |d, a, b, y, g| { let m = d.binary("broadcast_greater_equal", a, b)?; let ga = d.binary("broadcast_mul", g, &m)?; let m = d.binary("broadcast_lesser", a, b)?; let gb = d.binary("broadcast_mul", g, &m)?; Ok((Some(ga), Some(gb))) },
         scalar_grad: |d, x, y, g, s, rev| { let m = d.scalar("_greater_equal_scalar", x, s)?; d.mul(g, &m).map(Some) },
         broadcast: "broadcast_maximum" [], elemwise: "_maximum" ["_Maximum"],
         scalar: "_maximum_scalar" ["_MaximumScalar"], rscalar: none, doc: "Element-wise maximum of the arguments.";
-    Minimum { float: |a, b| if a <= b || b.is_nan() { a } else { b }, int: |a, b| a.min(b), cuda: "ox_minimum($0, $1)" }
+    Minimum { float: |a, b| if a.is_nan() || a < b { a } else { b }, int: |a, b| a.min(b), cuda: "ox_minimum($0, $1)" }
         grad: |d, a, b, y, g| { let m = d.binary("broadcast_lesser_equal", a, b)?; let ga = d.binary("broadcast_mul", g, &m)?; let m = d.binary("broadcast_greater", a, b)?; let gb = d.binary("broadcast_mul", g, &m)?; Ok((Some(ga), Some(gb))) },
         scalar_grad: |d, x, y, g, s, rev| { let m = d.scalar("_lesser_equal_scalar", x, s)?; d.mul(g, &m).map(Some) },
         broadcast: "broadcast_minimum" [], elemwise: "_minimum" ["_Minimum"],
@@ -388,18 +388,19 @@ binary_ops! {
 
 /// The gradient of relu from its output: `ograd` where `y > 0`, else 0, in one pass (MXNet's
 /// `_backward_relu`) instead of a comparison and a product with an intermediate array between.
+/// A NaN output gives a NaN gradient, as MXNet's (the NaN is not silently masked to 0).
 struct ReluGrad;
 
 impl BinaryMath for ReluGrad {
     #[inline(always)]
     fn float<F: Float>(g: F, y: F) -> F {
-        if y > F::zero() { g } else { F::zero() }
+        if y > F::zero() { g } else if y.is_nan() { y } else { F::zero() }
     }
     #[inline(always)]
     fn int(g: i64, y: i64) -> i64 {
         if y > 0 { g } else { 0 }
     }
-    const CUDA: &'static str = "($1 > 0 ? $0 : 0)";
+    const CUDA: &'static str = "($1 > 0 ? $0 : ($1 != $1 ? $1 : 0))";
     fn grad(d: &mut Grad, _g: &Entry, y: &Entry, _out: &Entry, gg: &Entry) -> Result<(Option<Entry>, Option<Entry>)> {
         Ok((Some(d.binary("_backward_relu", gg, y)?), None))
     }

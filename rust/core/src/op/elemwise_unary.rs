@@ -248,7 +248,7 @@ unary_ops! {
         grad |d, x, y, g| d.scalar("_mul_scalar", g, std::f64::consts::PI / 180.0).map(Some);
     Sigmoid "sigmoid" [] "Computes sigmoid of x element-wise: 1 / (1 + exp(-x))." => |x| F::one() / (F::one() + (-x).exp()), cuda "1 / (1 + exp(-$0))",
         grad |d, x, y, g| { let t = d.scalar("_rminus_scalar", y, 1.0)?; let t = d.mul(y, &t)?; d.mul(g, &t) }.map(Some), f32 super::fast_math::sigmoid_f32;
-    Relu "relu" [] "Computes rectified linear activation: max(x, 0)." => |x| if x > F::zero() { x } else { F::zero() }, cuda "$0 > 0 ? $0 : 0",
+    Relu "relu" [] "Computes rectified linear activation: max(x, 0); NaN stays NaN." => |x| if x > F::zero() || x.is_nan() { x } else { F::zero() }, cuda "($0 > 0 || $0 != $0) ? $0 : 0",
         grad |d, x, y, g| d.binary("_backward_relu", g, y).map(Some);
     Softsign "softsign" [] "Computes softsign of x element-wise: x / (1 + abs(x))." => |x| x / (F::one() + x.abs()), cuda "$0 / (1 + fabs($0))",
         grad |d, x, y, g| { let t = d.unary("abs", x)?; let t = d.scalar("_plus_scalar", &t, 1.0)?; let t = d.unary("square", &t)?; d.div(g, &t) }.map(Some);

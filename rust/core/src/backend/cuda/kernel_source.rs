@@ -77,9 +77,9 @@ __device__ __forceinline__ long long ox_power(long long a, long long b) {
     }
     return (long long)result;
 }
-template <typename T> __device__ __forceinline__ T ox_maximum(T a, T b) { return (a >= b || isnan(b)) ? a : b; }
+template <typename T> __device__ __forceinline__ T ox_maximum(T a, T b) { return (isnan(a) || a > b) ? a : b; }
 __device__ __forceinline__ long long ox_maximum(long long a, long long b) { return a > b ? a : b; }
-template <typename T> __device__ __forceinline__ T ox_minimum(T a, T b) { return (a <= b || isnan(b)) ? a : b; }
+template <typename T> __device__ __forceinline__ T ox_minimum(T a, T b) { return (isnan(a) || a < b) ? a : b; }
 __device__ __forceinline__ long long ox_minimum(long long a, long long b) { return a < b ? a : b; }
 template <typename T> __device__ __forceinline__ T ox_hypot(T a, T b) { return hypot(a, b); }
 __device__ __forceinline__ long long ox_hypot(long long a, long long b) { return (long long)hypot((double)a, (double)b); }
