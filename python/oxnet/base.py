@@ -1,5 +1,6 @@
 """Shared definitions: the error type and the dtype vocabulary (MXNet's ``mxnet.base``)."""
 
+import ctypes
 import os
 
 import numpy as np
@@ -107,6 +108,27 @@ def py_str(x):
 def c_str(string):
     """A str as the UTF-8 bytes a C API takes (kept for programs that build ctypes arguments)."""
     return string.encode("utf-8")
+
+
+#: The library itself through ctypes, for programs that call MXNet's C API by name. It exports the
+#: entry points that mean something in oxnet (``MXGetLastError``, ``MXNDArrayFromDLPack[Ex]``,
+#: ``MXNDArrayFree``); see rust/python/src/c_api.rs.
+_LIB = ctypes.CDLL(_core.__file__)
+_LIB.MXGetLastError.restype = ctypes.c_char_p
+
+# As MXNet's base module: the real result types of CPython's capsule functions, which programs
+# passing DLPack capsules through ctypes rely on (ctypes' default int result truncates pointers).
+ctypes.pythonapi.PyCapsule_New.restype = ctypes.py_object
+ctypes.pythonapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
+
+#: A C array handle (``NDArray(handle=...)`` takes one over).
+NDArrayHandle = ctypes.c_void_p
+
+
+def check_call(ret):
+    """Raise the library's last error when a C call returned nonzero (MXNet's ``check_call``)."""
+    if ret != 0:
+        raise MXNetError(py_str(_LIB.MXGetLastError()))
 
 
 def _as_list(obj):

@@ -368,6 +368,27 @@ def test_dlpack_capsule_keeps_the_array_alive_and_round_trips():
     assert same(writable, np.full((2, 3), 3, np.float32))
 
 
+def test_c_api_imports_a_dlpack_tensor_through_ctypes():
+    """Programs that call MXNet's C API through ctypes (mx.base._LIB) import DLPack tensors and
+    wrap the handle in an NDArray; failures come back through check_call as MXNetError."""
+    import ctypes
+    from oxnet.base import _LIB, NDArrayHandle, c_str, check_call
+
+    source = mx.nd.arange(6, dtype="float64").reshape((2, 3))
+    capsule = mx.nd.to_dlpack_for_read(source)
+    pointer = ctypes.pythonapi.PyCapsule_GetPointer(ctypes.py_object(capsule), c_str("dltensor"))
+    handle = NDArrayHandle()
+    check_call(_LIB.MXNDArrayFromDLPack(ctypes.c_void_p(pointer), ctypes.byref(handle)))
+    ctypes.pythonapi.PyCapsule_SetName(ctypes.py_object(capsule), c_str("used_dltensor"))
+    imported = mx.nd.NDArray(handle=handle)
+    assert imported.dtype == np.float64 and same(imported, np.arange(6.0).reshape(2, 3))
+    source[:] = 0                               # the import is a copy
+    assert imported.asnumpy().sum() == 15
+    with pytest.raises(mx.MXNetError, match="null tensor pointer"):
+        check_call(_LIB.MXNDArrayFromDLPack(None, ctypes.byref(NDArrayHandle())))
+    check_call(_LIB.MXNDArrayFree(None))
+
+
 def test_from_dlpack_copies_numpy_arrays_including_strided_ones():
     source = np.arange(24, dtype=np.int64).reshape(4, 6)
     for foreign in (source, source[:, ::2], source.T, np.array(True), np.zeros((0, 3), np.float16)):

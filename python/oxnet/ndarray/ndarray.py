@@ -1,5 +1,6 @@
 """The NDArray class: a Python view onto a core array handle."""
 
+import ctypes
 import math
 
 import numpy as np
@@ -67,6 +68,8 @@ class NDArray:
     __array_priority__ = 1000.0
 
     def __init__(self, handle, writable=True):
+        if isinstance(handle, ctypes.c_void_p):  # a C API handle (mx.base.NDArrayHandle), taken over
+            handle = _core.ndarray_from_c_handle(handle.value or 0)
         self.handle = handle
         self.writable = writable
 

@@ -7,7 +7,7 @@ use std::ffi::{c_void, CStr};
 
 use oxnet::base::{DType, Shape};
 use oxnet::ndarray::NDArray;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::errors::IntoPyResult;
@@ -55,7 +55,7 @@ struct DLTensor {
 }
 
 #[repr(C)]
-struct DLManagedTensor {
+pub(crate) struct DLManagedTensor {
     dl_tensor: DLTensor,
     manager_ctx: *mut c_void,
     deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
@@ -86,7 +86,7 @@ fn dl_dtype(dtype: DType) -> DLDataType {
     DLDataType { code, bits, lanes: 1 }
 }
 
-fn dtype_of(dl: DLDataType) -> PyResult<DType> {
+fn dtype_of(dl: DLDataType) -> oxnet::Result<DType> {
     let dtype = match (dl.code, dl.bits, dl.lanes) {
         (DL_FLOAT, 32, 1) => DType::F32,
         (DL_FLOAT, 64, 1) => DType::F64,
@@ -98,10 +98,11 @@ fn dtype_of(dl: DLDataType) -> PyResult<DType> {
         (DL_INT, 64, 1) => DType::I64,
         (DL_BOOL, 8, 1) => DType::Bool,
         (code, bits, lanes) => {
-            return Err(PyTypeError::new_err(format!(
+            oxnet::bail!(
+                Type,
                 "from_dlpack: unsupported DLPack dtype (code {code}, {bits} bits, {lanes} lanes); supported: \
                  float16/32/64, bfloat16, uint8, int8/32/64, bool"
-            )))
+            )
         }
     };
     Ok(dtype)
@@ -214,56 +215,70 @@ fn from_dlpack(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyResult<Py<NDArra
         ));
     }
     // SAFETY: the capsule is valid under that name, so its pointer is the producer's
-    // DLManagedTensor, alive until we call its deleter below.
+    // DLManagedTensor, alive until its deleter is called.
     let managed = unsafe { pyo3::ffi::PyCapsule_GetPointer(raw, CAPSULE_NAME.as_ptr()) } as *mut DLManagedTensor;
-    // SAFETY: as above; the tensor is only read here.
-    let tensor = unsafe { &(*managed).dl_tensor };
-    let result = copy_tensor(tensor);
     // SAFETY: renaming a valid capsule to a static name; from now on its destructor (the
-    // producer's) sees a consumed capsule and leaves the deleter to us, which we call once.
+    // producer's) sees a consumed capsule and leaves the deleter to us.
+    unsafe { pyo3::ffi::PyCapsule_SetName(raw, USED_CAPSULE_NAME.as_ptr()) };
+    // SAFETY: the capsule was consumed just above, so nothing else calls the deleter.
+    let result = unsafe { consume_managed(managed) };
+    wrap(py, result.py()?)
+}
+
+/// A copy of a producer's tensor; its deleter is then called, so the producer's memory goes back
+/// at once.
+///
+/// # Safety
+/// `managed` points to a live `DLManagedTensor` whose deleter nobody else will call.
+pub(crate) unsafe fn consume_managed(managed: *mut DLManagedTensor) -> oxnet::Result<NDArray> {
+    // SAFETY: live per the contract; the tensor is only read here.
+    let result = copy_tensor(unsafe { &(*managed).dl_tensor });
+    // SAFETY: per the contract, this is the one call of the deleter.
     unsafe {
-        pyo3::ffi::PyCapsule_SetName(raw, USED_CAPSULE_NAME.as_ptr());
         if let Some(deleter) = (*managed).deleter {
             deleter(managed);
         }
     }
-    wrap(py, result?)
+    result
 }
 
-fn copy_tensor(tensor: &DLTensor) -> PyResult<NDArray> {
+fn copy_tensor(tensor: &DLTensor) -> oxnet::Result<NDArray> {
     if tensor.device.device_type != DL_CPU && tensor.device.device_type != DL_CUDA_HOST {
-        return Err(PyValueError::new_err(format!(
+        oxnet::bail!(
+            Value,
             "from_dlpack: only host memory can be imported, the tensor is on DLPack device type {}",
             tensor.device.device_type
-        )));
+        );
     }
     let dtype = dtype_of(tensor.dtype)?;
-    let ndim = usize::try_from(tensor.ndim).map_err(|_| PyValueError::new_err("from_dlpack: negative ndim"))?;
+    let ndim = usize::try_from(tensor.ndim).map_err(|_| oxnet::err!(Value, "from_dlpack: negative ndim"))?;
     // SAFETY: DLPack guarantees `shape` (and `strides` when not null) hold `ndim` entries.
     let dims: &[i64] = if ndim == 0 { &[] } else { unsafe { std::slice::from_raw_parts(tensor.shape, ndim) } };
     let shape: Vec<usize> = dims
         .iter()
-        .map(|&d| usize::try_from(d).map_err(|_| PyValueError::new_err(format!("from_dlpack: invalid shape {dims:?}"))))
-        .collect::<PyResult<_>>()?;
-    let count: usize = shape.iter().product();
+        .map(|&d| usize::try_from(d).map_err(|_| oxnet::err!(Value, "from_dlpack: invalid shape {dims:?}")))
+        .collect::<oxnet::Result<_>>()?;
+    let shape = Shape::new(shape);
+    let count = shape.checked_size()?;
     let elem_size = dtype.size();
-    let mut bytes = vec![0u8; count * elem_size];
+    let mut bytes = vec![0u8; shape.checked_bytes(elem_size)?];
     if count > 0 {
         // SAFETY: the producer's data pointer plus byte_offset addresses the first element.
         let start = unsafe { (tensor.data as *const u8).add(tensor.byte_offset as usize) };
-        let row_major = row_major_strides(&shape);
+        let row_major = row_major_strides(shape.dims());
         // SAFETY: as for `shape`; strides are in elements.
         let strides: &[i64] =
             if tensor.strides.is_null() || ndim == 0 { &row_major } else { unsafe { std::slice::from_raw_parts(tensor.strides, ndim) } };
         if strides == row_major.as_slice() {
             // SAFETY: a compact row-major tensor of `count` elements is `count * elem_size`
             // contiguous bytes from `start`.
-            bytes.copy_from_slice(unsafe { std::slice::from_raw_parts(start, count * elem_size) });
+            let total = bytes.len();
+            bytes.copy_from_slice(unsafe { std::slice::from_raw_parts(start, total) });
         } else {
-            gather_strided(start, &shape, strides, elem_size, &mut bytes);
+            gather_strided(start, shape.dims(), strides, elem_size, &mut bytes);
         }
     }
-    NDArray::from_bytes(Shape::new(shape), dtype, oxnet::base::Context::cpu(0), &bytes).py()
+    NDArray::from_bytes(shape, dtype, oxnet::base::Context::cpu(0), &bytes)
 }
 
 fn row_major_strides(shape: &[usize]) -> Vec<i64> {

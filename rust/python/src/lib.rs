@@ -2,6 +2,7 @@
 //! bulk copies release the GIL.
 
 mod autograd;
+mod c_api;
 mod custom;
 mod dlpack;
 mod errors;
@@ -39,5 +40,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     symbol::register(m)?;
     custom::register(m)?;
     dlpack::register(m)?;
+    c_api::register(m)?;
     Ok(())
 }
