@@ -8,9 +8,11 @@
 //! As in MXNet an error is reported once: raising it at a wait on any array it reached, or at
 //! `wait_all`, clears it everywhere, so later waits (and later readers) see no error.
 
-pub mod fork_join;
+pub mod parallel;
+mod pool;
+pub use pool::{configure, EngineConfig};
 mod var;
-mod workers;
+
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -142,7 +144,7 @@ pub fn kind() -> EngineKind {
 
 /// Number of threads CPU kernels may use.
 pub fn num_threads() -> usize {
-    workers::count()
+    pool::count()
 }
 
 /// Push an operation that reads `reads` and writes `writes`.
@@ -217,7 +219,7 @@ fn register(blk: Arc<OprBlock>) {
         if blk.inline {
             execute(blk);
         } else {
-            workers::spawn(Box::new(move || execute(blk)), workers::Order::Last);
+            pool::spawn(Box::new(move || execute(blk)), pool::Order::Last);
         }
     }
 }
@@ -236,7 +238,7 @@ fn on_granted(blk: Arc<OprBlock>) {
             // that were ready before: a chain runs to its end before the caller's later pushes
             // start, so a loop that pushes many steps ahead holds one step's intermediates, not
             // every step's.
-            workers::spawn(Box::new(move || execute(blk)), workers::Order::First);
+            pool::spawn(Box::new(move || execute(blk)), pool::Order::First);
         }
     }
 }

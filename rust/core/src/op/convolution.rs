@@ -696,7 +696,7 @@ impl ChunkPlan {
     /// others' by at most one image, cut into chunks of at most `chunk` images; with fewer images
     /// than threads the chunks run in turn and GEMM gets the threads.
     pub fn new(batch: usize, chunk: usize) -> ChunkPlan {
-        let threads = crate::engine::fork_join::threads();
+        let threads = crate::engine::parallel::threads();
         let chunk = chunk.max(1);
         if batch < threads {
             return ChunkPlan { runs: vec![chunks(0..batch, chunk)], gemm_threads: threads };
@@ -711,7 +711,7 @@ impl ChunkPlan {
         if self.runs.len() <= 1 {
             return self.runs.iter().map(|run| work(run)).collect();
         }
-        crate::engine::fork_join::map(self.runs.len(), |i| work(&self.runs[i])).into_iter().collect()
+        crate::engine::parallel::map(self.runs.len(), |i| work(&self.runs[i])).into_iter().collect()
     }
 }
 

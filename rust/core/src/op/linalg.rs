@@ -65,7 +65,7 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
         super::row_dots::row_dots(m, n, k, a as *const f32, am.rs as usize, b as *const f32, bm.cs as usize, dst as *mut f32, n, accumulate, threads);
         return;
     }
-    let parts = crate::engine::fork_join::threads().min(threads.max(1));
+    let parts = crate::engine::parallel::threads().min(threads.max(1));
     // Other dtypes run a reference loop that is parallel over rows itself.
     let blocked = matches!(dtype, DType::F32 | DType::F64 | DType::F16);
     let flops = m * n * k;
@@ -99,7 +99,7 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
     let width = (len.div_ceil(parts).div_ceil(16) * 16).max(16);
     let esize = dtype.size() as isize;
     let (dst, a, b) = (SendPtr(dst), SendPtr(a as *mut u8), SendPtr(b as *mut u8));
-    crate::engine::fork_join::run(len.div_ceil(width), &|p| {
+    crate::engine::parallel::run(len.div_ceil(width), &|p| {
         let (start, end) = (p * width, ((p + 1) * width).min(len));
         let s = start as isize;
         // Rows start..end of a and dst, or columns start..end of b and dst.
@@ -364,7 +364,7 @@ impl Operator for Dot {
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let (am, bm, _) = self.operands(&inputs[0].shape, &inputs[1].shape)?;
-        let threads = crate::engine::fork_join::threads();
+        let threads = crate::engine::parallel::threads();
         // SAFETY: operand views were derived from the tensors' own shapes; out has m*n elements.
         unsafe { matmul(inputs[0].dtype, outputs[0].raw(), inputs[0].raw(), am, inputs[1].raw(), bm, threads) };
         Ok(())
@@ -478,7 +478,7 @@ impl Operator for BatchDot {
         let (a_step, b_step, o_step) = (am.rows * am.cols * es, bm.rows * bm.cols * es, am.rows * bm.cols * es);
         let (ap, bp, op) = (SendPtr(inputs[0].raw()), SendPtr(inputs[1].raw()), SendPtr(outputs[0].raw()));
         let dtype = inputs[0].dtype;
-        let threads = crate::engine::fork_join::threads();
+        let threads = crate::engine::parallel::threads();
         // Many small products run one per thread; few large ones let GEMM use the threads.
         let inner_threads = if batch >= threads { 1 } else { threads };
         super::parallel_chunks(batch, if inner_threads == 1 { 1 } else { batch }, |range| {
@@ -601,7 +601,7 @@ impl Operator for FullyConnected {
             }
             None => false,
         };
-        let threads = crate::engine::fork_join::threads();
+        let threads = crate::engine::parallel::threads();
         // SAFETY: data is (rows, features), weight (hidden, features) read transposed, and the
         // output holds rows * hidden elements.
         unsafe {
@@ -690,7 +690,7 @@ impl Operator for FullyConnectedBackward {
         let ((rows, features), _) = self.forward.layout(&inputs[1].shape)?;
         let hidden = self.forward.p.num_hidden;
         let (g, x, w) = (&inputs[0], &inputs[1], &inputs[2]);
-        let threads = crate::engine::fork_join::threads();
+        let threads = crate::engine::parallel::threads();
         // SAFETY (both products): g is (rows, hidden), x (rows, features), w (hidden, features);
         // dx holds rows * features and dw hidden * features elements, each this op's alone.
         unsafe {

@@ -245,7 +245,7 @@ fn scale_add<T: Elem>(dst: &mut [T], alpha: f64, addend: Option<(f64, &[T])>) {
 /// Threads each item's GEMM may use: many small products run one per thread, a few large ones
 /// share the threads inside the GEMM. Returns (threads per item, minimum items per task).
 fn product_threads(batch: usize) -> (usize, usize) {
-    let threads = crate::engine::fork_join::threads();
+    let threads = crate::engine::parallel::threads();
     if batch >= threads {
         (1, 1)
     } else {

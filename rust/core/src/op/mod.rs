@@ -485,13 +485,13 @@ pub(crate) fn sum_lanes<T: crate::base::Elem>(a: &[T], b: &[T], term: impl Fn(f6
 
 /// Run `f` over `0..n` in parallel chunks when `n` is large enough to pay for the threads.
 pub(crate) fn parallel_chunks(n: usize, min_chunk: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
-    let threads = crate::engine::fork_join::threads();
+    let threads = crate::engine::parallel::threads();
     if n <= min_chunk || threads <= 1 {
         f(0..n);
         return;
     }
     let chunk = (n.div_ceil(threads * 4)).max(min_chunk);
-    crate::engine::fork_join::run(n.div_ceil(chunk), &|p| f(p * chunk..((p + 1) * chunk).min(n)));
+    crate::engine::parallel::run(n.div_ceil(chunk), &|p| f(p * chunk..((p + 1) * chunk).min(n)));
 }
 
 /// Zeroed temporary memory for a kernel, from the pooled host allocator: large scratch buffers

@@ -728,12 +728,12 @@ fn reduce_blocks<T: Elem, R: Reducer>(x: *const T, out: *mut T, outer: usize, r:
     let (xp, op) = (SendPtr(x as *mut T), SendPtr(out));
     const GRAIN: usize = 1 << 15;
     if inner == 1 {
-        if outer == 1 || outer < crate::engine::fork_join::threads() {
+        if outer == 1 || outer < crate::engine::parallel::threads() {
             // Few long rows: split each row across threads and merge the partials.
             for o in 0..outer {
-                let pieces = r.div_ceil(GRAIN).min(crate::engine::fork_join::threads() * 4).max(1);
+                let pieces = r.div_ceil(GRAIN).min(crate::engine::parallel::threads() * 4).max(1);
                 let step = r.div_ceil(pieces);
-                let partials: Vec<f64> = crate::engine::fork_join::map(pieces, |p| {
+                let partials: Vec<f64> = crate::engine::parallel::map(pieces, |p| {
                     let (s, e) = (p * step, ((p + 1) * step).min(r));
                     // SAFETY: [s, e) lies inside row o of the input.
                     let row = unsafe { std::slice::from_raw_parts(xp.get().add(o * r + s), e.saturating_sub(s)) };
@@ -782,7 +782,7 @@ fn reduce_blocks<T: Elem, R: Reducer>(x: *const T, out: *mut T, outer: usize, r:
             unsafe { *op.get().add(o * inner + j) = T::from_f64(R::finish(a, r)) };
         }
     };
-    let threads = crate::engine::fork_join::threads();
+    let threads = crate::engine::parallel::threads();
     if outer >= threads {
         parallel_chunks(outer, (GRAIN / (r * inner).max(1)).max(1), |os| os.for_each(|o| write(o, 0..inner, partial(o, 0..r, 0..inner))));
     } else if r >= 8 * threads && inner <= 1 << 16 {
@@ -792,7 +792,7 @@ fn reduce_blocks<T: Elem, R: Reducer>(x: *const T, out: *mut T, outer: usize, r:
         let step = r.div_ceil(pieces);
         for o in 0..outer {
             let parts: Vec<Vec<f64>> =
-                crate::engine::fork_join::map(pieces, |p| partial(o, (p * step).min(r)..((p + 1) * step).min(r), 0..inner));
+                crate::engine::parallel::map(pieces, |p| partial(o, (p * step).min(r)..((p + 1) * step).min(r), 0..inner));
             let merged = parts.into_iter().reduce(|a, b| a.into_iter().zip(b).map(|(x, y)| R::merge(x, y)).collect()).unwrap_or_default();
             write(o, 0..inner, merged);
         }

@@ -469,7 +469,7 @@ impl<T: Real> Pass<'_, T> {
         let n = self.d.batch;
         let ranges = self.threads.min(n / MIN_ROWS).max(1);
         let per = n.div_ceil(ranges);
-        crate::engine::fork_join::run(ranges, &|r| sweep(r * per..((r + 1) * per).min(n)));
+        crate::engine::parallel::run(ranges, &|r| sweep(r * per..((r + 1) * per).min(n)));
     }
 
     /// The recurrence of one direction for batch rows `range`.
@@ -808,7 +808,7 @@ impl Operator for Rnn {
             }
             let mut hy = vec![T::ZERO; states];
             let mut cy = vec![T::ZERO; if self.mode == Mode::Lstm { states } else { 0 }];
-            let pass = Pass { rnn: self, d, params, dtype: inputs[0].dtype, threads: crate::engine::fork_join::threads() };
+            let pass = Pass { rnn: self, d, params, dtype: inputs[0].dtype, threads: crate::engine::parallel::threads() };
             let out = unsafe { outputs[0].slice_mut::<T>() };
             pass.forward(data, h0, c0, mask.as_deref(), out, &mut hy, &mut cy, false);
             if self.state_outputs {
@@ -894,7 +894,7 @@ impl Operator for RnnBackward {
             let (dout, data, params, h0) = (read(0), read(first), read(first + 1), read(first + 2));
             let c0 = if lstm { read(first + 3) } else { &[] };
             let mask = rnn.has_mask().then(|| read(inputs.len() - 1));
-            let pass = Pass { rnn, d, params, dtype: inputs[first].dtype, threads: crate::engine::fork_join::threads() };
+            let pass = Pass { rnn, d, params, dtype: inputs[first].dtype, threads: crate::engine::parallel::threads() };
             let mut top = vec![T::ZERO; d.steps * d.batch * rnn.dirs * rnn.hidden];
             let mut hy = vec![T::ZERO; h0.len()];
             let mut cy = vec![T::ZERO; c0.len()];

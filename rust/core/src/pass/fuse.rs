@@ -162,7 +162,7 @@ mod tests {
         let expr = &nodes.last().unwrap().op.as_ref().unwrap().attrs["expr"];
         assert_eq!(
             expr,
-            "(float)(((float)(((float)(in0 * in1)) + ((float)1e0))) > 0 ? ((float)(((float)(in0 * in1)) + ((float)1e0))) : 0)"
+            "(float)((((float)(((float)(in0 * in1)) + ((float)1e0))) > 0 || ((float)(((float)(in0 * in1)) + ((float)1e0))) != ((float)(((float)(in0 * in1)) + ((float)1e0)))) ? ((float)(((float)(in0 * in1)) + ((float)1e0))) : 0)"
         );
     }
 

@@ -1,0 +1,93 @@
+//! Kernels' parallel loops, on the engine's rayon pool ([`super::pool`]): an operator running on
+//! a pool thread splits its work into tasks that the pool's idle threads steal, and a caller
+//! outside the pool (the Python thread running a small operator inline) hands its tasks to the
+//! pool and waits.
+
+use rayon::prelude::*;
+
+/// Threads a loop can use.
+pub fn threads() -> usize {
+    super::pool::count()
+}
+
+/// Run `task(0) .. task(tasks - 1)` on the pool; returns when all ran. Each task is its own
+/// stealable unit, so unequal tasks balance. A task's panic reaches the caller.
+pub fn run(tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+    if tasks <= 1 || threads() <= 1 {
+        (0..tasks).for_each(task);
+        return;
+    }
+    super::pool::pool().install(|| (0..tasks).into_par_iter().with_max_len(1).for_each(task));
+}
+
+/// `task(0) .. task(tasks - 1)` run as by [`run`], their results in task order.
+pub fn map<R: Send>(tasks: usize, task: impl Fn(usize) -> R + Sync) -> Vec<R> {
+    if tasks <= 1 || threads() <= 1 {
+        return (0..tasks).map(task).collect();
+    }
+    super::pool::pool().install(|| (0..tasks).into_par_iter().with_max_len(1).map(|i| task(i)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::panic::catch_unwind;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn every_task_runs_once_and_nested_loops_complete() {
+        for round in 0..200 {
+            let tasks = round % 7 + 1;
+            let counts: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+            run(tasks, &|i| {
+                counts[i].fetch_add(1, Ordering::Relaxed);
+                let inner = AtomicUsize::new(0);
+                run(3, &|_| {
+                    inner.fetch_add(1, Ordering::Relaxed);
+                });
+                assert_eq!(inner.load(Ordering::Relaxed), 3);
+            });
+            assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1));
+        }
+        assert_eq!(map(5, |i| i * i), vec![0, 1, 4, 9, 16]);
+    }
+
+    #[test]
+    fn a_panicking_task_reaches_the_caller_and_the_pool_recovers() {
+        let caught = catch_unwind(|| run(8, &|i| assert!(i != 5, "task five fails")));
+        assert!(caught.is_err());
+        let sum = AtomicUsize::new(0);
+        run(8, &|i| {
+            sum.fetch_add(i, Ordering::Relaxed);
+        });
+        assert_eq!(sum.load(Ordering::Relaxed), 28);
+    }
+
+    /// A loop started inside another loop's task still gets the other threads: its two tasks
+    /// meet, which they cannot if one thread runs both.
+    #[test]
+    fn a_nested_loop_gets_the_other_threads() {
+        if threads() < 2 {
+            return; // a single thread has nobody to meet
+        }
+        let met = AtomicBool::new(false);
+        run(2, &|outer| {
+            if outer != 0 {
+                return;
+            }
+            let arrived = AtomicUsize::new(0);
+            run(2, &|_| {
+                arrived.fetch_add(1, Ordering::SeqCst);
+                let deadline = Instant::now() + Duration::from_secs(2);
+                while arrived.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
+                    std::thread::yield_now();
+                }
+                if arrived.load(Ordering::SeqCst) == 2 {
+                    met.store(true, Ordering::SeqCst);
+                }
+            });
+        });
+        assert!(met.load(Ordering::SeqCst), "the nested loop's tasks never ran at the same time");
+    }
+}
