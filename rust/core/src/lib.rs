@@ -20,6 +20,7 @@ pub mod pass;
 pub mod random;
 pub mod storage;
 pub mod symbol;
+mod sync;
 
 pub use base::{Context, DType, DeviceType, Shape};
 pub use error::{Error, ErrorKind, Result};

@@ -15,7 +15,6 @@ mod var;
 
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 pub use var::Var;
@@ -69,7 +68,7 @@ pub(crate) struct OprBlock {
     /// Dependencies not yet granted, plus one held by `push` until registration finishes. Only the
     /// thread whose `fetch_sub` brings it to zero starts the block: it runs exactly once, and never
     /// before it is on the queues of all its vars.
-    wait: AtomicUsize,
+    wait: crate::sync::Countdown,
     /// Taken exactly once, by the thread that executes the block; the lock is never contended and
     /// only makes the block shareable between the vars' queues.
     func: Mutex<Option<OpFn>>,
@@ -163,7 +162,7 @@ pub fn push(
     // A var that is both read and written is only a write dependency.
     let reads_dedup = unique_vars(reads, &writes_dedup);
     let blk = Arc::new(OprBlock {
-        wait: AtomicUsize::new(reads_dedup.len() + writes_dedup.len() + 1),
+        wait: crate::sync::Countdown::new(reads_dedup.len() + writes_dedup.len() + 1),
         func: Mutex::new(Some(func)),
         reads: reads_dedup,
         writes: writes_dedup,
@@ -214,8 +213,8 @@ fn register(blk: Arc<OprBlock>) {
             }
         }
     }
-    // AcqRel: the thread that brings the count to zero must see every grant made before it.
-    if blk.wait.fetch_sub(granted, Ordering::AcqRel) == granted {
+    // The thread that ends the count sees every grant made before it (see `Countdown`).
+    if blk.wait.count_down(granted) {
         if blk.inline {
             execute(blk);
         } else {
@@ -226,9 +225,9 @@ fn register(blk: Arc<OprBlock>) {
 
 /// Called when a var grants `blk` one of its dependencies.
 fn on_granted(blk: Arc<OprBlock>) {
-    // AcqRel, as in `register`: every grant, and what the ops granting it wrote, happens before
-    // the op runs on whichever thread brings the count to zero.
-    if blk.wait.fetch_sub(1, Ordering::AcqRel) == 1 {
+    // Every grant, and what the ops granting it wrote, happens before the op runs on whichever
+    // thread ends the count (see `Countdown`).
+    if blk.wait.count_down(1) {
         if blk.marker {
             // A wait marker only wakes its waiter: cheaper to run here than to hop threads.
             execute(blk);
@@ -335,7 +334,7 @@ pub fn wait_for_var(var: &Arc<Var>, for_write: bool) -> Result<()> {
     let deps = vec![var.clone()];
     let (reads, writes) = if for_write { (vec![], deps) } else { (deps, vec![]) };
     let marker = Arc::new(OprBlock {
-        wait: AtomicUsize::new(2),
+        wait: crate::sync::Countdown::new(2),
         func: Mutex::new(Some(func)),
         reads,
         writes,

@@ -24,7 +24,7 @@
 use std::alloc::{self as system, Layout};
 use std::collections::{HashMap, VecDeque};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -306,43 +306,35 @@ impl CpuPool {
 ///
 /// It sleeps a quarter of the idle time between passes while the pool holds free blocks and parks
 /// while it holds none, so an idle process with an empty pool never wakes up. A release that
-/// finds it parked unparks it. No wake-up is lost: the trimmer publishes PARKED and then checks
-/// `pooled`, a release adds to `pooled` and then checks the state, all SeqCst, so at least one of
-/// the two sees the other's write; and an unpark that comes before the park makes the park
-/// return at once.
+/// finds it parked unparks it; the protocol (`crate::sync::Parking`, model-checked with loom)
+/// loses no wake-up, given that releases add to `pooled` with SeqCst before waking it.
+#[cfg(not(loom))]
 mod trimmer {
     use super::*;
+    use crate::sync::Parking;
+    use std::sync::atomic::AtomicPtr;
 
-    const NOT_RUNNING: u8 = 0;
-    const ACTIVE: u8 = 1;
-    const PARKED: u8 = 2;
-
-    static STATE: AtomicU8 = AtomicU8::new(NOT_RUNNING);
-    /// The trimmer's thread handle, set by the trimmer itself before it can ever park (so PARKED
-    /// implies it is set). Leaked on purpose: the thread runs for the life of the process.
+    static PARKING: Parking = Parking::new();
+    /// The trimmer's thread handle, set by the trimmer itself before it can ever park (so a
+    /// parked trimmer implies it is set). Leaked on purpose: the thread runs for the life of the
+    /// process. An atomic, not a lock: a forked child must never find it locked by a thread that
+    /// did not survive the fork.
     static THREAD: AtomicPtr<std::thread::Thread> = AtomicPtr::new(std::ptr::null_mut());
 
     pub(super) fn wake(pool: &'static CpuPool) {
-        match STATE.load(Ordering::SeqCst) {
-            ACTIVE => {}
-            PARKED => {
+        PARKING.wake(
+            || {
                 let thread = THREAD.load(Ordering::SeqCst);
                 // SAFETY: a non-null pointer came from Box::into_raw in `run` and is never freed.
                 if let Some(thread) = unsafe { thread.as_ref() } {
                     thread.unpark();
                 }
-            }
-            _ => {
-                if STATE.compare_exchange(NOT_RUNNING, ACTIVE, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-                    forget_after_fork();
-                    let spawned = std::thread::Builder::new().name("oxnet-pool-trim".into()).spawn(move || run(pool));
-                    if spawned.is_err() {
-                        // No thread to be had: idle blocks stay until the next release tries again.
-                        STATE.store(NOT_RUNNING, Ordering::SeqCst);
-                    }
-                }
-            }
-        }
+            },
+            || {
+                forget_after_fork();
+                std::thread::Builder::new().name("oxnet-pool-trim".into()).spawn(move || run(pool)).is_ok()
+            },
+        );
     }
 
     fn run(pool: &'static CpuPool) {
@@ -351,11 +343,7 @@ mod trimmer {
         let period = (idle / 4).max(Duration::from_millis(10));
         loop {
             if pool.pooled.load(Ordering::SeqCst) == 0 {
-                STATE.store(PARKED, Ordering::SeqCst);
-                if pool.pooled.load(Ordering::SeqCst) == 0 {
-                    std::thread::park();
-                }
-                STATE.store(ACTIVE, Ordering::SeqCst);
+                PARKING.park_unless(|| pool.pooled.load(Ordering::SeqCst) != 0, std::thread::park);
                 continue;
             }
             std::thread::sleep(period);
@@ -372,7 +360,7 @@ mod trimmer {
                 fn pthread_atfork(prepare: Option<extern "C" fn()>, parent: Option<extern "C" fn()>, child: Option<extern "C" fn()>) -> i32;
             }
             extern "C" fn in_child() {
-                STATE.store(NOT_RUNNING, Ordering::SeqCst);
+                PARKING.forget_thread();
                 THREAD.store(std::ptr::null_mut(), Ordering::SeqCst);
             }
             static REGISTERED: std::sync::Once = std::sync::Once::new();
@@ -382,6 +370,12 @@ mod trimmer {
             });
         }
     }
+}
+
+/// Under loom only the protocols are exercised; the process-wide trimmer does not exist.
+#[cfg(loom)]
+mod trimmer {
+    pub(super) fn wake(_pool: &'static super::CpuPool) {}
 }
 
 /// Memory the kernel reports available (MemAvailable), estimated between readings.
