@@ -3,6 +3,10 @@ it, reload the exported files with SymbolBlock.imports and check the reloaded mo
 same. Runs in well under a minute on 2 CPU cores.
 
     python examples/train_digits.py [--epochs 15] [--out model/digits]
+
+Besides the exported model (OUT-symbol.json, OUT-0000.params) it saves the test split as
+OUT-test.params (arrays "data" and "label"), which the Rust example predict_digits.rs evaluates
+with no Python: cargo run --release --example predict_digits
 """
 
 import argparse
@@ -106,7 +110,9 @@ def main():
 
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     sym_file, params_file = net.export(args.out)
-    print("exported %s and %s" % (sym_file, params_file))
+    test_file = args.out + "-test.params"
+    mx.nd.save(test_file, {"data": mx.nd.array(test_x), "label": mx.nd.array(test_y)})
+    print("exported %s and %s, test split in %s" % (sym_file, params_file, test_file))
 
     reloaded = gluon.SymbolBlock.imports(sym_file, ["data"], params_file)
     sample = mx.nd.array(test_x)

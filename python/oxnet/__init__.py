@@ -23,6 +23,7 @@ from . import optimizer
 from . import lr_scheduler
 from . import metric
 from . import io
+from . import recordio
 from . import kvstore
 from . import kvstore as kv
 from . import model
@@ -40,5 +41,6 @@ from . import util
 from .util import (is_np_shape, set_np_shape, np_shape, use_np_shape, is_np_array, np_array,
                    use_np_array, use_np, set_np, reset_np)
 from . import engine
+from . import profiler
 from . import runtime
 from . import operator

@@ -27,7 +27,8 @@ def _create_kvstore(kvstore, num_device, arg_params):
     elif isinstance(kvstore, kvs.KVStoreBase):
         kv = kvstore
     elif isinstance(kvstore, str):
-        if num_device == 1 and "dist" not in kvstore:
+        # One device of one process needs no store; 'horovod' (like 'dist_*') spans processes.
+        if num_device == 1 and "dist" not in kvstore and kvstore != "horovod":
             kv = None
         else:
             kv = kvs.create(kvstore)
@@ -82,7 +83,11 @@ def _update_params(param_arrays, grad_arrays, updater, num_device, kvstore=None,
 
 
 def save_checkpoint(prefix, epoch, symbol, arg_params, aux_params, remove_amp_cast=True):
-    """Write ``prefix-symbol.json`` (unless ``symbol`` is None) and ``prefix-%04d.params``."""
+    """Write ``prefix-symbol.json`` (unless ``symbol`` is None) and ``prefix-%04d.params``.
+    In a distributed job (a 'dist' kvstore was created) only rank 0 writes: every rank holds
+    the same parameters, and N writers of one file would race."""
+    if kvs.mpi.process_rank() != 0:
+        return
     if symbol is not None:
         symbol.save("%s-symbol.json" % prefix, remove_amp_cast=remove_amp_cast)
     save_dict = {("arg:%s" % k): v.as_in_context(cpu()) for k, v in arg_params.items()}

@@ -108,7 +108,40 @@ def test_errors_for_unrecorded_and_freed_graphs(ctx):
     with autograd.record():
         y = x * 2
     with pytest.raises(mx.MXNetError, match="head gradient"):
-        y.backward(mx.nd.ones((3,), ctx=ctx))
+        y.backward(mx.nd.ones((1,), ctx=ctx))
+
+
+def test_head_gradient_with_extra_leading_rows_uses_the_leading_rows(ctx):
+    """As MXNet, where a head's producer reads the part of the head gradient it expects: extra rows
+    along axis 0 (several heads' gradients concatenated) are accepted, the leading ones used."""
+    x = mx.nd.array(np.arange(6.0).reshape(3, 2), ctx=ctx)
+    x.attach_grad()
+    head_grad = np.arange(1.0, 9.0).reshape(4, 2)
+    with autograd.record():
+        y = mx.nd.concat(x * 2, dim=0)
+    y.backward(mx.nd.array(head_grad, ctx=ctx))
+    assert_almost_equal(x.grad.asnumpy(), 2 * head_grad[:3])
+    for shape in [(2, 2), (3, 3), (4, 3), (8,), (1, 3, 2)]:
+        with autograd.record():
+            y = x * 2
+        with pytest.raises(mx.MXNetError, match=r"head gradient of shape .* for a head of shape \(3, 2\)"):
+            y.backward(mx.nd.ones(shape, ctx=ctx))
+
+
+def test_executor_backward_reads_one_head_gradient_per_output(ctx):
+    """As MXNet's GraphExecutor: gradients beyond the outputs are ignored, a dict is read by output
+    name, and a head gradient must match its output's shape."""
+    a = mx.sym.var("a")
+    out = a * 3
+    grad = mx.nd.zeros((3, 2), ctx=ctx)
+    exe = out.bind(ctx, {"a": mx.nd.ones((3, 2), ctx=ctx)}, args_grad={"a": grad})
+    exe.forward(is_train=True)
+    exe.backward([mx.nd.ones((3, 2), ctx=ctx), mx.nd.ones((5,), ctx=ctx)])
+    assert_almost_equal(grad.asnumpy(), np.full((3, 2), 3.0))
+    exe.backward({out.list_outputs()[0]: mx.nd.full((3, 2), 2.0, ctx=ctx)})
+    assert_almost_equal(grad.asnumpy(), np.full((3, 2), 6.0))
+    with pytest.raises(mx.MXNetError, match="head gradient 0 has shape"):
+        exe.backward([mx.nd.ones((4, 2), ctx=ctx)])
 
 
 def test_inplace_on_a_variable_while_recording_is_refused(ctx):
@@ -136,6 +169,21 @@ def test_grad_returns_gradients_without_touching_buffers(ctx):
     (g,) = autograd.grad(y, [x])
     assert_almost_equal(g.asnumpy(), 2 * np.cos(x.asnumpy()), rtol=1e-6)
     assert (x.grad.asnumpy() == 0).all()
+
+
+def test_grad_with_respect_to_an_unreachable_variable_raises(ctx):
+    """As MXNet: a variable the heads do not depend on is an error, not a silent zero; one that
+    is reached only through stop_gradient gets zeros."""
+    x, z, w = (mx.nd.array([0.3, -0.7], ctx=ctx) for _ in range(3))
+    for a in (x, z, w):
+        a.attach_grad()
+    with autograd.record():
+        y = x * 2 + mx.nd.stop_gradient(w)
+    with pytest.raises(mx.MXNetError, match="2-th variable because it is unreachable"):
+        autograd.grad(y, [x, z], retain_graph=True)
+    gx, gw = autograd.grad(y, [x, w])
+    assert_almost_equal(gx.asnumpy(), np.full(2, 2.0))
+    assert (gw.asnumpy() == 0).all()
 
 
 @pytest.mark.parametrize("name", ["tanh", "sigmoid", "log", "mul"])

@@ -209,3 +209,95 @@ def test_json_round_trip_keeps_subgraphs_and_results():
 def test_unused_loop_data_is_refused():
     with pytest.raises(AssertionError, match="data arrays have to be used"):
         mx.sym.contrib.foreach(lambda x, s: (s[0] * 2, s), mx.sym.var("data"), [mx.sym.var("s")])
+
+
+def test_symbolic_foreach_over_1d_data_keeps_it_1d():
+    """As MXNet: each step of 1-d data sees shape (1,), the data is inferred back as (len,) and the
+    stacked outputs are (len, 1), for the executor and imperatively alike."""
+    data, state = mx.sym.var("data"), mx.sym.var("state")
+    outs, final = mx.sym.contrib.foreach(lambda x, s: (x * s[0], [s[0] * 2]), data, [state])
+    arg_shapes, out_shapes, _ = mx.sym.Group([outs, final[0]]).infer_shape(state=(1,), data=(3,))
+    assert arg_shapes == [(3,), (1,)] and out_shapes == [(3, 1), (1,)]
+    values = {"data": mx.nd.array([1.0, 2.0, 3.0]), "state": mx.nd.array([0.5])}
+    exe = mx.sym.Group([outs, final[0]]).bind(mx.cpu(), values)
+    exe.forward()
+    assert_almost_equal(exe.outputs[0].asnumpy(), np.array([[0.5], [2.0], [6.0]]))
+    imp_outs, imp_final = mx.nd.contrib.foreach(lambda x, s: (x * s[0], [s[0] * 2]), values["data"], [values["state"]])
+    assert_almost_equal(imp_outs.asnumpy(), exe.outputs[0].asnumpy())
+    assert_almost_equal(imp_final[0].asnumpy(), np.array([4.0]))
+
+
+def _lstm_step(x, h, c, weights, hidden, recurrent_mask=None):
+    """One LSTM step as Keras-MXNet wrote it: two FullyConnected, split into i, f, g, o; with a
+    recurrent dropout mask (drawn once per batch) applied to the previous state."""
+    i2h_weight, i2h_bias, h2h_weight, h2h_bias = weights
+    previous = h if recurrent_mask is None else h * recurrent_mask
+    gates = mx.sym.FullyConnected(x, i2h_weight, i2h_bias, num_hidden=4 * hidden) + \
+        mx.sym.FullyConnected(previous, h2h_weight, h2h_bias, num_hidden=4 * hidden)
+    i, f, g, o = mx.sym.split(gates, num_outputs=4, axis=1)
+    c = mx.sym.sigmoid(f) * c + mx.sym.sigmoid(i) * mx.sym.tanh(g)
+    return mx.sym.sigmoid(o) * mx.sym.tanh(c), c
+
+
+_LSTM_INPUTS = ("data", "h0", "c0", "i2h_weight", "i2h_bias", "h2h_weight", "h2h_bias", "mask")
+
+
+def _lstm_graph(kind, hidden, steps, dropout):
+    data, h0, c0, *weights, mask = [mx.sym.var(n) for n in _LSTM_INPUTS]
+    mask = mask if dropout else None
+    if kind == "foreach":
+        def step(x, states):
+            h, c = _lstm_step(x, states[0], states[1], weights, hidden, mask)
+            return h, [h, c]
+        outs, (h, c) = mx.sym.contrib.foreach(step, data, [h0, c0])
+    elif kind == "unrolled":
+        h, c, per_step = h0, c0, []
+        for x in mx.sym.split(data, num_outputs=steps, axis=0, squeeze_axis=True):
+            h, c = _lstm_step(x, h, c, weights, hidden, mask)
+            per_step.append(h)
+        outs = mx.sym.stack(*per_step, axis=0)
+    else:
+        i2h_weight, i2h_bias, h2h_weight, h2h_bias = weights
+        params = mx.sym.concat(*[mx.sym.reshape(p, shape=(-1,)) for p in (i2h_weight, h2h_weight, i2h_bias, h2h_bias)],
+                               dim=0)
+        fused = mx.sym.RNN(data, params, mx.sym.expand_dims(h0, 0), mx.sym.expand_dims(c0, 0), mode="lstm",
+                           state_size=hidden, num_layers=1, state_outputs=True)
+        outs, h, c = fused[0], mx.sym.reshape(fused[1], shape=(-3, -2)), mx.sym.reshape(fused[2], shape=(-3, -2))
+    return mx.sym.Group([outs, h, c])
+
+
+def _run_lstm(kind, steps, dropout, batch=4, width=3, hidden=5):
+    rng = np.random.RandomState(steps)
+    shapes = {"data": (steps, batch, width), "h0": (batch, hidden), "c0": (batch, hidden),
+              "i2h_weight": (4 * hidden, width), "i2h_bias": (4 * hidden,), "h2h_weight": (4 * hidden, hidden),
+              "h2h_bias": (4 * hidden,), "mask": (batch, hidden)}
+    args = {name: mx.nd.array(rng.uniform(-0.5, 0.5, shape)) for name, shape in shapes.items()}
+    # Recurrent dropout: a mask of 0 and 1/(1-p), the same for every step.
+    args["mask"] = mx.nd.array((rng.uniform(size=shapes["mask"]) > 0.3) / 0.7)
+    sym = _lstm_graph(kind, hidden, steps, dropout)
+    args = {name: args[name] for name in sym.list_arguments()}
+    grads = {name: mx.nd.zeros(a.shape) for name, a in args.items() if name != "mask"}
+    exe = sym.bind(mx.cpu(), args, args_grad=grads)
+    exe.forward(is_train=True)
+    heads = [mx.nd.array(rng.uniform(-1, 1, o.shape)) for o in exe.outputs]
+    exe.backward(heads)
+    return [o.asnumpy() for o in exe.outputs], {k: g.asnumpy() for k, g in grads.items()}, exe.planned_bytes
+
+
+@pytest.mark.parametrize("dropout", [False, True])
+def test_keras_style_foreach_lstm_matches_the_unrolled_cells_and_the_fused_op(dropout):
+    """Keras-MXNet's RNN with unroll=False (an LSTM step in foreach) gives the outputs, final
+    states and gradients of the unrolled graph and of the fused RNN operator (which has no
+    recurrent dropout, so it is compared without), and plans less memory than the unrolled graph."""
+    results = {kind: _run_lstm(kind, 12, dropout) for kind in ("foreach", "unrolled", "fused")[:3 - dropout]}
+    reference_outs, reference_grads, _ = results["unrolled"]
+    for kind, (outs, grads, _) in results.items():
+        for got, want in zip(outs, reference_outs):
+            assert_almost_equal(got, want, rtol=1e-5, atol=1e-6)
+        for name, want in reference_grads.items():
+            assert_almost_equal(grads[name], want, rtol=1e-4, atol=1e-5)
+    # Per step, foreach keeps only what the step's gradient reads; the unrolled graph plans
+    # every step's intermediates and their gradients.
+    sizes = dict(batch=8, width=8, hidden=32)
+    foreach_bytes, unrolled_bytes = (_run_lstm(kind, 100, dropout, **sizes)[2] for kind in ("foreach", "unrolled"))
+    assert foreach_bytes < 0.5 * unrolled_bytes

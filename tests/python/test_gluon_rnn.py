@@ -207,8 +207,6 @@ def test_bad_states_and_layouts_raise_clear_errors():
         layer(nd.ones((3, 2, 5)), nd.zeros((1, 3, 4)))
     with pytest.raises(ValueError, match="layout"):
         rnn.LSTM(4, layout="CNT")
-    with pytest.raises(NotImplementedError, match="projection_size"):
-        rnn.LSTM(4, projection_size=2)
     with pytest.raises(NotImplementedError, match="Bidirectional cannot be stepped"):
         rnn.BidirectionalCell(rnn.GRUCell(2), rnn.GRUCell(2))(nd.ones((1, 2)), [])
 
@@ -282,3 +280,113 @@ def test_context_default_ctx_is_the_current_context():
     with mx.cpu(1):
         with pytest.warns(DeprecationWarning):
             assert mx.Context.default_ctx == mx.cpu(1)
+
+
+def _length_layer(case):
+    kw = dict(num_layers=2, bidirectional=True, use_sequence_length=True)
+    if case == "lstm":
+        return rnn.LSTM(4, **kw)
+    if case == "lstmp":
+        return rnn.LSTM(5, projection_size=3, **kw)
+    return rnn.GRU(4, **kw)
+
+
+@pytest.mark.parametrize("hybridize", [False, True])
+@pytest.mark.parametrize("case", ["lstm", "lstmp", "gru"])
+def test_layer_with_sequence_length_is_padding_invariant(case, hybridize):
+    """An example's outputs, final states and parameter gradients are the same alone (no
+    padding) as padded with garbage inside a batch of longer and shorter sequences."""
+    layer = _length_layer(case)
+    layer.initialize(mx.init.Uniform(0.5))
+    if hybridize:
+        layer.hybridize()
+    rng = np.random.RandomState(1)
+    lengths = [6, 2, 4]
+    x = rng.randn(6, 3, 2) * 3  # garbage beyond each length
+    begin = [nd.array(rng.randn(*info["shape"]) * 0.5) for info in layer.state_info(3)]
+    heads = rng.uniform(-1, 1, (6, 3, layer._state_width() * 2))
+
+    def run(data, states, lens, head):
+        with autograd.record():
+            out, final = layer(nd.array(data), states, nd.array(lens))
+            loss = (out * nd.array(head)).sum() + sum(s.sum() for s in final)
+        loss.backward()
+        grads = {name: p.grad().asnumpy().copy() for name, p in layer.collect_params().items()}
+        return out.asnumpy(), [s.asnumpy() for s in final], grads
+
+    out, final, grads = run(x, begin, lengths, heads)
+    summed = {name: np.zeros_like(g) for name, g in grads.items()}
+    for b, length in enumerate(lengths):
+        alone_out, alone_final, alone_grads = run(x[:length, b:b + 1], [s[:, b:b + 1] for s in begin], [length],
+                                                  heads[:length, b:b + 1])
+        assert_almost_equal(out[:length, b], alone_out[:, 0], rtol=1e-5, atol=1e-6)
+        assert not out[length:, b].any()
+        for s, alone in zip(final, alone_final):
+            assert_almost_equal(s[:, b], alone[:, 0], rtol=1e-5, atol=1e-6)
+        for name in summed:
+            summed[name] += alone_grads[name]
+    for name, g in grads.items():
+        assert_almost_equal(g, summed[name], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_fused_layer_with_lengths_equals_cells_unrolled_with_valid_length(mode):
+    hidden = 4
+    layer = (rnn.LSTM if mode == "lstm" else rnn.GRU)(hidden, bidirectional=True, use_sequence_length=True,
+                                                      layout="NTC")
+    cell = rnn.LSTMCell if mode == "lstm" else rnn.GRUCell
+    layer.initialize(mx.init.Uniform(0.5))
+    x = nd.random.normal(shape=(3, 5, 2))
+    lengths = nd.array([5, 1, 3])
+    fused, fused_states = layer(x, layer.begin_state(3), lengths)
+    bi = rnn.BidirectionalCell(cell(hidden, prefix="l0_"), cell(hidden, prefix="r0_"))
+    bi.initialize()
+    for name, param in bi.collect_params().items():
+        param.shape = getattr(layer, name).shape
+        param._finish_deferred_init()
+        param.set_data(getattr(layer, name).data())
+    unrolled, states = bi.unroll(5, x, layout="NTC", merge_outputs=True, valid_length=lengths)
+    assert_almost_equal(fused.asnumpy(), unrolled.asnumpy(), rtol=1e-4, atol=1e-5)
+    # Cells list states per direction ([h, c] forward, then backward); the layer per kind.
+    per_kind = [nd.stack(*states[k::len(fused_states)], axis=0) for k in range(len(fused_states))]
+    for got, want in zip(fused_states, per_kind):
+        assert_almost_equal(got.asnumpy(), want.asnumpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_lstmp_layer_parameters_states_and_saved_names(tmp_path):
+    layer = rnn.LSTM(6, num_layers=2, projection_size=3, bidirectional=True)
+    layer.initialize()
+    out, states = layer(nd.ones((4, 2, 5)), layer.begin_state(2))
+    assert out.shape == (4, 2, 6) and [s.shape for s in states] == [(4, 2, 3), (4, 2, 6)]
+    assert layer.l1_i2h_weight.shape == (24, 6) and layer.l0_h2h_weight.shape == (24, 3)
+    assert layer.r1_h2r_weight.shape == (3, 6)
+    layer.save_parameters(str(tmp_path / "lstmp.params"))
+    saved = nd.load(str(tmp_path / "lstmp.params"))
+    assert "_unfused.1.r_cell.h2r_weight" in saved
+    with pytest.raises(ValueError, match="use_sequence_length=True"):
+        rnn.GRU(3, use_sequence_length=True)(nd.ones((2, 1, 2)))
+
+
+def test_lstmp_layer_equals_lstmp_cells_unrolled():
+    layer = rnn.LSTM(6, num_layers=2, projection_size=3, bidirectional=True, prefix="lstm0_")
+    stack = rnn.HybridSequentialRNNCell(prefix="lstm0_")
+    with stack.name_scope():
+        for i in range(2):
+            stack.add(rnn.BidirectionalCell(gluon.contrib.rnn.LSTMPCell(6, 3, prefix="l%d_" % i),
+                                            gluon.contrib.rnn.LSTMPCell(6, 3, prefix="r%d_" % i)))
+    layer.initialize()
+    stack.initialize()
+    x = nd.random.normal(shape=(4, 2, 5))
+    begin = layer.begin_state(2)
+    layer.infer_shape(x, begin)
+    stack_params = stack.collect_params()
+    for name, param in layer.collect_params().items():
+        value = nd.random.uniform(-0.5, 0.5, shape=param.shape)
+        param.set_data(value)
+        stack_params[name].set_data(value)
+    fused, fused_states = layer(x, begin)
+    unrolled, states = stack.unroll(4, x, begin_state=stack.begin_state(batch_size=2), layout="TNC",
+                                    merge_outputs=True)
+    assert_almost_equal(fused.asnumpy(), unrolled.asnumpy(), rtol=1e-4, atol=1e-5)
+    for kind, fused_state in enumerate(fused_states):  # h (projected) then c, per layer and direction
+        assert_almost_equal(fused_state.asnumpy(), nd.stack(*states[kind::2], axis=0).asnumpy(), rtol=1e-4, atol=1e-5)

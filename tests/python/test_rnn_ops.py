@@ -19,46 +19,60 @@ def _sigmoid(v):
     return 1 / (1 + np.exp(-v))
 
 
-def _rnn_reference(x, params, h0, c0, mode, hidden, layers, dirs, clip=None):
-    """Step-by-step NumPy RNN with MXNet's flat parameter layout (weights, then biases)."""
+def _rnn_reference(x, params, h0, c0, mode, hidden, layers, dirs, clip=None, lengths=None, projection=None):
+    """Step-by-step NumPy RNN with MXNet's flat parameter layout (weights, then biases; LSTMP's
+    h2r weight after each direction's h2h weight). With ``lengths``, sequence b only has steps
+    ``0..lengths[b]``: later outputs are zero, both directions run over its own steps only."""
     steps, batch, _ = x.shape
     g = GATES[mode] * hidden
-    widths = [x.shape[2] if l == 0 else dirs * hidden for l in range(layers)]
+    state = projection or hidden
+    widths = [x.shape[2] if l == 0 else dirs * state for l in range(layers)]
     offset, weights = 0, []
+
+    def take(rows, cols):
+        nonlocal offset
+        block = params[offset:offset + rows * cols].reshape(rows, cols)
+        offset += rows * cols
+        return block
+
     for l in range(layers):
         for _ in range(dirs):
-            w_ih = params[offset:offset + g * widths[l]].reshape(g, widths[l])
-            offset += g * widths[l]
-            w_hh = params[offset:offset + g * hidden].reshape(g, hidden)
-            offset += g * hidden
-            weights.append([w_ih, w_hh])
+            weights.append([take(g, widths[l]), take(g, state), take(projection, hidden) if projection else None])
     for k in range(layers * dirs):
         weights[k] += [params[offset:offset + g], params[offset + g:offset + 2 * g]]
         offset += 2 * g
+    lengths = np.full(batch, steps) if lengths is None else np.asarray(lengths)
     hy, cy, layer_in = [], [], x
     for l in range(layers):
         outs = []
         for d in range(dirs):
-            w_ih, w_hh, b_ih, b_hh = weights[l * dirs + d]
+            w_ih, w_hh, w_hr, b_ih, b_hh = weights[l * dirs + d]
             h, c = h0[l * dirs + d].copy(), c0[l * dirs + d].copy() if c0 is not None else None
-            seq = np.zeros((steps, batch, hidden))
+            seq = np.zeros((steps, batch, state))
             for t in (range(steps - 1, -1, -1) if d else range(steps)):
+                active = (t < lengths)[:, None]
                 xp, hp = layer_in[t] @ w_ih.T + b_ih, h @ w_hh.T + b_hh
+                new_c = c
                 if mode == "lstm":
                     pre = xp + hp
                     i, f, o = (_sigmoid(pre[:, k * hidden:(k + 1) * hidden]) for k in (0, 1, 3))
-                    c = f * c + i * np.tanh(pre[:, 2 * hidden:3 * hidden])
+                    new_c = f * c + i * np.tanh(pre[:, 2 * hidden:3 * hidden])
                     if clip:
-                        c = np.clip(c, *clip)
-                    h = o * np.tanh(c)
+                        new_c = np.clip(new_c, *clip)
+                    new_h = o * np.tanh(new_c)
+                    if projection:
+                        new_h = new_h @ w_hr.T
                 elif mode == "gru":
                     r = _sigmoid(xp[:, :hidden] + hp[:, :hidden])
                     z = _sigmoid(xp[:, hidden:2 * hidden] + hp[:, hidden:2 * hidden])
                     n = np.tanh(xp[:, 2 * hidden:] + r * hp[:, 2 * hidden:])
-                    h = (1 - z) * n + z * h
+                    new_h = (1 - z) * n + z * h
                 else:
-                    h = np.maximum(xp + hp, 0) if mode == "rnn_relu" else np.tanh(xp + hp)
-                seq[t] = h
+                    new_h = np.maximum(xp + hp, 0) if mode == "rnn_relu" else np.tanh(xp + hp)
+                h = np.where(active, new_h, h)
+                if c is not None:
+                    c = np.where(active, new_c, c)
+                seq[t] = np.where(active, new_h, 0)
             outs.append(seq)
             hy.append(h)
             cy.append(c)
@@ -66,9 +80,12 @@ def _rnn_reference(x, params, h0, c0, mode, hidden, layers, dirs, clip=None):
     return layer_in, np.stack(hy), (np.stack(cy) if c0 is not None else None)
 
 
-def _param_count(mode, inputs, hidden, layers, dirs):
+def _param_count(mode, inputs, hidden, layers, dirs, projection=None):
     g = GATES[mode] * hidden
-    return sum(dirs * g * ((inputs if l == 0 else dirs * hidden) + hidden + 2) for l in range(layers))
+    state = projection or hidden
+    per_direction = [g * ((inputs if l == 0 else dirs * state) + state + 2) + (projection or 0) * hidden
+                     for l in range(layers)]
+    return dirs * sum(per_direction)
 
 
 CASES = [
@@ -212,3 +229,72 @@ def test_sequence_ops_without_lengths_and_errors(ctx):
         nd.SequenceMask(nd.array(x, ctx=ctx), nd.array([1, 7], ctx=ctx), use_sequence_length=True).asnumpy()
     with pytest.raises(mx.MXNetError, match="axis must be 0"):
         nd.SequenceReverse(nd.array(x, ctx=ctx), axis=1)
+
+
+LENGTH_CASES = [
+    # (mode, layers, bidirectional, projection)
+    ("lstm", 2, True, None), ("lstm", 2, True, 3), ("lstm", 1, False, 2), ("gru", 2, True, None),
+    ("rnn_tanh", 1, True, None), ("rnn_relu", 2, False, None),
+]
+
+
+@pytest.mark.parametrize("mode, layers, bidirectional, projection", LENGTH_CASES)
+def test_rnn_sequence_lengths_and_projection_match_numpy_with_gradients(mode, layers, bidirectional, projection, ctx):
+    """Each sequence runs over its own steps only (the reverse direction from its own end; the
+    final states are its states there; padded outputs are zero and pass no gradient), and LSTMP
+    projects the hidden state: outputs, states and every input's gradient."""
+    # Batch 9 (several concurrent batch ranges) with a full, an empty and short sequences.
+    steps, batch, inputs, hidden = 5, 9, 3, 4
+    dirs = 2 if bidirectional else 1
+    state = projection or hidden
+    rng = np.random.RandomState(len(mode) + layers + (projection or 0))
+    lengths = np.array([5, 2, 0, 3, 1, 5, 4, 2, 3])
+    x = rng.randn(steps, batch, inputs)
+    params = rng.uniform(-0.6, 0.6, _param_count(mode, inputs, hidden, layers, dirs, projection))
+    h0 = rng.randn(layers * dirs, batch, state) * 0.5
+    c0 = rng.randn(layers * dirs, batch, hidden) * 0.5 if mode == "lstm" else None
+    kw = dict(mode=mode, state_size=hidden, num_layers=layers, bidirectional=bidirectional, state_outputs=True,
+              use_sequence_length=True, projection_size=projection)
+    arrays = [x, params, h0] + ([c0] if c0 is not None else [])
+    length_array = nd.array(lengths, ctx=ctx, dtype="int32")
+    outs = nd.RNN(*[nd.array(a, ctx=ctx) for a in arrays], length_array, **kw)
+    expected = _rnn_reference(x, params, h0, c0, mode, hidden, layers, dirs, lengths=lengths, projection=projection)
+    for got, want in zip(outs, expected):
+        assert_almost_equal(got.asnumpy(), want, rtol=1e-4, atol=1e-5)
+    check_gradient(lambda *a: nd.RNN(*a, length_array, **kw), [a.shape for a in arrays], ctx, domain=(-0.6, 0.6),
+                   dtypes=["float64", "float32"])
+
+
+def test_rnn_with_full_lengths_equals_rnn_without_lengths(ctx):
+    rng = np.random.RandomState(3)
+    x, params = rng.randn(4, 5, 3), rng.uniform(-0.5, 0.5, _param_count("lstm", 3, 4, 2, 2))
+    h0, c0 = np.zeros((4, 5, 4)), np.zeros((4, 5, 4))
+    kw = dict(mode="lstm", state_size=4, num_layers=2, bidirectional=True, state_outputs=True)
+    args = [nd.array(a, ctx=ctx) for a in (x, params, h0, c0)]
+    plain = nd.RNN(*args, **kw)
+    with_lengths = nd.RNN(*args, nd.full((5,), 4, ctx=ctx), use_sequence_length=True, **kw)
+    for a, b in zip(plain, with_lengths):
+        assert_almost_equal(a.asnumpy(), b.asnumpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_rnn_symbol_with_lengths_and_projection_infers_shapes():
+    sym = mx.sym.RNN(mx.sym.var("data"), mode="lstm", state_size=6, num_layers=2, bidirectional=True,
+                     projection_size=2, use_sequence_length=True, state_outputs=True, name="rnn")
+    assert sym.list_arguments() == ["data", "rnn_parameters", "rnn_state", "rnn_state_cell", "rnn_sequence_length"]
+    args, outs, _ = sym.infer_shape(data=(7, 3, 5))
+    assert args == [(7, 3, 5), (_param_count("lstm", 5, 6, 2, 2, 2),), (4, 3, 2), (4, 3, 6), (3,)]
+    assert outs == [(7, 3, 4), (4, 3, 2), (4, 3, 6)]
+
+
+def test_rnn_length_and_projection_errors(ctx):
+    x = nd.ones((3, 2, 4), ctx=ctx)
+    params = nd.ones((_param_count("gru", 4, 3, 1, 1),), ctx=ctx)
+    state = nd.zeros((1, 2, 3), ctx=ctx)
+    with pytest.raises(mx.MXNetError, match=r"sequence_length has shape \(3,\), expected \(2,\)"):
+        nd.RNN(x, params, state, nd.array([1, 2, 3], ctx=ctx), mode="gru", state_size=3, num_layers=1,
+               use_sequence_length=True)
+    with pytest.raises(mx.MXNetError, match=r"sequence_length 4(\.0)? is not a whole number in \[0, 3\]"):
+        nd.RNN(x, params, state, nd.array([1, 4], ctx=ctx), mode="gru", state_size=3, num_layers=1,
+               use_sequence_length=True).asnumpy()
+    with pytest.raises(mx.MXNetError, match="projection_size applies to mode 'lstm' only"):
+        nd.RNN(x, params, state, mode="gru", state_size=3, num_layers=1, projection_size=2)

@@ -212,9 +212,14 @@ class Trainer:
 
     # ---- optimizer states ---------------------------------------------------------------------
     def save_states(self, fname):
-        """Save the optimizer and its per-parameter states."""
+        """Save the optimizer and its per-parameter states (in a distributed job, rank 0 writes
+        them and every rank returns once they are written)."""
         self._prepare_kvstore()
-        if self._update_on_kvstore:
+        if self._distributed and not self._update_on_kvstore:
+            if self._kvstore.rank == 0:
+                _core.write_file(fname, self._updaters[0].get_states(dump_optimizer=True))
+            self._kvstore._barrier()
+        elif self._update_on_kvstore:
             assert not self._params_to_init, ("Cannot save trainer states when some parameters are not yet "
                                               "initialized in kvstore.")
             self._kvstore.save_optimizer_states(fname, dump_optimizer=True)

@@ -6,3 +6,6 @@ operator, which reproduces OpenCV's interpolation methods."""
 
 from .image import *  # noqa: F401,F403
 from .image import __all__  # noqa: F401
+from .image_iter import ImageIter  # noqa: F401
+
+__all__ = __all__ + ["ImageIter"]

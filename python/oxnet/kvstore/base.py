@@ -119,13 +119,16 @@ class TestStore(KVStoreBase):
 
 
 def create(name="local"):
-    """A new store: a registered Python store by name, otherwise the built-in single-process
-    store ('local', 'device', 'local_allreduce_cpu', ...: every name without 'dist' or
-    'nccl'). Distributed ('dist_*') and NCCL stores are not available."""
+    """A new store: a registered Python store by name ('horovod', 'teststore', ...), a
+    distributed store on MPI for names with 'dist' ('dist_sync', 'dist_device_sync', 'dist'),
+    otherwise the single-process store ('local', 'device', 'local_allreduce_cpu', ...)."""
     if not isinstance(name, string_types):
         raise TypeError("name must be a string")
     name = name.lower()
     if name in KVStoreBase.kv_registry:
         return KVStoreBase.kv_registry[name]()
+    if "dist" in name:
+        from .dist import DistKVStore
+        return DistKVStore(name)
     from .kvstore import KVStore
     return KVStore(name)

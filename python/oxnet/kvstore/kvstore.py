@@ -1,10 +1,12 @@
 """The single-process key-value store (MXNet's 'local' and 'device' stores)."""
 
 from ..base import MXNetError, integer_types, string_types
+from .. import ndarray as nd
 from ..ndarray import NDArray
 from .. import _core
 from .. import optimizer as opt
 from .base import KVStoreBase
+from .compression import create_compression
 
 __all__ = ["KVStore"]
 
@@ -45,12 +47,14 @@ class KVStore(KVStoreBase):
     ``_set_updater``), calls ``updater(key, summed, stored)`` to update the stored array in
     place; ``pull`` copies the stored array to every output. One process: rank 0 of 1 worker.
 
-    A store takes either int keys or str keys, not both."""
+    A store takes either int keys or str keys, not both. Distributed stores ('dist_*') are the
+    subclass ``DistKVStore``, made by ``mx.kv.create``."""
+
+    # Whether pushes are also summed over other processes (then gradient compression applies
+    # between workers, not between devices).
+    _distributed = False
 
     def __init__(self, name="local"):
-        if "dist" in name:
-            raise MXNetError("kvstore '%s': distributed key-value stores are not available in oxnet yet; "
-                             "use 'local' or 'device' within one process" % name)
         if "nccl" in name:
             raise MXNetError("kvstore '%s': the NCCL store needs CUDA GPUs, which oxnet does not run on yet; "
                              "use 'local' or 'device'" % name)
@@ -58,6 +62,7 @@ class KVStore(KVStoreBase):
         self._store = {}
         self._key_type = None
         self._updater = None
+        self._compression = None
 
     def _check_key_types(self, pairs, what):
         for key, _ in pairs:
@@ -81,6 +86,7 @@ class KVStore(KVStoreBase):
             if k in self._store:
                 raise MXNetError("kvstore.init: duplicate init of key %r" % (k,))
             self._store[k] = v.copy()
+            self._share_initial_value(k, self._store[k])
 
     def push(self, key, value, priority=0):
         """Sum the arrays pushed for each key and store the sum, or update the stored array
@@ -92,13 +98,32 @@ class KVStore(KVStoreBase):
             for v in values:
                 if v.shape != stored.shape:
                     raise MXNetError("kvstore.push: key %r holds shape %s, pushed %s" % (k, stored.shape, v.shape))
-            merged = values[0].as_in_context(stored.context).copy()
-            for v in values[1:]:
-                merged += v.as_in_context(stored.context)
+            merged = self._merge_devices(k, values, stored.context)
+            self._reduce_across_workers(k, merged)
             if self._updater is not None:
                 self._updater(k, merged, stored)
             else:
-                merged.copyto(stored)
+                # The sum is a fresh array: it becomes the stored value without a copy.
+                self._store[k] = merged
+
+    def _merge_devices(self, key, values, ctx):
+        """The sum, on ``ctx``, of the arrays pushed for ``key`` (one per device), each sent
+        through the gradient compression when one is set."""
+        if self._compression is not None and not self._distributed:
+            sent = [self._compression.quantized(key, i, v) for i, v in enumerate(values)]
+            merged = sent[0].as_in_context(ctx)
+        else:
+            sent = values
+            merged = values[0].as_in_context(ctx).copy()
+        for v in sent[1:]:
+            merged += v.as_in_context(ctx)
+        return merged
+
+    def _share_initial_value(self, key, stored):
+        """Make every worker start from the same value of ``key`` (one process: nothing to do)."""
+
+    def _reduce_across_workers(self, key, merged):
+        """Sum ``merged`` over the workers in place (one process: nothing to do)."""
 
     def pull(self, key, out=None, priority=0, ignore_sparse=True):
         """Copy the stored array of each key into its outputs."""
@@ -122,11 +147,33 @@ class KVStore(KVStoreBase):
         self.pull(key, out, priority)
 
     def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
-        raise MXNetError("kvstore.row_sparse_pull: sparse storage ('row_sparse') is not supported by oxnet; "
-                         "use pull with dense arrays")
+        """Copy the rows ``row_ids`` of each stored array into its output and zeros into its
+        other rows (the dense form of MXNet's row-sparse pull; oxnet arrays are dense).
+        ``row_ids`` is one array of row indices per output."""
+        assert out is not None
+        assert row_ids is not None
+        pairs = _key_value_pairs(key, out, "row_sparse_pull")
+        self._check_key_types(pairs, "row_sparse_pull")
+        row_ids = [row_ids] if isinstance(row_ids, NDArray) else list(row_ids)
+        if len(row_ids) != len(pairs):
+            raise MXNetError("kvstore.row_sparse_pull: %d output(s) but %d row_ids array(s)" % (len(pairs), len(row_ids)))
+        for (k, target), rows in zip(pairs, row_ids):
+            stored = self._stored(k, "row_sparse_pull")
+            if target.shape != stored.shape:
+                raise MXNetError("kvstore.row_sparse_pull: key %r holds shape %s, output has %s"
+                                 % (k, stored.shape, target.shape))
+            num_rows = stored.shape[0]
+            kept = nd.one_hot(rows.reshape((-1,)).as_in_context(stored.context), depth=num_rows).max(axis=0)
+            selected = nd.broadcast_mul(stored, kept.reshape((num_rows,) + (1,) * (stored.ndim - 1)))
+            selected.copyto(target)
 
     def set_gradient_compression(self, compression_params):
-        raise MXNetError("kvstore.set_gradient_compression: gradient compression is not supported by oxnet")
+        """Send gradients quantized to 2 bits with error feedback (``{'type': '2bit',
+        'threshold': t}``): between devices on 'device' stores, between workers on 'dist'
+        stores. Set it before the first push."""
+        if "device" not in self._type and not self._distributed:
+            raise Exception("Gradient compression is not supported for this type of kvstore")  # pylint: disable=broad-exception-raised
+        self._compression = create_compression(compression_params)
 
     def is_capable(self, capability):
         if capability.lower() == KVStoreBase.OPTIMIZER:

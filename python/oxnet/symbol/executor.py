@@ -74,6 +74,8 @@ class Executor:
             grads = []
         elif isinstance(out_grads, NDArray):
             grads = [out_grads.handle]
+        elif isinstance(out_grads, dict):
+            grads = [out_grads[name].handle for name in self._symbol.list_outputs()]
         else:
             grads = [None if g is None else g.handle for g in out_grads]
         # MXNet reads one head gradient per output and ignores any beyond them.

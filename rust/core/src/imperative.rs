@@ -43,6 +43,15 @@ impl OpDescription for OpCall {
         }
         s
     }
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    fn inputs(&self) -> String {
+        describe_inputs(&self.inputs)
+    }
+    fn site(&self) -> Option<String> {
+        self.site.as_ref().map(|site| site.location())
+    }
 }
 
 fn describe_inputs(inputs: &[(Shape, DType)]) -> String {

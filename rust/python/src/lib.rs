@@ -1,6 +1,7 @@
 //! Python bindings of the oxnet core: convert arguments, delegate, convert results. Waiting and
 //! bulk copies release the GIL.
 
+mod async_op;
 mod autograd;
 mod c_api;
 mod custom;
@@ -8,6 +9,7 @@ mod dlpack;
 mod errors;
 mod ndarray;
 mod ops;
+mod profiler;
 mod symbol;
 
 use pyo3::prelude::*;
@@ -40,6 +42,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     symbol::register(m)?;
     custom::register(m)?;
     dlpack::register(m)?;
+    profiler::register(m)?;
     c_api::register(m)?;
+    async_op::register(m)?;
     Ok(())
 }

@@ -100,15 +100,18 @@ impl NDArrayHandle {
         self.inner.same_chunk(&other.inner)
     }
     fn wait_to_read(&self, py: Python<'_>) -> PyResult<()> {
+        let _api = oxnet::profiler::api_call("MXNDArrayWaitToRead");
         let a = self.inner.clone();
         py.detach(move || a.wait_to_read()).py()
     }
     fn wait_to_write(&self, py: Python<'_>) -> PyResult<()> {
+        let _api = oxnet::profiler::api_call("MXNDArrayWaitToWrite");
         let a = self.inner.clone();
         py.detach(move || a.wait_to_write()).py()
     }
     /// Copy the elements into a writable, C-contiguous byte buffer (a uint8 view of a NumPy array).
     fn read_into(&self, py: Python<'_>, dst: &Bound<'_, PyAny>) -> PyResult<()> {
+        let _api = oxnet::profiler::api_call("MXNDArraySyncCopyToCPU");
         let buf = PyBuffer::<u8>::get(dst)?;
         if buf.readonly() || !buf.is_c_contiguous() {
             return Err(pyo3::exceptions::PyValueError::new_err("read_into needs a writable C-contiguous buffer"));
@@ -170,6 +173,7 @@ fn empty(py: Python<'_>, shape: Vec<usize>, dtype: &str, ctx: (i32, i32)) -> PyR
 
 #[pyfunction]
 fn waitall(py: Python<'_>) -> PyResult<()> {
+    let _api = oxnet::profiler::api_call("MXNDArrayWaitAll");
     py.detach(oxnet::engine::wait_all).py()
 }
 

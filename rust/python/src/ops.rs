@@ -82,8 +82,39 @@ struct PythonSite {
     lasti: i64,
 }
 
+/// Resolved sites by (code object address, instruction offset), each with its code object.
+type LocationCache = std::collections::HashMap<(usize, i64), (Py<PyAny>, String)>;
+
+thread_local! {
+    /// A profile resolves the same few lines for thousands of operators. An entry keeps its code
+    /// object alive, so the address cannot be reused by another code object while it is cached.
+    static LOCATIONS: std::cell::RefCell<LocationCache> = Default::default();
+}
+
+/// Cached sites at most; past that the cache starts over.
+const MAX_CACHED_LOCATIONS: usize = 4096;
+
 impl PushSite for PythonSite {
     fn location(&self) -> String {
+        let key = (self.code.as_ptr() as usize, self.lasti);
+        if let Some(found) = LOCATIONS.with(|cache| cache.borrow().get(&key).map(|(_, text)| text.clone())) {
+            return found;
+        }
+        let text = self.resolve();
+        LOCATIONS.with(|cache| {
+            let mut cache = cache.borrow_mut();
+            if cache.len() >= MAX_CACHED_LOCATIONS {
+                cache.clear();
+            }
+            let code = Python::attach(|py| self.code.clone_ref(py));
+            cache.insert(key, (code, text.clone()));
+        });
+        text
+    }
+}
+
+impl PythonSite {
+    fn resolve(&self) -> String {
         Python::attach(|py| {
             let code = self.code.bind(py);
             let file: String = code.getattr("co_filename").and_then(|f| f.extract()).unwrap_or_else(|_| "?".into());
@@ -147,6 +178,8 @@ fn invoke<'py>(
     kwargs: Option<&Bound<'py, PyDict>>,
     out: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    // MXNet's name for this entry point, so that profiles compare with MXNet's side by side.
+    let _api = oxnet::profiler::api_call("MXImperativeInvokeEx");
     // Operators validate their inputs and return errors; should one still panic (a bug), the
     // caller gets an MXNetError naming the operator instead of pyo3's PanicException, which is
     // not an Exception and would escape `except Exception` handlers.

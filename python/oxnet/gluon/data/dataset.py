@@ -1,5 +1,8 @@
 """Datasets: indexable collections of samples."""
 
+import os
+import threading
+
 from ... import ndarray
 
 
@@ -108,3 +111,32 @@ class ArrayDataset(Dataset):
     def __len__(self):
         return self._length
 
+
+
+class RecordFileDataset(Dataset):
+    """The records of a RecordIO file, by position (bytes); the index file beside it
+    (``name.idx`` for ``name.rec``) gives their order."""
+
+    def __init__(self, filename):
+        from ... import recordio
+        self.idx_file = os.path.splitext(filename)[0] + ".idx"
+        self.filename = filename
+        self._record = recordio.MXIndexedRecordIO(self.idx_file, self.filename, "r")
+        # Seek-then-read on the one shared file must not interleave between DataLoader threads.
+        self._read_lock = threading.Lock()
+
+    def __getitem__(self, idx):
+        with self._read_lock:
+            return self._record.read_idx(self._record.keys[idx])
+
+    def __len__(self):
+        return len(self._record.keys)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        del state["_read_lock"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__ = state
+        self._read_lock = threading.Lock()

@@ -38,6 +38,31 @@ class RandomSampler(Sampler):
         return self._length
 
 
+class SplitSampler(Sampler):
+    """Part ``part_index`` of ``num_parts`` equal, contiguous parts of ``range(length)``, for
+    data-parallel training: rank r of N reads ``SplitSampler(len(dataset), N, r)``. Every part
+    has ``length // num_parts`` indices (the remainder is left out, so that all workers run the
+    same number of steps); ``shuffle`` visits the part in a fresh order each epoch (NumPy's
+    global generator)."""
+
+    def __init__(self, length, num_parts=1, part_index=0, shuffle=False):
+        if num_parts < 1 or not 0 <= part_index < num_parts:
+            raise ValueError("part_index must be in [0, num_parts), got part_index=%d, num_parts=%d"
+                             % (part_index, num_parts))
+        self._part_length = length // num_parts
+        self._start = self._part_length * part_index
+        self._shuffle = shuffle
+
+    def __iter__(self):
+        indices = np.arange(self._start, self._start + self._part_length)
+        if self._shuffle:
+            np.random.shuffle(indices)
+        return iter(indices.tolist())
+
+    def __len__(self):
+        return self._part_length
+
+
 class FilterSampler(Sampler):
     def __init__(self, fn, dataset):
         self._fn = fn

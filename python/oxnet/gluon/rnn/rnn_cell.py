@@ -168,18 +168,19 @@ class HybridRecurrentCell(RecurrentCell, HybridBlock):
 
 
 class _GatedCell(HybridRecurrentCell):
-    """A cell with ``gates`` blocks of ``i2h``/``h2h`` weights and biases."""
+    """A cell with ``gates`` blocks of ``i2h``/``h2h`` weights and biases; the recurrent state is
+    ``recurrent_size`` wide (``hidden_size`` unless projected)."""
 
     def __init__(self, hidden_size, gates, i2h_weight_initializer, h2h_weight_initializer, i2h_bias_initializer,
-                 h2h_bias_initializer, input_size, prefix, params):
+                 h2h_bias_initializer, input_size, prefix, params, recurrent_size=None):
         super().__init__(prefix=prefix, params=params)
         self._hidden_size = hidden_size
         self._input_size = input_size
         self._rows = rows = gates * hidden_size
         self.i2h_weight = self.params.get("i2h_weight", shape=(rows, input_size), init=i2h_weight_initializer,
                                           allow_deferred_init=True)
-        self.h2h_weight = self.params.get("h2h_weight", shape=(rows, hidden_size), init=h2h_weight_initializer,
-                                          allow_deferred_init=True)
+        self.h2h_weight = self.params.get("h2h_weight", shape=(rows, recurrent_size or hidden_size),
+                                          init=h2h_weight_initializer, allow_deferred_init=True)
         self.i2h_bias = self.params.get("i2h_bias", shape=(rows,), init=i2h_bias_initializer,
                                         allow_deferred_init=True)
         self.h2h_bias = self.params.get("h2h_bias", shape=(rows,), init=h2h_bias_initializer,

@@ -1,6 +1,12 @@
 """Fused recurrent layers (MXNet's ``gluon.rnn.RNN/LSTM/GRU``): all layers and directions of a
 stack run as one ``RNN`` operator over the whole sequence, with MXNet 1.x's parameter names
-(``l0_i2h_weight``, ``r1_h2h_bias``, ...) concatenated into the operator's parameter vector."""
+(``l0_i2h_weight``, ``r1_h2h_bias``, ``l0_h2r_weight``, ...) concatenated into the operator's
+parameter vector.
+
+With ``use_sequence_length=True`` a call takes each sequence's length as well
+(``layer(data, states, sequence_length)``): padding steps give zero outputs and no gradient, the
+final states are each sequence's states at its own last step, and a bidirectional layer's reverse
+direction starts at each sequence's own end, so results do not depend on the padding."""
 
 import re
 
@@ -11,28 +17,25 @@ from ..block import HybridBlock
 __all__ = ["RNN", "LSTM", "GRU"]
 
 _GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
-_STRUCTURAL_NAME = re.compile(r"(l|r)(\d+)_(i2h|h2h)_(weight|bias)\Z")
+_STRUCTURAL_NAME = re.compile(r"(l|r)(\d+)_(i2h|h2h|h2r)_(weight|bias)\Z")
 
 
 class _RNNLayer(HybridBlock):
     """A stack of ``num_layers`` recurrent layers (both directions when ``bidirectional``) over
     ``layout`` 'TNC' or 'NTC' data. Called with ``states=None`` it starts from zeros and returns
-    only the output; given states it returns ``(output, new_states)``."""
+    only the output; given states it returns ``(output, new_states)``. With
+    ``use_sequence_length`` it also takes a (batch,) ``sequence_length``."""
 
     def __init__(self, hidden_size, num_layers, layout, dropout, bidirectional, input_size,
                  i2h_weight_initializer, h2h_weight_initializer, i2h_bias_initializer, h2h_bias_initializer,
                  mode, projection_size, lstm_state_clip_min, lstm_state_clip_max, lstm_state_clip_nan, dtype,
-                 use_sequence_length=False, **kwargs):
+                 use_sequence_length=False, h2r_weight_initializer=None, **kwargs):
         super().__init__(**kwargs)
         if layout not in ("TNC", "NTC"):
             raise ValueError("Invalid layout %s; must be one of ['TNC' or 'NTC']" % layout)
-        if projection_size:
-            raise NotImplementedError("%s: projection_size is not supported by oxnet's RNN operator"
-                                      % self.__class__.__name__)
-        if use_sequence_length:
-            raise NotImplementedError("%s: use_sequence_length is not supported by oxnet's RNN operator; pad the "
-                                      "sequences and mask the outputs with SequenceMask" % self.__class__.__name__)
         self._hidden_size = hidden_size
+        self._projection_size = projection_size or None
+        self._use_sequence_length = use_sequence_length
         self._num_layers = num_layers
         self._mode = mode
         self._layout = layout
@@ -44,15 +47,21 @@ class _RNNLayer(HybridBlock):
         self._lstm_state_clip_nan = lstm_state_clip_nan
         self._dtype = dtype
         self._gates = _GATES[mode]
-        rows, inputs = self._gates * hidden_size, input_size
+        rows, inputs, state = self._gates * hidden_size, input_size, self._state_width()
         for layer in range(num_layers):
             for direction in "lr"[:self._dir]:
                 name = "%s%d_" % (direction, layer)
                 self._register_param(name + "i2h_weight", (rows, inputs), i2h_weight_initializer, dtype)
-                self._register_param(name + "h2h_weight", (rows, hidden_size), h2h_weight_initializer, dtype)
+                self._register_param(name + "h2h_weight", (rows, state), h2h_weight_initializer, dtype)
+                if self._projection_size:
+                    self._register_param(name + "h2r_weight", (state, hidden_size), h2r_weight_initializer, dtype)
                 self._register_param(name + "i2h_bias", (rows,), i2h_bias_initializer, dtype)
                 self._register_param(name + "h2h_bias", (rows,), h2h_bias_initializer, dtype)
-            inputs = hidden_size * self._dir
+            inputs = state * self._dir
+
+    def _state_width(self):
+        """Width of the recurrent state and of each direction's output (LSTMP's projection)."""
+        return self._projection_size or self._hidden_size
 
     def _register_param(self, name, shape, init, dtype):
         param = self.params.get(name, shape=shape, init=init, allow_deferred_init=True, dtype=dtype)
@@ -81,7 +90,7 @@ class _RNNLayer(HybridBlock):
             for direction in "lr"[:self._dir]:
                 getattr(self, "%s%d_i2h_weight" % (direction, layer)).shape = (self._gates * self._hidden_size,
                                                                               features)
-            features = self._hidden_size * self._dir
+            features = self._state_width() * self._dir
 
     def _collect_params_with_prefix(self, prefix=""):
         # MXNet 1.x saves fused layers under the names of the cells they replaced
@@ -97,9 +106,9 @@ class _RNNLayer(HybridBlock):
         return names
 
     def state_info(self, batch_size=0):
-        shape = (self._num_layers * self._dir, batch_size, self._hidden_size)
-        count = 2 if self._mode == "lstm" else 1
-        return [{"shape": shape, "__layout__": "LNC", "dtype": self._dtype} for _ in range(count)]
+        widths = [self._state_width()] + ([self._hidden_size] if self._mode == "lstm" else [])
+        return [{"shape": (self._num_layers * self._dir, batch_size, width), "__layout__": "LNC", "dtype": self._dtype}
+                for width in widths]
 
     def cast(self, dtype):
         super().cast(dtype)
@@ -114,7 +123,10 @@ class _RNNLayer(HybridBlock):
             states.append(func(name="%sh0_%d" % (self.prefix, i), **info))
         return states
 
-    def __call__(self, inputs, states=None, **kwargs):
+    def __call__(self, inputs, states=None, sequence_length=None, **kwargs):
+        if self._use_sequence_length and sequence_length is None:
+            raise ValueError("%s was made with use_sequence_length=True: call it with a (batch,) sequence_length"
+                             % self.__class__.__name__)
         skip_states = states is None
         if skip_states:
             if isinstance(inputs, NDArray):
@@ -124,10 +136,13 @@ class _RNNLayer(HybridBlock):
                 states = self.begin_state(0, func=symbol.zeros)
         elif isinstance(states, (NDArray, symbol.Symbol)):
             states = [states]
-        output, new_states = super().__call__(inputs, states, **kwargs)
+        if self._use_sequence_length:
+            output, new_states = super().__call__(inputs, states, sequence_length, **kwargs)
+        else:
+            output, new_states = super().__call__(inputs, states, **kwargs)
         return output if skip_states else (output, new_states)
 
-    def hybrid_forward(self, F, inputs, states, **params):
+    def hybrid_forward(self, F, inputs, states, sequence_length=None, **params):
         if F is ndarray:
             batch_size = inputs.shape[self._layout.find("N")]
             for state, info in zip(states, self.state_info(batch_size)):
@@ -137,19 +152,23 @@ class _RNNLayer(HybridBlock):
         if self._layout == "NTC":
             inputs = F.swapaxes(inputs, dim1=0, dim2=1)
         # The RNN operator's parameter vector: every weight, then every bias, each by layer,
-        # direction and i2h/h2h (cuDNN's order, which MXNet adopted).
+        # direction and i2h/h2h/h2r (cuDNN's order, which MXNet adopted).
+        groups = ("i2h", "h2h", "h2r") if self._projection_size else ("i2h", "h2h")
         flat = [params["%s%d_%s_%s" % (direction, layer, group, kind)].reshape(-1)
                 for kind in ("weight", "bias")
                 for layer in range(self._num_layers)
                 for direction in "lr"[:self._dir]
-                for group in ("i2h", "h2h")]
+                for group in groups
+                if group != "h2r" or kind == "weight"]
         weights = F._internal._rnn_param_concat(*flat, dim=0, num_args=len(flat))
         clip = {}
         if self._lstm_state_clip_min is not None:
             clip = {"lstm_state_clip_min": self._lstm_state_clip_min, "lstm_state_clip_max": self._lstm_state_clip_max,
                     "lstm_state_clip_nan": self._lstm_state_clip_nan}
-        result = F.RNN(inputs, weights, *states, state_size=self._hidden_size, num_layers=self._num_layers,
-                       bidirectional=self._dir == 2, p=self._dropout, state_outputs=True, mode=self._mode, **clip)
+        lengths = [sequence_length] if self._use_sequence_length else []
+        result = F.RNN(inputs, weights, *states, *lengths, state_size=self._hidden_size, num_layers=self._num_layers,
+                       bidirectional=self._dir == 2, p=self._dropout, state_outputs=True, mode=self._mode,
+                       projection_size=self._projection_size, use_sequence_length=self._use_sequence_length, **clip)
         output, new_states = result[0], [result[i] for i in range(1, 3 if self._mode == "lstm" else 2)]
         if self._layout == "NTC":
             output = F.swapaxes(output, dim1=0, dim2=1)
@@ -172,7 +191,9 @@ class RNN(_RNNLayer):
 
 class LSTM(_RNNLayer):
     """Long short-term memory layers (gates i, f, g, o); states are ``[h, c]``. ``state_clip_min``
-    and ``state_clip_max`` clip the cell state (``state_clip_nan`` also replaces NaN)."""
+    and ``state_clip_max`` clip the cell state (``state_clip_nan`` also replaces NaN).
+    ``projection_size`` makes it an LSTMP: h is projected to that size (``h2r_weight``), which is
+    then the output and the recurrent state while the cell keeps ``hidden_size``."""
 
     def __init__(self, hidden_size, num_layers=1, layout="TNC", dropout=0, bidirectional=False, input_size=0,
                  i2h_weight_initializer=None, h2h_weight_initializer=None, i2h_bias_initializer="zeros",
@@ -180,7 +201,8 @@ class LSTM(_RNNLayer):
                  state_clip_min=None, state_clip_max=None, state_clip_nan=False, dtype="float32", **kwargs):
         super().__init__(hidden_size, num_layers, layout, dropout, bidirectional, input_size, i2h_weight_initializer,
                          h2h_weight_initializer, i2h_bias_initializer, h2h_bias_initializer, "lstm",
-                         projection_size, state_clip_min, state_clip_max, state_clip_nan, dtype, **kwargs)
+                         projection_size, state_clip_min, state_clip_max, state_clip_nan, dtype,
+                         h2r_weight_initializer=h2r_weight_initializer, **kwargs)
 
 
 class GRU(_RNNLayer):

@@ -140,6 +140,30 @@ pub struct BackwardOptions {
     pub train_mode: bool,
 }
 
+/// The head gradient used for `head`. MXNet 1.9.1 never checks a head gradient's shape in
+/// imperative backward: the head's producer reads what it expects from the buffer, so a gradient
+/// with extra leading rows (e.g. several heads' gradients concatenated along axis 0) works there,
+/// its first rows being this head's, while a smaller one reads past the buffer. oxnet keeps the
+/// meaningful case, extra rows along axis 0 with every other dimension equal, as a view of the
+/// leading rows, and refuses every other mismatch instead of reading unrelated memory.
+fn head_gradient_rows(grad: &NDArray, head: &NDArray) -> Result<NDArray> {
+    let (grad_dims, head_dims) = (grad.shape().dims(), head.shape().dims());
+    if grad_dims == head_dims {
+        return Ok(grad.clone());
+    }
+    let extra_leading_rows =
+        !head_dims.is_empty() && grad_dims.len() == head_dims.len() && grad_dims[1..] == head_dims[1..] && grad_dims[0] > head_dims[0];
+    if !extra_leading_rows {
+        crate::bail!(
+            Shape,
+            "backward: head gradient of shape {} for a head of shape {}: expected the head's shape (or more rows along axis 0, of which the leading ones are used)",
+            grad.shape(),
+            head.shape()
+        );
+    }
+    grad.detached().slice_view(0, head_dims[0])
+}
+
 /// Differentiate `heads` (with `head_grads`, ones where `None`). Returns the gradients for
 /// [`Wrt::Arrays`], nothing for [`Wrt::MarkedVariables`].
 pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>, options: BackwardOptions) -> Result<Vec<NDArray>> {
@@ -159,10 +183,7 @@ pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>,
             crate::bail!(Value, "{NOT_IN_GRAPH}");
         }
         let grad = match grad {
-            Some(g) if g.shape() != head.shape() => {
-                crate::bail!(Shape, "backward: head gradient of shape {} for a head of shape {}", g.shape(), head.shape())
-            }
-            Some(g) => g.clone(),
+            Some(g) => head_gradient_rows(g, head)?,
             None => imperative::invoke("ones_like", &[head.detached()], &Attrs::new(), None, head.context(), None)?.swap_remove(0),
         };
         head_entries.push(entry.clone());
@@ -181,6 +202,12 @@ pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>,
                     })
                 })
                 .collect::<Result<Vec<_>>>()?;
+            // MXNet's check: a variable the heads do not depend on at all is a mistake (usually
+            // the wrong array), not a zero gradient. Reachable ones without a gradient path
+            // (through stop_gradient, say) do get zeros below.
+            if let Some(i) = xs.iter().position(|x| !forward_keys.contains(&node_key(&x.node))) {
+                crate::bail!(Value, "Cannot differentiate with respect to the {}-th variable because it is unreachable from the outputs", i + 1);
+            }
             (xs, Vec::new())
         }
         Wrt::MarkedVariables => forward

@@ -60,6 +60,12 @@ impl From<&[usize]> for Shape {
     }
 }
 
+impl<const N: usize> From<[usize; N]> for Shape {
+    fn from(dims: [usize; N]) -> Self {
+        Shape(dims.to_vec())
+    }
+}
+
 impl std::ops::Index<usize> for Shape {
     type Output = usize;
     fn index(&self, i: usize) -> &usize {

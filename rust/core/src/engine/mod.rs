@@ -25,15 +25,40 @@ use crate::error::{Error, Result};
 /// and turned into an error on the written vars.
 pub type OpFn = Box<dyn FnOnce() -> Result<()> + Send + 'static>;
 
+/// Work that finishes later, on a thread of its own choosing (MXNet's `PushAsync`): it is called
+/// once its dependencies are met, with the [`Completion`] that ends it, and returns at once. While
+/// the completion is outstanding the op holds its vars. It is called with `Err` instead when what
+/// it reads or writes holds an unreported error: it must not run then; the engine has already
+/// failed it with that error.
+pub type AsyncOpFn = Box<dyn FnOnce(std::result::Result<Completion, Error>) + Send + 'static>;
+
+enum OpBody {
+    Sync(OpFn),
+    Async(AsyncOpFn),
+}
+
 /// One failure, shared by the vars of the op that raised it, the vars of every op that inherited
 /// it and the engine's list of unreported errors. Reporting it empties the cell, which is how a
 /// single report reaches all of them. Lock order: a cell's lock may be taken while a var's lock
 /// or the engine's error list is held, and nothing is locked while a cell's lock is held.
 pub(crate) type ErrorCell = Arc<Mutex<Option<Error>>>;
 
-/// How an operation describes itself in error messages: op name, inputs, where it was pushed.
+/// How an operation describes itself in error messages and in the profiler's trace: op name,
+/// inputs, where it was pushed.
 pub trait OpDescription: Send + Sync {
     fn describe(&self) -> String;
+    /// The operator's name alone (the profiler's entry name).
+    fn name(&self) -> String {
+        self.describe()
+    }
+    /// Its inputs' shapes and dtypes.
+    fn inputs(&self) -> String {
+        String::new()
+    }
+    /// Where the host pushed it from, when known.
+    fn site(&self) -> Option<String> {
+        None
+    }
 }
 
 impl OpDescription for String {
@@ -66,12 +91,12 @@ pub struct PushProps {
 
 pub(crate) struct OprBlock {
     /// Dependencies not yet granted, plus one held by `push` until registration finishes. Only the
-    /// thread whose `fetch_sub` brings it to zero starts the block: it runs exactly once, and never
+    /// thread whose `count_down` ends it starts the block: it runs exactly once, and never
     /// before it is on the queues of all its vars.
     wait: crate::sync::Countdown,
     /// Taken exactly once, by the thread that executes the block; the lock is never contended and
     /// only makes the block shareable between the vars' queues.
-    func: Mutex<Option<OpFn>>,
+    func: Mutex<Option<OpBody>>,
     reads: Vec<Arc<Var>>,
     writes: Vec<Arc<Var>>,
     description: Box<dyn OpDescription>,
@@ -79,6 +104,24 @@ pub(crate) struct OprBlock {
     inline: bool,
     /// A wait marker: signals a waiter, never touches data or stored errors.
     marker: bool,
+    /// Set when the profiler records this op.
+    profile: Option<crate::profiler::PushTag>,
+}
+
+/// A recorded op names itself through its block, which the profiler keeps until it dumps.
+impl OpDescription for OprBlock {
+    fn describe(&self) -> String {
+        self.description.describe()
+    }
+    fn name(&self) -> String {
+        self.description.name()
+    }
+    fn inputs(&self) -> String {
+        self.description.inputs()
+    }
+    fn site(&self) -> Option<String> {
+        self.description.site()
+    }
 }
 
 struct Engine {
@@ -154,6 +197,29 @@ pub fn push(
     props: PushProps,
     description: Box<dyn OpDescription>,
 ) {
+    push_body(OpBody::Sync(func), reads, writes, props, description);
+}
+
+/// Push an operation that reads `reads` and writes `writes` and signals its own completion (see
+/// [`AsyncOpFn`]). Work that waits on something outside the engine (a peer process, a device) runs
+/// this way without holding a worker thread, so it cannot starve the ops it waits for.
+pub fn push_async(
+    func: AsyncOpFn,
+    reads: &[Arc<Var>],
+    writes: &[Arc<Var>],
+    props: PushProps,
+    description: Box<dyn OpDescription>,
+) {
+    push_body(OpBody::Async(func), reads, writes, props, description);
+}
+
+fn push_body(
+    func: OpBody,
+    reads: &[Arc<Var>],
+    writes: &[Arc<Var>],
+    props: PushProps,
+    description: Box<dyn OpDescription>,
+) {
     let eng = engine();
     // The naive engine serializes pushes, so every earlier op has finished when this one
     // registers: it is always ready and runs right here.
@@ -169,6 +235,7 @@ pub fn push(
         description,
         inline: props.inline_if_ready || eng.kind == EngineKind::Naive,
         marker: false,
+        profile: crate::profiler::push_tag(),
     });
     register(blk);
 }
@@ -243,36 +310,96 @@ fn on_granted(blk: Arc<OprBlock>) {
 }
 
 fn execute(blk: Arc<OprBlock>) {
-    let eng = engine();
-    let func = blk.func.lock().unwrap().take();
+    let body = blk.func.lock().unwrap().take();
     if blk.marker {
-        if let Some(f) = func {
+        if let Some(OpBody::Sync(f)) = body {
             let _ = f();
         }
-    } else {
-        // As in MXNet, an op does not run when what it reads, or else what it writes, holds an
-        // unreported error: it fails with that error (so a later random op fails while an earlier
-        // one's error is unreported: they share the generator's var).
-        let inherited = blk.reads.iter().chain(&blk.writes).find_map(|v| v.unreported_error());
-        let failure: Option<ErrorCell> = match (inherited, func) {
-            (Some(cell), _) => Some(cell),
-            (None, Some(f)) => run_op(&blk, f).err().map(|e| Arc::new(Mutex::new(Some(e)))),
-            (None, None) => None,
-        };
-        if let Some(cell) = &failure {
-            let mut cells = eng.global_errors.lock().unwrap();
-            // Cells already reported through a var wait need no place in the list any more.
-            cells.retain(|c| c.lock().unwrap().is_some());
-            if !cells.iter().any(|c| Arc::ptr_eq(c, cell)) {
-                cells.push(cell.clone());
+        release(&blk);
+        return;
+    }
+    // As in MXNet, an op does not run when what it reads, or else what it writes, holds an
+    // unreported error: it fails with that error (so a later random op fails while an earlier
+    // one's error is unreported: they share the generator's var).
+    let inherited = blk.reads.iter().chain(&blk.writes).find_map(|v| v.unreported_error());
+    match (inherited, body) {
+        (Some(cell), body) => {
+            if let Some(OpBody::Async(f)) = body {
+                // The cell may have been reported (emptied) since it was found; the op still must
+                // not run, and says why as well as it can.
+                let error = cell.lock().unwrap().clone().unwrap_or_else(|| {
+                    crate::err!(Runtime, "{} did not run: an input failed earlier", blk.description.describe())
+                });
+                f(Err(error));
             }
+            finish(&blk, Some(cell));
         }
-        // A successful write replaces the var's content (any error it held was reported), so
-        // only this op's own failure is stored.
-        for v in &blk.writes {
-            v.set_error(failure.clone());
+        (None, Some(OpBody::Sync(f))) => {
+            let failure = run_profiled(&blk, f).err().map(|e| Arc::new(Mutex::new(Some(e))));
+            finish(&blk, failure);
+        }
+        (None, Some(OpBody::Async(f))) => {
+            let completion = Completion { blk: Some(blk.clone()) };
+            // A panic drops the completion (unless the work stored it before panicking), and the
+            // completion's drop fails the op: nothing is left holding the vars.
+            let _ = catch_unwind(AssertUnwindSafe(move || f(Ok(completion))));
+        }
+        (None, None) => finish(&blk, None),
+    }
+}
+
+/// Ends an asynchronous op (see [`push_async`]): exactly once, by [`Completion::done`] or, if the
+/// holder drops it without calling that, by the drop, which fails the op.
+pub struct Completion {
+    /// `Some` until the op is finished; only `done` and `drop` take it.
+    blk: Option<Arc<OprBlock>>,
+}
+
+impl Completion {
+    /// Finish the op: its vars are released to the ops waiting on them, and a failure is stored
+    /// on what it writes, to be raised at the next sync point like any kernel's.
+    pub fn done(mut self, result: Result<()>) {
+        if let Some(blk) = self.blk.take() {
+            let failure = result.err().map(|e| {
+                let error = Error::new(crate::ErrorKind::Runtime, format!("{} (in {})", e.message, blk.description.describe()));
+                Arc::new(Mutex::new(Some(error)))
+            });
+            finish(&blk, failure);
         }
     }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        if let Some(blk) = self.blk.take() {
+            let error = crate::err!(Runtime, "internal error: {} ended without signalling its completion", blk.description.describe());
+            finish(&blk, Some(Arc::new(Mutex::new(Some(error)))));
+        }
+    }
+}
+
+/// Record how a (non-marker) op ended and release its vars.
+fn finish(blk: &Arc<OprBlock>, failure: Option<ErrorCell>) {
+    let eng = engine();
+    if let Some(cell) = &failure {
+        let mut cells = eng.global_errors.lock().unwrap();
+        // Cells already reported through a var wait need no place in the list any more.
+        cells.retain(|c| c.lock().unwrap().is_some());
+        if !cells.iter().any(|c| Arc::ptr_eq(c, cell)) {
+            cells.push(cell.clone());
+        }
+    }
+    // A successful write replaces the var's content (any error it held was reported), so
+    // only this op's own failure is stored.
+    for v in &blk.writes {
+        v.set_error(failure.clone());
+    }
+    release(blk);
+}
+
+/// Hand the op's vars to the ops waiting on them and count it as done.
+fn release(blk: &Arc<OprBlock>) {
+    let eng = engine();
     let mut ready: Vec<Arc<OprBlock>> = Vec::new();
     for v in &blk.reads {
         v.complete_read(&mut ready);
@@ -288,6 +415,17 @@ fn execute(blk: Arc<OprBlock>) {
     if *pending == 0 {
         eng.idle.notify_all();
     }
+}
+
+/// [`run_op`], timed for the profiler when it records this op.
+fn run_profiled(blk: &Arc<OprBlock>, f: OpFn) -> Result<()> {
+    let Some(tag) = &blk.profile else {
+        return run_op(blk, f);
+    };
+    let start = crate::profiler::now_ns();
+    let result = run_op(blk, f);
+    crate::profiler::record_op(tag, start, crate::profiler::now_ns(), blk.clone());
+    result
 }
 
 fn run_op(blk: &OprBlock, f: OpFn) -> Result<()> {
@@ -323,12 +461,12 @@ pub fn wait_for_var(var: &Arc<Var>, for_write: bool) -> Result<()> {
     // The flag is set once by the marker; the lock orders that write with the waiter's check.
     let signal = Arc::new((Mutex::new(false), Condvar::new()));
     let notify = signal.clone();
-    let func: OpFn = Box::new(move || {
+    let func = OpBody::Sync(Box::new(move || {
         let (done, cv) = &*notify;
         *done.lock().unwrap() = true;
         cv.notify_all();
         Ok(())
-    });
+    }));
     // Queued as a reader (or writer) of the var, the marker runs only after everything it must
     // wait for; being a marker it never touches the var's data or error.
     let deps = vec![var.clone()];
@@ -341,6 +479,7 @@ pub fn wait_for_var(var: &Arc<Var>, for_write: bool) -> Result<()> {
         description: Box::new("WaitForVar"),
         inline: true,
         marker: true,
+        profile: None,
     });
     register(marker);
     let (done, cv) = &*signal;

@@ -486,3 +486,66 @@ fn a_released_op_runs_before_older_queued_ops() {
     wait_vars(&[released]);
     assert!(released_at.load(Ordering::SeqCst) < others.len(), "the released op waited behind every older op");
 }
+
+#[test]
+fn async_op_holds_its_var_until_completed_from_another_thread() {
+    let (c, v) = cells(1);
+    let (started_tx, started_rx) = mpsc::channel::<Completion>();
+    push_async(
+        Box::new(move |start| started_tx.send(start.expect("no input failed")).unwrap()),
+        &[],
+        &[v[0].clone()],
+        PushProps::default(),
+        Box::new("async write"),
+    );
+    // The next op reads the var: it must wait for the completion, not for the async op's return.
+    push_update(&c, &v, &[], 0, 1, false);
+    let completion = started_rx.recv_timeout(Duration::from_secs(5)).expect("the async op started");
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(c[0].load(Ordering::Relaxed), 0, "an op ran before the async op completed");
+    c[0].store(100, Ordering::Relaxed);
+    std::thread::spawn(move || completion.done(Ok(()))).join().unwrap();
+    wait_vars(&v);
+    assert_eq!(c[0].load(Ordering::Relaxed), (100 * 31 + 1) % 1_000_003);
+}
+
+#[test]
+fn async_op_failure_and_dropped_completion_reach_the_next_wait() {
+    let v = Var::new();
+    push_async(
+        Box::new(|start| start.unwrap().done(Err(crate::err!(Runtime, "peer went away")))),
+        &[],
+        &[v.clone()],
+        PushProps::default(),
+        Box::new("allreduce"),
+    );
+    let error = wait_for_var(&v, false).unwrap_err();
+    assert!(error.message.contains("peer went away") && error.message.contains("allreduce"), "{}", error.message);
+
+    push_async(Box::new(drop), &[], &[v.clone()], PushProps::default(), Box::new("forgotten op"));
+    let error = wait_for_var(&v, false).unwrap_err();
+    assert!(error.message.contains("forgotten op ended without signalling"), "{}", error.message);
+}
+
+#[test]
+fn async_op_reading_a_failed_var_is_told_and_does_not_run() {
+    let (input, output) = (Var::new(), Var::new());
+    push(Box::new(|| Err(crate::err!(Runtime, "backward failed"))), &[], &[input.clone()], PushProps::default(), Box::new("grad"));
+    let (tx, rx) = mpsc::channel::<String>();
+    push_async(
+        Box::new(move |start| {
+            tx.send(match start {
+                Ok(_) => "ran".to_string(),
+                Err(e) => e.message,
+            })
+            .unwrap()
+        }),
+        &[input.clone()],
+        &[output.clone()],
+        PushProps::default(),
+        Box::new("allreduce"),
+    );
+    let told = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(told.contains("backward failed"), "{told}");
+    assert!(wait_for_var(&output, false).unwrap_err().message.contains("backward failed"));
+}

@@ -73,6 +73,11 @@ pub struct BoundExecutor {
     /// The device of each operator node (its `__ctx_group__`'s in `group2ctx`, else `ctx`).
     contexts: AddressMap<usize, Context>,
     monitored: Vec<MonitoredGradient>,
+    /// All-ones head gradients, one per output, filled at bind and never written again:
+    /// `backward` without head gradients reads them. An executor bound with a `shared` one views
+    /// that executor's where they are large enough (ones are ones at any shape), so buckets and
+    /// reshaped executors hold one such array per output between them, as MXNet does.
+    head_ones: Vec<Option<NDArray>>,
 }
 
 impl BoundExecutor {
@@ -207,6 +212,14 @@ impl BoundExecutor {
                 _ => crate::bail!(Shape, "bind: the shape or dtype of output '{}' of the graph to run cannot be inferred", e.node.name),
             })
             .collect::<Result<Vec<_>>>()?;
+        let head_ones = match &plan {
+            Some(_) => outputs
+                .iter()
+                .enumerate()
+                .map(|(i, output)| head_ones_for(output, shared.and_then(|s| s.head_ones.get(i).cloned().flatten())).map(Some))
+                .collect::<Result<Vec<_>>>()?,
+            None => vec![None; outputs.len()],
+        };
         let aux_keys: AddressSet<usize> = aux_nodes.iter().map(node_key).collect();
         let monitored = plan.as_ref().map_or_else(Vec::new, |plan| {
             monitored_gradients(&plan.by_node, &aux_keys, &|e: &Entry| {
@@ -234,6 +247,7 @@ impl BoundExecutor {
             forwarded: false,
             contexts,
             monitored,
+            head_ones,
         })
     }
 
@@ -318,7 +332,10 @@ impl BoundExecutor {
                     crate::bail!(Shape, "backward: head gradient {i} has shape {}, the output {}", g.shape(), output.shape())
                 }
                 Some(g) => g,
-                None => imperative::invoke("ones_like", &[output.clone()], &Attrs::new(), None, self.ctx, None)?.swap_remove(0),
+                None => match &self.head_ones[i] {
+                    Some(ones) => ones.clone(),
+                    None => imperative::invoke("ones_like", &[output.clone()], &Attrs::new(), None, self.ctx, None)?.swap_remove(0),
+                },
             };
             self.values.insert((node_key(node), 0), grad);
         }
@@ -441,6 +458,20 @@ fn allocate_blocks(sizes: &[usize], contexts: &[Context], shared: &[NDArray]) ->
             }
         })
         .collect()
+}
+
+/// An all-ones array shaped as `output`: a view of `shared` (another executor's ones) when that
+/// is large enough and of the same dtype and device, else a new one.
+fn head_ones_for(output: &NDArray, shared: Option<NDArray>) -> Result<NDArray> {
+    if let Some(ones) = shared {
+        let fits = ones.dtype() == output.dtype() && ones.context() == output.context() && ones.nbytes() >= output.nbytes();
+        if fits {
+            if let Ok(view) = ones.reinterpret(output.shape().clone(), output.dtype()) {
+                return Ok(view);
+            }
+        }
+    }
+    Ok(imperative::invoke("ones_like", &[output.clone()], &Attrs::new(), None, output.context(), None)?.swap_remove(0))
 }
 
 fn node_context(contexts: &AddressMap<usize, Context>, default: Context, node: &Node) -> Context {

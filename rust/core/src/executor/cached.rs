@@ -135,6 +135,7 @@ impl CachedOp {
     }
 
     fn call_observed(&self, inputs: &[NDArray], default_ctx: Context, observe: Option<Observer<'_>>) -> Result<Vec<NDArray>> {
+        let _symbolic = crate::profiler::symbolic_section();
         self.graph.check_inputs(inputs)?;
         let ctx = inputs.first().map_or(default_ctx, NDArray::context);
         if !autograd::should_record(inputs) {

@@ -430,6 +430,8 @@ impl Foreach {
     fn shapes(&self, inputs: &mut [Option<PartialShape>]) -> Result<Vec<Option<PartialShape>>> {
         let mut len = None;
         let mut body_in = vec![None; self.body_locs.len()];
+        // 1-d data stays 1-d: its (1,) slices stack back to (len,), not (len, 1).
+        let one_dimensional: Vec<bool> = inputs[..self.num_data].iter().map(|s| s.as_ref().is_some_and(|s| s.ndim() == 1)).collect();
         for (i, &loc) in self.body_locs.iter().enumerate() {
             if i < self.num_data {
                 let (slice, rows) = unstacked(&inputs[i]);
@@ -447,7 +449,11 @@ impl Foreach {
             merge_into(&mut inputs[self.num_data + s], &output_side)?;
         }
         for (i, &loc) in self.body_locs.iter().enumerate() {
-            let value = if i < self.num_data { stacked(len, &refined[loc]) } else { refined[loc].clone() };
+            let value = match i {
+                i if i < self.num_data && one_dimensional[i] => Some(PartialShape(vec![len])),
+                i if i < self.num_data => stacked(len, &refined[loc]),
+                _ => refined[loc].clone(),
+            };
             merge_into(&mut inputs[i], &value)?;
         }
         let visible = self.num_visible();

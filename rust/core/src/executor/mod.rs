@@ -155,6 +155,7 @@ pub fn run_steps(
     context_of: &dyn Fn(&Node) -> Context,
     observe: &mut dyn FnMut(&Arc<Node>, &[NDArray]) -> Result<()>,
 ) -> Result<()> {
+    let _symbolic = crate::profiler::symbolic_section();
     for node in steps {
         let op = node.op.as_ref().expect("a step is an operator node");
         let ctx = context_of(node.as_ref());

@@ -209,6 +209,7 @@ impl Custom {
             .collect::<Result<Vec<_>>>()?;
         let (args, aux) = inputs.split_at(self.arguments.len());
         let req = vec![WriteReq::Write; outputs.len()];
+        let _profiled = crate::profiler::custom_op_section(|| self.node.op_type.clone());
         let result = self.node.kernel(inputs).and_then(|k| k.forward(crate::autograd::is_training(), &req, args, &outputs, aux));
         if let Err(e) = result {
             self.node.fail(&outputs, "forward", e);
@@ -325,6 +326,7 @@ impl CustomBackward {
             .collect::<Result<Vec<_>>>()?;
         let req: Vec<WriteReq> = self.needed.iter().map(|&n| if n { WriteReq::Write } else { WriteReq::Null }).collect();
         let forward_inputs: Vec<NDArray> = args.iter().chain(aux).cloned().collect();
+        let _profiled = crate::profiler::custom_op_section(|| format!("_backward_{}", self.node.op_type));
         let result = self.node.kernel(&forward_inputs).and_then(|k| k.backward(&req, out_grad, args, outputs, &in_grad, aux));
         if let Err(e) = result {
             self.node.fail(&in_grad, "backward", e);

@@ -1,12 +1,12 @@
 //! A chain of element-wise operators run as one kernel (made by the fusion pass).
 //!
-//! The program evaluates the chain block by block: each block of [`BLOCK`] values goes through
+//! The program evaluates the chain block by block: each block of `BLOCK` values goes through
 //! every step with its intermediates in small per-thread buffers that stay in L1 cache, so the
 //! only memory traffic is reading the inputs and writing the output once.
 //!
 //! Memory and arithmetic overlap only if the loads of later blocks are in flight while a block
 //! computes. Blocks are therefore small enough that a whole block's program fits the CPU's
-//! out-of-order window, and each block asks for the inputs [`PREFETCH_AHEAD`] values ahead, which
+//! out-of-order window, and each block asks for the inputs `PREFETCH_AHEAD` values ahead, which
 //! keeps the memory system busy through a long step such as a sigmoid (measured on a 2-core
 //! Xeon, `sigmoid(a*b+1)*a` over 16M values: 57% of an add's bandwidth with 1024-value blocks and
 //! no prefetch, 81% with 128-value blocks prefetched 512 values ahead; a hand-written single

@@ -2,10 +2,11 @@
 //!
 //! An [`OpDef`] names the operator (and its MXNet aliases), documents it, and parses MXNet's
 //! string attributes into an [`Operator`]: the typed instance that knows its inputs, infers
-//! shapes and dtypes, and runs its kernel. Python generates `mx.nd.<op>` from [`list`].
+//! shapes and dtypes, and runs its kernel. Python generates `mx.nd.<op>` from [`Registry::defs`].
 
 pub mod grad;
 pub mod params;
+pub mod typed;
 
 mod activation;
 mod broadcast;

@@ -1,7 +1,7 @@
 //! Typed operator parameters parsed from MXNet's string attributes.
 //!
 //! MXNet stores every parameter as a string (`"(2, 2)"`, `"True"`, `"relu"`), in Symbol JSON and
-//! in imperative calls alike. Each operator declares its parameters once with [`op_params!`]; the
+//! in imperative calls alike. Each operator declares its parameters once with [`op_params!`](crate::op_params); the
 //! macro yields the typed struct, its parser (which rejects unknown names and reports the valid
 //! ones) and the specs the Python layer turns into docstrings.
 
@@ -27,12 +27,18 @@ pub struct ParamSpec {
 pub trait ParamValue: Sized {
     fn type_name() -> &'static str;
     fn parse_param(text: &str) -> std::result::Result<Self, String>;
+    /// The value in MXNet's textual form, which [`ParamValue::parse_param`] reads back.
+    fn to_param(&self) -> String;
 }
 
 /// A parameter set of one operator.
 pub trait Params: Sized {
     fn specs() -> Vec<ParamSpec>;
     fn parse(op: &str, attrs: &Attrs) -> Result<Self>;
+    /// The parameters as MXNet's string attributes, those at their default left out (as MXNet
+    /// writes a node's attributes): what typed calls from Rust hand to the registry and what a
+    /// recorded graph saves.
+    fn to_attrs(&self) -> Attrs;
 }
 
 /// Operators without parameters.
@@ -46,6 +52,9 @@ impl Params for NoParams {
     fn parse(op: &str, attrs: &Attrs) -> Result<Self> {
         check_known(op, attrs, &[])?;
         Ok(NoParams)
+    }
+    fn to_attrs(&self) -> Attrs {
+        Attrs::new()
     }
 }
 
@@ -61,6 +70,9 @@ impl Params for UncheckedParams {
     }
     fn parse(_op: &str, _attrs: &Attrs) -> Result<Self> {
         Ok(UncheckedParams)
+    }
+    fn to_attrs(&self) -> Attrs {
+        Attrs::new()
     }
 }
 
@@ -91,6 +103,11 @@ pub fn missing(op: &str, name: &str, valid: &[&str]) -> crate::error::Error {
 }
 
 /// Declare an operator's parameter struct. Fields without `= default` are required.
+///
+/// Besides the struct, its parser and its specs, the macro gives Rust callers the typed side:
+/// `new` taking the required fields in order (every other field at its default; a struct
+/// without required fields also implements `Default`), one setter per field named as the field
+/// (`FullyConnectedParams::new(10).no_bias(true)`), and [`Params::to_attrs`].
 #[macro_export]
 macro_rules! op_params {
     (
@@ -127,6 +144,26 @@ macro_rules! op_params {
                     }, )*
                 })
             }
+
+            fn to_attrs(&self) -> $crate::op::params::Attrs {
+                let mut attrs = $crate::op::params::Attrs::new();
+                $( $crate::op_params!(@emit attrs, self, $field, $ty $(, $default)?); )*
+                attrs
+            }
+        }
+
+        $crate::op_params!(@new $name [] [] $( $field : $ty $(= $default)? ; )*);
+
+        // MXNet spells a few parameters in capitals (`eye`'s `N` and `M`); setters keep its names.
+        #[allow(non_snake_case)]
+        impl $name {
+            $(
+                #[doc = concat!("Sets `", stringify!($field), "`:", $($doc),*)]
+                pub fn $field(mut self, value: $ty) -> Self {
+                    self.$field = value;
+                    self
+                }
+            )*
         }
     };
     (@default_text) => { None };
@@ -135,6 +172,45 @@ macro_rules! op_params {
         return Err($crate::op::params::missing($op, $f, $known))
     };
     (@default_value $op:expr, $f:expr, $known:expr, $d:expr) => { $d };
+    (@emit $attrs:ident, $self:ident, $field:ident, $ty:ty) => {
+        $attrs.insert(stringify!($field).to_string(), $crate::op::params::ParamValue::to_param(&$self.$field));
+    };
+    (@emit $attrs:ident, $self:ident, $field:ident, $ty:ty, $d:expr) => {
+        let text = $crate::op::params::ParamValue::to_param(&$self.$field);
+        let default: $ty = $d;
+        if text != $crate::op::params::ParamValue::to_param(&default) {
+            $attrs.insert(stringify!($field).to_string(), text);
+        }
+    };
+    // `new` from the fields sorted into required and defaulted ones, one field at a time.
+    (@new $name:ident [$($req:ident : $rty:ty,)*] [$($opt:ident = $od:expr,)*] $field:ident : $ty:ty = $d:expr ; $($rest:tt)*) => {
+        $crate::op_params!(@new $name [$($req : $rty,)*] [$($opt = $od,)* $field = $d,] $($rest)*);
+    };
+    (@new $name:ident [$($req:ident : $rty:ty,)*] [$($opt:ident = $od:expr,)*] $field:ident : $ty:ty ; $($rest:tt)*) => {
+        $crate::op_params!(@new $name [$($req : $rty,)* $field : $ty,] [$($opt = $od,)*] $($rest)*);
+    };
+    (@new $name:ident [] [$($opt:ident = $od:expr,)*]) => {
+        impl $name {
+            /// Every parameter at its MXNet default.
+            pub fn new() -> Self {
+                $name { $($opt: $od,)* }
+            }
+        }
+        impl Default for $name {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+    };
+    (@new $name:ident [$($req:ident : $rty:ty,)+] [$($opt:ident = $od:expr,)*]) => {
+        #[allow(non_snake_case)]
+        impl $name {
+            /// The required parameters, in declaration order; every other at its MXNet default.
+            pub fn new($($req: $rty),+) -> Self {
+                $name { $($req,)+ $($opt: $od,)* }
+            }
+        }
+    };
 }
 
 impl ParamValue for bool {
@@ -147,6 +223,9 @@ impl ParamValue for bool {
             "False" | "false" | "0" => Ok(false),
             _ => Err("expected True or False".into()),
         }
+    }
+    fn to_param(&self) -> String {
+        if *self { "True" } else { "False" }.to_string()
     }
 }
 
@@ -170,6 +249,9 @@ impl ParamValue for i64 {
     fn parse_param(text: &str) -> std::result::Result<Self, String> {
         parse_int(text)
     }
+    fn to_param(&self) -> String {
+        self.to_string()
+    }
 }
 
 impl ParamValue for usize {
@@ -179,6 +261,9 @@ impl ParamValue for usize {
     fn parse_param(text: &str) -> std::result::Result<Self, String> {
         let v = parse_int(text)?;
         usize::try_from(v).map_err(|_| "expected a non-negative integer".into())
+    }
+    fn to_param(&self) -> String {
+        self.to_string()
     }
 }
 
@@ -196,6 +281,10 @@ impl ParamValue for f64 {
             t => t.parse::<f64>().map_err(|_| "expected a number".into()),
         }
     }
+    fn to_param(&self) -> String {
+        // Debug is the shortest text that reads back as the same value ("1e-7", "inf", "NaN").
+        format!("{self:?}")
+    }
 }
 
 impl ParamValue for String {
@@ -204,6 +293,9 @@ impl ParamValue for String {
     }
     fn parse_param(text: &str) -> std::result::Result<Self, String> {
         Ok(text.trim().trim_matches('\'').trim_matches('"').to_string())
+    }
+    fn to_param(&self) -> String {
+        self.clone()
     }
 }
 
@@ -216,6 +308,9 @@ impl ParamValue for DType {
         let t = t.strip_prefix("<class 'numpy.").map(|r| r.trim_end_matches("'>")).unwrap_or(t);
         DType::from_name(t).map_err(|e| e.message)
     }
+    fn to_param(&self) -> String {
+        self.name().to_string()
+    }
 }
 
 impl ParamValue for Context {
@@ -224,6 +319,9 @@ impl ParamValue for Context {
     }
     fn parse_param(text: &str) -> std::result::Result<Self, String> {
         Context::parse(text).map_err(|e| e.message)
+    }
+    fn to_param(&self) -> String {
+        self.to_string()
     }
 }
 
@@ -236,6 +334,9 @@ impl<T: ParamValue> ParamValue for Option<T> {
             "None" | "" => Ok(None),
             t => T::parse_param(t).map(Some),
         }
+    }
+    fn to_param(&self) -> String {
+        self.as_ref().map_or_else(|| "None".to_string(), T::to_param)
     }
 }
 
@@ -250,12 +351,24 @@ fn tuple_items(text: &str) -> Vec<&str> {
     inner.split(',').map(str::trim).filter(|s| !s.is_empty()).collect()
 }
 
+/// Items as Python writes a tuple: `(2, 3)`, `(2,)`, `()`.
+fn tuple_text(items: impl Iterator<Item = String>) -> String {
+    let items: Vec<String> = items.collect();
+    match items.len() {
+        1 => format!("({},)", items[0]),
+        _ => format!("({})", items.join(", ")),
+    }
+}
+
 impl ParamValue for Vec<i64> {
     fn type_name() -> &'static str {
         "tuple of int"
     }
     fn parse_param(text: &str) -> std::result::Result<Self, String> {
         tuple_items(text).into_iter().map(parse_int).collect()
+    }
+    fn to_param(&self) -> String {
+        tuple_text(self.iter().map(i64::to_param))
     }
 }
 
@@ -265,6 +378,9 @@ impl ParamValue for Vec<f64> {
     }
     fn parse_param(text: &str) -> std::result::Result<Self, String> {
         tuple_items(text).into_iter().map(f64::parse_param).collect()
+    }
+    fn to_param(&self) -> String {
+        tuple_text(self.iter().map(f64::to_param))
     }
 }
 
@@ -277,6 +393,9 @@ impl ParamValue for Vec<Option<i64>> {
             .into_iter()
             .map(|s| if s == "None" { Ok(None) } else { parse_int(s).map(Some) })
             .collect()
+    }
+    fn to_param(&self) -> String {
+        tuple_text(self.iter().map(Option::<i64>::to_param))
     }
 }
 
@@ -316,5 +435,24 @@ mod tests {
         assert!(e.message.contains("required parameter 'num_outputs'"));
         let e = Demo::parse("demo", &attrs(&[("num_outputs", "x")])).unwrap_err();
         assert!(e.message.contains("invalid value 'x'"));
+    }
+
+    #[test]
+    fn typed_parameters_write_what_the_parser_reads() {
+        let p = Demo::new(3);
+        assert_eq!(p.to_attrs(), attrs(&[("num_outputs", "3")]), "defaults are left out, required fields kept");
+        let p = p.axis(Some(vec![0, -1])).keepdims(true).num_outputs(4);
+        let text = p.to_attrs();
+        assert_eq!(text, attrs(&[("axis", "(0, -1)"), ("keepdims", "True"), ("num_outputs", "4")]));
+        let back = Demo::parse("demo", &text).unwrap();
+        assert_eq!((back.axis, back.keepdims, back.num_outputs), (Some(vec![0, -1]), true, 4));
+        assert_eq!(Demo::new(1).axis(Some(vec![2])).to_attrs()["axis"], "(2,)");
+        for v in [0.5, 1e-7, 3e300, f64::INFINITY, -2.0] {
+            assert_eq!(f64::parse_param(&v.to_param()).unwrap(), v);
+        }
+        assert!(f64::parse_param(&f64::NAN.to_param()).unwrap().is_nan());
+        assert_eq!(Vec::<Option<i64>>::parse_param(&vec![None, Some(-1)].to_param()).unwrap(), vec![None, Some(-1)]);
+        assert_eq!(Option::<Context>::parse_param(&Some(Context::cpu(0)).to_param()).unwrap(), Some(Context::cpu(0)));
+        assert_eq!(DType::parse_param(&DType::BF16.to_param()).unwrap(), DType::BF16);
     }
 }

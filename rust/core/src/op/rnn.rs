@@ -4,6 +4,17 @@
 //! direction, then all biases in the same order; gates ordered i, f, g, o for LSTM and r, z, n
 //! for GRU).
 //!
+//! With `projection_size` (LSTMP, cuDNN's and MXNet's form) an LSTM's hidden state is projected
+//! to `projection_size` values by one more weight matrix per layer and direction (`h2r`, after
+//! that direction's h2h weight in the flat vector): the projection is the output, the next
+//! layer's input and the recurrent state, while the cell keeps `state_size` values.
+//!
+//! With `use_sequence_length` each sequence of the batch has its own length (an extra input):
+//! time steps at or past it are skipped, as by cuDNN's padded layout. Their outputs are zero and
+//! get no gradient, the final states are each sequence's state after its own last step, and the
+//! backward direction starts at each sequence's own end from the initial state. (MXNet 1.9.1
+//! offers lengths and projections only through cuDNN; its CPU kernel refuses both.)
+//!
 //! Each layer and direction projects the inputs of all time steps with one GEMM, then runs one
 //! GEMM per step for the recurrence. The gradient kernel recomputes the forward pass, keeping
 //! the gate activations of every step, and backpropagates through time: no reserve space lives
@@ -31,7 +42,7 @@ crate::op_params! {
         p: f64 = 0.0,
         /// Whether the final hidden (and LSTM cell) states are outputs too.
         state_outputs: bool = false,
-        /// LSTM projection size (not supported; rejected when given).
+        /// LSTM only: size of the projected hidden state (LSTMP); the cell keeps `state_size`.
         projection_size: Option<i64> = None,
         /// Lower bound of the LSTM cell state.
         lstm_state_clip_min: Option<f64> = None,
@@ -39,7 +50,7 @@ crate::op_params! {
         lstm_state_clip_max: Option<f64> = None,
         /// Whether a NaN cell state is clipped too (to the lower bound) instead of propagating.
         lstm_state_clip_nan: bool = false,
-        /// Per-sequence lengths as an extra input (not supported; rejected when true).
+        /// Whether a (batch,) `sequence_length` input gives each sequence's number of valid steps.
         use_sequence_length: bool = false,
     }
 }
@@ -105,12 +116,18 @@ struct Rnn {
     state_outputs: bool,
     /// LSTM cell clipping bounds and whether NaN is clipped too.
     clip: Option<(f64, f64, bool)>,
+    /// LSTMP's projected state size.
+    projection: Option<usize>,
+    /// Whether per-sequence lengths come as the last input.
+    use_lengths: bool,
 }
 
 /// Where one (layer, direction)'s parameter blocks start in the flat vector, and its input width.
 struct Slots {
     w_ih: usize,
     w_hh: usize,
+    /// LSTMP's projection weight (meaningful only with a projection).
+    w_hr: usize,
     b_ih: usize,
     b_hh: usize,
     input: usize,
@@ -128,15 +145,26 @@ impl Rnn {
     fn gate_width(&self) -> usize {
         self.mode.gates() * self.hidden
     }
+    /// Width of the recurrent state and of each direction's output: the projection's with
+    /// LSTMP, the hidden size otherwise.
+    fn state_width(&self) -> usize {
+        self.projection.unwrap_or(self.hidden)
+    }
+    fn projection_weights(&self) -> usize {
+        self.projection.map_or(0, |p| p * self.hidden)
+    }
     fn layer_input(&self, layer: usize, input: usize) -> usize {
         if layer == 0 {
             input
         } else {
-            self.dirs * self.hidden
+            self.dirs * self.state_width()
         }
     }
+    fn direction_weights(&self, layer: usize, input: usize) -> usize {
+        self.gate_width() * (self.layer_input(layer, input) + self.state_width()) + self.projection_weights()
+    }
     fn layer_weights(&self, layer: usize, input: usize) -> usize {
-        self.dirs * self.gate_width() * (self.layer_input(layer, input) + self.hidden)
+        self.dirs * self.direction_weights(layer, input)
     }
     fn param_count(&self, input: usize) -> usize {
         (0..self.layers).map(|l| self.layer_weights(l, input)).sum::<usize>() + self.layers * self.dirs * 2 * self.gate_width()
@@ -144,10 +172,11 @@ impl Rnn {
     fn slots(&self, input: usize, layer: usize, dir: usize) -> Slots {
         let gh = self.gate_width();
         let layer_in = self.layer_input(layer, input);
-        let w_ih = (0..layer).map(|l| self.layer_weights(l, input)).sum::<usize>() + dir * gh * (layer_in + self.hidden);
+        let w_ih = (0..layer).map(|l| self.layer_weights(l, input)).sum::<usize>() + dir * self.direction_weights(layer, input);
         let weights: usize = (0..self.layers).map(|l| self.layer_weights(l, input)).sum();
         let b_ih = weights + (layer * self.dirs + dir) * 2 * gh;
-        Slots { w_ih, w_hh: w_ih + gh * layer_in, b_ih, b_hh: b_ih + gh, input: layer_in }
+        let w_hh = w_ih + gh * layer_in;
+        Slots { w_ih, w_hh, w_hr: w_hh + gh * self.state_width(), b_ih, b_hh: b_ih + gh, input: layer_in }
     }
     fn has_mask(&self) -> bool {
         self.dropout > 0.0 && self.layers > 1
@@ -163,7 +192,38 @@ impl Rnn {
         1 + if self.state_outputs { self.num_states() } else { 0 }
     }
     fn state_shape(&self, d: Dims) -> Shape {
+        Shape::new(vec![self.layers * self.dirs, d.batch, self.state_width()])
+    }
+    fn cell_shape(&self, d: Dims) -> Shape {
         Shape::new(vec![self.layers * self.dirs, d.batch, self.hidden])
+    }
+    /// Shapes of the initial states: the hidden state, and for LSTM the cell.
+    fn initial_state_shapes(&self, d: Dims) -> Vec<Shape> {
+        let mut shapes = vec![self.state_shape(d)];
+        if self.mode == Mode::Lstm {
+            shapes.push(self.cell_shape(d));
+        }
+        shapes
+    }
+    /// Index of the `sequence_length` input.
+    fn lengths_index(&self) -> usize {
+        2 + self.num_states()
+    }
+    /// Each sequence's number of valid steps: the `sequence_length` input, checked, or every
+    /// step when lengths are not used.
+    fn lengths(&self, inputs: &[Tensor], d: Dims) -> Result<Vec<usize>> {
+        if !self.use_lengths {
+            return Ok(vec![d.steps; d.batch]);
+        }
+        super::normalization::to_f64(&inputs[self.lengths_index()])
+            .into_iter()
+            .map(|v| {
+                if !(v >= 0.0 && v <= d.steps as f64) || v.fract() != 0.0 {
+                    crate::bail!(Value, "RNN: sequence_length {v} is not a whole number in [0, {}] (the data's time steps)", d.steps);
+                }
+                Ok(v as usize)
+            })
+            .collect()
     }
     fn dims(&self, data: &Shape) -> Result<Dims> {
         if data.ndim() != 3 {
@@ -173,12 +233,12 @@ impl Rnn {
     }
     /// Shapes of the visible outputs followed by the dropout mask's.
     fn output_shapes(&self, d: Dims) -> Vec<Shape> {
-        let mut shapes = vec![Shape::new(vec![d.steps, d.batch, self.dirs * self.hidden])];
+        let mut shapes = vec![Shape::new(vec![d.steps, d.batch, self.dirs * self.state_width()])];
         if self.state_outputs {
-            shapes.extend(std::iter::repeat_n(self.state_shape(d), self.num_states()));
+            shapes.extend(self.initial_state_shapes(d));
         }
         if self.has_mask() {
-            shapes.push(Shape::new(vec![self.layers - 1, d.steps, d.batch, self.dirs * self.hidden]));
+            shapes.push(Shape::new(vec![self.layers - 1, d.steps, d.batch, self.dirs * self.state_width()]));
         }
         shapes
     }
@@ -187,20 +247,25 @@ impl Rnn {
         if self.mode == Mode::Lstm {
             names.push("state_cell".into());
         }
+        if self.use_lengths {
+            names.push("sequence_length".into());
+        }
         names
     }
-    /// Checks data, parameters and states against each other.
+    /// Checks data, parameters, states and lengths against each other.
     fn check_inputs(&self, inputs: &[Shape]) -> Result<Dims> {
         let d = self.dims(&inputs[0])?;
         let count = self.param_count(d.input);
         if inputs[1].dims() != [count] {
             crate::bail!(Shape, "RNN: parameters has shape {}, expected ({count},) for data {} ({} layers, state_size {})", inputs[1], inputs[0], self.layers, self.hidden);
         }
-        let state = self.state_shape(d);
-        for (name, shape) in ["state", "state_cell"].iter().zip(&inputs[2..2 + self.num_states()]) {
-            if *shape != state {
-                crate::bail!(Shape, "RNN: {name} has shape {shape}, expected {state} for data {}", inputs[0]);
+        for ((name, shape), expected) in ["state", "state_cell"].iter().zip(&inputs[2..2 + self.num_states()]).zip(self.initial_state_shapes(d)) {
+            if *shape != expected {
+                crate::bail!(Shape, "RNN: {name} has shape {shape}, expected {expected} for data {}", inputs[0]);
             }
+        }
+        if self.use_lengths && inputs[self.lengths_index()].dims() != [d.batch] {
+            crate::bail!(Shape, "RNN: sequence_length has shape {}, expected ({},) for data {}", inputs[self.lengths_index()], d.batch, inputs[0]);
         }
         Ok(d)
     }
@@ -215,13 +280,20 @@ struct Trace<T> {
     cells: Vec<T>,
     /// GRU: W_hn h + b_hn of every step (the part the reset gate scales).
     hidden_n: Vec<T>,
+    /// LSTMP: the hidden state before its projection, of every step.
+    unprojected: Vec<T>,
 }
 
 impl<T: Real> Trace<T> {
     fn new(rnn: &Rnn, d: Dims) -> Trace<T> {
         let rows = d.steps * d.batch;
         let per_step = |used: bool| if used { vec![T::ZERO; rows * rnn.hidden] } else { Vec::new() };
-        Trace { gates: vec![T::ZERO; rows * rnn.gate_width()], cells: per_step(rnn.mode == Mode::Lstm), hidden_n: per_step(rnn.mode == Mode::Gru) }
+        Trace {
+            gates: vec![T::ZERO; rows * rnn.gate_width()],
+            cells: per_step(rnn.mode == Mode::Lstm),
+            hidden_n: per_step(rnn.mode == Mode::Gru),
+            unprojected: per_step(rnn.projection.is_some()),
+        }
     }
 }
 
@@ -230,6 +302,8 @@ struct Pass<'a, T> {
     rnn: &'a Rnn,
     d: Dims,
     params: &'a [T],
+    /// Valid steps of each sequence of the batch.
+    lengths: &'a [usize],
     dtype: DType,
     threads: usize,
 }
@@ -289,13 +363,12 @@ struct LstmRow<'a, T> {
 }
 
 /// The same row in backpropagation: activated gates become pre-activation gradients and
-/// `prev_cell_grad` receives the gradient of c_(t-1).
+/// `prev_cell_grad` receives the gradient of c_(t-1); `h_grad` is the whole gradient of h_t.
 struct LstmGradRow<'a, T> {
     gates: &'a mut [T],
     cell: &'a [T],
     prev_cell: &'a [T],
     h_grad: &'a [T],
-    out_grad: &'a [T],
     cell_grad: &'a [T],
     prev_cell_grad: &'a mut [T],
 }
@@ -361,7 +434,7 @@ fn lstm_backward_cells<T: Real>(row: LstmGradRow<'_, T>, clipped: impl Fn(usize)
     let (candidate, output) = rest.split_at_mut(h);
     for j in 0..h {
         let (i, f, g, o) = (input[j], forget[j], candidate[j], output[j]);
-        let grad = row.h_grad[j] + row.out_grad[j];
+        let grad = row.h_grad[j];
         let tanh_c = row.cell[j].tanh();
         let through = row.cell_grad[j] + grad * o * (T::ONE - tanh_c * tanh_c);
         let cell_grad = if clipped(j) { T::ZERO } else { through };
@@ -399,20 +472,24 @@ impl<T> Shared<T> {
 // and the buffer outlives the scope in which the sweeps run.
 unsafe impl<T: Send> Sync for Shared<T> {}
 
-/// What the forward sweeps write: gates, LSTM cells, GRU's W_hn h + b_hn, outputs, states.
+/// What the forward sweeps write: gates, LSTM cells, GRU's W_hn h + b_hn, LSTMP's unprojected
+/// hidden states, outputs, states.
 struct SweepBuffers<T> {
     gates: Shared<T>,
     cells: Shared<T>,
     hidden_n: Shared<T>,
+    unprojected: Shared<T>,
     out: Shared<T>,
     hy: Shared<T>,
     cy: Shared<T>,
 }
 
-/// What the backward sweeps write: gate gradients, GRU's recurrent gradients, state gradients.
+/// What the backward sweeps write: gate gradients, GRU's recurrent gradients, LSTMP's gradients
+/// of the projected states, state gradients.
 struct GradBuffers<T> {
     gates: Shared<T>,
     recurrent: Shared<T>,
+    projected: Shared<T>,
     dh: Shared<T>,
     dc: Shared<T>,
 }
@@ -427,9 +504,19 @@ fn step_time(dir: usize, steps: usize, s: usize) -> usize {
 }
 
 impl<T: Real> Pass<'_, T> {
+    /// Whether batch row `row` has a valid step at time `t`.
+    fn active(&self, row: usize, t: usize) -> bool {
+        t < self.lengths[row]
+    }
+
+    /// The time step that row `row` processed just before position `step` of direction `dir`'s
+    /// sweep; `None` at the row's first step, which reads the initial state.
+    fn previous_step(&self, dir: usize, step: usize, row: usize) -> Option<usize> {
+        (step > 0).then(|| step_time(dir, self.d.steps, step - 1)).filter(|&tp| self.active(row, tp))
+    }
 
     /// Runs one direction of one layer over `x` (steps x batch x layer input), writing its
-    /// hidden states into its half of `out` (steps x batch x dirs*hidden) and its final states
+    /// states into its part of `out` (steps x batch x dirs*state width) and its final states
     /// into `hy`/`cy`. The input projection of all steps is one GEMM; the recurrence then runs
     /// on disjoint ranges of batch rows concurrently (rows never interact), each with
     /// single-threaded per-step GEMMs, so no step waits for the other threads.
@@ -452,6 +539,7 @@ impl<T: Real> Pass<'_, T> {
             gates: Shared::new(&mut trace.gates),
             cells: Shared::new(&mut trace.cells),
             hidden_n: Shared::new(&mut trace.hidden_n),
+            unprojected: Shared::new(&mut trace.unprojected),
             out: Shared::new(out),
             hy: Shared::new(hy),
             cy: Shared::new(cy),
@@ -472,38 +560,52 @@ impl<T: Real> Pass<'_, T> {
         crate::engine::parallel::run(ranges, &|r| sweep(r * per..((r + 1) * per).min(n)));
     }
 
-    /// The recurrence of one direction for batch rows `range`.
+    /// The recurrence of one direction for batch rows `range`. Rows at a padding step (past
+    /// their sequence's length) output zeros and keep their state, so the forward direction
+    /// ends with each sequence's state after its last step and the backward direction starts
+    /// at each sequence's own end from the initial state.
     ///
     /// # Safety
     /// No other thread accesses the rows `range` of the shared buffers meanwhile.
     unsafe fn sweep_forward(&self, layer: usize, dir: usize, range: std::ops::Range<usize>, h0: &[T], c0: &[T], buf: &SweepBuffers<T>) {
         let (rnn, d) = (self.rnn, self.d);
-        let (h, gh, n, width) = (rnn.hidden, rnn.gate_width(), d.batch, rnn.dirs * rnn.hidden);
+        let (h, sw, gh, n) = (rnn.hidden, rnn.state_width(), rnn.gate_width(), d.batch);
+        let width = rnn.dirs * sw;
+        let projecting = rnn.projection.is_some();
         let s = rnn.slots(d.input, layer, dir);
-        let (w_hh, b_hh) = (&self.params[s.w_hh..][..gh * h], &self.params[s.b_hh..][..gh]);
+        let (w_hh, b_hh) = (&self.params[s.w_hh..][..gh * sw], &self.params[s.b_hh..][..gh]);
+        let w_hr = &self.params[s.w_hr..][..rnn.projection_weights()];
         let (first, nb) = (range.start, range.len());
-        let mut h_prev = h0[first * h..][..nb * h].to_vec();
+        let mut h_prev = h0[first * sw..][..nb * sw].to_vec();
         let mut c_prev = if rnn.mode == Mode::Lstm { c0[first * h..][..nb * h].to_vec() } else { Vec::new() };
         let mut recurrent = vec![T::ZERO; if rnn.mode == Mode::Gru { nb * gh } else { 0 }];
+        let mut projected = vec![T::ZERO; if projecting { nb * sw } else { 0 }];
         for step in 0..d.steps {
             let t = step_time(dir, d.steps, step);
             let gates = buf.gates.rows((t * n + first) * gh, nb * gh);
-            // SAFETY: h_prev is (nb, h), w_hh (gh, h) read transposed, the destination (nb, gh).
+            // SAFETY: h_prev is (nb, sw), w_hh (gh, sw) read transposed, the destination (nb, gh).
             if rnn.mode == Mode::Gru {
-                gemm(self.dtype, &mut recurrent, false, &h_prev, (nb, h, false), w_hh, (gh, h, true), 1);
+                gemm(self.dtype, &mut recurrent, false, &h_prev, (nb, sw, false), w_hh, (gh, sw, true), 1);
                 add_rows(&mut recurrent, b_hh);
             } else {
-                gemm(self.dtype, gates, true, &h_prev, (nb, h, false), w_hh, (gh, h, true), 1);
+                gemm(self.dtype, gates, true, &h_prev, (nb, sw, false), w_hh, (gh, sw, true), 1);
             }
+            let unprojected: &mut [T] = if projecting { buf.unprojected.rows((t * n + first) * h, nb * h) } else { &mut [] };
             for b in 0..nb {
+                let row = first + b;
+                let out_row = buf.out.rows((t * n + row) * width + dir * sw, sw);
+                if !self.active(row, t) {
+                    out_row.fill(T::ZERO);
+                    continue;
+                }
                 let g = &mut gates[b * gh..][..gh];
-                let out_row = buf.out.rows((t * n + first + b) * width + dir * h, h);
-                let state = &mut h_prev[b * h..][..h];
+                let state = &mut h_prev[b * sw..][..sw];
                 match rnn.mode {
                     Mode::Lstm => {
                         let cell = &mut c_prev[b * h..][..h];
-                        lstm_forward_row(LstmRow { gates: g, cell, out: out_row }, rnn.clip);
-                        buf.cells.rows((t * n + first + b) * h, h).copy_from_slice(cell);
+                        let hidden: &mut [T] = if projecting { &mut unprojected[b * h..][..h] } else { &mut *out_row };
+                        lstm_forward_row(LstmRow { gates: g, cell, out: hidden }, rnn.clip);
+                        buf.cells.rows((t * n + row) * h, h).copy_from_slice(cell);
                     }
                     // Vectorized like the LSTM rows: the fast tanh and sigmoid use FMA, which
                     // baseline x86-64 code would call through libm.
@@ -515,7 +617,7 @@ impl<T: Real> Pass<'_, T> {
                     }),
                     Mode::Gru => {
                         let r = &recurrent[b * gh..][..gh];
-                        let hidden_n = buf.hidden_n.rows((t * n + first + b) * h, h);
+                        let hidden_n = buf.hidden_n.rows((t * n + row) * h, h);
                         super::simd::vectorized(#[inline(always)] || {
                             for j in 0..h {
                                 let (reset, update) = ((g[j] + r[j]).sigmoid(), (g[h + j] + r[h + j]).sigmoid());
@@ -527,10 +629,21 @@ impl<T: Real> Pass<'_, T> {
                         })
                     }
                 }
-                state.copy_from_slice(out_row);
+                if !projecting {
+                    state.copy_from_slice(out_row);
+                }
+            }
+            if projecting {
+                // SAFETY: unprojected (nb, h) times w_hr (sw, h) read transposed into (nb, sw).
+                gemm(self.dtype, &mut projected, false, unprojected, (nb, h, false), w_hr, (sw, h, true), 1);
+                for b in (0..nb).filter(|&b| self.active(first + b, t)) {
+                    let value = &projected[b * sw..][..sw];
+                    buf.out.rows((t * n + first + b) * width + dir * sw, sw).copy_from_slice(value);
+                    h_prev[b * sw..][..sw].copy_from_slice(value);
+                }
             }
         }
-        buf.hy.rows(first * h, nb * h).copy_from_slice(&h_prev);
+        buf.hy.rows(first * sw, nb * sw).copy_from_slice(&h_prev);
         if rnn.mode == Mode::Lstm {
             buf.cy.rows(first * h, nb * h).copy_from_slice(&c_prev);
         }
@@ -540,7 +653,7 @@ impl<T: Real> Pass<'_, T> {
     /// `dh`/`dc` enter as the final states' gradients and leave as the initial states'. The
     /// data gradient is added to `dx` and the parameter gradients to `dparams`. The recurrence
     /// runs on batch ranges concurrently as in the forward; the weight gradients of all steps
-    /// are then single large GEMMs.
+    /// are then single large GEMMs (padding steps have zero gate gradients, so they add nothing).
     #[allow(clippy::too_many_arguments)]
     fn direction_backward(
         &self,
@@ -558,16 +671,19 @@ impl<T: Real> Pass<'_, T> {
         dparams: &mut [T],
     ) {
         let (rnn, d) = (self.rnn, self.d);
-        let (h, gh, n, width) = (rnn.hidden, rnn.gate_width(), d.batch, rnn.dirs * rnn.hidden);
+        let (h, sw, gh, n) = (rnn.hidden, rnn.state_width(), rnn.gate_width(), d.batch);
+        let width = rnn.dirs * sw;
         let s = rnn.slots(d.input, layer, dir);
         let w_ih = &self.params[s.w_ih..][..gh * s.input];
         let rows = d.steps * n;
         // GRU's recurrent pre-activation gradients differ from its gate gradients (the reset gate
         // scales W_hn h + b_hn); for the other modes they are the gate gradients themselves.
         let mut recurrent_grads = vec![T::ZERO; if rnn.mode == Mode::Gru { rows * gh } else { 0 }];
+        let mut projected_grads = vec![T::ZERO; if rnn.projection.is_some() { rows * sw } else { 0 }];
         let shared = GradBuffers {
             gates: Shared::new(&mut trace.gates),
             recurrent: Shared::new(&mut recurrent_grads),
+            projected: Shared::new(&mut projected_grads),
             dh: Shared::new(dh),
             dc: Shared::new(dc),
         };
@@ -576,32 +692,56 @@ impl<T: Real> Pass<'_, T> {
             // SAFETY: each range touches only its own batch rows of the shared buffers.
             unsafe { self.sweep_backward(layer, dir, range, h0, c0, out, trace_view, dout, &shared) }
         });
-        // The hidden state each step read: h0 for the first step, the previous output after.
-        let mut h_prev = vec![T::ZERO; rows * h];
+        // The state each step read: its row's previous output, or h0 at the row's first step.
+        let mut h_prev = vec![T::ZERO; rows * sw];
         for step in 0..d.steps {
             let t = step_time(dir, d.steps, step);
-            let dst = &mut h_prev[t * n * h..][..n * h];
-            match (step > 0).then(|| step_time(dir, d.steps, step - 1)) {
-                Some(tp) => (0..n).for_each(|b| dst[b * h..][..h].copy_from_slice(&out[(tp * n + b) * width + dir * h..][..h])),
-                None => dst.copy_from_slice(h0),
+            for b in 0..n {
+                let read = match self.previous_step(dir, step, b) {
+                    Some(tp) => &out[(tp * n + b) * width + dir * sw..][..sw],
+                    None => &h0[b * sw..][..sw],
+                };
+                h_prev[(t * n + b) * sw..][..sw].copy_from_slice(read);
             }
         }
         let recurrent = if rnn.mode == Mode::Gru { &recurrent_grads[..] } else { &trace.gates[..] };
-        // SAFETY: recurrent (rows, gh) read transposed times h_prev (rows, h) into the (gh, h)
+        // SAFETY: recurrent (rows, gh) read transposed times h_prev (rows, sw) into the (gh, sw)
         // weight gradient; gates (rows, gh) transposed times x (rows, input) into the
-        // (gh, input) weight gradient; gates times w_ih (gh, input) into dx (rows, input).
+        // (gh, input) weight gradient; gates times w_ih (gh, input) into dx (rows, input);
+        // projected gradients (rows, sw) transposed times the unprojected states (rows, h) into
+        // the (sw, h) projection weight gradient.
         unsafe {
-            gemm(self.dtype, &mut dparams[s.w_hh..][..gh * h], true, recurrent, (rows, gh, true), &h_prev, (rows, h, false), self.threads);
+            gemm(self.dtype, &mut dparams[s.w_hh..][..gh * sw], true, recurrent, (rows, gh, true), &h_prev, (rows, sw, false), self.threads);
             gemm(self.dtype, &mut dparams[s.w_ih..][..gh * s.input], true, &trace.gates, (rows, gh, true), x, (rows, s.input, false), self.threads);
             gemm(self.dtype, dx, true, &trace.gates, (rows, gh, false), w_ih, (gh, s.input, false), self.threads);
+            if rnn.projection.is_some() {
+                gemm(self.dtype, &mut dparams[s.w_hr..][..sw * h], true, &projected_grads, (rows, sw, true), &trace.unprojected, (rows, h, false), self.threads);
+            }
         }
         column_sums_into(&mut dparams[s.b_hh..][..gh], recurrent);
         column_sums_into(&mut dparams[s.b_ih..][..gh], &trace.gates);
     }
 
+    /// Writes into `dst` (rows `first..` of one step, state width each) the gradient of each
+    /// row's output state at time `t`: the output's own gradient plus the one later steps sent
+    /// back in `dh`; zero at padding steps, whose outputs are constant.
+    fn output_state_grads(&self, dir: usize, t: usize, first: usize, dout: &[T], dh: &[T], dst: &mut [T]) {
+        let (n, sw) = (self.d.batch, self.rnn.state_width());
+        let width = self.rnn.dirs * sw;
+        for (b, (grads, later)) in dst.chunks_mut(sw).zip(dh.chunks(sw)).enumerate() {
+            let row = first + b;
+            if self.active(row, t) {
+                let own = &dout[(t * n + row) * width + dir * sw..][..sw];
+                grads.iter_mut().zip(own).zip(later).for_each(|((g, &o), &l)| *g = o + l);
+            } else {
+                grads.fill(T::ZERO);
+            }
+        }
+    }
+
     /// Backpropagation through time for batch rows `range`: turns the rows' activated gates
     /// into pre-activation gradients (and GRU's recurrent gradients) and their `dh`/`dc` from
-    /// final-state into initial-state gradients.
+    /// final-state into initial-state gradients. Padding steps pass the state gradients through.
     ///
     /// # Safety
     /// No other thread accesses the rows `range` of the shared buffers meanwhile.
@@ -619,23 +759,47 @@ impl<T: Real> Pass<'_, T> {
         buf: &GradBuffers<T>,
     ) {
         let (rnn, d) = (self.rnn, self.d);
-        let (h, gh, n, width) = (rnn.hidden, rnn.gate_width(), d.batch, rnn.dirs * rnn.hidden);
+        let (h, sw, gh, n) = (rnn.hidden, rnn.state_width(), rnn.gate_width(), d.batch);
+        let width = rnn.dirs * sw;
+        let lstm = rnn.mode == Mode::Lstm;
         let s = rnn.slots(d.input, layer, dir);
-        let w_hh = &self.params[s.w_hh..][..gh * h];
+        let w_hh = &self.params[s.w_hh..][..gh * sw];
+        let w_hr = &self.params[s.w_hr..][..rnn.projection_weights()];
         let (first, nb) = (range.start, range.len());
-        let dh = buf.dh.rows(first * h, nb * h);
-        let dc = if rnn.mode == Mode::Lstm { buf.dc.rows(first * h, nb * h) } else { &mut [] };
-        let mut dh_next = vec![T::ZERO; nb * h];
-        let mut c_grads = vec![T::ZERO; if rnn.mode == Mode::Lstm { nb * h } else { 0 }];
+        let dh = buf.dh.rows(first * sw, nb * sw);
+        let dc = if lstm { buf.dc.rows(first * h, nb * h) } else { &mut [] };
+        let mut dh_next = vec![T::ZERO; nb * sw];
+        let mut c_grads = vec![T::ZERO; if lstm { nb * h } else { 0 }];
+        // Each row's gradient of its hidden state at the current step (before LSTMP's projection).
+        let mut h_grads = vec![T::ZERO; nb * h];
         for step in (0..d.steps).rev() {
             let t = step_time(dir, d.steps, step);
-            let previous = (step > 0).then(|| step_time(dir, d.steps, step - 1));
+            if rnn.projection.is_some() {
+                let projected = buf.projected.rows((t * n + first) * sw, nb * sw);
+                self.output_state_grads(dir, t, first, dout, dh, projected);
+                // SAFETY: projected gradients (nb, sw) times w_hr (sw, h) into (nb, h).
+                gemm(self.dtype, &mut h_grads, false, projected, (nb, sw, false), w_hr, (sw, h, false), 1);
+            } else {
+                self.output_state_grads(dir, t, first, dout, dh, &mut h_grads);
+            }
             let gates = buf.gates.rows((t * n + first) * gh, nb * gh);
             for b in 0..nb {
                 let row = first + b;
                 let g = &mut gates[b * gh..][..gh];
-                let out_grad = &dout[(t * n + row) * width + dir * h..][..h];
-                let state_grad = &dh[b * h..][..h];
+                if !self.active(row, t) {
+                    g.fill(T::ZERO);
+                    if rnn.mode == Mode::Gru {
+                        buf.recurrent.rows((t * n + row) * gh, gh).fill(T::ZERO);
+                    }
+                    dh_next[b * sw..][..sw].copy_from_slice(&dh[b * sw..][..sw]);
+                    if lstm {
+                        c_grads[b * h..][..h].copy_from_slice(&dc[b * h..][..h]);
+                    }
+                    continue;
+                }
+                let previous = self.previous_step(dir, step, row);
+                let grad = &h_grads[b * h..][..h];
+                dh_next[b * sw..][..sw].fill(T::ZERO);
                 match rnn.mode {
                     Mode::Lstm => {
                         let prev_cell = match previous {
@@ -646,8 +810,7 @@ impl<T: Real> Pass<'_, T> {
                             gates: g,
                             cell: &cells[(t * n + row) * h..][..h],
                             prev_cell,
-                            h_grad: state_grad,
-                            out_grad,
+                            h_grad: grad,
                             cell_grad: &dc[b * h..][..h],
                             prev_cell_grad: &mut c_grads[b * h..][..h],
                         };
@@ -655,10 +818,9 @@ impl<T: Real> Pass<'_, T> {
                     }
                     Mode::Relu | Mode::Tanh => {
                         for j in 0..h {
-                            let grad = state_grad[j] + out_grad[j];
                             g[j] = match rnn.mode {
-                                Mode::Relu => if g[j] > T::ZERO { grad } else { T::ZERO },
-                                _ => grad * (T::ONE - g[j] * g[j]),
+                                Mode::Relu => if g[j] > T::ZERO { grad[j] } else { T::ZERO },
+                                _ => grad[j] * (T::ONE - g[j] * g[j]),
                             };
                         }
                     }
@@ -670,24 +832,23 @@ impl<T: Real> Pass<'_, T> {
                         let hn = &hidden_n[(t * n + row) * h..][..h];
                         let r = buf.recurrent.rows((t * n + row) * gh, gh);
                         for j in 0..h {
-                            let grad = state_grad[j] + out_grad[j];
                             let (reset, update, candidate) = (g[j], g[h + j], g[2 * h + j]);
-                            let d_candidate = grad * (T::ONE - update) * (T::ONE - candidate * candidate);
-                            let d_update = grad * (prev_h[j] - candidate) * update * (T::ONE - update);
+                            let d_candidate = grad[j] * (T::ONE - update) * (T::ONE - candidate * candidate);
+                            let d_update = grad[j] * (prev_h[j] - candidate) * update * (T::ONE - update);
                             let d_reset = d_candidate * hn[j] * reset * (T::ONE - reset);
                             (g[j], g[h + j], g[2 * h + j]) = (d_reset, d_update, d_candidate);
                             (r[j], r[h + j], r[2 * h + j]) = (d_reset, d_update, d_candidate * reset);
-                            dh_next[b * h + j] = grad * update;
+                            dh_next[b * h + j] = grad[j] * update;
                         }
                     }
                 }
             }
-            if rnn.mode == Mode::Lstm {
+            if lstm {
                 dc.copy_from_slice(&c_grads);
             }
             let recurrent: &[T] = if rnn.mode == Mode::Gru { buf.recurrent.rows((t * n + first) * gh, nb * gh) } else { gates };
-            // SAFETY: recurrent (nb, gh) times w_hh (gh, h) into (nb, h).
-            gemm(self.dtype, &mut dh_next, rnn.mode == Mode::Gru, recurrent, (nb, gh, false), w_hh, (gh, h, false), 1);
+            // SAFETY: recurrent (nb, gh) times w_hh (gh, sw) added to (nb, sw).
+            gemm(self.dtype, &mut dh_next, true, recurrent, (nb, gh, false), w_hh, (gh, sw, false), 1);
             dh.copy_from_slice(&dh_next);
         }
     }
@@ -695,10 +856,11 @@ impl<T: Real> Pass<'_, T> {
     /// Runs all layers: the last layer's output goes to `out`, final states to `hy`/`cy`. With
     /// `keep`, returns every layer's (masked) input, the outputs of all but the last layer and
     /// every direction's trace, for backpropagation.
+    #[allow(clippy::too_many_arguments)]
     fn forward(&self, data: &[T], h0: &[T], c0: &[T], mask: Option<&[T]>, out: &mut [T], hy: &mut [T], cy: &mut [T], keep: bool) -> Kept<T> {
         let (rnn, d) = (self.rnn, self.d);
-        let state = d.batch * rnn.hidden;
-        let layer_out = d.steps * d.batch * rnn.dirs * rnn.hidden;
+        let (state, cell_state) = (d.batch * rnn.state_width(), d.batch * rnn.hidden);
+        let layer_out = d.steps * d.batch * rnn.dirs * rnn.state_width();
         let mut kept = Kept { inputs: Vec::new(), outputs: Vec::new(), traces: Vec::new() };
         let mut reusable = (!keep).then(|| Trace::new(rnn, d));
         let mut input: Vec<T> = Vec::new();
@@ -711,8 +873,8 @@ impl<T: Real> Pass<'_, T> {
                 let k = layer * rnn.dirs + dir;
                 let mut fresh = keep.then(|| Trace::new(rnn, d));
                 let trace = fresh.as_mut().or(reusable.as_mut()).expect("one of the traces exists");
-                let cell = if rnn.mode == Mode::Lstm { &c0[k * state..][..state] } else { &[] };
-                let cell_out: &mut [T] = if rnn.mode == Mode::Lstm { &mut cy[k * state..][..state] } else { &mut [] };
+                let cell = if rnn.mode == Mode::Lstm { &c0[k * cell_state..][..cell_state] } else { &[] };
+                let cell_out: &mut [T] = if rnn.mode == Mode::Lstm { &mut cy[k * cell_state..][..cell_state] } else { &mut [] };
                 self.direction_forward(layer, dir, x, &h0[k * state..][..state], cell, target, trace, &mut hy[k * state..][..state], cell_out);
                 kept.traces.extend(fresh);
             }
@@ -777,8 +939,11 @@ impl Operator for Rnn {
         if let Some(data) = &inputs[0] {
             let d = self.dims(data)?;
             inputs[1].get_or_insert_with(|| Shape::new(vec![self.param_count(d.input)]));
-            for state in inputs[2..].iter_mut() {
-                state.get_or_insert_with(|| self.state_shape(d));
+            for (state, shape) in inputs[2..].iter_mut().zip(self.initial_state_shapes(d)) {
+                state.get_or_insert(shape);
+            }
+            if self.use_lengths {
+                inputs[self.lengths_index()].get_or_insert_with(|| Shape::new(vec![d.batch]));
             }
         }
         Ok(())
@@ -787,13 +952,18 @@ impl Operator for Rnn {
         let d = self.check_inputs(inputs)?;
         Ok(self.output_shapes(d))
     }
+    /// Data, parameters, states and outputs share one dtype; the lengths may have any.
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        super::same_dtype(&inputs[..self.lengths_index()], self.num_outputs())
+    }
     fn needs_rng(&self) -> bool {
         self.has_mask()
     }
     fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         supported(inputs[0].dtype)?;
         let d = self.dims(&inputs[0].shape)?;
-        let states = d.batch * self.hidden * self.layers * self.dirs;
+        let lengths = self.lengths(inputs, d)?;
+        let directions = self.layers * self.dirs;
         dispatch_real!(inputs[0].dtype, T => {
             // SAFETY: inputs are only read; each output is this op's alone and aliases no input.
             let (data, params, h0) = unsafe { (inputs[0].slice::<T>(), inputs[1].slice::<T>(), inputs[2].slice::<T>()) };
@@ -806,9 +976,9 @@ impl Operator for Rnn {
                     *m = T::from_f64(if !ctx.is_train { 1.0 } else if kept { keep_scale } else { 0.0 });
                 }
             }
-            let mut hy = vec![T::ZERO; states];
-            let mut cy = vec![T::ZERO; if self.mode == Mode::Lstm { states } else { 0 }];
-            let pass = Pass { rnn: self, d, params, dtype: inputs[0].dtype, threads: crate::engine::parallel::threads() };
+            let mut hy = vec![T::ZERO; directions * d.batch * self.state_width()];
+            let mut cy = vec![T::ZERO; if self.mode == Mode::Lstm { directions * d.batch * self.hidden } else { 0 }];
+            let pass = Pass { rnn: self, d, params, lengths: &lengths, dtype: inputs[0].dtype, threads: crate::engine::parallel::threads() };
             let out = unsafe { outputs[0].slice_mut::<T>() };
             pass.forward(data, h0, c0, mask.as_deref(), out, &mut hy, &mut cy, false);
             if self.state_outputs {
@@ -828,7 +998,9 @@ impl Operator for Rnn {
         }
         let refs: Vec<_> = inputs.iter().collect();
         let grads = g.op_outputs("_backward_RNN", &self.attrs(), &refs)?;
-        Ok(grads.into_iter().map(Some).collect())
+        // The lengths are not differentiable.
+        let lengths = self.use_lengths.then_some(None);
+        Ok(grads.into_iter().map(Some).chain(lengths).collect())
     }
 }
 
@@ -852,12 +1024,18 @@ impl Rnn {
         if let Some((lo, hi, nan)) = self.clip {
             attrs.extend([("lstm_state_clip_min", format!("{lo:?}")), ("lstm_state_clip_max", format!("{hi:?}")), ("lstm_state_clip_nan", flag(nan))]);
         }
+        if let Some(size) = self.projection {
+            attrs.push(("projection_size", size.to_string()));
+        }
+        if self.use_lengths {
+            attrs.push(("use_sequence_length", flag(true)));
+        }
         attrs
     }
 }
 
-/// `_backward_RNN(out grads..., data, parameters, state[, state_cell][, mask])`: gradients of
-/// data, parameters and the initial states.
+/// `_backward_RNN(out grads..., data, parameters, state[, state_cell][, sequence_length][, mask])`:
+/// gradients of data, parameters and the initial states.
 struct RnnBackward(Rnn);
 
 impl Operator for RnnBackward {
@@ -886,7 +1064,8 @@ impl Operator for RnnBackward {
         let first = rnn.num_visible();
         supported(inputs[first].dtype)?;
         let d = rnn.dims(&inputs[first].shape)?;
-        let state = d.batch * rnn.hidden;
+        let lengths = rnn.lengths(&inputs[first..], d)?;
+        let (state, cell_state) = (d.batch * rnn.state_width(), d.batch * rnn.hidden);
         let lstm = rnn.mode == Mode::Lstm;
         dispatch_real!(inputs[first].dtype, T => {
             // SAFETY: inputs are only read; each output is this op's alone and aliases no input.
@@ -894,8 +1073,8 @@ impl Operator for RnnBackward {
             let (dout, data, params, h0) = (read(0), read(first), read(first + 1), read(first + 2));
             let c0 = if lstm { read(first + 3) } else { &[] };
             let mask = rnn.has_mask().then(|| read(inputs.len() - 1));
-            let pass = Pass { rnn, d, params, dtype: inputs[first].dtype, threads: crate::engine::parallel::threads() };
-            let mut top = vec![T::ZERO; d.steps * d.batch * rnn.dirs * rnn.hidden];
+            let pass = Pass { rnn, d, params, lengths: &lengths, dtype: inputs[first].dtype, threads: crate::engine::parallel::threads() };
+            let mut top = vec![T::ZERO; d.steps * d.batch * rnn.dirs * rnn.state_width()];
             let mut hy = vec![T::ZERO; h0.len()];
             let mut cy = vec![T::ZERO; c0.len()];
             let mut kept = pass.forward(data, h0, c0, mask, &mut top, &mut hy, &mut cy, true);
@@ -911,8 +1090,8 @@ impl Operator for RnnBackward {
                 let mut dx = vec![T::ZERO; x.len()];
                 for dir in 0..rnn.dirs {
                     let k = layer * rnn.dirs + dir;
-                    let cell = if lstm { &c0[k * state..][..state] } else { &[] };
-                    let dcell: &mut [T] = if lstm { &mut dc[k * state..][..state] } else { &mut [] };
+                    let cell = if lstm { &c0[k * cell_state..][..cell_state] } else { &[] };
+                    let dcell: &mut [T] = if lstm { &mut dc[k * cell_state..][..cell_state] } else { &mut [] };
                     pass.direction_backward(layer, dir, x, &h0[k * state..][..state], cell, out, &mut kept.traces[k], &d_layer_out, &mut dh[k * state..][..state], dcell, &mut dx, dparams);
                 }
                 d_layer_out = match (layer, mask) {
@@ -945,12 +1124,12 @@ fn build(p: RnnParams) -> Result<Rnn> {
     if !(0.0..1.0).contains(&p.p) {
         crate::bail!(Param, "RNN: dropout p must be in [0, 1), got {}", p.p);
     }
-    if p.projection_size.is_some() {
-        crate::bail!(Param, "RNN: projection_size is not supported");
-    }
-    if p.use_sequence_length {
-        crate::bail!(Param, "RNN: use_sequence_length is not supported; pad the sequences and mask the outputs with SequenceMask");
-    }
+    let projection = match p.projection_size {
+        None => None,
+        Some(size) if size > 0 && mode == Mode::Lstm => Some(size as usize),
+        Some(size) if size > 0 => crate::bail!(Param, "RNN: projection_size applies to mode 'lstm' only, got mode '{}'", p.mode),
+        Some(size) => crate::bail!(Param, "RNN: projection_size must be positive, got {size}"),
+    };
     let clip = match (p.lstm_state_clip_min, p.lstm_state_clip_max) {
         (Some(lo), Some(hi)) if lo <= hi => Some((lo, hi, p.lstm_state_clip_nan)),
         (None, None) => None,
@@ -959,7 +1138,17 @@ fn build(p: RnnParams) -> Result<Rnn> {
     if clip.is_some() && mode != Mode::Lstm {
         crate::bail!(Param, "RNN: state clipping applies to mode 'lstm' only");
     }
-    Ok(Rnn { mode, hidden: p.state_size, layers: p.num_layers, dirs: if p.bidirectional { 2 } else { 1 }, dropout: p.p, state_outputs: p.state_outputs, clip })
+    Ok(Rnn {
+        mode,
+        hidden: p.state_size,
+        layers: p.num_layers,
+        dirs: if p.bidirectional { 2 } else { 1 },
+        dropout: p.p,
+        state_outputs: p.state_outputs,
+        clip,
+        projection,
+        use_lengths: p.use_sequence_length,
+    })
 }
 
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {

@@ -29,7 +29,7 @@ pub fn infer_shapes(outputs: &[Entry], given: &dyn Fn(&Node) -> Option<Shape>) -
 /// Each operator node is visited until nothing changes. With every input shape known it computes
 /// its outputs; otherwise it first fills in unknown variable inputs it can derive (a weight
 /// from its data), then refines inputs and outputs from each other
-/// ([`Operator::infer_partial_shapes`]): what a consumer needs flows back to its producers.
+/// ([`Operator::infer_partial_shapes`](crate::op::Operator::infer_partial_shapes)): what a consumer needs flows back to its producers.
 pub fn infer_partial_shapes(outputs: &[Entry], given: &dyn Fn(&Node) -> Option<PartialShape>) -> Result<Inferred<PartialShape>> {
     let order = topo_order(outputs, |_| false);
     let mut known: Inferred<PartialShape> = AddressMap::default();

@@ -38,6 +38,8 @@ const HUGE_PAGE_THRESHOLD: usize = 2 << 20;
 /// Size classes from here on are whole pages mapped from the kernel (see the module notes); below,
 /// the global allocator packs small blocks far better than whole pages would.
 pub const MAPPED_BLOCK_BYTES: usize = 256 << 10;
+/// The host pool's name in the profiler (MXNet's counter name for host memory).
+const HOST_MEMORY: &str = "Memory: cpu/0";
 
 /// Round a request up to its size class: multiples of 64 bytes up to 4 KiB, above that four
 /// classes per power of two, so a reused buffer wastes at most a quarter of its size.
@@ -187,6 +189,7 @@ impl CpuPool {
         // synchronized through them.
         let used = self.used.fetch_add(class as u64, Ordering::Relaxed) + class as u64;
         self.peak.fetch_max(used, Ordering::Relaxed);
+        crate::profiler::memory_in_use(HOST_MEMORY, used);
         Ok(Buffer { ptr, bytes, owner: Owner::Pool { class, pool: self } })
     }
 
@@ -205,7 +208,8 @@ impl CpuPool {
     }
 
     fn release(&'static self, ptr: NonNull<u8>, class: usize) {
-        self.used.fetch_sub(class as u64, Ordering::Relaxed);
+        let used = self.used.fetch_sub(class as u64, Ordering::Relaxed) - class as u64;
+        crate::profiler::memory_in_use(HOST_MEMORY, used);
         let freed_at = Instant::now();
         let mut over_limit = Vec::new();
         {

@@ -7,10 +7,10 @@ import warnings
 
 import numpy as np
 
-from .... import image, ndarray
-from ..dataset import Dataset
+from .... import image, ndarray, recordio
+from ..dataset import Dataset, RecordFileDataset
 
-__all__ = ["MNIST", "FashionMNIST", "CIFAR10", "CIFAR100", "ImageFolderDataset"]
+__all__ = ["MNIST", "FashionMNIST", "CIFAR10", "CIFAR100", "ImageFolderDataset", "ImageRecordDataset"]
 
 
 def _find(root, names):
@@ -157,3 +157,21 @@ class ImageFolderDataset(Dataset):
 
     def __len__(self):
         return len(self.items)
+
+
+class ImageRecordDataset(RecordFileDataset):
+    """The images of an image RecordIO file (``name.rec`` with ``name.idx``): samples are
+    (uint8 NDArray image (H, W, C), label from the record header). ``flag`` 1 decodes color,
+    0 grayscale."""
+
+    def __init__(self, filename, flag=1, transform=None):
+        super().__init__(filename)
+        self._flag = flag
+        self._transform = transform
+
+    def __getitem__(self, idx):
+        header, encoded = recordio.unpack(super().__getitem__(idx))
+        img = image.imdecode(encoded, self._flag)
+        if self._transform is not None:
+            return self._transform(img, header.label)
+        return img, header.label

@@ -1,0 +1,5 @@
+"""Contributed recurrent cells (MXNet's ``mxnet.gluon.contrib.rnn``)."""
+
+from .rnn_cell import LSTMPCell
+
+__all__ = ["LSTMPCell"]
