@@ -19,6 +19,10 @@ def test_train_digits_reaches_target_and_reloads(tmp_path):
     assert float(final.rsplit(" ", 1)[1]) >= 0.97
     assert "predictions agree on 100.0%" in result.stdout
     assert (tmp_path / "digits-symbol.json").exists() and (tmp_path / "digits-0000.params").exists()
+    # The test split, which the Rust example predict_digits.rs evaluates without Python.
+    import oxnet as mx
+    test_split = mx.nd.load(str(tmp_path / "digits-test.params"))
+    assert test_split["data"].shape == (360, 1, 8, 8) and test_split["label"].shape == (360,)
 
 
 def _run_example(name, *args):

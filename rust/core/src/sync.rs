@@ -2,7 +2,9 @@
 //! model-checks them: every interleaving of their atomic operations (and, for `Parking`, of park
 //! and unpark) is explored, not only those a stress test happens to hit.
 //!
-//!     RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p oxnet --lib sync::
+//! ```sh
+//! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p oxnet --lib sync::
+//! ```
 //!
 //! (The rest of the crate's atomics are statistics counters and a memory estimate, whose races only
 //! blur a figure; they need no protocol.)
