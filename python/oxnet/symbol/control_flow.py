@@ -11,6 +11,7 @@ a name (two outputs of one node) stay apart.
 import copy
 
 from .. import _core
+from ..ndarray.control_flow import _regroup  # the same structure rebuilding for symbols
 from ..attribute import AttrScope, current as _current_attr_scope
 from ..name import NameManager
 from .symbol import Symbol, Group, var, _create
@@ -35,18 +36,6 @@ def _flatten(args, inout_str):
         flat.extend(arg)
         fmts.append(fmt)
     return flat, fmts
-
-
-def _regroup(args, fmt):
-    if isinstance(fmt, int):
-        if fmt == 0:
-            return args[0], args[1:]
-        return args[:fmt], args[fmt:]
-    ret = []
-    for sub in fmt:
-        res, args = _regroup(args, sub)
-        ret.append(res)
-    return ret, args
 
 
 def _check_symbols(items, message):
