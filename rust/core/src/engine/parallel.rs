@@ -1,4 +1,4 @@
-//! Kernels' parallel loops, on the engine's rayon pool ([`super::pool`]): an operator running on
+//! Kernels' parallel loops, on the engine's rayon pool (`engine::pool`): an operator running on
 //! a pool thread splits its work into tasks that the pool's idle threads steal, and a caller
 //! outside the pool (the Python thread running a small operator inline) hands its tasks to the
 //! pool and waits.

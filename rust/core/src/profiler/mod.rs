@@ -7,7 +7,7 @@
 //! (chrome://tracing, Perfetto) with one lane per thread, and `aggregate_report` prints MXNet's
 //! aggregate statistics table (or its JSON form).
 //!
-//! Cost: with the profiler off, a push reads one relaxed atomic ([`ACTIVE`]) and records nothing
+//! Cost: with the profiler off, a push reads one relaxed atomic (`ACTIVE`) and records nothing
 //! (likewise an allocation, and an API call from the host). With it on, each thread appends to a
 //! buffer of its own (its lock is only ever contended by a dump draining it), and everything that
 //! needs text (operator names, call sites) is resolved at dump time, not on the hot path.
@@ -26,7 +26,7 @@ pub use aggregate::{ReportFormat, SortBy};
 use crate::engine::OpDescription;
 use crate::error::Result;
 
-/// What is recorded now, as bits of [`ACTIVE`].
+/// What is recorded now, as bits of `ACTIVE`.
 const IMPERATIVE_OPS: u8 = 1;
 const SYMBOLIC_OPS: u8 = 2;
 const MEMORY: u8 = 4;
@@ -118,7 +118,7 @@ impl Config {
         Ok(config)
     }
 
-    /// The [`ACTIVE`] bits this configuration records while running.
+    /// The `ACTIVE` bits this configuration records while running.
     fn switches(&self) -> u8 {
         let all = self.profile_all;
         let mut bits = OBJECTS;
@@ -161,7 +161,7 @@ fn parse_bool(key: &str, value: &str) -> Result<bool> {
     }
 }
 
-/// Configuration and run state; [`ACTIVE`] is derived from it under this lock.
+/// Configuration and run state; `ACTIVE` is derived from it under this lock.
 struct Control {
     config: Config,
     running: bool,
