@@ -202,6 +202,8 @@ def test_corrupt_params_name_the_file_the_offset_and_the_expectation(tmp_path):
         "dtype": (good[:60] + struct.pack("<i", 77) + good[64:], "at byte 60 of %d, the dtype flag is 77, expected one of 0 float32" % len(good)),
         "data size": (good[:36] + struct.pack("<q", 1 << 40) + good[44:],
                       "at byte 64 of %d, an array of shape (1099511627776, 3) and dtype float32 needs 13194139533312 bytes" % len(good)),
+        "empty but unaddressable": (good[:36] + struct.pack("<qq", 1 << 61, 0) + good[52:],
+                                    "at byte 32 of %d, the dimensions (2305843009213693952, 0) multiply past the address space" % len(good)),
         "name count": (good[:names_at] + struct.pack("<Q", 5) + good[names_at + 8:],
                        "at byte %d of %d, the number of names is 5, expected 0 or 2 (one per array)" % (names_at, len(good))),
         "name length": (good[:names_at + 8] + struct.pack("<Q", 1 << 62) + good[names_at + 16:],

@@ -17,21 +17,28 @@ impl Shape {
     /// array can have, so size comparisons and allocation checks fail instead of wrapping to a
     /// small number; [`Shape::checked_size`] reports the overflow as an error.
     pub fn size(&self) -> usize {
-        self.checked_size().unwrap_or(usize::MAX)
+        self.0.iter().try_fold(1usize, |count, &d| count.checked_mul(d)).unwrap_or(usize::MAX)
     }
-    /// The element count, or an error naming the shape when it does not fit in `usize`. Every
-    /// array's shape passes this check when the array is made (allocation, reshape, views).
+    /// The element count, or an error naming the shape when its extent does not fit in `isize`.
+    /// Every array's shape passes this check when the array is made (allocation, reshape, views).
     pub fn checked_size(&self) -> Result<usize> {
-        self.0.iter().try_fold(1usize, |count, &d| count.checked_mul(d)).ok_or_else(|| {
-            crate::err!(Value, "shape {self} has more elements than the address space can hold")
-        })
+        self.checked_bytes(1)
     }
-    /// The byte count of an array of this shape with elements of `element_bytes` bytes, checked
-    /// like [`Shape::checked_size`].
+    /// The byte count of an array of this shape with elements of `element_bytes` bytes, or an
+    /// error when its extent in bytes does not fit in `isize`. The extent multiplies the nonzero
+    /// dims only, so an empty shape such as `(2**61, 0)` is rejected as NumPy rejects it: every
+    /// dim of an array must be addressable, whether or not the array holds elements.
     pub fn checked_bytes(&self, element_bytes: usize) -> Result<usize> {
-        self.checked_size()?
-            .checked_mul(element_bytes)
-            .ok_or_else(|| crate::err!(Value, "shape {self} with {element_bytes}-byte elements needs more bytes than the address space holds"))
+        let extent = self
+            .0
+            .iter()
+            .try_fold(element_bytes, |total, &d| total.checked_mul(d.max(1)))
+            .filter(|&total| total <= isize::MAX as usize);
+        match extent {
+            Some(_) if self.0.contains(&0) => Ok(0),
+            Some(bytes) => Ok(bytes),
+            None => Err(crate::err!(Value, "shape {self} with {element_bytes}-byte elements spans more bytes than the address space holds")),
+        }
     }
     pub fn dims(&self) -> &[usize] {
         &self.0
@@ -198,4 +205,25 @@ pub fn unify_partial(inputs: &mut [Option<PartialShape>], outputs: &mut [Option<
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Shape;
+
+    #[test]
+    fn an_empty_shape_still_needs_addressable_dims() {
+        assert_eq!(Shape::from([3, 0, 5]).checked_bytes(4).unwrap(), 0);
+        assert!(Shape::from([1usize << 61, 0]).checked_bytes(4).is_err());
+        assert!(Shape::from([1usize << 63, 0]).checked_size().is_err());
+        assert_eq!(Shape::from([1usize << 40, 0]).checked_size().unwrap(), 0);
+    }
+
+    #[test]
+    fn byte_counts_stop_at_isize_max() {
+        assert_eq!(Shape::from([2, 3]).checked_bytes(8).unwrap(), 48);
+        assert_eq!(Shape::from([]).checked_size().unwrap(), 1);
+        assert!(Shape::from([1usize << 31, 1 << 31]).checked_bytes(2).is_err());
+        assert!(Shape::from([usize::MAX, 2]).checked_size().is_err());
+    }
 }

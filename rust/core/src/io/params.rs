@@ -133,7 +133,10 @@ impl<'a> Reader<'a> {
             dims.push(d);
         }
         let shape = Shape::new(dims);
-        shape.checked_size().map_err(|_| self.corrupt(ndim_at, format_args!("the dimensions {shape} multiply past the address space")))?;
+        // The dtype comes after the shape (and not at all for empty arrays), so the extent is
+        // checked for the widest dtype: no file that could exist on a disk holds more.
+        let widest = DType::ALL.iter().map(|d| d.size()).max().unwrap_or(8);
+        shape.checked_bytes(widest).map_err(|_| self.corrupt(ndim_at, format_args!("the dimensions {shape} multiply past the address space")))?;
         Ok(shape)
     }
 
