@@ -478,18 +478,24 @@ class HybridBlock(Block):
         super().register_child(block, name)
         self._clear_cached_op()
 
-    def hybridize(self, active=True, static_alloc=False, static_shape=False, inline_limit=2, **kwargs):
-        """Run this block (and its hybrid children) as one compiled graph. Under autograd, a graph
-        of at most ``inline_limit`` operators is recorded operator by operator instead, as
-        MXNet's CachedOp inlines it (unless ``static_alloc``)."""
+    def hybridize(self, active=True, static_alloc=False, static_shape=False, inline_limit=2, mirror=False, **kwargs):
+        """Run this block (and its hybrid children) as one compiled graph, with a static memory
+        plan over its forward and backward as an executor has. Under autograd, a graph of at
+        most ``inline_limit`` operators is recorded operator by operator instead, as MXNet's
+        CachedOp inlines it (unless ``static_alloc``). ``static_alloc`` keeps the planned
+        storage across calls instead of allocating it per call; plans are compiled once per
+        input shape either way, so ``static_shape`` needs no extra work. ``mirror`` (an oxnet
+        addition; ``MXNET_BACKWARD_DO_MIRROR=1`` turns it on for every graph) recomputes cheap
+        forward values during backward instead of keeping them, trading compute for memory."""
         self._active = active
-        self._flags = {"static_alloc": static_alloc, "static_shape": static_shape, "inline_limit": inline_limit}
+        self._flags = {"static_alloc": static_alloc, "static_shape": static_shape, "inline_limit": inline_limit,
+                       "mirror": mirror}
         self._clear_cached_op()
         if active and (self._forward_hooks or self._forward_pre_hooks):
             warnings.warn("\"{block}\" is being hybridized while still having forward hook/pre-hook. If \"{block}\" "
                           "is a child of HybridBlock, the hooks will not take effect.".format(block=self))
         super().hybridize(active, static_alloc=static_alloc, static_shape=static_shape, inline_limit=inline_limit,
-                          **kwargs)
+                          mirror=mirror, **kwargs)
 
     def _clear_cached_op(self):
         self._cached_graph = ()
@@ -615,7 +621,14 @@ class HybridBlock(Block):
             else:
                 raise AssertionError("Unknown input to HybridBlock: %s" % name)
         self._cached_op_args = cached_args
-        self._cached_op = _core.CachedOpHandle(out.handle)
+        self._cached_op = _core.CachedOpHandle(out.handle, static_alloc=bool(self._flags.get("static_alloc")),
+                                               mirror=bool(self._flags.get("mirror")))
+
+    def planned_memory(self):
+        """Bytes of the memory plan of this hybridized block's last call: forward and, when that
+        call was recorded, backward together (an executor's ``planned_bytes`` for the same graph);
+        0 before the first call. An oxnet addition."""
+        return self._cached_op.planned_bytes() if self._cached_op is not None else 0
 
     def _call_cached_op(self, *args):
         if self._cached_op is None:

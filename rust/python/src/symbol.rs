@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use oxnet::base::PartialShape;
-use oxnet::executor::{BoundExecutor, CachedOp};
+use oxnet::executor::{BoundExecutor, CachedOp, CachedOpFlags};
 use oxnet::graph::GradReq;
 use oxnet::op::{self, Attrs};
 use oxnet::symbol::{InferResult, Symbol};
@@ -299,8 +299,15 @@ pub struct CachedOpHandle {
 #[pymethods]
 impl CachedOpHandle {
     #[new]
-    fn new(symbol: &SymbolHandle) -> PyResult<CachedOpHandle> {
-        Ok(CachedOpHandle { inner: CachedOp::new(symbol.inner.clone()).py()? })
+    #[pyo3(signature = (symbol, static_alloc=false, mirror=false))]
+    fn new(symbol: &SymbolHandle, static_alloc: bool, mirror: bool) -> PyResult<CachedOpHandle> {
+        let flags = CachedOpFlags { static_alloc, mirror };
+        Ok(CachedOpHandle { inner: CachedOp::with_flags(symbol.inner.clone(), flags).py()? })
+    }
+
+    /// Bytes of the memory plan of the last call (forward and, when recorded, backward).
+    fn planned_bytes(&self) -> usize {
+        self.inner.planned_bytes()
     }
 
     /// Outputs for `inputs` given in the symbol's `list_inputs` order.

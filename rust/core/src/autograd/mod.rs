@@ -238,8 +238,9 @@ pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>,
     }
     let values = {
         let _recording = FlagsGuard::set(options.create_graph, options.train_mode);
+        let _releasing = ReleasingGuard::set(!options.retain_graph && !options.create_graph);
         let create_graph = options.create_graph;
-        executor::run(&targets, &destinations, ctx, |node| resolve(node, &forward_keys, create_graph), None)?
+        executor::run(&targets, &destinations, ctx, |node| resolve(node, &forward_keys, create_graph))?
     };
     let mut values = values.into_iter();
     let mut results = Vec::with_capacity(xs.len());
@@ -275,6 +276,34 @@ pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>,
         }
     }
     Ok(Vec::new())
+}
+
+thread_local! {
+    /// Whether the backward pass running on this thread releases the graph's values when done.
+    static RELEASING_GRAPH: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the backward pass running on this thread releases the recorded graph when done (no
+/// `retain_graph`, no `create_graph`): its gradient nodes read the forward values for the last
+/// time and may overwrite them after their last use (a cached graph's gradient then reuses the
+/// memory of the forward values it has read, as an executor's backward does).
+pub fn backward_releases_graph() -> bool {
+    RELEASING_GRAPH.with(Cell::get)
+}
+
+/// Sets [`backward_releases_graph`] for a scope, restoring the previous value on drop.
+struct ReleasingGuard(bool);
+
+impl ReleasingGuard {
+    fn set(releasing: bool) -> ReleasingGuard {
+        ReleasingGuard(RELEASING_GRAPH.with(|flag| flag.replace(releasing)))
+    }
+}
+
+impl Drop for ReleasingGuard {
+    fn drop(&mut self) {
+        RELEASING_GRAPH.with(|flag| flag.set(self.0));
+    }
 }
 
 /// Where the graph runner finds a node's values: recorded outputs and leaves are known (with

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use super::run_steps;
+use super::plan::{Layout, LayoutRequest, Schedule};
 use crate::autograd::FlagsGuard;
 use crate::base::{Context, DType, Shape};
 use crate::error::Result;
@@ -18,7 +18,6 @@ use crate::imperative;
 use crate::ndarray::NDArray;
 use crate::op::Attrs;
 use crate::pass::fuse::{fuse_elementwise, fusion_enabled};
-use crate::pass::plan_memory::{inplace_enabled, plan_memory, PlanRequest};
 use crate::pass::{cse, gradient, infer, mirror};
 use crate::symbol::Symbol;
 
@@ -29,7 +28,7 @@ struct BackwardPlan {
     /// For each argument: its gradient entry (`None`: no gradient wanted, or zero).
     grads: Vec<Option<Entry>>,
     /// Gradient operators in execution order.
-    steps: Vec<Arc<Node>>,
+    steps: Schedule,
     /// Arguments whose gradient node writes straight into the gradient array.
     direct: Vec<bool>,
     /// The input gradients of each differentiated forward node, for monitors.
@@ -59,7 +58,7 @@ pub struct BoundExecutor {
     pub outputs: Vec<NDArray>,
     /// The entries the forward pass computes as outputs (of the fused graph when fused).
     forward_outputs: Vec<Entry>,
-    forward_steps: Vec<Arc<Node>>,
+    forward_steps: Schedule,
     plan: Option<BackwardPlan>,
     /// Planned storage of every intermediate value (views into the blocks).
     storage: AddressMap<EntryKey, NDArray>,
@@ -146,7 +145,7 @@ impl BoundExecutor {
 
         let mut steps = forward_steps.clone();
         if let Some(plan) = &plan {
-            steps.extend(plan.steps.iter().cloned());
+            steps.extend(plan.steps.nodes().iter().cloned());
         }
         let contexts: AddressMap<usize, Context> = steps
             .iter()
@@ -183,19 +182,13 @@ impl BoundExecutor {
                 }
             }
         }
-        let bytes = |e: &Entry| Some(shapes.get(&e.key())?.size() * types.get(&e.key())?.size());
-        let memory = plan_memory(&PlanRequest {
-            steps: &steps,
-            bytes: &bytes,
-            pinned: &pinned,
-            external: &external,
-            inplace: inplace_enabled(),
-            context: &context_of,
-        });
-        let blocks = allocate_blocks(&memory.blocks, &memory.block_contexts, shared.map(|s| s.blocks.as_slice()).unwrap_or_default())?;
-        let mut storage: AddressMap<EntryKey, NDArray> = AddressMap::default();
-        for (key, &block) in &memory.assignment {
-            storage.insert(*key, blocks[block].reinterpret(shapes[key].clone(), types[key])?);
+        let layout = Layout::plan(&LayoutRequest { steps: &steps, shapes: &shapes, types: &types, pinned: &pinned, external: &external, context: &context_of });
+        let blocks = layout.allocate_sharing(shared.map(|s| s.blocks.as_slice()).unwrap_or_default())?;
+        let mut storage = layout.storage(&blocks)?;
+        let mut forward_steps = Schedule::new(forward_steps);
+        forward_steps.complete(&shapes)?;
+        if let Some(plan) = &mut plan {
+            plan.steps.complete(&shapes)?;
         }
         if let Some(plan) = &plan {
             for ((grad, direct), buffer) in plan.grads.iter().zip(&plan.direct).zip(&grads) {
@@ -241,7 +234,7 @@ impl BoundExecutor {
             forward_steps,
             plan,
             storage,
-            planned_bytes: memory.total_bytes(),
+            planned_bytes: layout.total_bytes(),
             blocks,
             values: AddressMap::default(),
             forwarded: false,
@@ -274,7 +267,7 @@ impl BoundExecutor {
         let mut values: AddressMap<EntryKey, NDArray> =
             value_map(&self.arg_nodes, &self.args, &self.aux_nodes, &self.aux).into_iter().map(|(k, a)| ((k, 0), a)).collect();
         let context_of = |n: &Node| node_context(&self.contexts, self.ctx, n);
-        run_steps(&self.forward_steps, &mut values, &self.storage, &context_of, &mut |_, _| Ok(()))?;
+        self.forward_steps.run(&mut values, &self.storage, &context_of, None)?;
         for (e, output) in self.forward_outputs.iter().zip(&self.outputs) {
             let value = &values[&e.key()];
             if !value.same_data(output) {
@@ -353,7 +346,7 @@ impl BoundExecutor {
                 }
             }
         }
-        let mut observe = |node: &Arc<Node>, outputs: &[NDArray]| -> Result<()> {
+        let mut observe = |node: &Arc<Node>, _inputs: &[NDArray], outputs: &[NDArray]| -> Result<()> {
             let Some(taken) = taken.as_deref_mut() else { return Ok(()) };
             for (i, value) in outputs.iter().enumerate() {
                 for &slot in watched.get(&(node_key(node), i)).into_iter().flatten() {
@@ -362,7 +355,7 @@ impl BoundExecutor {
             }
             Ok(())
         };
-        run_steps(&plan.steps, &mut self.values, &self.storage, &context_of, &mut observe)?;
+        plan.steps.run(&mut self.values, &self.storage, &context_of, Some(&mut observe))?;
         for ((grad, buffer), req) in plan.grads.iter().zip(&self.grads).zip(&self.grad_reqs) {
             let (Some(buffer), true) = (buffer, *req != GradReq::Null) else { continue };
             match (grad, req) {
@@ -436,28 +429,6 @@ fn check_arrays(
         }
     }
     Ok(())
-}
-
-/// One storage block per planned size and device: a block of `shared` (the same one where it
-/// fits, for the same graph gets the same layout) or a new one.
-fn allocate_blocks(sizes: &[usize], contexts: &[Context], shared: &[NDArray]) -> Result<Vec<NDArray>> {
-    let mut taken = vec![false; shared.len()];
-    sizes
-        .iter()
-        .zip(contexts)
-        .enumerate()
-        .map(|(i, (&size, &ctx))| {
-            let fits = |j: usize| !taken[j] && shared[j].nbytes() >= size && shared[j].context() == ctx;
-            let reuse = (i < shared.len() && fits(i)).then_some(i).or_else(|| (0..shared.len()).filter(|&j| fits(j)).min_by_key(|&j| shared[j].nbytes()));
-            match reuse {
-                Some(j) => {
-                    taken[j] = true;
-                    Ok(shared[j].clone())
-                }
-                None => NDArray::empty(Shape::new(vec![size]), DType::U8, ctx),
-            }
-        })
-        .collect()
 }
 
 /// An all-ones array shaped as `output`: a view of `shared` (another executor's ones) when that
@@ -540,13 +511,12 @@ fn plan_backward(
     // Visiting the last layer's gradients first makes the order follow backpropagation, so each
     // layer's temporaries die before the next layer's are made.
     let targets: Vec<Entry> = grads.iter().rev().flatten().cloned().collect();
-    let steps: Vec<Arc<Node>> = topo_order(&targets, |n| forward.contains(&node_key(n)))
-        .into_iter()
-        .filter(|n| !n.is_variable() && !forward.contains(&node_key(n)))
-        .collect();
+    let steps = Schedule::new(
+        topo_order(&targets, |n| forward.contains(&node_key(n))).into_iter().filter(|n| !n.is_variable() && !forward.contains(&node_key(n))).collect(),
+    );
     // A gradient computed by a backward node and wanted by exactly one argument with
     // grad_req='write' is written straight into that argument's gradient array.
-    let backward: AddressSet<usize> = steps.iter().map(node_key).collect();
+    let backward: AddressSet<usize> = steps.nodes().iter().map(node_key).collect();
     let direct = grads
         .iter()
         .zip(reqs)

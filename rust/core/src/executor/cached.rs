@@ -1,15 +1,21 @@
 //! A whole graph as one operator (MXNet's CachedOp): what a hybridized Gluon block runs.
 //!
-//! Called imperatively it pushes the graph's operators through the shared runner; under autograd
-//! it is recorded as ONE node. Its gradient is one node too: the graph's gradient, built once by
-//! the gradient pass. The forward values that gradient reads leave the forward call as hidden
-//! outputs of the recorded node, so backward does not recompute the forward pass. Calls that
-//! are not recorded run the graph with element-wise chains fused.
+//! Each call runs a compiled run of the graph for its input shapes and dtypes: the operators in
+//! order and a static memory plan, the same as an executor's ([`super::plan`]). Not recorded,
+//! element-wise chains run fused and only the outputs are fresh arrays. Under autograd the call
+//! is recorded as ONE node, and its gradient is one node too: the graph's gradient, built once
+//! by the gradient pass and planned together with the forward, so that the gradient's
+//! temporaries reuse the forward's blocks as an executor's do. The forward values the gradient
+//! reads leave the call as hidden outputs of the recorded node (views into the call's blocks),
+//! so backward does not recompute the forward pass. With `static_alloc` the blocks are kept
+//! across calls instead of allocated per call.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::{monitor_node, run, Monitored, Observer, Source};
+use super::plan::{Layout, LayoutRequest, Schedule, StepObserver};
+use super::{monitor_node, Monitored};
 use crate::autograd::{self, FlagsGuard};
 use crate::base::{Context, DType, Shape};
 use crate::error::Result;
@@ -18,7 +24,7 @@ use crate::ndarray::NDArray;
 use crate::op::grad::{Grad, InputGrads};
 use crate::op::{Attrs, ExecContext, Operator, Tensor};
 use crate::pass::fuse::{fuse_elementwise, fusion_enabled};
-use crate::pass::gradient;
+use crate::pass::{gradient, infer, mirror};
 use crate::symbol::Symbol;
 
 /// The graph's gradient with respect to each input, and the forward values it reads.
@@ -31,23 +37,83 @@ struct GradientPlan {
     saved: Vec<Entry>,
 }
 
-/// Input shapes and dtypes: what a fused variant of the graph is specialized for.
+/// Input shapes and dtypes: what a compiled run is specialized for.
 type Signature = Vec<(Shape, DType)>;
 
 /// Which graph inputs need a gradient (those that belong to a recorded graph).
 type Needed = Vec<bool>;
 
+/// How a cached graph runs (the flags of MXNet's `hybridize`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CachedOpFlags {
+    /// Keep each compiled run's storage blocks across calls (MXNet's `static_alloc`) instead
+    /// of allocating them per call.
+    pub static_alloc: bool,
+    /// Recompute cheap forward values during backward instead of keeping them from forward
+    /// (as `MXNET_BACKWARD_DO_MIRROR=1` does for every graph).
+    pub mirror: bool,
+}
+
+/// What one compiled run is for.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct RunKey {
+    signature: Signature,
+    ctx: Context,
+    /// For a recorded call, which inputs need gradients; `None` for a call that is not recorded.
+    needed: Option<Needed>,
+    /// Whether element-wise chains run fused (never when recorded or observed).
+    fused: bool,
+}
+
+/// A call's storage blocks: the forward blocks of a [`CompiledRun`]'s layout and the views of
+/// the values planned in them.
+struct Allocation {
+    blocks: Vec<NDArray>,
+    storage: AddressMap<EntryKey, NDArray>,
+}
+
+/// The gradient half of a recorded run.
+struct BackwardRun {
+    steps: Schedule,
+    /// The gradient entries, in the order of the graph inputs that have one.
+    targets: Vec<Entry>,
+    /// The layout over forward and backward where backward may overwrite the saved forward
+    /// values after their last use: for a backward that releases the graph (no
+    /// `retain_graph`, no `create_graph`). The forward part equals the run's `layout`.
+    consuming: Layout,
+}
+
+/// One compiled run of the graph: its operators, the memory plan over them, and (when
+/// recorded) its gradient.
+struct CompiledRun {
+    /// What the forward returns: the visible outputs, then (recorded) the saved values.
+    targets: Vec<Entry>,
+    forward: Schedule,
+    /// The memory plan; for a recorded run it spans forward and backward with the saved values
+    /// kept intact (they may be differentiated again).
+    layout: Layout,
+    /// How many of the layout's blocks the forward steps use (a prefix, allocated per call).
+    forward_blocks: usize,
+    backward: Option<BackwardRun>,
+    /// With `static_alloc`, allocations kept for later calls; one is free for a call when this
+    /// list holds its only reference.
+    // Lock invariant: held only to take or add an allocation, never while running the graph.
+    kept: Mutex<Vec<Arc<Allocation>>>,
+}
+
 struct Graph {
     symbol: Symbol,
     inputs: Vec<Arc<Node>>,
+    flags: CachedOpFlags,
     /// Gradient plans per set of inputs needing gradients (a network's data input needs none,
     /// and its first layer then skips computing one).
     // Lock invariant: held only to look up or insert a plan, never while running one.
     plans: Mutex<HashMap<Needed, Arc<GradientPlan>>>,
-    /// Outputs of the graph with element-wise chains fused, per input signature (calls that are
-    /// not recorded need no intermediate values and run these).
-    // Lock invariant: held only to look up or insert a variant, never while running one.
-    fused: Mutex<HashMap<Signature, Arc<Vec<Entry>>>>,
+    // Lock invariant: held only to look up or insert a run, never while running one.
+    runs: Mutex<HashMap<RunKey, Arc<CompiledRun>>>,
+    /// Planned bytes of the run used last, its backward's layout included (what `planned_bytes`
+    /// reports).
+    last_planned: AtomicUsize,
 }
 
 /// A graph called like an operator; clones share the compiled graph.
@@ -59,62 +125,32 @@ pub struct CachedOp {
 impl CachedOp {
     /// Compile `symbol`: its inputs are [`Symbol::list_inputs`], in that order.
     pub fn new(symbol: Symbol) -> Result<CachedOp> {
-        let inputs = symbol.input_nodes();
-        let graph = Graph { symbol, inputs, plans: Mutex::new(HashMap::new()), fused: Mutex::new(HashMap::new()) };
-        Ok(CachedOp { graph: Arc::new(graph) })
+        Self::with_flags(symbol, CachedOpFlags::default())
     }
 
-    /// The gradient plan for the inputs in `needed`, built once per set.
-    fn plan(&self, needed: &Needed) -> Result<Arc<GradientPlan>> {
-        if let Some(plan) = self.graph.plans.lock().unwrap_or_else(|p| p.into_inner()).get(needed) {
-            return Ok(plan.clone());
-        }
-        let symbol = &self.graph.symbol;
-        let head_grads: Vec<Arc<Node>> =
-            (0..symbol.outputs.len()).map(|i| Node::variable(format!("head_grad{i}"), Attrs::new())).collect();
-        let head_entries: Vec<Entry> = head_grads.iter().map(|n| Entry::new(n.clone(), 0)).collect();
-        let wanted: Vec<usize> = (0..needed.len()).filter(|&i| needed[i]).collect();
-        let xs: Vec<Entry> = wanted.iter().map(|&i| Entry::new(self.graph.inputs[i].clone(), 0)).collect();
-        let found = gradient::gradient(&symbol.outputs, &head_entries, &xs, &|_| None)?;
-        let mut grads = vec![None; needed.len()];
-        for (&i, g) in wanted.iter().zip(found) {
-            grads[i] = g;
-        }
-        let forward: AddressSet<usize> = symbol.nodes().iter().filter(|n| !n.is_variable()).map(node_key).collect();
-        let targets: Vec<Entry> = grads.iter().rev().flatten().cloned().collect();
-        let saved = topo_order(&targets, |n| forward.contains(&node_key(n)))
-            .into_iter()
-            .filter(|n| forward.contains(&node_key(n)))
-            .flat_map(|n| (0..n.num_outputs()).map(move |i| Entry::new(n.clone(), i)))
-            .collect();
-        let plan = Arc::new(GradientPlan { head_grads, grads, saved });
-        self.graph.plans.lock().unwrap_or_else(|p| p.into_inner()).insert(needed.clone(), plan.clone());
-        Ok(plan)
+    /// [`CachedOp::new`] with MXNet's hybridize flags.
+    pub fn with_flags(symbol: Symbol, flags: CachedOpFlags) -> Result<CachedOp> {
+        let inputs = symbol.input_nodes();
+        let graph = Graph {
+            symbol,
+            inputs,
+            flags,
+            plans: Mutex::new(HashMap::new()),
+            runs: Mutex::new(HashMap::new()),
+            last_planned: AtomicUsize::new(0),
+        };
+        Ok(CachedOp { graph: Arc::new(graph) })
     }
 
     pub fn symbol(&self) -> &Symbol {
         &self.graph.symbol
     }
 
-
-    /// The graph's outputs with element-wise chains fused for these inputs' shapes and dtypes.
-    fn fused_outputs(&self, inputs: &[NDArray]) -> Result<Arc<Vec<Entry>>> {
-        let signature: Signature = inputs.iter().map(|a| (a.shape().clone(), a.dtype())).collect();
-        if let Some(found) = self.graph.fused.lock().unwrap_or_else(|p| p.into_inner()).get(&signature) {
-            return Ok(found.clone());
-        }
-        let given: AddressMap<usize, (Shape, DType)> = self.graph.inputs.iter().map(node_key).zip(signature.iter().cloned()).collect();
-        let outputs = &self.graph.symbol.outputs;
-        let shapes = crate::pass::infer::infer_shapes(outputs, &|n: &Node| given.get(&address(n)).map(|g| g.0.clone()))?;
-        let types = crate::pass::infer::infer_types(outputs, &|n: &Node| given.get(&address(n)).map(|g| g.1))?;
-        let fused = Arc::new(fuse_elementwise(outputs, &shapes, &types));
-        self.graph.fused.lock().unwrap_or_else(|p| p.into_inner()).insert(signature, fused.clone());
-        Ok(fused)
-    }
-
-    fn compute(&self, inputs: &[NDArray], ctx: Context) -> Result<Vec<NDArray>> {
-        let targets = if fusion_enabled() { self.fused_outputs(inputs)?.to_vec() } else { self.graph.symbol.outputs.clone() };
-        self.graph.run(&targets, inputs, ctx, None)
+    /// Bytes of the memory plan of the last call, forward and (when the call was recorded and
+    /// differentiated) the backward that ran together: what an executor's `planned_bytes` is
+    /// for a bound graph.
+    pub fn planned_bytes(&self) -> usize {
+        self.graph.last_planned.load(Ordering::Relaxed)
     }
 
     /// Run the graph on `inputs`; when autograd records, the call becomes one recorded node.
@@ -128,27 +164,34 @@ impl CachedOp {
     pub fn call_monitored(&self, inputs: &[NDArray], default_ctx: Context, monitor_all: bool) -> Result<(Vec<NDArray>, Vec<Monitored>)> {
         let mut report = Vec::new();
         let outputs = {
-            let mut observe = |node: &Arc<Node>, ins: &[NDArray], outs: &[NDArray]| monitor_node(node, ins, outs, monitor_all, &mut report);
-            self.call_observed(inputs, default_ctx, Some(&mut observe as Observer<'_>))?
+            let mut observe = |node: &Arc<Node>, ins: &[NDArray], outs: &[NDArray]| {
+                monitor_node(node, ins, outs, monitor_all, &mut report);
+                Ok(())
+            };
+            self.call_observed(inputs, default_ctx, Some(&mut observe))?
         };
         Ok((outputs, report))
     }
 
-    fn call_observed(&self, inputs: &[NDArray], default_ctx: Context, observe: Option<Observer<'_>>) -> Result<Vec<NDArray>> {
-        let _symbolic = crate::profiler::symbolic_section();
-        self.graph.check_inputs(inputs)?;
+    fn call_observed(&self, inputs: &[NDArray], default_ctx: Context, observe: Option<StepObserver<'_>>) -> Result<Vec<NDArray>> {
+        let graph = &self.graph;
+        graph.check_inputs(inputs)?;
         let ctx = inputs.first().map_or(default_ctx, NDArray::context);
+        let signature: Signature = inputs.iter().map(|a| (a.shape().clone(), a.dtype())).collect();
         if !autograd::should_record(inputs) {
-            return match observe {
-                Some(observe) => self.graph.run(&self.graph.symbol.outputs, inputs, ctx, Some(observe)),
-                None => self.compute(inputs, ctx),
-            };
+            let key = RunKey { signature, ctx, needed: None, fused: observe.is_none() && fusion_enabled() };
+            let run = graph.compiled(key, None)?;
+            let allocation = graph.allocation(&run)?;
+            return graph.forward(&run, &allocation, inputs, ctx, observe);
         }
         let needed: Needed = inputs.iter().map(|a| a.autograd_entry().is_some()).collect();
-        let call = CachedCall { graph: self.graph.clone(), plan: self.plan(&needed)? };
-        let outputs = call.compute(inputs, ctx, observe)?;
+        let plan = graph.plan(&needed)?;
+        let run = graph.compiled(RunKey { signature, ctx, needed: Some(needed), fused: false }, Some(&plan))?;
+        let allocation = graph.allocation(&run)?;
+        let outputs = graph.forward(&run, &allocation, inputs, ctx, observe)?;
+        let call = CachedCall { graph: graph.clone(), plan, run, allocation: Arc::new(Mutex::new(Some(allocation))) };
         let mut recorded = autograd::record("_CachedOp", Arc::new(call), &Attrs::new(), inputs, outputs);
-        recorded.truncate(self.graph.symbol.outputs.len());
+        recorded.truncate(graph.symbol.outputs.len());
         Ok(recorded)
     }
 }
@@ -162,16 +205,153 @@ impl Graph {
         Ok(())
     }
 
-    /// Values of `targets` with the graph's inputs bound to `inputs`.
-    fn run(&self, targets: &[Entry], inputs: &[NDArray], ctx: Context, observe: Option<Observer<'_>>) -> Result<Vec<NDArray>> {
-        self.check_inputs(inputs)?;
-        let bound: AddressMap<usize, NDArray> = self.inputs.iter().zip(inputs).map(|(n, a)| (node_key(n), a.detached())).collect();
+    /// The gradient plan for the inputs in `needed`, built once per set.
+    fn plan(&self, needed: &Needed) -> Result<Arc<GradientPlan>> {
+        if let Some(plan) = self.plans.lock().unwrap_or_else(|p| p.into_inner()).get(needed) {
+            return Ok(plan.clone());
+        }
+        let symbol = &self.symbol;
+        let head_grads: Vec<Arc<Node>> =
+            (0..symbol.outputs.len()).map(|i| Node::variable(format!("head_grad{i}"), Attrs::new())).collect();
+        let head_entries: Vec<Entry> = head_grads.iter().map(|n| Entry::new(n.clone(), 0)).collect();
+        let wanted: Vec<usize> = (0..needed.len()).filter(|&i| needed[i]).collect();
+        let xs: Vec<Entry> = wanted.iter().map(|&i| Entry::new(self.inputs[i].clone(), 0)).collect();
+        let found = gradient::gradient(&symbol.outputs, &head_entries, &xs, &|_| None)?;
+        let mut grads = vec![None; needed.len()];
+        for (&i, g) in wanted.iter().zip(found) {
+            grads[i] = g;
+        }
+        let forward: AddressSet<usize> = symbol.nodes().iter().filter(|n| !n.is_variable()).map(node_key).collect();
+        if self.flags.mirror || mirror::enabled() {
+            grads = mirror::mirror(&grads, &forward);
+        }
+        let targets: Vec<Entry> = grads.iter().rev().flatten().cloned().collect();
+        let saved = topo_order(&targets, |n| forward.contains(&node_key(n)))
+            .into_iter()
+            .filter(|n| forward.contains(&node_key(n)))
+            .flat_map(|n| (0..n.num_outputs()).map(move |i| Entry::new(n.clone(), i)))
+            .collect();
+        let plan = Arc::new(GradientPlan { head_grads, grads, saved });
+        self.plans.lock().unwrap_or_else(|p| p.into_inner()).insert(needed.clone(), plan.clone());
+        Ok(plan)
+    }
+
+    /// The compiled run for `key`, compiled on first use (`plan`: the gradient, when recorded).
+    fn compiled(&self, key: RunKey, plan: Option<&GradientPlan>) -> Result<Arc<CompiledRun>> {
+        let found = self.runs.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
+        let run = match found {
+            Some(run) => run,
+            None => {
+                let run = Arc::new(self.compile(&key, plan)?);
+                self.runs.lock().unwrap_or_else(|p| p.into_inner()).insert(key, run.clone());
+                run
+            }
+        };
+        self.last_planned.store(run.layout.total_bytes(), Ordering::Relaxed);
+        Ok(run)
+    }
+
+    fn compile(&self, key: &RunKey, plan: Option<&GradientPlan>) -> Result<CompiledRun> {
+        let given: AddressMap<usize, (Shape, DType)> = self.inputs.iter().map(node_key).zip(key.signature.iter().cloned()).collect();
+        let outputs = &self.symbol.outputs;
+        let forward_shapes = infer::infer_shapes(outputs, &|n: &Node| given.get(&address(n)).map(|g| g.0.clone()))?;
+        let forward_types = infer::infer_types(outputs, &|n: &Node| given.get(&address(n)).map(|g| g.1))?;
+        let mut targets = if key.fused { fuse_elementwise(outputs, &forward_shapes, &forward_types) } else { outputs.clone() };
+        let visible: AddressSet<EntryKey> = targets.iter().map(Entry::key).collect();
+        let forward_nodes: Vec<Arc<Node>> = topo_order(&targets, |_| false).into_iter().filter(|n| !n.is_variable()).collect();
+
+        // Shapes and dtypes of every value, the gradient's included (head gradients are shaped
+        // as their outputs).
+        let mut given_shapes: AddressMap<usize, Shape> = given.iter().map(|(k, g)| (*k, g.0.clone())).collect();
+        let mut given_types: AddressMap<usize, DType> = given.iter().map(|(k, g)| (*k, g.1)).collect();
+        let mut all_targets = targets.clone();
+        let mut backward_nodes = Vec::new();
+        let mut gradient_targets = Vec::new();
+        if let Some(plan) = plan {
+            for (node, out) in plan.head_grads.iter().zip(outputs) {
+                let (Some(shape), Some(&dtype)) = (forward_shapes.get(&out.key()), forward_types.get(&out.key())) else {
+                    crate::bail!(Shape, "cannot infer the shape of output '{}' of the cached graph", out.node.name);
+                };
+                given_shapes.insert(node_key(node), shape.clone());
+                given_types.insert(node_key(node), dtype);
+            }
+            targets.extend(plan.saved.iter().cloned());
+            gradient_targets = plan.grads.iter().flatten().cloned().collect();
+            let forward: AddressSet<usize> = forward_nodes.iter().map(node_key).collect();
+            // The last layer's gradients first: each layer's temporaries die before the next
+            // layer's are made.
+            let reversed: Vec<Entry> = gradient_targets.iter().rev().cloned().collect();
+            backward_nodes = topo_order(&reversed, |n| forward.contains(&node_key(n)))
+                .into_iter()
+                .filter(|n| !n.is_variable() && !forward.contains(&node_key(n)))
+                .collect();
+            all_targets.extend(gradient_targets.iter().cloned());
+        }
+        let shapes = infer::infer_shapes(&all_targets, &|n: &Node| given_shapes.get(&address(n)).cloned())?;
+        let types = infer::infer_types(&all_targets, &|n: &Node| given_types.get(&address(n)).copied())?;
+
+        // Outputs and gradients leave the call as fresh arrays; saved values live in the
+        // blocks (which the recorded call holds until its gradient has run).
+        let mut external: AddressSet<EntryKey> = visible;
+        external.extend(gradient_targets.iter().map(Entry::key));
+        let saved: AddressSet<EntryKey> = plan.map(|p| p.saved.iter().map(Entry::key).collect()).unwrap_or_default();
+        let steps: Vec<Arc<Node>> = forward_nodes.iter().chain(&backward_nodes).cloned().collect();
+        let ctx = key.ctx;
+        let context_of = move |_: &Node| ctx;
+        let request = |pinned| LayoutRequest { steps: &steps, shapes: &shapes, types: &types, pinned, external: &external, context: &context_of };
+        let layout = Layout::plan(&request(&saved));
+        let forward_keys: Vec<EntryKey> = forward_nodes.iter().flat_map(|n| (0..n.num_outputs()).map(move |i| (node_key(n), i))).collect();
+        let forward_blocks = layout.blocks_needed_by(&forward_keys);
+        let backward = match plan {
+            Some(_) => {
+                let mut steps = Schedule::new(backward_nodes);
+                steps.complete(&shapes)?;
+                // Saved values nothing reads (a layer's unused statistics) stay pinned, as in
+                // `layout`: the two layouts must agree on the forward steps, whose blocks the
+                // call has already filled when its backward picks one.
+                let read: AddressSet<EntryKey> = steps.nodes().iter().flat_map(|n| n.inputs.iter().map(Entry::key)).collect();
+                let unread: AddressSet<EntryKey> = saved.iter().filter(|key| !read.contains(key)).copied().collect();
+                let consuming = Layout::plan(&request(&unread));
+                if !consuming.places_alike(&layout, &forward_keys) {
+                    crate::bail!(Runtime, "internal error: the memory plans of a cached graph's backward disagree on its forward values");
+                }
+                Some(BackwardRun { steps, targets: gradient_targets, consuming })
+            }
+            None => None,
+        };
+        let mut forward = Schedule::new(forward_nodes);
+        forward.complete(&shapes)?;
+        Ok(CompiledRun { targets, forward, layout, forward_blocks, backward, kept: Mutex::new(Vec::new()) })
+    }
+
+    /// Storage for one call of `run`: a kept allocation no other call holds (`static_alloc`),
+    /// else new blocks (kept for later calls with `static_alloc`).
+    fn allocation(&self, run: &CompiledRun) -> Result<Arc<Allocation>> {
+        if self.flags.static_alloc {
+            let kept = run.kept.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(free) = kept.iter().find(|a| Arc::strong_count(a) == 1) {
+                return Ok(free.clone());
+            }
+        }
+        let blocks = run.layout.allocate(0..run.forward_blocks)?;
+        let storage = run.layout.storage(&blocks)?;
+        let allocation = Arc::new(Allocation { blocks, storage });
+        if self.flags.static_alloc {
+            run.kept.lock().unwrap_or_else(|p| p.into_inner()).push(allocation.clone());
+        }
+        Ok(allocation)
+    }
+
+    /// Push the forward steps of `run` on `inputs` into `allocation`; the values of its targets.
+    fn forward(&self, run: &CompiledRun, allocation: &Allocation, inputs: &[NDArray], ctx: Context, observe: Option<StepObserver<'_>>) -> Result<Vec<NDArray>> {
+        let _symbolic = crate::profiler::symbolic_section();
         let _flags = FlagsGuard::set(false, autograd::is_training());
-        run(targets, &AddressMap::default(), ctx, |node| match bound.get(&node_key(node)) {
-            Some(a) => Ok(Source::Known(vec![a.clone()])),
-            None if node.is_variable() => crate::bail!(Value, "graph input '{}' is not bound", node.name),
-            None => Ok(Source::Compute),
-        }, observe)
+        let mut values: AddressMap<EntryKey, NDArray> = self.inputs.iter().zip(inputs).map(|(n, a)| ((node_key(n), 0), a.detached())).collect();
+        run.forward.run(&mut values, &allocation.storage, &|_| ctx, observe)?;
+        run.targets
+            .iter()
+            .map(|t| values.get(&t.key()).cloned().ok_or_else(|| crate::err!(Runtime, "graph output of node '{}' was not computed", t.node.name)))
+            .collect()
     }
 }
 
@@ -180,21 +360,16 @@ impl Graph {
 struct CachedCall {
     graph: Arc<Graph>,
     plan: Arc<GradientPlan>,
+    run: Arc<CompiledRun>,
+    /// The call's forward blocks, which hold the saved values and which its gradient's
+    /// temporaries reuse; released when a backward releases the graph.
+    // Lock invariant: held only to clone or take the allocation.
+    allocation: Arc<Mutex<Option<Arc<Allocation>>>>,
 }
 
 impl CachedCall {
     fn visible(&self) -> usize {
         self.graph.symbol.outputs.len()
-    }
-
-    fn targets(&self) -> Vec<Entry> {
-        let mut targets = self.graph.symbol.outputs.clone();
-        targets.extend(self.plan.saved.iter().cloned());
-        targets
-    }
-
-    fn compute(&self, inputs: &[NDArray], ctx: Context, observe: Option<Observer<'_>>) -> Result<Vec<NDArray>> {
-        self.graph.run(&self.targets(), inputs, ctx, observe)
     }
 }
 
@@ -210,8 +385,8 @@ impl Operator for CachedCall {
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         let given: AddressMap<usize, Shape> = self.graph.inputs.iter().zip(inputs).map(|(n, s)| (node_key(n), s.clone())).collect();
-        let targets = self.targets();
-        let shapes = crate::pass::infer::infer_shapes(&targets, &|n: &Node| given.get(&address(n)).cloned())?;
+        let targets = &self.run.targets;
+        let shapes = infer::infer_shapes(targets, &|n: &Node| given.get(&address(n)).cloned())?;
         targets
             .iter()
             .map(|e| shapes.get(&e.key()).cloned().ok_or_else(|| crate::err!(Shape, "cannot infer the shape of node '{}'", e.node.name)))
@@ -221,15 +396,16 @@ impl Operator for CachedCall {
         crate::bail!(Runtime, "a cached graph runs its operators itself, not as one kernel")
     }
     fn run_on_host(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
+        // A recorded graph re-run as one node (a recorded backward differentiating it again).
         let ctx = inputs.first().map_or(Context::cpu(0), NDArray::context);
-        Some(self.compute(inputs, ctx, None))
+        Some(self.graph.allocation(&self.run).and_then(|allocation| self.graph.forward(&self.run, &allocation, inputs, ctx, None)))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let visible = self.visible();
         let mut node_inputs: Vec<Entry> = (0..d.num_inputs()).map(|i| d.input(i)).collect();
         node_inputs.extend((visible..d.num_outputs()).map(|i| d.output(i)));
         node_inputs.extend(d.out_grads()[..visible].iter().cloned());
-        let backward = CachedBackward { graph: self.graph.clone(), plan: self.plan.clone() };
+        let backward = CachedBackward { graph: self.graph.clone(), plan: self.plan.clone(), run: self.run.clone(), allocation: self.allocation.clone() };
         let mut grads = d.instance_outputs("_backward_CachedOp", Arc::new(backward), &node_inputs).into_iter();
         Ok(self.plan.grads.iter().map(|g| g.as_ref().and_then(|_| grads.next())).collect())
     }
@@ -240,6 +416,8 @@ impl Operator for CachedCall {
 struct CachedBackward {
     graph: Arc<Graph>,
     plan: Arc<GradientPlan>,
+    run: Arc<CompiledRun>,
+    allocation: Arc<Mutex<Option<Arc<Allocation>>>>,
 }
 
 /// `into[i]` for each target i whose entry no other target shares (an array can take one value).
@@ -269,28 +447,43 @@ impl Operator for CachedBackward {
         crate::bail!(Runtime, "a cached graph's gradient runs its operators itself, not as one kernel")
     }
     fn run_on_host(&self, inputs: &[NDArray], into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
+        Some(self.differentiate(inputs, into))
+    }
+}
+
+impl CachedBackward {
+    fn differentiate(&self, inputs: &[NDArray], into: &[Option<NDArray>]) -> Result<Vec<NDArray>> {
         let g = &self.graph;
+        let backward = self.run.backward.as_ref().ok_or_else(|| crate::err!(Runtime, "a cached graph's gradient was compiled without its backward run"))?;
         let (graph_inputs, rest) = inputs.split_at(g.inputs.len());
         let (saved, head_grads) = rest.split_at(self.plan.saved.len());
-        let mut known: AddressMap<usize, NDArray> =
-            g.inputs.iter().zip(graph_inputs).map(|(n, a)| (node_key(n), a.detached())).collect();
-        known.extend(self.plan.head_grads.iter().zip(head_grads).map(|(n, a)| (node_key(n), a.detached())));
-        let mut saved_values: AddressMap<usize, Vec<Option<NDArray>>> = AddressMap::default();
-        for (entry, value) in self.plan.saved.iter().zip(saved) {
-            let slots = saved_values.entry(node_key(&entry.node)).or_insert_with(|| vec![None; entry.node.num_outputs()]);
-            slots[entry.index] = Some(value.detached());
-        }
-        let targets: Vec<Entry> = self.plan.grads.iter().flatten().cloned().collect();
+        let mut values: AddressMap<EntryKey, NDArray> =
+            g.inputs.iter().zip(graph_inputs).map(|(n, a)| ((node_key(n), 0), a.detached())).collect();
+        values.extend(self.plan.head_grads.iter().zip(head_grads).map(|(n, a)| ((node_key(n), 0), a.detached())));
+        values.extend(self.plan.saved.iter().zip(saved).map(|(e, a)| (e.key(), a.detached())));
+        // A backward that releases the graph may overwrite the saved values after their last
+        // use (and frees the call's blocks after it); one that keeps the graph may not.
+        let releases = autograd::backward_releases_graph();
+        let forward_blocks = {
+            let mut slot = self.allocation.lock().unwrap_or_else(|p| p.into_inner());
+            if releases { slot.take() } else { slot.clone() }
+        };
+        let layout = if releases { &backward.consuming } else { &self.run.layout };
+        g.last_planned.store(layout.total_bytes(), Ordering::Relaxed);
+        let mut blocks = match &forward_blocks {
+            Some(allocation) => allocation.blocks.clone(),
+            None => self.run.layout.allocate(0..self.run.forward_blocks)?,
+        };
+        blocks.extend(layout.allocate(blocks.len()..layout.block_count())?);
+        let mut storage = layout.storage(&blocks)?;
+        storage.extend(unique_destinations(&backward.targets, into));
         let ctx = inputs.first().map_or(Context::cpu(0), NDArray::context);
-        Some(run(&targets, &unique_destinations(&targets, into), ctx, |node| {
-            if let Some(a) = known.get(&node_key(node)) {
-                return Ok(Source::Known(vec![a.clone()]));
-            }
-            match saved_values.get(&node_key(node)) {
-                Some(slots) => Ok(Source::Known(slots.iter().map(|s| s.clone().expect("every output of a saved node is saved")).collect())),
-                None if node.is_variable() => crate::bail!(Value, "graph input '{}' is not bound", node.name),
-                None => Ok(Source::Compute),
-            }
-        }, None))
+        let _symbolic = crate::profiler::symbolic_section();
+        backward.steps.run(&mut values, &storage, &|_| ctx, None)?;
+        backward
+            .targets
+            .iter()
+            .map(|t| values.get(&t.key()).cloned().ok_or_else(|| crate::err!(Runtime, "gradient of node '{}' was not computed", t.node.name)))
+            .collect()
     }
 }

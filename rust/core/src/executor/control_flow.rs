@@ -194,7 +194,7 @@ impl Subgraph {
             Some(a) => Ok(Source::Known(vec![a.clone()])),
             None if node.is_variable() => crate::bail!(Value, "subgraph input '{}' is not bound", node.name),
             None => Ok(Source::Compute),
-        }, None)
+        })
     }
 
     /// Gradients of the inputs (`None`: zero) from the inputs, the saved values of the forward
@@ -222,7 +222,7 @@ impl Subgraph {
                 None if node.is_variable() => crate::bail!(Value, "subgraph input '{}' is not bound", node.name),
                 None => Ok(Source::Compute),
             }
-        }, None)?
+        })?
         .into_iter();
         Ok(plan.grads.iter().map(|g| g.as_ref().and_then(|_| values.next())).collect())
     }

@@ -5,9 +5,11 @@
 mod bound;
 mod cached;
 pub mod control_flow;
+mod plan;
 
 pub use bound::BoundExecutor;
-pub use cached::CachedOp;
+pub use cached::{CachedOp, CachedOpFlags};
+pub use plan::{Layout, LayoutRequest, Schedule, StepObserver};
 
 use std::sync::Arc;
 
@@ -27,9 +29,6 @@ pub enum Source {
     /// Compute the node from its inputs.
     Compute,
 }
-
-/// Sees each operator node run: its input values and its outputs.
-pub type Observer<'a> = &'a mut dyn FnMut(&Arc<Node>, &[NDArray], &[NDArray]);
 
 /// An array a monitor reports: MXNet's name for it and the operator of its node.
 pub struct Monitored {
@@ -56,14 +55,13 @@ pub fn monitor_node(node: &Arc<Node>, inputs: &[NDArray], outputs: &[NDArray], w
 }
 
 /// Values of `targets`. `resolve` says, once per node, whether its values are known; nodes it
-/// asks to compute must have an operator. `observe` sees every computed node (each output is a
-/// fresh array, never overwritten later).
+/// asks to compute must have an operator. This is the runner of recorded (imperative) graphs,
+/// which run once; compiled graphs run a [`Schedule`] over a [`Layout`].
 pub fn run(
     targets: &[Entry],
     destinations: &AddressMap<EntryKey, NDArray>,
     ctx: Context,
     mut resolve: impl FnMut(&Arc<Node>) -> Result<Source>,
-    mut observe: Option<Observer<'_>>,
 ) -> Result<Vec<NDArray>> {
     let mut values: AddressMap<EntryKey, NDArray> = AddressMap::default();
     let mut failure = None;
@@ -119,9 +117,6 @@ pub fn run(
             None => imperative::invoke_operator(&op.name, operator.clone(), &op.attrs, &inputs, None, ctx, None)
                 .map_err(|e| e.context(format!("node '{}'", node.name)))?,
         };
-        if let Some(observe) = observe.as_mut() {
-            observe(node, &inputs, &outputs);
-        }
         for input in &node.inputs {
             let key = input.key();
             if let Some(n) = uses.get_mut(&key) {
@@ -144,55 +139,6 @@ pub fn run(
         .collect()
 }
 
-/// Run `steps` (operator nodes, in order) reading and extending `values`; a node whose outputs
-/// all have planned `storage` writes into it instead of allocating. Each node runs on the device
-/// `context_of` gives it: an input living on another device is copied there first (MXNet's
-/// cross-device copy). `observe` sees each node's outputs right after it is pushed.
-pub fn run_steps(
-    steps: &[Arc<Node>],
-    values: &mut AddressMap<EntryKey, NDArray>,
-    storage: &AddressMap<EntryKey, NDArray>,
-    context_of: &dyn Fn(&Node) -> Context,
-    observe: &mut dyn FnMut(&Arc<Node>, &[NDArray]) -> Result<()>,
-) -> Result<()> {
-    let _symbolic = crate::profiler::symbolic_section();
-    for node in steps {
-        let op = node.op.as_ref().expect("a step is an operator node");
-        let ctx = context_of(node.as_ref());
-        let inputs = node
-            .inputs
-            .iter()
-            .map(|e| {
-                let value = values.get(&e.key()).ok_or_else(|| crate::err!(Runtime, "value of an input of node '{}' is missing", node.name))?;
-                if value.context() == ctx {
-                    return Ok(value.clone());
-                }
-                let moved = NDArray::empty(value.shape().clone(), value.dtype(), ctx)?;
-                imperative::copy(value, &moved, None)?;
-                Ok(moved)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let planned = |count: usize| (0..count).map(|i| storage.get(&(node_key(node), i)).cloned()).collect::<Option<Vec<_>>>();
-        let out = planned(node.num_outputs()).or_else(|| planned(op.operator.num_visible_outputs()));
-        // A creation op with unknown dimensions (`zeros(shape=(0, 50))`, an RNN cell's begin
-        // state) produces the shapes inference gave its planned outputs.
-        let operator = match (&out, op.operator.partial_output_shapes()) {
-            (Some(planned), Some(_)) => op.operator.with_output_shapes(&planned.iter().map(|a| a.shape().clone()).collect::<Vec<_>>())?,
-            _ => op.operator.clone(),
-        };
-        let outputs = match operator.run_on_host(&inputs, &[]) {
-            Some(result) => result,
-            None => imperative::invoke_operator(&op.name, operator, &op.attrs, &inputs, out, ctx, None),
-        }
-        .map_err(|e| e.context(format!("node '{}'", node.name)))?;
-        observe(node, &outputs)?;
-        for (i, value) in outputs.into_iter().enumerate() {
-            values.insert((node_key(node), i), value);
-        }
-    }
-    Ok(())
-}
-
 /// Operators for the nodes whose output shapes have unknown dimensions (`zeros(shape=(2, 0, 8))`),
 /// completed from the shapes the graph infers from the known values.
 fn complete_partial_operators(
@@ -201,21 +147,11 @@ fn complete_partial_operators(
     known: &AddressMap<EntryKey, NDArray>,
 ) -> Result<AddressMap<usize, Arc<dyn Operator>>> {
     let is_partial = |n: &Arc<Node>| n.op.as_ref().is_some_and(|op| op.operator.partial_output_shapes().is_some());
-    let mut completed = AddressMap::default();
     if !to_compute.iter().any(|n| is_partial(n)) {
-        return Ok(completed);
+        return Ok(AddressMap::default());
     }
     let shapes = infer_shapes(targets, &|n: &Node| known.get(&(address(n), 0)).map(|a| a.shape().clone()))?;
-    for node in to_compute.iter().filter(|n| is_partial(n)) {
-        let op = node.op.as_ref().expect("partial nodes are operator nodes");
-        let outputs = (0..node.num_outputs())
-            .map(|i| {
-                shapes.get(&Entry::new((*node).clone(), i).key()).cloned().ok_or_else(|| {
-                    crate::err!(Shape, "cannot infer the unknown dimensions of node '{}' ({}): no consumer determines them", node.name, op.name)
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        completed.insert(node_key(node), op.operator.with_output_shapes(&outputs)?);
-    }
-    Ok(completed)
+    let mut partial = Schedule::new(to_compute.iter().filter(|n| is_partial(n)).map(|n| (*n).clone()).collect());
+    partial.complete(&shapes)?;
+    Ok(partial.completed)
 }

@@ -1,0 +1,207 @@
+//! A compiled graph run, shared by executors ([`super::BoundExecutor`]) and cached graphs
+//! ([`super::CachedOp`], what hybridized Gluon blocks run): the operators in the order they run,
+//! completed where their output shapes depend on the graph, and a static memory plan placing
+//! every intermediate value in a storage block (in place where an operator allows it, blocks
+//! shared by values whose lifetimes do not overlap; MXNet's in-place and co-share).
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::base::{Context, DType, Shape};
+use crate::error::Result;
+use crate::graph::{node_key, AddressMap, AddressSet, Entry, EntryKey, Node};
+use crate::imperative;
+use crate::ndarray::NDArray;
+use crate::op::Operator;
+use crate::pass::infer::Inferred;
+use crate::pass::plan_memory::{inplace_enabled, plan_memory, MemoryPlan, PlanRequest};
+
+/// Sees each step run: the node, its input values and its outputs.
+pub type StepObserver<'a> = &'a mut dyn FnMut(&Arc<Node>, &[NDArray], &[NDArray]) -> Result<()>;
+
+/// Operator nodes in the order they run, with their operators completed for the run's shapes.
+pub struct Schedule {
+    nodes: Vec<Arc<Node>>,
+    /// Operators of the nodes whose output shapes have unknown dimensions
+    /// (`zeros(shape=(0, 50))`, an RNN cell's begin state), completed from the inferred shapes.
+    pub(super) completed: AddressMap<usize, Arc<dyn Operator>>,
+}
+
+impl Schedule {
+    /// `nodes`: operator nodes, in the order they run. Nodes whose output shapes depend on the
+    /// graph need [`Schedule::complete`] before the run.
+    pub fn new(nodes: Vec<Arc<Node>>) -> Schedule {
+        Schedule { nodes, completed: AddressMap::default() }
+    }
+
+    /// Complete the operators whose output shapes have unknown dimensions from the run's
+    /// inferred `shapes`.
+    pub fn complete(&mut self, shapes: &Inferred<Shape>) -> Result<()> {
+        for node in &self.nodes {
+            let Some(op) = &node.op else {
+                crate::bail!(Value, "variable '{}' has no value", node.name);
+            };
+            if op.operator.partial_output_shapes().is_none() {
+                continue;
+            }
+            let outputs = (0..node.num_outputs())
+                .map(|i| {
+                    shapes.get(&(node_key(node), i)).cloned().ok_or_else(|| {
+                        crate::err!(Shape, "cannot infer the unknown dimensions of node '{}' ({}): no consumer determines them", node.name, op.name)
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            self.completed.insert(node_key(node), op.operator.with_output_shapes(&outputs)?);
+        }
+        Ok(())
+    }
+
+    pub fn nodes(&self) -> &[Arc<Node>] {
+        &self.nodes
+    }
+
+    /// Push every step, reading and extending `values`; a node whose outputs all have planned
+    /// `storage` writes into it instead of allocating. Each node runs on the device `context_of`
+    /// gives it: an input living on another device is copied there first (MXNet's cross-device
+    /// copy). `observe` sees each node right after it is pushed.
+    pub fn run(
+        &self,
+        values: &mut AddressMap<EntryKey, NDArray>,
+        storage: &AddressMap<EntryKey, NDArray>,
+        context_of: &dyn Fn(&Node) -> Context,
+        observe: Option<StepObserver<'_>>,
+    ) -> Result<()> {
+        let _symbolic = crate::profiler::symbolic_section();
+        let mut observe = observe;
+        for node in &self.nodes {
+            let op = node.op.as_ref().expect("a scheduled node is an operator node");
+            let ctx = context_of(node.as_ref());
+            let inputs = node
+                .inputs
+                .iter()
+                .map(|e| {
+                    let value = values.get(&e.key()).ok_or_else(|| crate::err!(Runtime, "value of an input of node '{}' is missing", node.name))?;
+                    if value.context() == ctx {
+                        return Ok(value.clone());
+                    }
+                    let moved = NDArray::empty(value.shape().clone(), value.dtype(), ctx)?;
+                    imperative::copy(value, &moved, None)?;
+                    Ok(moved)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let planned = |count: usize| (0..count).map(|i| storage.get(&(node_key(node), i)).cloned()).collect::<Option<Vec<_>>>();
+            let out = planned(node.num_outputs()).or_else(|| planned(op.operator.num_visible_outputs()));
+            let operator = self.completed.get(&node_key(node)).unwrap_or(&op.operator).clone();
+            let outputs = match operator.run_on_host(&inputs, &[]) {
+                Some(result) => result,
+                None => imperative::invoke_operator(&op.name, operator, &op.attrs, &inputs, out, ctx, None),
+            }
+            .map_err(|e| e.context(format!("node '{}'", node.name)))?;
+            if let Some(observe) = observe.as_mut() {
+                observe(node, &inputs, &outputs)?;
+            }
+            for (i, value) in outputs.into_iter().enumerate() {
+                values.insert((node_key(node), i), value);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a memory layout is planned over.
+pub struct LayoutRequest<'a> {
+    /// Every operator node of the run, in order.
+    pub steps: &'a [Arc<Node>],
+    pub shapes: &'a Inferred<Shape>,
+    pub types: &'a Inferred<DType>,
+    /// Values that must outlive the run: never freed, never overwritten.
+    pub pinned: &'a AddressSet<EntryKey>,
+    /// Values the caller provides storage for or that leave the run as fresh arrays: not planned.
+    pub external: &'a AddressSet<EntryKey>,
+    /// The device each operator node runs on.
+    pub context: &'a dyn Fn(&Node) -> Context,
+}
+
+/// Where every planned value of a run lives: storage blocks and a typed view into one per value.
+pub struct Layout {
+    memory: MemoryPlan,
+    /// Each planned value's block, shape and dtype.
+    views: Vec<(EntryKey, usize, Shape, DType)>,
+}
+
+impl Layout {
+    /// The static plan for a run (in place unless `MXNET_EXEC_ENABLE_INPLACE=0`).
+    pub fn plan(request: &LayoutRequest<'_>) -> Layout {
+        let bytes = |e: &Entry| Some(request.shapes.get(&e.key())?.size() * request.types.get(&e.key())?.size());
+        let memory = plan_memory(&PlanRequest {
+            steps: request.steps,
+            bytes: &bytes,
+            pinned: request.pinned,
+            external: request.external,
+            inplace: inplace_enabled(),
+            context: request.context,
+        });
+        let mut views: Vec<(EntryKey, usize, Shape, DType)> =
+            memory.assignment.iter().map(|(key, &block)| (*key, block, request.shapes[key].clone(), request.types[key])).collect();
+        views.sort_by_key(|view| view.1);
+        Layout { memory, views }
+    }
+
+    /// Bytes of all the blocks: MXNet's "Total N MB allocated".
+    pub fn total_bytes(&self) -> usize {
+        self.memory.total_bytes()
+    }
+
+    pub fn block_count(&self) -> usize {
+        self.memory.blocks.len()
+    }
+
+    /// The number of blocks the values of `entries` need: blocks are numbered in the order the
+    /// run first uses them, so the blocks of a run's first steps are a prefix of the layout's.
+    pub fn blocks_needed_by<'e>(&self, entries: impl IntoIterator<Item = &'e EntryKey>) -> usize {
+        entries.into_iter().filter_map(|key| self.memory.assignment.get(key)).map(|&b| b + 1).max().unwrap_or(0)
+    }
+
+    /// Whether `other` puts each of `keys` in the same block of the same size as this layout.
+    pub fn places_alike(&self, other: &Layout, keys: &[EntryKey]) -> bool {
+        let place = |layout: &Layout, key| layout.memory.assignment.get(key).map(|&b| (b, layout.memory.blocks[b]));
+        keys.iter().all(|key| place(self, key) == place(other, key))
+    }
+
+    /// New blocks for the layout's blocks `range`.
+    pub fn allocate(&self, range: Range<usize>) -> Result<Vec<NDArray>> {
+        range.map(|b| NDArray::empty(Shape::new(vec![self.memory.blocks[b]]), DType::U8, self.memory.block_contexts[b])).collect()
+    }
+
+    /// One block per planned block: a block of `shared` (the same one where it fits, for the
+    /// same graph gets the same layout) or a new one (how `Executor.reshape` and bucketing
+    /// share memory).
+    pub fn allocate_sharing(&self, shared: &[NDArray]) -> Result<Vec<NDArray>> {
+        let mut taken = vec![false; shared.len()];
+        let memory = &self.memory;
+        (0..memory.blocks.len())
+            .map(|i| {
+                let (size, ctx) = (memory.blocks[i], memory.block_contexts[i]);
+                let fits = |j: usize| !taken[j] && shared[j].nbytes() >= size && shared[j].context() == ctx;
+                let reuse = (i < shared.len() && fits(i)).then_some(i).or_else(|| (0..shared.len()).filter(|&j| fits(j)).min_by_key(|&j| shared[j].nbytes()));
+                match reuse {
+                    Some(j) => {
+                        taken[j] = true;
+                        Ok(shared[j].clone())
+                    }
+                    None => self.allocate(i..i + 1).map(|mut block| block.swap_remove(0)),
+                }
+            })
+            .collect()
+    }
+
+    /// A view into its block for each planned value whose block is among `blocks` (the first
+    /// `blocks.len()` of the layout's).
+    pub fn storage(&self, blocks: &[NDArray]) -> Result<AddressMap<EntryKey, NDArray>> {
+        self.views
+            .iter()
+            .take_while(|view| view.1 < blocks.len())
+            .map(|(key, block, shape, dtype)| Ok((*key, blocks[*block].reinterpret(shape.clone(), *dtype)?)))
+            .collect()
+    }
+}
