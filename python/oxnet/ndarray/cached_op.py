@@ -8,14 +8,17 @@ class CachedOp:
     """A compiled graph of ``sym``; call it with one NDArray per ``sym.list_inputs()`` entry.
 
     The graph runs with the optimized executor passes and is one recorded node under autograd,
-    exactly as a hybridized Gluon block. ``flags`` (MXNet's tuning switches such as
-    ``static_alloc``) are accepted for compatibility; oxnet plans memory statically anyway.
+    exactly as a hybridized Gluon block. ``flags`` are MXNet's (pairs or a dict): ``static_alloc``
+    keeps the planned storage across calls; the others (``static_shape``, ``inline_limit``,
+    bulk sizes...) need nothing from oxnet, which compiles a plan per input shape anyway.
     """
 
     def __init__(self, sym, flags=(), thread_safe=False):
         self._input_names = sym.list_inputs()
         self._num_outputs = len(sym.list_outputs())
-        self._handle = _core.CachedOpHandle(sym.handle)
+        flags = dict(flags)
+        static_alloc = str(flags.get("static_alloc", False)).lower() in ("true", "1")
+        self._handle = _core.CachedOpHandle(sym.handle, static_alloc=static_alloc)
 
     def __call__(self, *args, out=None, default_ctx=None):
         if len(args) != len(self._input_names):

@@ -41,7 +41,8 @@
 //! # Errors
 //!
 //! Every fallible call returns [`Result`] with an [`Error`] whose [`ErrorKind`] is what the
-//! Python package turns into its exception type (`MXNetError`, `ValueError`, `IndexError`...)
+//! Python package turns into its exception type (`IndexError` for [`ErrorKind::Index`], as
+//! Python's iteration protocol needs; `MXNetError` for every other kind, as MXNet raises)
 //! and whose message is the same text. Bad arguments fail at the call; a kernel that fails while
 //! running (an index out of range under `mode="raise"`) fails the next read of its outputs
 //! ([`NDArray::to_vec`], [`NDArray::wait_to_read`], [`engine::wait_all`]), naming the operator,

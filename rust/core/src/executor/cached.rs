@@ -24,7 +24,7 @@ use crate::ndarray::NDArray;
 use crate::op::grad::{Grad, InputGrads};
 use crate::op::{Attrs, ExecContext, Operator, Tensor};
 use crate::pass::fuse::{fuse_elementwise, fusion_enabled};
-use crate::pass::{gradient, infer, mirror};
+use crate::pass::{cse, gradient, infer, mirror};
 use crate::symbol::Symbol;
 
 /// The graph's gradient with respect to each input, and the forward values it reads.
@@ -131,6 +131,9 @@ impl CachedOp {
     /// [`CachedOp::new`] with MXNet's hybridize flags.
     pub fn with_flags(symbol: Symbol, flags: CachedOpFlags) -> Result<CachedOp> {
         let inputs = symbol.input_nodes();
+        // The graph the calls run, after the passes an executor applies at bind; the inputs
+        // stay the caller's symbol's variables.
+        let symbol = if cse::enabled() { Symbol { outputs: cse::eliminate_common_expr(&symbol.outputs)? } } else { symbol };
         let graph = Graph {
             symbol,
             inputs,
