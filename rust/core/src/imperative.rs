@@ -59,14 +59,7 @@ fn describe_inputs(inputs: &[(Shape, DType)]) -> String {
 }
 
 /// Invoke the operator registered as `name` (or an alias).
-pub fn invoke(
-    name: &str,
-    inputs: &[NDArray],
-    attrs: &Attrs,
-    out: Option<Vec<NDArray>>,
-    default_ctx: Context,
-    site: Site,
-) -> Result<Vec<NDArray>> {
+pub fn invoke(name: &str, inputs: &[NDArray], attrs: &Attrs, out: Option<Vec<NDArray>>, default_ctx: Context, site: Site) -> Result<Vec<NDArray>> {
     let def = op::lookup(name)?;
     let instance = def.instantiate(name, attrs)?;
     invoke_operator(name, instance, attrs, inputs, out, default_ctx, site)
@@ -86,13 +79,7 @@ pub fn invoke_operator(
     let fail = |e: crate::Error| e.context(format!("operator {name}({})", describe_inputs(&described)));
     if operator.num_inputs() != inputs.len() {
         let names = operator.input_names();
-        return Err(fail(crate::err!(
-            Value,
-            "expects {} input(s) ({}), got {}",
-            names.len(),
-            names.join(", "),
-            inputs.len()
-        )));
+        return Err(fail(crate::err!(Value, "expects {} input(s) ({}), got {}", names.len(), names.join(", "), inputs.len())));
     }
     let ctx = match inputs.first() {
         Some(first) => {
@@ -177,20 +164,16 @@ pub fn invoke_operator(
             let hidden = (given.len()..out_shapes.len()).map(|i| NDArray::empty(out_shapes[i].clone(), out_types[i], ctx));
             given.into_iter().map(Ok).chain(hidden).collect::<Result<Vec<_>>>().map_err(fail)?
         }
-        None => out_shapes
-            .iter()
-            .zip(&out_types)
-            .map(|(s, &d)| NDArray::empty(s.clone(), d, ctx))
-            .collect::<Result<_>>()
-            .map_err(fail)?,
+        None => out_shapes.iter().zip(&out_types).map(|(s, &d)| NDArray::empty(s.clone(), d, ctx)).collect::<Result<_>>().map_err(fail)?,
     };
 
     // An output that overlaps an input is only written directly when the operator declares that
     // pairing safe; otherwise the result goes to a temporary and is copied over afterwards.
     let pairs = operator.inplace_pairs();
-    let unsafe_alias = outputs.iter().enumerate().any(|(o, out)| {
-        inputs.iter().enumerate().any(|(i, inp)| out.same_chunk(inp) && !(pairs.contains(&(i, o)) && out.same_data(inp)))
-    });
+    let unsafe_alias = outputs
+        .iter()
+        .enumerate()
+        .any(|(o, out)| inputs.iter().enumerate().any(|(i, inp)| out.same_chunk(inp) && !(pairs.contains(&(i, o)) && out.same_data(inp))));
     let targets: Vec<NDArray> = if unsafe_alias {
         outputs.iter().map(|o| NDArray::empty(o.shape().clone(), o.dtype(), ctx)).collect::<Result<_>>()?
     } else {
@@ -239,7 +222,14 @@ pub fn invoke_operator(
 
 /// [`invoke_operator`] writing output i into `into[i]` where given (shape and dtype must match)
 /// and into a fresh array elsewhere.
-pub fn invoke_operator_into(name: &str, operator: Arc<dyn Operator>, attrs: &Attrs, inputs: &[NDArray], into: Vec<Option<NDArray>>, ctx: Context) -> Result<Vec<NDArray>> {
+pub fn invoke_operator_into(
+    name: &str,
+    operator: Arc<dyn Operator>,
+    attrs: &Attrs,
+    inputs: &[NDArray],
+    into: Vec<Option<NDArray>>,
+    ctx: Context,
+) -> Result<Vec<NDArray>> {
     if operator.shape_depends_on_values() {
         // Its output shapes are known only once the inputs are computed.
         return invoke_operator(name, operator, attrs, inputs, None, ctx, None);

@@ -86,8 +86,8 @@ mod sync;
 pub use base::{Context, DType, DeviceType, Shape};
 pub use error::{Error, ErrorKind, Result};
 pub use ndarray::NDArray;
-pub use symbol::Symbol;
 pub use op::typed as params;
+pub use symbol::Symbol;
 
 pub use api::{grad, nn, ops, optim, pause, predict_mode, record, record_with, train_mode, AutogradScope, Model};
 

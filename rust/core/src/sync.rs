@@ -159,10 +159,13 @@ mod loom_tests {
             let waker = || {
                 let (parking, starts) = (parking.clone(), starts.clone());
                 move || {
-                    parking.wake(|| {}, || {
-                        starts.fetch_add(1, Ordering::SeqCst);
-                        true
-                    })
+                    parking.wake(
+                        || {},
+                        || {
+                            starts.fetch_add(1, Ordering::SeqCst);
+                            true
+                        },
+                    )
                 }
             };
             let other = thread::spawn(waker());

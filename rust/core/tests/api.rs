@@ -88,7 +88,10 @@ fn typed_parameters_reach_the_registry_and_wrong_ones_get_mxnet_errors() -> Resu
     assert!(e.message.contains("act_type must be 'relu', 'sigmoid', 'tanh', 'softrelu' or 'softsign', got 'swish'"), "{}", e.message);
     // Parameters write MXNet's attribute strings, defaults left out.
     let attrs = ConvolutionParams::new(vec![3, 3], 8).pad(vec![1, 1]).to_attrs();
-    assert_eq!(attrs.into_iter().collect::<Vec<_>>(), [("kernel", "(3, 3)"), ("num_filter", "8"), ("pad", "(1, 1)")].map(|(k, v)| (k.to_string(), v.to_string())));
+    assert_eq!(
+        attrs.into_iter().collect::<Vec<_>>(),
+        [("kernel", "(3, 3)"), ("num_filter", "8"), ("pad", "(1, 1)")].map(|(k, v)| (k.to_string(), v.to_string()))
+    );
     Ok(())
 }
 

@@ -26,7 +26,11 @@ fn values(n: usize, seed: u64, low: f64, high: f64) -> Vec<f64> {
 
 fn array(data: &[f64], shape: &[usize], dtype: DType) -> NDArray {
     let a = NDArray::from_slice(data, shape, cpu()).unwrap();
-    if dtype == DType::F64 { a } else { a.astype(dtype).unwrap() }
+    if dtype == DType::F64 {
+        a
+    } else {
+        a.astype(dtype).unwrap()
+    }
 }
 
 fn f32s(data: &[f64], shape: &[usize]) -> NDArray {
@@ -96,7 +100,20 @@ fn unary_math_matches_std() {
     let small = Host::random(&[3, 17], 3, -1.2, 1.2);
     let table: &[(&str, Unary, fn(f64) -> f64, &Host)] = &[
         ("abs", ops::abs, f64::abs, &general),
-        ("sign", ops::sign, |x| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { 0.0 }, &general),
+        (
+            "sign",
+            ops::sign,
+            |x| {
+                if x > 0.0 {
+                    1.0
+                } else if x < 0.0 {
+                    -1.0
+                } else {
+                    0.0
+                }
+            },
+            &general,
+        ),
         ("round", ops::round, f64::round, &general),
         ("ceil", ops::ceil, f64::ceil, &general),
         ("floor", ops::floor, f64::floor, &general),
@@ -486,7 +503,11 @@ fn activations_match_reference() {
         ("tanh", nn::activation(&x.nd(), ActivationParams::new("tanh".into())).unwrap(), Box::new(f64::tanh)),
         ("softrelu", nn::activation(&x.nd(), ActivationParams::new("softrelu".into())).unwrap(), Box::new(softrelu)),
         ("softsign", nn::activation(&x.nd(), ActivationParams::new("softsign".into())).unwrap(), Box::new(|v: f64| v / (1.0 + v.abs()))),
-        ("leaky 0.1", nn::leaky_relu(&x.nd(), None, LeakyReLUParams::new().slope(0.1)).unwrap(), Box::new(|v: f64| if v > 0.0 { v } else { 0.1 * v })),
+        (
+            "leaky 0.1",
+            nn::leaky_relu(&x.nd(), None, LeakyReLUParams::new().slope(0.1)).unwrap(),
+            Box::new(|v: f64| if v > 0.0 { v } else { 0.1 * v }),
+        ),
         (
             "elu 1.0",
             nn::leaky_relu(&x.nd(), None, LeakyReLUParams::new().act_type("elu".into()).slope(1.0)).unwrap(),
@@ -524,8 +545,18 @@ fn softmax_family_matches_reference() {
     let x = Host::random(&[2, 3, 4], 27, -3.0, 3.0);
     for (axis, axis_index) in [(-1i64, 2usize), (1, 1), (0, 0)] {
         let params = SoftmaxParams::new().axis(axis);
-        assert_close(&format!("softmax axis {axis}"), &read(&nn::softmax(&x.nd(), params.clone()).unwrap()), &softmax_reference(&x, axis_index, 1.0, false), 1e-5);
-        assert_close(&format!("log_softmax axis {axis}"), &read(&nn::log_softmax(&x.nd(), params).unwrap()), &softmax_reference(&x, axis_index, 1.0, true), 1e-5);
+        assert_close(
+            &format!("softmax axis {axis}"),
+            &read(&nn::softmax(&x.nd(), params.clone()).unwrap()),
+            &softmax_reference(&x, axis_index, 1.0, false),
+            1e-5,
+        );
+        assert_close(
+            &format!("log_softmax axis {axis}"),
+            &read(&nn::log_softmax(&x.nd(), params).unwrap()),
+            &softmax_reference(&x, axis_index, 1.0, true),
+            1e-5,
+        );
     }
     let hot = nn::softmax(&x.nd(), SoftmaxParams::new().temperature(Some(2.0))).unwrap();
     assert_close("softmax temperature 2", &read(&hot), &softmax_reference(&x, 2, 2.0, false), 1e-5);
@@ -550,10 +581,14 @@ fn batch_norm_uses_moving_statistics_for_inference_and_batch_statistics_for_trai
     let moving_var = Host::random(&[3], 33, 0.5, 1.5);
     let (eps, momentum) = (1e-3, 0.9);
     let normalized = |mean: &[f64], var: &[f64], scale: &[f64]| -> Vec<f64> {
-        x.data.iter().enumerate().map(|(i, &v)| {
-            let c = unravel(i, &x.shape)[1];
-            (v - mean[c]) / (var[c] + eps).sqrt() * scale[c] + beta.data[c]
-        }).collect()
+        x.data
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let c = unravel(i, &x.shape)[1];
+                (v - mean[c]) / (var[c] + eps).sqrt() * scale[c] + beta.data[c]
+            })
+            .collect()
     };
     let run = |params: BatchNormParams, mm: &NDArray, mv: &NDArray| nn::batch_norm(&x.nd(), &gamma.nd(), &beta.nd(), mm, mv, params).unwrap();
 
@@ -626,7 +661,12 @@ fn shape_and_indexing_operators_match_reference() {
         assert_close(what, &read(&got), &want, 0.0);
     };
     let nd = x.nd();
-    check("transpose (2, 0, 1)", ops::transpose(&nd, TransposeParams::new().axes(vec![2, 0, 1])), &[4, 2, 3], gather(&[4, 2, 3], &|i| at(i[1], i[2], i[0])));
+    check(
+        "transpose (2, 0, 1)",
+        ops::transpose(&nd, TransposeParams::new().axes(vec![2, 0, 1])),
+        &[4, 2, 3],
+        gather(&[4, 2, 3], &|i| at(i[1], i[2], i[0])),
+    );
     check("transpose default", ops::transpose(&nd, TransposeParams::new()), &[4, 3, 2], gather(&[4, 3, 2], &|i| at(i[2], i[1], i[0])));
     check("swapaxes 0 2", ops::swapaxes(&nd, SwapAxesParams::new().dim1(0).dim2(2)), &[4, 3, 2], gather(&[4, 3, 2], &|i| at(i[2], i[1], i[0])));
     check("reshape (-1, 4)", ops::reshape(&nd, ReshapeParams::new().shape(vec![-1, 4])), &[6, 4], x.data.clone());
@@ -652,17 +692,37 @@ fn shape_and_indexing_operators_match_reference() {
     assert_close("split", &read(&halves[1]), &gather(&[2, 3, 2], &|i| at(i[0], i[1], 2 + i[2])), 0.0);
 
     let indices = f32s(&[2.0, 0.0, 1.0, 2.0], &[4]);
-    check("take axis 1", ops::take(&nd, &indices, TakeParams::new().axis(1)), &[2, 4, 4], gather(&[2, 4, 4], &|i| at(i[0], [2, 0, 1, 2][i[1]], i[2])));
+    check(
+        "take axis 1",
+        ops::take(&nd, &indices, TakeParams::new().axis(1)),
+        &[2, 4, 4],
+        gather(&[2, 4, 4], &|i| at(i[0], [2, 0, 1, 2][i[1]], i[2])),
+    );
     let picks = f32s(&[3.0, 0.0, 1.0, 2.0, 2.0, 0.0], &[2, 3]);
-    check("pick axis 2", ops::pick(&nd, &picks, PickParams::new().axis(Some(2))), &[2, 3], gather(&[2, 3], &|i| at(i[0], i[1], [3, 0, 1, 2, 2, 0][i[0] * 3 + i[1]])));
+    check(
+        "pick axis 2",
+        ops::pick(&nd, &picks, PickParams::new().axis(Some(2))),
+        &[2, 3],
+        gather(&[2, 3], &|i| at(i[0], i[1], [3, 0, 1, 2, 2, 0][i[0] * 3 + i[1]])),
+    );
     check("one_hot", ops::one_hot(&indices, OneHotParams::new(3)), &[4, 3], gather(&[4, 3], &|i| if [2, 0, 1, 2][i[0]] == i[1] { 1.0 } else { 0.0 }));
     let weight = Host::random(&[5, 3], 38, -1.0, 1.0);
     let ids = f32s(&[4.0, 0.0, 2.0, 2.0], &[2, 2]);
-    check("Embedding", nn::embedding(&ids, &weight.nd(), EmbeddingParams::new(5, 3)), &[2, 2, 3], gather(&[2, 2, 3], &|i| weight.at(&[[4, 0, 2, 2][i[0] * 2 + i[1]], i[2]])));
+    check(
+        "Embedding",
+        nn::embedding(&ids, &weight.nd(), EmbeddingParams::new(5, 3)),
+        &[2, 2, 3],
+        gather(&[2, 2, 3], &|i| weight.at(&[[4, 0, 2, 2][i[0] * 2 + i[1]], i[2]])),
+    );
 
     let condition = f32s(&values(24, 39, 0.0, 1.0).iter().map(|v| v.round()).collect::<Vec<_>>(), &[2, 3, 4]);
     let cond_host = read(&condition);
-    check("where", ops::where_cond(&condition, &nd, &(-&nd).unwrap()), &[2, 3, 4], x.data.iter().zip(&cond_host).map(|(&v, &c)| if c != 0.0 { v } else { -v }).collect());
+    check(
+        "where",
+        ops::where_cond(&condition, &nd, &(-&nd).unwrap()),
+        &[2, 3, 4],
+        x.data.iter().zip(&cond_host).map(|(&v, &c)| if c != 0.0 { v } else { -v }).collect(),
+    );
     check("clip", ops::clip(&nd, ClipParams::new(-0.5, 0.25)), &[2, 3, 4], x.data.iter().map(|v| v.clamp(-0.5, 0.25)).collect());
     let total = ops::add_n(&[&nd, &nd, &nd]).unwrap();
     assert_close("add_n", &read(&total), &x.data.iter().map(|v| 3.0 * v).collect::<Vec<_>>(), 1e-6);
@@ -791,11 +851,9 @@ fn gradients_match_finite_differences() {
     check_gradient("transpose and reshape", &[x.clone()], &|a| ops::transpose(&a[0].reshape([6, 4])?, TransposeParams::new()));
     check_gradient("softmax", &[x.clone()], &|a| nn::softmax(&a[0], SoftmaxParams::new()));
     check_gradient("log_softmax axis 1", &[x.clone()], &|a| nn::log_softmax(&a[0], SoftmaxParams::new().axis(1)));
-    check_gradient(
-        "FullyConnected",
-        &[x.clone(), Host::random(&[5, 12], 52, -1.0, 1.0), Host::random(&[5], 53, -1.0, 1.0)],
-        &|a| nn::fully_connected(&a[0], &a[1], Some(&a[2]), FullyConnectedParams::new(5)),
-    );
+    check_gradient("FullyConnected", &[x.clone(), Host::random(&[5, 12], 52, -1.0, 1.0), Host::random(&[5], 53, -1.0, 1.0)], &|a| {
+        nn::fully_connected(&a[0], &a[1], Some(&a[2]), FullyConnectedParams::new(5))
+    });
     check_gradient(
         "Convolution",
         &[Host::random(&[2, 2, 5, 5], 54, -1.0, 1.0), Host::random(&[3, 2, 3, 3], 55, -1.0, 1.0), Host::random(&[3], 56, -1.0, 1.0)],
@@ -803,12 +861,12 @@ fn gradients_match_finite_differences() {
     );
     let image = Host::random(&[2, 2, 6, 6], 57, -1.0, 1.0);
     check_gradient("max pooling", &[image.clone()], &|a| nn::pooling(&a[0], PoolingParams::new().kernel(vec![2, 2]).stride(vec![2, 2])));
-    check_gradient("avg pooling", &[image], &|a| nn::pooling(&a[0], PoolingParams::new().kernel(vec![3, 3]).stride(vec![2, 2]).pad(vec![1, 1]).pool_type("avg".into())));
-    check_gradient(
-        "LayerNorm",
-        &[x.clone(), Host::random(&[4], 58, 0.5, 1.5), Host::random(&[4], 59, -0.5, 0.5)],
-        &|a| nn::layer_norm(&a[0], &a[1], &a[2], LayerNormParams::new()),
-    );
+    check_gradient("avg pooling", &[image], &|a| {
+        nn::pooling(&a[0], PoolingParams::new().kernel(vec![3, 3]).stride(vec![2, 2]).pad(vec![1, 1]).pool_type("avg".into()))
+    });
+    check_gradient("LayerNorm", &[x.clone(), Host::random(&[4], 58, 0.5, 1.5), Host::random(&[4], 59, -0.5, 0.5)], &|a| {
+        nn::layer_norm(&a[0], &a[1], &a[2], LayerNormParams::new())
+    });
     let indices = array(&[2.0, 0.0, 2.0], &[3], DType::F64);
     check_gradient("take (repeated indices)", &[x], &|a| ops::take(&a[0], &indices, TakeParams::new().axis(1)));
 }

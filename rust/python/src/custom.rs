@@ -18,14 +18,15 @@ use crate::ndarray::{context_tuple, wrap};
 /// A Python exception as a core error: its type, message and the user's traceback, so that the
 /// failure names the line in the custom operator.
 fn host_error(py: Python<'_>, what: &str, e: PyErr) -> oxnet::Error {
-    let traceback = e
-        .traceback(py)
-        .and_then(|tb| tb.format().ok())
-        .unwrap_or_default();
+    let traceback = e.traceback(py).and_then(|tb| tb.format().ok()).unwrap_or_default();
     oxnet::err!(Runtime, "{what} raised {}\n{traceback}", e.value(py).repr().map(|r| r.to_string()).unwrap_or_default())
 }
 
-fn call<T: for<'a, 'py> FromPyObject<'a, 'py>>(object: &Py<PyAny>, method: &str, args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyTuple>>) -> oxnet::Result<T> {
+fn call<T: for<'a, 'py> FromPyObject<'a, 'py>>(
+    object: &Py<PyAny>,
+    method: &str,
+    args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyTuple>>,
+) -> oxnet::Result<T> {
     Python::attach(|py| {
         let result = args(py).and_then(|a| object.bind(py).call_method1(method, a)).and_then(|r| r.extract::<T>().map_err(Into::into));
         result.map_err(|e| host_error(py, method, e))
@@ -100,7 +101,15 @@ impl CustomOpKernel for PythonKernel {
         })
         .map(drop)
     }
-    fn backward(&self, req: &[WriteReq], out_grad: &[NDArray], in_data: &[NDArray], out_data: &[NDArray], in_grad: &[NDArray], aux: &[NDArray]) -> oxnet::Result<()> {
+    fn backward(
+        &self,
+        req: &[WriteReq],
+        out_grad: &[NDArray],
+        in_data: &[NDArray],
+        out_data: &[NDArray],
+        in_grad: &[NDArray],
+        aux: &[NDArray],
+    ) -> oxnet::Result<()> {
         call::<Py<PyAny>>(&self.0, "backward", |py| {
             pyo3::types::PyTuple::new(
                 py,

@@ -210,9 +210,7 @@ fn from_dlpack(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyResult<Py<NDArra
     // SAFETY: `raw` is a live object borrowed for this call; `PyCapsule_IsValid` accepts any
     // object and sets no error.
     if unsafe { pyo3::ffi::PyCapsule_IsValid(raw, CAPSULE_NAME.as_ptr()) } != 1 {
-        return Err(PyValueError::new_err(
-            "from_dlpack expects an unconsumed DLPack capsule named 'dltensor' (a capsule can be consumed only once)",
-        ));
+        return Err(PyValueError::new_err("from_dlpack expects an unconsumed DLPack capsule named 'dltensor' (a capsule can be consumed only once)"));
     }
     // SAFETY: the capsule is valid under that name, so its pointer is the producer's
     // DLManagedTensor, alive until its deleter is called.
@@ -244,11 +242,7 @@ pub(crate) unsafe fn consume_managed(managed: *mut DLManagedTensor) -> oxnet::Re
 
 fn copy_tensor(tensor: &DLTensor) -> oxnet::Result<NDArray> {
     if tensor.device.device_type != DL_CPU && tensor.device.device_type != DL_CUDA_HOST {
-        oxnet::bail!(
-            Value,
-            "from_dlpack: only host memory can be imported, the tensor is on DLPack device type {}",
-            tensor.device.device_type
-        );
+        oxnet::bail!(Value, "from_dlpack: only host memory can be imported, the tensor is on DLPack device type {}", tensor.device.device_type);
     }
     let dtype = dtype_of(tensor.dtype)?;
     let ndim = usize::try_from(tensor.ndim).map_err(|_| oxnet::err!(Value, "from_dlpack: negative ndim"))?;

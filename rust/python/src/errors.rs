@@ -4,12 +4,7 @@ use oxnet::{Error, ErrorKind};
 use pyo3::exceptions::{PyIndexError, PyRuntimeError};
 use pyo3::PyErr;
 
-pyo3::create_exception!(
-    oxnet._core,
-    MXNetError,
-    PyRuntimeError,
-    "Default error raised by oxnet functions (MXNet's mx.base.MXNetError)."
-);
+pyo3::create_exception!(oxnet._core, MXNetError, PyRuntimeError, "Default error raised by oxnet functions (MXNet's mx.base.MXNetError).");
 
 /// IndexError keeps Python's protocol (iteration, `in`) working; everything else is MXNetError,
 /// as in MXNet.

@@ -24,10 +24,8 @@ fn record_reshape(source: &NDArray, view: NDArray) -> oxnet::Result<NDArray> {
 }
 
 fn record_first_axis_slice(source: &NDArray, view: NDArray, begin: usize, end: usize) -> oxnet::Result<NDArray> {
-    let attrs = [("axis", "0".to_string()), ("begin", begin.to_string()), ("end", end.to_string())]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
+    let attrs =
+        [("axis", "0".to_string()), ("begin", begin.to_string()), ("end", end.to_string())].into_iter().map(|(k, v)| (k.to_string(), v)).collect();
     oxnet::autograd::record_view("slice_axis", &attrs, source, view)
 }
 

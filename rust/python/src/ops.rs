@@ -119,15 +119,15 @@ impl PythonSite {
             let code = self.code.bind(py);
             let file: String = code.getattr("co_filename").and_then(|f| f.extract()).unwrap_or_else(|_| "?".into());
             // co_lines() yields (start, end, line) ranges of instruction offsets (Python >= 3.10).
-            let line = code
-                .call_method0("co_lines")
-                .and_then(|it| it.try_iter().map(|i| i.collect::<Vec<_>>()))
-                .ok()
-                .and_then(|ranges| {
-                    ranges.into_iter().filter_map(|r| r.ok()?.extract::<(i64, i64, Option<i64>)>().ok()).find_map(
-                        |(start, end, line)| if start <= self.lasti && self.lasti < end { line } else { None },
-                    )
-                });
+            let line = code.call_method0("co_lines").and_then(|it| it.try_iter().map(|i| i.collect::<Vec<_>>())).ok().and_then(|ranges| {
+                ranges.into_iter().filter_map(|r| r.ok()?.extract::<(i64, i64, Option<i64>)>().ok()).find_map(|(start, end, line)| {
+                    if start <= self.lasti && self.lasti < end {
+                        line
+                    } else {
+                        None
+                    }
+                })
+            });
             match line {
                 Some(l) => format!("{file}:{l}"),
                 None => file,
@@ -244,11 +244,7 @@ fn invoke_checked<'py>(
         let names = instance.input_names();
         for (key, arr) in keyword_inputs {
             let Some(pos) = names.iter().position(|n| *n == key) else {
-                return Err(crate::errors::to_py(oxnet::err!(
-                    Param,
-                    "operator {name}: unknown input '{key}'; inputs are: {}",
-                    names.join(", ")
-                )));
+                return Err(crate::errors::to_py(oxnet::err!(Param, "operator {name}: unknown input '{key}'; inputs are: {}", names.join(", "))));
             };
             if pos != inputs.len() {
                 return Err(crate::errors::to_py(oxnet::err!(

@@ -35,9 +35,7 @@ type Inferred<'py> = (Vec<Option<Bound<'py, PyTuple>>>, Vec<Option<Bound<'py, Py
 /// Python side converts them to the caller's shape semantics).
 fn shapes_to_py<'py>(py: Python<'py>, r: InferResult<PartialShape>) -> PyResult<Inferred<'py>> {
     let convert = |v: Vec<Option<PartialShape>>| -> PyResult<Vec<Option<Bound<'py, PyTuple>>>> {
-        v.into_iter()
-            .map(|s| s.map(|s| PyTuple::new(py, s.dims().iter().map(|d| d.map_or(-1, |d| d as i64)))).transpose())
-            .collect()
+        v.into_iter().map(|s| s.map(|s| PyTuple::new(py, s.dims().iter().map(|d| d.map_or(-1, |d| d as i64)))).transpose()).collect()
     };
     Ok((convert(r.arguments)?, convert(r.outputs)?, convert(r.auxiliary_states)?))
 }
@@ -261,7 +259,11 @@ impl ExecutorHandle {
 
     /// Backward, returning (name, array) for each input gradient of each differentiated node
     /// (what MXNet's monitor callback sees in the backward pass).
-    fn backward_monitored(&mut self, py: Python<'_>, head_grads: Vec<Option<PyRef<'_, NDArrayHandle>>>) -> PyResult<Vec<(String, Py<NDArrayHandle>)>> {
+    fn backward_monitored(
+        &mut self,
+        py: Python<'_>,
+        head_grads: Vec<Option<PyRef<'_, NDArrayHandle>>>,
+    ) -> PyResult<Vec<(String, Py<NDArrayHandle>)>> {
         let grads: Vec<_> = head_grads.iter().map(|g| g.as_ref().map(|g| g.inner.clone())).collect();
         let report = self.inner.backward_monitored(&grads).py()?;
         report.into_iter().map(|(name, array)| wrap(py, array).map(|a| (name, a))).collect()

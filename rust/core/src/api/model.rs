@@ -79,7 +79,8 @@ impl Model {
             .into_iter()
             .map(|name| by_name.remove(&name).ok_or_else(|| crate::err!(Value, "Model: auxiliary state '{name}' is missing from the parameters")))
             .collect::<Result<Vec<_>>>()?;
-        let arguments: Vec<(String, Option<NDArray>)> = symbol.list_arguments().into_iter().map(|name| (name.clone(), by_name.remove(&name))).collect();
+        let arguments: Vec<(String, Option<NDArray>)> =
+            symbol.list_arguments().into_iter().map(|name| (name.clone(), by_name.remove(&name))).collect();
         let inputs = arguments.iter().filter(|(_, value)| value.is_none()).map(|(name, _)| name.clone()).collect();
         Ok(Model { symbol, ctx, arguments, aux, inputs, bound: None })
     }
@@ -107,7 +108,11 @@ impl Model {
             .outputs
             .into_iter()
             .zip(self.output_names())
-            .map(|(shape, name)| shape.and_then(|s| s.full()).ok_or_else(|| crate::err!(Shape, "Model: the shape of output '{name}' cannot be inferred from the inputs given")))
+            .map(|(shape, name)| {
+                shape
+                    .and_then(|s| s.full())
+                    .ok_or_else(|| crate::err!(Shape, "Model: the shape of output '{name}' cannot be inferred from the inputs given"))
+            })
             .collect()
     }
 

@@ -58,14 +58,8 @@ impl Context {
     /// Parse MXNet's textual form, `cpu(0)`, `gpu(1)`, `cpu_pinned(0)`.
     pub fn parse(text: &str) -> Result<Self> {
         let text = text.trim();
-        let (kind, rest) = text
-            .split_once('(')
-            .ok_or_else(|| crate::err!(Value, "invalid context '{text}', expected e.g. cpu(0)"))?;
-        let id: i32 = rest
-            .trim_end_matches(')')
-            .trim()
-            .parse()
-            .map_err(|_| crate::err!(Value, "invalid context '{text}', expected e.g. cpu(0)"))?;
+        let (kind, rest) = text.split_once('(').ok_or_else(|| crate::err!(Value, "invalid context '{text}', expected e.g. cpu(0)"))?;
+        let id: i32 = rest.trim_end_matches(')').trim().parse().map_err(|_| crate::err!(Value, "invalid context '{text}', expected e.g. cpu(0)"))?;
         let device_type = match kind {
             "cpu" => DeviceType::Cpu,
             "gpu" => DeviceType::Gpu,

@@ -17,17 +17,7 @@ pub enum DType {
 }
 
 impl DType {
-    pub const ALL: [DType; 9] = [
-        DType::F32,
-        DType::F64,
-        DType::F16,
-        DType::U8,
-        DType::I32,
-        DType::I8,
-        DType::I64,
-        DType::Bool,
-        DType::BF16,
-    ];
+    pub const ALL: [DType; 9] = [DType::F32, DType::F64, DType::F16, DType::U8, DType::I32, DType::I8, DType::I64, DType::Bool, DType::BF16];
 
     /// MXNet's `mshadow::TypeFlag` value.
     pub fn flag(self) -> i32 {
@@ -45,10 +35,7 @@ impl DType {
     }
 
     pub fn from_flag(flag: i32) -> Result<DType> {
-        DType::ALL
-            .into_iter()
-            .find(|d| d.flag() == flag)
-            .ok_or_else(|| crate::err!(Type, "unknown MXNet dtype flag {flag}"))
+        DType::ALL.into_iter().find(|d| d.flag() == flag).ok_or_else(|| crate::err!(Type, "unknown MXNet dtype flag {flag}"))
     }
 
     pub fn name(self) -> &'static str {
@@ -75,10 +62,7 @@ impl DType {
             other => other,
         };
         DType::ALL.into_iter().find(|d| d.name() == canonical).ok_or_else(|| {
-            crate::err!(
-                Type,
-                "unknown dtype '{name}'; expected one of float32, float64, float16, bfloat16, uint8, int8, int32, int64, bool"
-            )
+            crate::err!(Type, "unknown dtype '{name}'; expected one of float32, float64, float16, bfloat16, uint8, int8, int32, int64, bool")
         })
     }
 
@@ -169,8 +153,6 @@ macro_rules! impl_half_elem {
 }
 impl_half_elem!(f16, DType::F16);
 impl_half_elem!(bf16, DType::BF16);
-
-
 
 /// Booleans are stored as one byte holding 0 or 1, as in MXNet and NumPy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, PartialOrd)]

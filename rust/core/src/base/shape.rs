@@ -29,11 +29,7 @@ impl Shape {
     /// dims only, so an empty shape such as `(2**61, 0)` is rejected as NumPy rejects it: every
     /// dim of an array must be addressable, whether or not the array holds elements.
     pub fn checked_bytes(&self, element_bytes: usize) -> Result<usize> {
-        let extent = self
-            .0
-            .iter()
-            .try_fold(element_bytes, |total, &d| total.checked_mul(d.max(1)))
-            .filter(|&total| total <= isize::MAX as usize);
+        let extent = self.0.iter().try_fold(element_bytes, |total, &d| total.checked_mul(d.max(1))).filter(|&total| total <= isize::MAX as usize);
         match extent {
             Some(_) if self.0.contains(&0) => Ok(0),
             Some(bytes) => Ok(bytes),

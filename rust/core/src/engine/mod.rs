@@ -13,7 +13,6 @@ mod pool;
 pub use pool::{configure, EngineConfig};
 mod var;
 
-
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
@@ -156,9 +155,7 @@ pub fn configured_threads() -> usize {
 
 /// `OXNET_ENGINE_TYPE` (or MXNet's `MXNET_ENGINE_TYPE`) = `NaiveEngine` selects the synchronous engine.
 pub fn configured_kind() -> EngineKind {
-    let name = std::env::var("OXNET_ENGINE_TYPE")
-        .or_else(|_| std::env::var("MXNET_ENGINE_TYPE"))
-        .unwrap_or_default();
+    let name = std::env::var("OXNET_ENGINE_TYPE").or_else(|_| std::env::var("MXNET_ENGINE_TYPE")).unwrap_or_default();
     if name.trim() == "NaiveEngine" {
         EngineKind::Naive
     } else {
@@ -168,15 +165,13 @@ pub fn configured_kind() -> EngineKind {
 
 fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE.get_or_init(|| {
-        Engine {
-            kind: configured_kind(),
-            pending: Mutex::new(0),
-            idle: Condvar::new(),
-            registration: Mutex::new(()),
-            global_errors: Mutex::new(Vec::new()),
-            naive_serial: Mutex::new(()),
-        }
+    ENGINE.get_or_init(|| Engine {
+        kind: configured_kind(),
+        pending: Mutex::new(0),
+        idle: Condvar::new(),
+        registration: Mutex::new(()),
+        global_errors: Mutex::new(Vec::new()),
+        naive_serial: Mutex::new(()),
     })
 }
 
@@ -190,36 +185,18 @@ pub fn num_threads() -> usize {
 }
 
 /// Push an operation that reads `reads` and writes `writes`.
-pub fn push(
-    func: OpFn,
-    reads: &[Arc<Var>],
-    writes: &[Arc<Var>],
-    props: PushProps,
-    description: Box<dyn OpDescription>,
-) {
+pub fn push(func: OpFn, reads: &[Arc<Var>], writes: &[Arc<Var>], props: PushProps, description: Box<dyn OpDescription>) {
     push_body(OpBody::Sync(func), reads, writes, props, description);
 }
 
 /// Push an operation that reads `reads` and writes `writes` and signals its own completion (see
 /// [`AsyncOpFn`]). Work that waits on something outside the engine (a peer process, a device) runs
 /// this way without holding a worker thread, so it cannot starve the ops it waits for.
-pub fn push_async(
-    func: AsyncOpFn,
-    reads: &[Arc<Var>],
-    writes: &[Arc<Var>],
-    props: PushProps,
-    description: Box<dyn OpDescription>,
-) {
+pub fn push_async(func: AsyncOpFn, reads: &[Arc<Var>], writes: &[Arc<Var>], props: PushProps, description: Box<dyn OpDescription>) {
     push_body(OpBody::Async(func), reads, writes, props, description);
 }
 
-fn push_body(
-    func: OpBody,
-    reads: &[Arc<Var>],
-    writes: &[Arc<Var>],
-    props: PushProps,
-    description: Box<dyn OpDescription>,
-) {
+fn push_body(func: OpBody, reads: &[Arc<Var>], writes: &[Arc<Var>], props: PushProps, description: Box<dyn OpDescription>) {
     let eng = engine();
     // The naive engine serializes pushes, so every earlier op has finished when this one
     // registers: it is always ready and runs right here.
@@ -327,9 +304,11 @@ fn execute(blk: Arc<OprBlock>) {
             if let Some(OpBody::Async(f)) = body {
                 // The cell may have been reported (emptied) since it was found; the op still must
                 // not run, and says why as well as it can.
-                let error = cell.lock().unwrap().clone().unwrap_or_else(|| {
-                    crate::err!(Runtime, "{} did not run: an input failed earlier", blk.description.describe())
-                });
+                let error = cell
+                    .lock()
+                    .unwrap()
+                    .clone()
+                    .unwrap_or_else(|| crate::err!(Runtime, "{} did not run: an input failed earlier", blk.description.describe()));
                 f(Err(error));
             }
             finish(&blk, Some(cell));
@@ -433,12 +412,7 @@ fn run_op(blk: &OprBlock, f: OpFn) -> Result<()> {
         Ok(Ok(())) => Ok(()),
         // Whatever its kind, a failure seen at a later sync point is a runtime error of that op.
         Ok(Err(e)) => Err(Error::new(crate::ErrorKind::Runtime, format!("{} (in {})", e.message, blk.description.describe()))),
-        Err(panic) => Err(crate::err!(
-            Runtime,
-            "internal error: {} panicked: {}",
-            blk.description.describe(),
-            panic_message(&panic)
-        )),
+        Err(panic) => Err(crate::err!(Runtime, "internal error: {} panicked: {}", blk.description.describe(), panic_message(&panic))),
     }
 }
 

@@ -153,10 +153,7 @@ fn run_stress_op(pool: &[SharedCell], op: &StressOp, id: usize) -> std::result::
             return Err(format!("op {id} entered cell {c} while it held {before:#x} (readers, or WRITER)"));
         }
     }
-    let seen: Seen = cells
-        .iter()
-        .map(|&c| (c, pool[c].version.load(Ordering::Relaxed), pool[c].value.load(Ordering::Relaxed)))
-        .collect();
+    let seen: Seen = cells.iter().map(|&c| (c, pool[c].version.load(Ordering::Relaxed), pool[c].value.load(Ordering::Relaxed))).collect();
     if id % 16 == 0 {
         std::thread::yield_now(); // widen the window in which a wrongly granted op would overlap
     }

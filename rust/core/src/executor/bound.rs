@@ -182,7 +182,14 @@ impl BoundExecutor {
                 }
             }
         }
-        let layout = Layout::plan(&LayoutRequest { steps: &steps, shapes: &shapes, types: &types, pinned: &pinned, external: &external, context: &context_of });
+        let layout = Layout::plan(&LayoutRequest {
+            steps: &steps,
+            shapes: &shapes,
+            types: &types,
+            pinned: &pinned,
+            external: &external,
+            context: &context_of,
+        });
         let blocks = layout.allocate_sharing(shared.map(|s| s.blocks.as_slice()).unwrap_or_default())?;
         let mut storage = layout.storage(&blocks)?;
         let mut forward_steps = Schedule::new(forward_steps);
@@ -201,7 +208,9 @@ impl BoundExecutor {
             .iter()
             .map(|e| match (storage.get(&e.key()), shapes.get(&e.key()), types.get(&e.key())) {
                 (Some(view), _, _) => Ok(view.clone()),
-                (None, Some(shape), Some(&dtype)) => NDArray::empty(shape.clone(), dtype, if e.node.is_variable() { ctx } else { context_of(e.node.as_ref()) }),
+                (None, Some(shape), Some(&dtype)) => {
+                    NDArray::empty(shape.clone(), dtype, if e.node.is_variable() { ctx } else { context_of(e.node.as_ref()) })
+                }
                 _ => crate::bail!(Shape, "bind: the shape or dtype of output '{}' of the graph to run cannot be inferred", e.node.name),
             })
             .collect::<Result<Vec<_>>>()?;
@@ -494,8 +503,7 @@ fn plan_backward(
     reqs: &[GradReq],
     shapes: &infer::Inferred<Shape>,
 ) -> Result<BackwardPlan> {
-    let head_grads: Vec<Arc<Node>> =
-        (0..symbol.outputs.len()).map(|i| Node::variable(format!("head_grad{i}"), Attrs::new())).collect();
+    let head_grads: Vec<Arc<Node>> = (0..symbol.outputs.len()).map(|i| Node::variable(format!("head_grad{i}"), Attrs::new())).collect();
     let head_entries: Vec<Entry> = head_grads.iter().map(|n| Entry::new(n.clone(), 0)).collect();
     let wanted: Vec<usize> = (0..arg_nodes.len()).filter(|&i| reqs[i] != GradReq::Null).collect();
     let xs: Vec<Entry> = wanted.iter().map(|&i| Entry::new(arg_nodes[i].clone(), 0)).collect();
@@ -512,7 +520,10 @@ fn plan_backward(
     // layer's temporaries die before the next layer's are made.
     let targets: Vec<Entry> = grads.iter().rev().flatten().cloned().collect();
     let steps = Schedule::new(
-        topo_order(&targets, |n| forward.contains(&node_key(n))).into_iter().filter(|n| !n.is_variable() && !forward.contains(&node_key(n))).collect(),
+        topo_order(&targets, |n| forward.contains(&node_key(n)))
+            .into_iter()
+            .filter(|n| !n.is_variable() && !forward.contains(&node_key(n)))
+            .collect(),
     );
     // A gradient computed by a backward node and wanted by exactly one argument with
     // grad_req='write' is written straight into that argument's gradient array.
@@ -530,4 +541,3 @@ fn plan_backward(
         .collect();
     Ok(BackwardPlan { head_grads, grads, steps, direct, by_node })
 }
-

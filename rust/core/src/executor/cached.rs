@@ -134,14 +134,8 @@ impl CachedOp {
         // The graph the calls run, after the passes an executor applies at bind; the inputs
         // stay the caller's symbol's variables.
         let symbol = if cse::enabled() { Symbol { outputs: cse::eliminate_common_expr(&symbol.outputs)? } } else { symbol };
-        let graph = Graph {
-            symbol,
-            inputs,
-            flags,
-            plans: Mutex::new(HashMap::new()),
-            runs: Mutex::new(HashMap::new()),
-            last_planned: AtomicUsize::new(0),
-        };
+        let graph =
+            Graph { symbol, inputs, flags, plans: Mutex::new(HashMap::new()), runs: Mutex::new(HashMap::new()), last_planned: AtomicUsize::new(0) };
         Ok(CachedOp { graph: Arc::new(graph) })
     }
 
@@ -214,8 +208,7 @@ impl Graph {
             return Ok(plan.clone());
         }
         let symbol = &self.symbol;
-        let head_grads: Vec<Arc<Node>> =
-            (0..symbol.outputs.len()).map(|i| Node::variable(format!("head_grad{i}"), Attrs::new())).collect();
+        let head_grads: Vec<Arc<Node>> = (0..symbol.outputs.len()).map(|i| Node::variable(format!("head_grad{i}"), Attrs::new())).collect();
         let head_entries: Vec<Entry> = head_grads.iter().map(|n| Entry::new(n.clone(), 0)).collect();
         let wanted: Vec<usize> = (0..needed.len()).filter(|&i| needed[i]).collect();
         let xs: Vec<Entry> = wanted.iter().map(|&i| Entry::new(self.inputs[i].clone(), 0)).collect();
@@ -346,7 +339,14 @@ impl Graph {
     }
 
     /// Push the forward steps of `run` on `inputs` into `allocation`; the values of its targets.
-    fn forward(&self, run: &CompiledRun, allocation: &Allocation, inputs: &[NDArray], ctx: Context, observe: Option<StepObserver<'_>>) -> Result<Vec<NDArray>> {
+    fn forward(
+        &self,
+        run: &CompiledRun,
+        allocation: &Allocation,
+        inputs: &[NDArray],
+        ctx: Context,
+        observe: Option<StepObserver<'_>>,
+    ) -> Result<Vec<NDArray>> {
         let _symbolic = crate::profiler::symbolic_section();
         let _flags = FlagsGuard::set(false, autograd::is_training());
         let mut values: AddressMap<EntryKey, NDArray> = self.inputs.iter().zip(inputs).map(|(n, a)| ((node_key(n), 0), a.detached())).collect();
@@ -408,7 +408,8 @@ impl Operator for CachedCall {
         let mut node_inputs: Vec<Entry> = (0..d.num_inputs()).map(|i| d.input(i)).collect();
         node_inputs.extend((visible..d.num_outputs()).map(|i| d.output(i)));
         node_inputs.extend(d.out_grads()[..visible].iter().cloned());
-        let backward = CachedBackward { graph: self.graph.clone(), plan: self.plan.clone(), run: self.run.clone(), allocation: self.allocation.clone() };
+        let backward =
+            CachedBackward { graph: self.graph.clone(), plan: self.plan.clone(), run: self.run.clone(), allocation: self.allocation.clone() };
         let mut grads = d.instance_outputs("_backward_CachedOp", Arc::new(backward), &node_inputs).into_iter();
         Ok(self.plan.grads.iter().map(|g| g.as_ref().and_then(|_| grads.next())).collect())
     }
@@ -457,11 +458,11 @@ impl Operator for CachedBackward {
 impl CachedBackward {
     fn differentiate(&self, inputs: &[NDArray], into: &[Option<NDArray>]) -> Result<Vec<NDArray>> {
         let g = &self.graph;
-        let backward = self.run.backward.as_ref().ok_or_else(|| crate::err!(Runtime, "a cached graph's gradient was compiled without its backward run"))?;
+        let backward =
+            self.run.backward.as_ref().ok_or_else(|| crate::err!(Runtime, "a cached graph's gradient was compiled without its backward run"))?;
         let (graph_inputs, rest) = inputs.split_at(g.inputs.len());
         let (saved, head_grads) = rest.split_at(self.plan.saved.len());
-        let mut values: AddressMap<EntryKey, NDArray> =
-            g.inputs.iter().zip(graph_inputs).map(|(n, a)| ((node_key(n), 0), a.detached())).collect();
+        let mut values: AddressMap<EntryKey, NDArray> = g.inputs.iter().zip(graph_inputs).map(|(n, a)| ((node_key(n), 0), a.detached())).collect();
         values.extend(self.plan.head_grads.iter().zip(head_grads).map(|(n, a)| ((node_key(n), 0), a.detached())));
         values.extend(self.plan.saved.iter().zip(saved).map(|(e, a)| (e.key(), a.detached())));
         // A backward that releases the graph may overwrite the saved values after their last
@@ -469,7 +470,11 @@ impl CachedBackward {
         let releases = autograd::backward_releases_graph();
         let forward_blocks = {
             let mut slot = self.allocation.lock().unwrap_or_else(|p| p.into_inner());
-            if releases { slot.take() } else { slot.clone() }
+            if releases {
+                slot.take()
+            } else {
+                slot.clone()
+            }
         };
         let layout = if releases { &backward.consuming } else { &self.run.layout };
         g.last_planned.store(layout.total_bytes(), Ordering::Relaxed);

@@ -63,18 +63,15 @@ fn locations(op: &str, attrs: &Attrs, key: &str) -> Result<Vec<usize>> {
         crate::bail!(Param, "operator {op}: required parameter '{key}' is missing");
     };
     let values: Vec<i64> = parse_value(op, key, text)?;
-    values
-        .into_iter()
-        .map(|v| usize::try_from(v).map_err(|_| crate::err!(Param, "operator {op}: '{key}' holds a negative location {v}")))
-        .collect()
+    values.into_iter().map(|v| usize::try_from(v).map_err(|_| crate::err!(Param, "operator {op}: '{key}' holds a negative location {v}"))).collect()
 }
 
 /// The number of node inputs: MXNet's `num_args` counts the subgraphs as inputs too.
 fn num_node_inputs(op: &str, attrs: &Attrs, num_subgraphs: usize) -> Result<usize> {
     let num_args = count(op, attrs, "num_args")?;
-    num_args.checked_sub(num_subgraphs).ok_or_else(|| {
-        crate::err!(Param, "operator {op}: num_args is {num_args}, but it counts the {num_subgraphs} subgraph(s) among the inputs")
-    })
+    num_args
+        .checked_sub(num_subgraphs)
+        .ok_or_else(|| crate::err!(Param, "operator {op}: num_args is {num_args}, but it counts the {num_subgraphs} subgraph(s) among the inputs"))
 }
 
 fn check_locations(op: &str, what: &str, locs: &[usize], bound: usize) -> Result<()> {
@@ -165,8 +162,7 @@ impl Subgraph {
     /// input shapes, with the input shapes completed from what the subgraph tells of them.
     fn partial_shapes(&self, inputs: &[Option<PartialShape>]) -> Result<(Vec<Option<PartialShape>>, Vec<Option<PartialShape>>)> {
         self.check_arity("input shape(s)", inputs.len(), self.inputs.len())?;
-        let given: AddressMap<usize, PartialShape> =
-            self.inputs.iter().zip(inputs).filter_map(|(n, s)| Some((node_key(n), s.clone()?))).collect();
+        let given: AddressMap<usize, PartialShape> = self.inputs.iter().zip(inputs).filter_map(|(n, s)| Some((node_key(n), s.clone()?))).collect();
         let targets = self.targets();
         let inferred = infer::infer_partial_shapes(&targets, &|n: &Node| given.get(&address(n)).cloned())?;
         let of = |e: Entry| inferred.get(&e.key()).cloned();
@@ -332,12 +328,18 @@ fn full_shapes(op: &str, shapes: Vec<Option<PartialShape>>) -> Result<Vec<Shape>
     shapes
         .into_iter()
         .enumerate()
-        .map(|(i, s)| s.as_ref().and_then(PartialShape::full).ok_or_else(|| crate::err!(Shape, "{op}: cannot infer the shape of output {i} from its inputs")))
+        .map(|(i, s)| {
+            s.as_ref().and_then(PartialShape::full).ok_or_else(|| crate::err!(Shape, "{op}: cannot infer the shape of output {i} from its inputs"))
+        })
         .collect()
 }
 
 fn full_types(op: &str, types: Vec<Option<DType>>) -> Result<Vec<DType>> {
-    types.into_iter().enumerate().map(|(i, d)| d.ok_or_else(|| crate::err!(Type, "{op}: cannot infer the dtype of output {i} from its inputs"))).collect()
+    types
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| d.ok_or_else(|| crate::err!(Type, "{op}: cannot infer the dtype of output {i} from its inputs")))
+        .collect()
 }
 
 fn partial_inputs(inputs: &[Shape]) -> Vec<Option<PartialShape>> {
@@ -621,7 +623,8 @@ impl ForeachBackward {
                     accumulate(&mut remain_grads[i - f.num_data - f.num_states], grad.clone())?;
                 }
             }
-            carried = f.state_locs().iter().zip(&states).map(|(&loc, s)| grads[loc].clone().map_or_else(|| zeros_like(s), Ok)).collect::<Result<_>>()?;
+            carried =
+                f.state_locs().iter().zip(&states).map(|(&loc, s)| grads[loc].clone().map_or_else(|| zeros_like(s), Ok)).collect::<Result<_>>()?;
         }
         let mut result = data_grads;
         result.extend(carried.iter().map(copy_of).collect::<Result<Vec<_>>>()?);
@@ -729,7 +732,17 @@ impl WhileLoop {
                 }
             }
         }
-        Ok(WhileLoop { cond: Arc::new(cond), func: Arc::new(func), max_iterations, num_inputs, num_out_data, cond_locs, func_locs, var_func_pos, var_slots })
+        Ok(WhileLoop {
+            cond: Arc::new(cond),
+            func: Arc::new(func),
+            max_iterations,
+            num_inputs,
+            num_out_data,
+            cond_locs,
+            func_locs,
+            var_func_pos,
+            var_slots,
+        })
     }
 
     fn num_vars(&self) -> usize {

@@ -16,10 +16,10 @@ use std::sync::Arc;
 use crate::base::Context;
 use crate::error::Result;
 use crate::graph::{address, node_key, topo_order, AddressMap, Entry, EntryKey, Node};
-use crate::op::Operator;
-use crate::pass::infer::infer_shapes;
 use crate::imperative;
 use crate::ndarray::NDArray;
+use crate::op::Operator;
+use crate::pass::infer::infer_shapes;
 use crate::symbol::output_name;
 
 /// How the runner obtains a node's values.
@@ -112,8 +112,10 @@ pub fn run(
         };
         let outputs = match operator.run_on_host(&inputs, &written) {
             Some(result) => result.map_err(|e| e.context(format!("node '{}' ({})", node.name, op.name)))?,
-            None if written.iter().any(Option::is_some) => imperative::invoke_operator_into(&op.name, operator.clone(), &op.attrs, &inputs, written, ctx)
-                .map_err(|e| e.context(format!("node '{}'", node.name)))?,
+            None if written.iter().any(Option::is_some) => {
+                imperative::invoke_operator_into(&op.name, operator.clone(), &op.attrs, &inputs, written, ctx)
+                    .map_err(|e| e.context(format!("node '{}'", node.name)))?
+            }
             None => imperative::invoke_operator(&op.name, operator.clone(), &op.attrs, &inputs, None, ctx, None)
                 .map_err(|e| e.context(format!("node '{}'", node.name)))?,
         };

@@ -183,7 +183,8 @@ impl Layout {
             .map(|i| {
                 let (size, ctx) = (memory.blocks[i], memory.block_contexts[i]);
                 let fits = |j: usize| !taken[j] && shared[j].nbytes() >= size && shared[j].context() == ctx;
-                let reuse = (i < shared.len() && fits(i)).then_some(i).or_else(|| (0..shared.len()).filter(|&j| fits(j)).min_by_key(|&j| shared[j].nbytes()));
+                let reuse =
+                    (i < shared.len() && fits(i)).then_some(i).or_else(|| (0..shared.len()).filter(|&j| fits(j)).min_by_key(|&j| shared[j].nbytes()));
                 match reuse {
                     Some(j) => {
                         taken[j] = true;

@@ -65,12 +65,8 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
         }
     };
     match resolve(path).map_err(|e| e.context(format!("cannot write '{}'", path.display())))? {
-        Destination::Replace(target) => {
-            replace(&target, bytes).map_err(|e| crate::err!(Io, "cannot write {}: {e}", described(&target)))
-        }
-        Destination::InPlace(target) => {
-            write_in_place(&target, bytes).map_err(|e| crate::err!(Io, "cannot write {}: {e}", described(&target)))
-        }
+        Destination::Replace(target) => replace(&target, bytes).map_err(|e| crate::err!(Io, "cannot write {}: {e}", described(&target))),
+        Destination::InPlace(target) => write_in_place(&target, bytes).map_err(|e| crate::err!(Io, "cannot write {}: {e}", described(&target))),
     }
 }
 
@@ -85,15 +81,8 @@ fn replace(target: &Path, bytes: &[u8]) -> std::io::Result<()> {
     // Several threads may save the same path at once: the counter gives each its own temporary.
     static NEXT_TEMP: AtomicU64 = AtomicU64::new(0);
     let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let file_name = target
-        .file_name()
-        .ok_or_else(|| std::io::Error::new(IoErrorKind::InvalidInput, "the path does not name a file"))?;
-    let temp = dir.join(format!(
-        ".{}.{}-{}.tmp",
-        file_name.to_string_lossy(),
-        std::process::id(),
-        NEXT_TEMP.fetch_add(1, Ordering::Relaxed)
-    ));
+    let file_name = target.file_name().ok_or_else(|| std::io::Error::new(IoErrorKind::InvalidInput, "the path does not name a file"))?;
+    let temp = dir.join(format!(".{}.{}-{}.tmp", file_name.to_string_lossy(), std::process::id(), NEXT_TEMP.fetch_add(1, Ordering::Relaxed)));
     let existing_permissions = fs::metadata(target).ok().map(|m| m.permissions());
     let write = || -> std::io::Result<()> {
         // create_new: never write into a file someone else made under that name.

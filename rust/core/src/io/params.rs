@@ -177,8 +177,9 @@ impl<'a> Reader<'a> {
         let dev_at = self.pos;
         let dev_type = self.i32("the device type")?;
         let _dev_id = self.i32("the device id")?;
-        crate::base::DeviceType::from_code(dev_type)
-            .map_err(|_| self.corrupt(dev_at, format_args!("the device type is {dev_type}, expected 1 (cpu), 2 (gpu), 3 (cpu_pinned) or 5 (cpu_shared)")))?;
+        crate::base::DeviceType::from_code(dev_type).map_err(|_| {
+            self.corrupt(dev_at, format_args!("the device type is {dev_type}, expected 1 (cpu), 2 (gpu), 3 (cpu_pinned) or 5 (cpu_shared)"))
+        })?;
         let dtype_at = self.pos;
         let flag = self.i32("the dtype")?;
         let dtype = DType::from_flag(flag).map_err(|_| {
@@ -188,7 +189,14 @@ impl<'a> Reader<'a> {
         let data_at = self.pos;
         let left = self.bytes.len() - data_at;
         let nbytes = shape.size().checked_mul(dtype.size()).filter(|&n| n <= left).ok_or_else(|| {
-            self.corrupt(data_at, format_args!("an array of shape {shape} and dtype {} needs {} bytes, only {left} remain", dtype.name(), shape.size() as u128 * dtype.size() as u128))
+            self.corrupt(
+                data_at,
+                format_args!(
+                    "an array of shape {shape} and dtype {} needs {} bytes, only {left} remain",
+                    dtype.name(),
+                    shape.size() as u128 * dtype.size() as u128
+                ),
+            )
         })?;
         let data = self.take(nbytes, "array data")?;
         // Arrays load onto the CPU; `as_in_context` moves them.

@@ -55,10 +55,7 @@ pub struct NDArray {
 impl NDArray {
     /// A new array with uninitialized contents (MXNet's `empty`).
     pub fn empty(shape: Shape, dtype: DType, ctx: Context) -> Result<NDArray> {
-        let bytes = shape
-            .checked_bytes(dtype.size())
-            .ok()
-            .filter(|&b| b <= isize::MAX as usize / 2);
+        let bytes = shape.checked_bytes(dtype.size()).ok().filter(|&b| b <= isize::MAX as usize / 2);
         let Some(bytes) = bytes else {
             crate::bail!(Value, "cannot allocate an array of shape {shape} and dtype {dtype}: too many bytes");
         };

@@ -98,8 +98,20 @@ impl Leaky {
     #[inline(always)]
     fn value(self, x: f64, slope: f64) -> f64 {
         match self {
-            Leaky::Leaky | Leaky::Prelu | Leaky::Rrelu => if x > 0.0 { x } else { slope * x },
-            Leaky::Elu => if x > 0.0 { x } else { slope * x.exp_m1() },
+            Leaky::Leaky | Leaky::Prelu | Leaky::Rrelu => {
+                if x > 0.0 {
+                    x
+                } else {
+                    slope * x
+                }
+            }
+            Leaky::Elu => {
+                if x > 0.0 {
+                    x
+                } else {
+                    slope * x.exp_m1()
+                }
+            }
             Leaky::Selu => SELU_LAMBDA * if x > 0.0 { x } else { SELU_ALPHA * x.exp_m1() },
             Leaky::Gelu => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
         }
@@ -107,8 +119,20 @@ impl Leaky {
     #[inline(always)]
     fn derivative(self, x: f64, slope: f64) -> f64 {
         match self {
-            Leaky::Leaky | Leaky::Prelu | Leaky::Rrelu => if x > 0.0 { 1.0 } else { slope },
-            Leaky::Elu => if x > 0.0 { 1.0 } else { slope * x.exp() },
+            Leaky::Leaky | Leaky::Prelu | Leaky::Rrelu => {
+                if x > 0.0 {
+                    1.0
+                } else {
+                    slope
+                }
+            }
+            Leaky::Elu => {
+                if x > 0.0 {
+                    1.0
+                } else {
+                    slope * x.exp()
+                }
+            }
             Leaky::Selu => SELU_LAMBDA * if x > 0.0 { 1.0 } else { SELU_ALPHA * x.exp() },
             Leaky::Gelu => {
                 let cdf = 0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2));
@@ -341,7 +365,10 @@ impl Softmax {
 /// Softmax (or log-softmax) of one contiguous float32 row: a vectorized max, exponentials with
 /// sixteen running sums, one scaling pass; compiled for the CPU's widest vectors.
 fn softmax_row_f32(x: &[f32], y: &mut [f32], scale: f32, log: bool) {
-    super::simd::vectorized(#[inline(always)] || softmax_row_f32_body(x, y, scale, log))
+    super::simd::vectorized(
+        #[inline(always)]
+        || softmax_row_f32_body(x, y, scale, log),
+    )
 }
 
 /// Independent accumulators per row: one AVX-512 register (two AVX2 ones).
@@ -503,7 +530,8 @@ impl Operator for Softmax {
                 for row in rows {
                     // SAFETY: row `row` spans n contiguous elements inside both arrays; this task
                     // owns its output row; input and output never alias (no in-place pair).
-                    let (x, y) = unsafe { (std::slice::from_raw_parts(xp.get().add(row * n), n), std::slice::from_raw_parts_mut(yp.get().add(row * n), n)) };
+                    let (x, y) =
+                        unsafe { (std::slice::from_raw_parts(xp.get().add(row * n), n), std::slice::from_raw_parts_mut(yp.get().add(row * n), n)) };
                     softmax_row_f32(x, y, scale as f32, kind == SoftmaxKind::LogSoftmax);
                 }
             });
@@ -575,7 +603,10 @@ struct SoftmaxBackward {
 
 /// One contiguous float32 row of the softmax gradient: the row sum, then one write pass.
 fn softmax_backward_row_f32(g: &[f32], y: &[f32], dx: &mut [f32], log: bool) {
-    super::simd::vectorized(#[inline(always)] || softmax_backward_row_body(g, y, dx, log))
+    super::simd::vectorized(
+        #[inline(always)]
+        || softmax_backward_row_body(g, y, dx, log),
+    )
 }
 
 #[inline(always)]
@@ -696,18 +727,28 @@ fn leaky_relu(p: LeakyReLUParams) -> Result<LeakyReLU> {
 }
 
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
-    add(OpDef::new("Activation", &[], "Applies an activation function element-wise: relu, sigmoid, tanh, softrelu or softsign.", |p: ActivationParams| {
-        let unary = match p.act_type.as_str() {
-            "relu" => "relu",
-            "sigmoid" => "sigmoid",
-            "tanh" => "tanh",
-            "softrelu" => "_softrelu",
-            "softsign" => "softsign",
-            other => crate::bail!(Param, "Activation: act_type must be 'relu', 'sigmoid', 'tanh', 'softrelu' or 'softsign', got '{other}'"),
-        };
-        Ok(Activation { inner: super::lookup(unary)?.instantiate(unary, &Default::default())? })
-    }));
-    add(OpDef::new("LeakyReLU", &[], "Leaky rectified linear units and variants: leaky, elu, selu, gelu, prelu (gamma per channel), rrelu (random slopes while training).", leaky_relu));
+    add(OpDef::new(
+        "Activation",
+        &[],
+        "Applies an activation function element-wise: relu, sigmoid, tanh, softrelu or softsign.",
+        |p: ActivationParams| {
+            let unary = match p.act_type.as_str() {
+                "relu" => "relu",
+                "sigmoid" => "sigmoid",
+                "tanh" => "tanh",
+                "softrelu" => "_softrelu",
+                "softsign" => "softsign",
+                other => crate::bail!(Param, "Activation: act_type must be 'relu', 'sigmoid', 'tanh', 'softrelu' or 'softsign', got '{other}'"),
+            };
+            Ok(Activation { inner: super::lookup(unary)?.instantiate(unary, &Default::default())? })
+        },
+    ));
+    add(OpDef::new(
+        "LeakyReLU",
+        &[],
+        "Leaky rectified linear units and variants: leaky, elu, selu, gelu, prelu (gamma per channel), rrelu (random slopes while training).",
+        leaky_relu,
+    ));
     add(OpDef::new("_backward_LeakyReLU", &[], "Gradient of LeakyReLU.", |p: LeakyReLUParams| Ok(LeakyReLUBackward { forward: leaky_relu(p)? })));
     let softmax = |kind: SoftmaxKind| {
         move |p: SoftmaxParams| {
@@ -730,12 +771,17 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         Ok(SoftmaxBackward { axis: p.axis, log: true })
     }));
     add(OpDef::new("softmin", &[], "Applies the softmin function (softmax of the negated input) along an axis.", softmax(SoftmaxKind::Softmin)));
-    add(OpDef::new("SoftmaxActivation", &[], "Softmax over each instance (mode='instance') or over channels (mode='channel').", |p: SoftmaxActivationParams| {
-        let per_instance = match p.mode.as_str() {
-            "instance" => true,
-            "channel" => false,
-            other => crate::bail!(Param, "SoftmaxActivation: mode must be 'instance' or 'channel', got '{other}'"),
-        };
-        Ok(Softmax { kind: SoftmaxKind::Softmax, dtype: None, axis: 1, temperature: 1.0, per_instance, use_length: false })
-    }));
+    add(OpDef::new(
+        "SoftmaxActivation",
+        &[],
+        "Softmax over each instance (mode='instance') or over channels (mode='channel').",
+        |p: SoftmaxActivationParams| {
+            let per_instance = match p.mode.as_str() {
+                "instance" => true,
+                "channel" => false,
+                other => crate::bail!(Param, "SoftmaxActivation: mode must be 'instance' or 'channel', got '{other}'"),
+            };
+            Ok(Softmax { kind: SoftmaxKind::Softmax, dtype: None, axis: 1, temperature: 1.0, per_instance, use_length: false })
+        },
+    ));
 }

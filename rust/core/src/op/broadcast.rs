@@ -78,20 +78,21 @@ pub fn map1<A: Copy + Send + Sync, B: Copy + Send + Sync>(x: &Tensor, y: &Tensor
 /// `ys[i] = f(xs[i])`, compiled for the CPU's widest vectors (`simd::vectorized`): math-heavy
 /// maps (exp, tanh, sigmoid) then run sixteen lanes at a time instead of four.
 pub(super) fn map_slices<A: Copy, B: Copy>(xs: &[A], ys: &mut [B], f: &impl Fn(A) -> B) {
-    super::simd::vectorized(#[inline(always)] || {
-        for (y, &x) in ys.iter_mut().zip(xs) {
-            *y = f(x);
-        }
-    })
+    super::simd::vectorized(
+        #[inline(always)]
+        || {
+            for (y, &x) in ys.iter_mut().zip(xs) {
+                *y = f(x);
+            }
+        },
+    )
 }
 
 /// Strides of `t` as seen through the output shape `out`: broadcast dims advance by zero.
 fn broadcast_strides(t: &Shape, out: &Shape) -> Vec<usize> {
     let offset = out.ndim() - t.ndim();
     let own = t.strides();
-    (0..out.ndim())
-        .map(|i| if i < offset || t[i - offset] == 1 { 0 } else { own[i - offset] })
-        .collect()
+    (0..out.ndim()).map(|i| if i < offset || t[i - offset] == 1 { 0 } else { own[i - offset] }).collect()
 }
 
 /// Merge adjacent dims that every operand walks contiguously; returns (dims, strides per operand).
@@ -102,8 +103,7 @@ fn collapse(dims: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usiz
         if d == 1 {
             continue;
         }
-        let mergeable = !out_dims.is_empty()
-            && strides.iter().zip(&out_strides).all(|(s, os)| *os.last().unwrap() == s[i] * d);
+        let mergeable = !out_dims.is_empty() && strides.iter().zip(&out_strides).all(|(s, os)| *os.last().unwrap() == s[i] * d);
         if mergeable {
             *out_dims.last_mut().unwrap() *= d;
             for (s, os) in strides.iter().zip(out_strides.iter_mut()) {
@@ -126,15 +126,7 @@ fn collapse(dims: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usiz
 }
 
 #[inline(always)]
-unsafe fn inner_loop<A: Copy, O: Copy>(
-    n: usize,
-    a: *const A,
-    sa: usize,
-    b: *const A,
-    sb: usize,
-    o: *mut O,
-    f: &impl Fn(A, A) -> O,
-) {
+unsafe fn inner_loop<A: Copy, O: Copy>(n: usize, a: *const A, sa: usize, b: *const A, sb: usize, o: *mut O, f: &impl Fn(A, A) -> O) {
     let a_aliased = sa == 1 && a as usize == o as usize;
     if a_aliased || (sb == 1 && b as usize == o as usize) {
         let mut staged = [MaybeUninit::<A>::uninit(); STAGE];
@@ -154,15 +146,7 @@ unsafe fn inner_loop<A: Copy, O: Copy>(
 }
 
 #[inline(always)]
-unsafe fn strided_loop<A: Copy, O: Copy>(
-    n: usize,
-    a: *const A,
-    sa: usize,
-    b: *const A,
-    sb: usize,
-    o: *mut O,
-    f: &impl Fn(A, A) -> O,
-) {
+unsafe fn strided_loop<A: Copy, O: Copy>(n: usize, a: *const A, sa: usize, b: *const A, sb: usize, o: *mut O, f: &impl Fn(A, A) -> O) {
     // SAFETY (for the caller): a/b/o are valid for n steps of their strides.
     match (sa, sb) {
         (1, 1) => {
@@ -207,28 +191,34 @@ pub fn zip2<A: Copy + Send + Sync, O: Copy + Send + Sync>(a: &Tensor, b: &Tensor
     if rows == 1 {
         parallel_chunks(inner, PARALLEL_GRAIN, |r| {
             // SAFETY: r lies in 0..inner, within every operand's extent along the collapsed dim.
-            super::simd::vectorized(#[inline(always)] || unsafe {
-                inner_loop(r.len(), ap.get().add(r.start * ia), ia, bp.get().add(r.start * ib), ib, op.get().add(r.start), &f)
-            })
+            super::simd::vectorized(
+                #[inline(always)]
+                || unsafe { inner_loop(r.len(), ap.get().add(r.start * ia), ia, bp.get().add(r.start * ib), ib, op.get().add(r.start), &f) },
+            )
         });
         return;
     }
     let outer_dims = &dims[..nd - 1];
     let rows_per_chunk = (PARALLEL_GRAIN / inner.max(1)).max(1);
-    parallel_chunks(rows, rows_per_chunk, |r| super::simd::vectorized(#[inline(always)] || {
-        for row in r {
-            let (mut rem, mut oa, mut ob) = (row, 0usize, 0usize);
-            for d in (0..outer_dims.len()).rev() {
-                let idx = rem % outer_dims[d];
-                rem /= outer_dims[d];
-                oa += idx * strides[0][d];
-                ob += idx * strides[1][d];
-            }
-            // SAFETY: offsets come from in-range indices of the output shape mapped through each
-            // operand's (broadcast) strides.
-            unsafe { inner_loop(inner, ap.get().add(oa), ia, bp.get().add(ob), ib, op.get().add(row * inner), &f) }
-        }
-    }));
+    parallel_chunks(rows, rows_per_chunk, |r| {
+        super::simd::vectorized(
+            #[inline(always)]
+            || {
+                for row in r {
+                    let (mut rem, mut oa, mut ob) = (row, 0usize, 0usize);
+                    for d in (0..outer_dims.len()).rev() {
+                        let idx = rem % outer_dims[d];
+                        rem /= outer_dims[d];
+                        oa += idx * strides[0][d];
+                        ob += idx * strides[1][d];
+                    }
+                    // SAFETY: offsets come from in-range indices of the output shape mapped through each
+                    // operand's (broadcast) strides.
+                    unsafe { inner_loop(inner, ap.get().add(oa), ia, bp.get().add(ob), ib, op.get().add(row * inner), &f) }
+                }
+            },
+        )
+    });
 }
 
 #[cfg(test)]

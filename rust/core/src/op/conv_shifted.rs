@@ -345,7 +345,8 @@ impl Shifted<'_> {
         // Output lines: where each starts in the padded images and in the transposed response.
         let mut lines = Vec::with_capacity(images.len() * g.output[0] * g.output[1]);
         for k in 0..images.len() {
-            self.layout.for_each_output_line(g, |in_plane, in_padded| lines.push(Line { src: k * self.layout.plane + in_padded, row: k * outs + in_plane }));
+            self.layout
+                .for_each_output_line(g, |in_plane, in_padded| lines.push(Line { src: k * self.layout.plane + in_padded, row: k * outs + in_plane }));
         }
         let per_group = kernel * cpg * stride;
         for grp in 0..g.groups {
@@ -466,7 +467,8 @@ fn weight_grad_tiles<const W: usize, const FV: usize, const NC: usize, const FUS
                     for x in 0..len {
                         // SAFETY: weight_grad_rows checked that rows up to the last line's end
                         // lie inside `transposed`, and f0 + fb <= fpg, the row length.
-                        let w: [[f32; W]; FV] = unsafe { std::ptr::read_unaligned(transposed.as_ptr().add((line.row + x) * fpg + f0) as *const [[f32; W]; FV]) };
+                        let w: [[f32; W]; FV] =
+                            unsafe { std::ptr::read_unaligned(transposed.as_ptr().add((line.row + x) * fpg + f0) as *const [[f32; W]; FV]) };
                         for (acc_row, &start) in acc.iter_mut().zip(&starts) {
                             // SAFETY: weight_grad_rows checked that every row reads up to the last
                             // line's end plus the largest offset inside `source.data`.
@@ -617,7 +619,8 @@ fn correlate_tiles<const W: usize, const PV: usize, const FB: usize, const FUSED
                 for (&offset, w) in offsets.iter().zip(taps.chunks_exact(FB)) {
                     // SAFETY: correlate_rows checked that every source row i < count holds
                     // src + max offset + W elements for every span.
-                    let x: [[f32; W]; PV] = std::array::from_fn(|v| unsafe { std::ptr::read_unaligned(row.add(picked[v].src + offset) as *const [f32; W]) });
+                    let x: [[f32; W]; PV] =
+                        std::array::from_fn(|v| unsafe { std::ptr::read_unaligned(row.add(picked[v].src + offset) as *const [f32; W]) });
                     for (acc_row, &wf) in acc.iter_mut().zip(w) {
                         for (acc_vec, x_vec) in acc_row.iter_mut().zip(&x) {
                             for (a, &xv) in acc_vec.iter_mut().zip(x_vec) {
@@ -719,7 +722,10 @@ mod tests {
                             .map(|(q, row)| source.data[c * stride + q + offset] * transposed[row * fpg + f])
                             .sum();
                         let got = out[(k * channels + c) * fpg + f];
-                        assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "shape {shape}: offset {k} channel {c} filter {f}: {got} vs {want}");
+                        assert!(
+                            (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+                            "shape {shape}: offset {k} channel {c} filter {f}: {got} vs {want}"
+                        );
                     }
                 }
             }

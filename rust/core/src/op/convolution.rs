@@ -5,8 +5,8 @@
 //! Spatial work is done in three dimensions: 1-D and 2-D problems get leading axes of size one,
 //! so one set of loops serves every rank.
 
-use super::grad::{tuple_attr, Grad, InputGrads};
 use super::conv_shifted::{Shifted, ShiftedBuffers, ShiftedLayout, Uses};
+use super::grad::{tuple_attr, Grad, InputGrads};
 use super::linalg::{matmul_into, Mat};
 use super::{simd, sum_lanes, ExecContext, OpDef, Operator, Scratch, SendPtr, Tensor};
 use crate::base::{merge_partial, DType, Elem, PartialShape, Shape};
@@ -354,7 +354,10 @@ const CHUNK_ELEMENTS: usize = 1 << 18;
 /// Per-chunk buffers of the strategy in use.
 pub(super) enum ChunkBuffers<T> {
     /// The side-by-side column matrices and one group's response block.
-    Columns { col: Scratch<T>, staging: Scratch<T> },
+    Columns {
+        col: Scratch<T>,
+        staging: Scratch<T>,
+    },
     Shifted(ShiftedBuffers),
 }
 
@@ -489,7 +492,14 @@ impl<'a> ImageProducts<'a> {
     ///
     /// # Safety
     /// `weight_grad` points to a buffer shaped like the weight, of element type `T`.
-    pub unsafe fn accumulate_weight_grad<T: Elem>(&self, images: Range<usize>, image: &[T], response: &[T], weight_grad: *mut u8, buf: &mut ChunkBuffers<T>) {
+    pub unsafe fn accumulate_weight_grad<T: Elem>(
+        &self,
+        images: Range<usize>,
+        image: &[T],
+        response: &[T],
+        weight_grad: *mut u8,
+        buf: &mut ChunkBuffers<T>,
+    ) {
         let g = self.g;
         let (outs, rows, es) = (g.output_size(), g.col_rows(), self.dtype.size());
         let fpg = g.filters / g.groups;
@@ -557,7 +567,10 @@ pub(super) fn add_channel_bias<T: Elem>(images: &mut [T], bias: &[T], plane: usi
 pub(super) fn channel_sums<T: Elem>(images: &[T], channels: usize, plane: usize, sums: &mut [T]) {
     let mut acc = vec![0f64; channels];
     for (i, values) in images.chunks(plane).enumerate() {
-        acc[i % channels] += simd::vectorized(#[inline(always)] || sum_lanes(values, values, |v, _| v));
+        acc[i % channels] += simd::vectorized(
+            #[inline(always)]
+            || sum_lanes(values, values, |v, _| v),
+        );
     }
     sums.iter_mut().zip(&acc).for_each(|(v, &a)| *v = T::from_f64(a));
 }
@@ -592,7 +605,12 @@ impl Operator for Convolution {
         let op = "Convolution";
         let rank = self.p.kernel.len();
         if !(1..=3).contains(&rank) || data.ndim() != rank + 2 {
-            crate::bail!(Shape, "{op}: a kernel of {:?} needs data of {} dimensions (batch, channel, spatial...), got {data}", self.p.kernel, rank + 2);
+            crate::bail!(
+                Shape,
+                "{op}: a kernel of {:?} needs data of {} dimensions (batch, channel, spatial...), got {data}",
+                self.p.kernel,
+                rank + 2
+            );
         }
         let first = 3 - rank;
         let (kernel, stride) = (spatial(op, "kernel", &self.p.kernel, rank, 1, 1)?, spatial(op, "stride", &self.p.stride, rank, 1, 1)?);

@@ -239,14 +239,7 @@ fn sampler(
     invalid_params: Option<Error>,
     draw: impl Fn(u64, u64) -> f64 + Send + Sync + 'static,
 ) -> Result<Create> {
-    Ok(Create {
-        shape: shape_from(name, shape)?,
-        dtype,
-        ctx,
-        value: Arc::new(move |seed, i| draw(seed, i as u64)),
-        random: true,
-        invalid_params,
-    })
+    Ok(Create { shape: shape_from(name, shape)?, dtype, ctx, value: Arc::new(move |seed, i| draw(seed, i as u64)), random: true, invalid_params })
 }
 
 /// zeros_like / ones_like: the input's shape and dtype, filled with a constant.
@@ -285,7 +278,14 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     add(OpDef::new("_ones", &[], "Returns a new array filled with ones.", constant("_ones", 1.0)));
     add(OpDef::new("_full", &[], "Returns a new array filled with the given value.", |p: FullParams| {
         let value = p.value;
-        Ok(Create { shape: shape_from("_full", &p.shape)?, dtype: p.dtype.unwrap_or(DType::F32), ctx: p.ctx, value: Arc::new(move |_, _| value), random: false, invalid_params: None })
+        Ok(Create {
+            shape: shape_from("_full", &p.shape)?,
+            dtype: p.dtype.unwrap_or(DType::F32),
+            ctx: p.ctx,
+            value: Arc::new(move |_, _| value),
+            random: false,
+            invalid_params: None,
+        })
     }));
     add(OpDef::new(
         "_arange",
@@ -319,8 +319,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         &["uniform", "random_uniform"],
         "Draws samples from a uniform distribution on [low, high).",
         |p: UniformParams| {
-            let invalid = (p.high < p.low)
-                .then(|| crate::err!(Value, "_random_uniform: low ({}) must not exceed high ({})", p.low, p.high));
+            let invalid = (p.high < p.low).then(|| crate::err!(Value, "_random_uniform: low ({}) must not exceed high ({})", p.low, p.high));
             let (low, span) = (p.low, p.high - p.low);
             sampler("_random_uniform", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), invalid, move |seed, i| {
                 low + span * crate::random::uniform(seed, i)
@@ -340,23 +339,32 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         },
     ));
     add(OpDef::new("_random_randint", &["random_randint"], "Draws integers uniformly from [low, high).", |p: RandIntParams| {
-        let invalid = (p.high <= p.low)
-            .then(|| crate::err!(Value, "_random_randint: low ({}) must be less than high ({})", p.low, p.high));
+        let invalid = (p.high <= p.low).then(|| crate::err!(Value, "_random_randint: low ({}) must be less than high ({})", p.low, p.high));
         let (low, span) = (p.low as f64, (p.high - p.low) as f64);
         sampler("_random_randint", &p.shape, p.ctx, p.dtype.unwrap_or(DType::I32), invalid, move |seed, i| {
             (low + span * crate::random::uniform(seed, i)).floor()
         })
     }));
-    add(OpDef::new("_random_exponential", &["random_exponential"], "Draws samples from an exponential distribution with rate lam.", |p: ExponentialParams| {
-        let lam = p.lam;
-        sampler("_random_exponential", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), None, move |seed, i| {
-            -(1.0 - crate::random::uniform(seed, i)).ln() / lam
-        })
-    }));
-    add(OpDef::new("_random_gamma", &["random_gamma"], "Draws samples from a gamma distribution with shape alpha and scale beta.", |p: GammaParams| {
-        let (alpha, beta) = (p.alpha, p.beta);
-        sampler("_random_gamma", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), None, move |seed, i| beta * crate::random::gamma(seed, i, alpha))
-    }));
+    add(OpDef::new(
+        "_random_exponential",
+        &["random_exponential"],
+        "Draws samples from an exponential distribution with rate lam.",
+        |p: ExponentialParams| {
+            let lam = p.lam;
+            sampler("_random_exponential", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), None, move |seed, i| {
+                -(1.0 - crate::random::uniform(seed, i)).ln() / lam
+            })
+        },
+    ));
+    add(OpDef::new(
+        "_random_gamma",
+        &["random_gamma"],
+        "Draws samples from a gamma distribution with shape alpha and scale beta.",
+        |p: GammaParams| {
+            let (alpha, beta) = (p.alpha, p.beta);
+            sampler("_random_gamma", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), None, move |seed, i| beta * crate::random::gamma(seed, i, alpha))
+        },
+    ));
     add(OpDef::new("_random_poisson", &["random_poisson"], "Draws samples from a Poisson distribution with mean lam.", |p: PoissonParams| {
         let lam = p.lam;
         sampler("_random_poisson", &p.shape, p.ctx, p.dtype.unwrap_or(DType::F32), None, move |seed, i| crate::random::poisson(seed, i, lam))

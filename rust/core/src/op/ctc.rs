@@ -58,13 +58,21 @@ struct Dims {
 
 impl CtcSetup {
     fn name(&self) -> &'static str {
-        if self.backward { "_backward_ctc_loss" } else { "CTCLoss" }
+        if self.backward {
+            "_backward_ctc_loss"
+        } else {
+            "CTCLoss"
+        }
     }
     fn data_index(&self) -> usize {
         usize::from(self.backward)
     }
     fn blank(&self, alphabet: usize) -> usize {
-        if self.blank_first { 0 } else { alphabet - 1 }
+        if self.blank_first {
+            0
+        } else {
+            alphabet - 1
+        }
     }
     fn dims(&self, data: &Shape, label: &Shape) -> Result<Dims> {
         let op = self.name();
@@ -173,7 +181,11 @@ impl CtcSetup {
 #[inline]
 fn log_add(a: f64, b: f64) -> f64 {
     let (hi, lo) = if a > b { (a, b) } else { (b, a) };
-    if lo == f64::NEG_INFINITY { hi } else { hi + (lo - hi).exp().ln_1p() }
+    if lo == f64::NEG_INFINITY {
+        hi
+    } else {
+        hi + (lo - hi).exp().ln_1p()
+    }
 }
 
 /// One sequence's forward-backward problem in log space.
@@ -428,7 +440,5 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
          channel alphabet_size-1 and pads with -1.",
         |p: CtcLossParams| Ok(CtcLoss(setup(p, false)?)),
     ));
-    add(OpDef::new("_backward_ctc_loss", &[], "Gradient of CTCLoss with respect to data.", |p: CtcLossParams| {
-        Ok(CtcLossBackward(setup(p, true)?))
-    }));
+    add(OpDef::new("_backward_ctc_loss", &[], "Gradient of CTCLoss with respect to data.", |p: CtcLossParams| Ok(CtcLossBackward(setup(p, true)?))));
 }

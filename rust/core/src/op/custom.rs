@@ -95,7 +95,8 @@ fn create(attrs: &Attrs) -> Result<Arc<dyn Operator>> {
     let Some(factory) = factory else {
         crate::bail!(Param, "operator Custom: no custom operator is registered as '{op_type}'; register it with @mx.operator.register('{op_type}')");
     };
-    let params: Attrs = attrs.iter().filter(|(k, _)| k.as_str() != "op_type" && !crate::op::params::is_annotation(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let params: Attrs =
+        attrs.iter().filter(|(k, _)| k.as_str() != "op_type" && !crate::op::params::is_annotation(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
     let prop = factory(&params).map_err(|e| e.context(format!("creating custom operator '{op_type}'")))?;
     let arguments = prop.arguments()?;
     let num_outputs = prop.outputs()?.len();
@@ -103,14 +104,16 @@ fn create(attrs: &Attrs) -> Result<Arc<dyn Operator>> {
     if num_outputs == 0 {
         crate::bail!(Value, "custom operator '{op_type}': list_outputs() is empty");
     }
-    Ok(Arc::new(Custom {
-        node: Arc::new(CustomNode { op_type: op_type.clone(), prop, kernel: Mutex::new(None) }),
-        arguments,
-        auxiliary_states,
-        num_outputs,
-        aux_indices: Vec::new(),
-    }
-    .with_aux_indices()))
+    Ok(Arc::new(
+        Custom {
+            node: Arc::new(CustomNode { op_type: op_type.clone(), prop, kernel: Mutex::new(None) }),
+            arguments,
+            auxiliary_states,
+            num_outputs,
+            aux_indices: Vec::new(),
+        }
+        .with_aux_indices(),
+    ))
 }
 
 pub(crate) fn register(add: &mut impl FnMut(OpDef)) {
@@ -174,7 +177,10 @@ impl Custom {
 
     fn signature_shapes(&self, inputs: &[Option<Shape>]) -> Result<Signature<Shape>> {
         let sig = self.node.prop.infer_shape(inputs)?;
-        if sig.arguments.len() != self.arguments.len() || sig.outputs.len() != self.num_outputs || sig.auxiliary_states.len() != self.auxiliary_states.len() {
+        if sig.arguments.len() != self.arguments.len()
+            || sig.outputs.len() != self.num_outputs
+            || sig.auxiliary_states.len() != self.auxiliary_states.len()
+        {
             crate::bail!(
                 Shape,
                 "custom operator '{}': infer_shape returned {} argument, {} output and {} auxiliary shape(s); expected {}, {} and {}",
@@ -193,7 +199,13 @@ impl Custom {
     fn forward_on_host(&self, inputs: &[NDArray], into: &[Option<NDArray>]) -> Result<Vec<NDArray>> {
         let expected = self.arguments.len() + self.auxiliary_states.len();
         if inputs.len() != expected {
-            crate::bail!(Value, "custom operator '{}' takes {expected} input(s) ({}), got {}", self.node.op_type, self.input_names().join(", "), inputs.len());
+            crate::bail!(
+                Value,
+                "custom operator '{}' takes {expected} input(s) ({}), got {}",
+                self.node.op_type,
+                self.input_names().join(", "),
+                inputs.len()
+            );
         }
         let shapes = self.infer_shape(&inputs.iter().map(|a| a.shape().clone()).collect::<Vec<_>>())?;
         let types = self.infer_type(&inputs.iter().map(NDArray::dtype).collect::<Vec<_>>())?;
@@ -301,15 +313,20 @@ impl CustomBackward {
     /// The forward arguments' entries among the gradient node's inputs: each input gradient has
     /// its argument's shape and dtype.
     fn arguments_of<T: Clone>(&self, inputs: &[T]) -> Result<Vec<T>> {
-        inputs
-            .get(self.num_outputs..self.num_outputs + self.num_args)
-            .map(<[T]>::to_vec)
-            .ok_or_else(|| crate::err!(Value, "_backward_Custom of '{}': {} input(s) given, expected {}", self.node.op_type, inputs.len(), self.input_names().len()))
+        inputs.get(self.num_outputs..self.num_outputs + self.num_args).map(<[T]>::to_vec).ok_or_else(|| {
+            crate::err!(Value, "_backward_Custom of '{}': {} input(s) given, expected {}", self.node.op_type, inputs.len(), self.input_names().len())
+        })
     }
 
     fn backward_on_host(&self, inputs: &[NDArray], into: &[Option<NDArray>]) -> Result<Vec<NDArray>> {
         if inputs.len() != self.input_names().len() {
-            crate::bail!(Value, "_backward_Custom of '{}': {} input(s) given, expected {}", self.node.op_type, inputs.len(), self.input_names().len());
+            crate::bail!(
+                Value,
+                "_backward_Custom of '{}': {} input(s) given, expected {}",
+                self.node.op_type,
+                inputs.len(),
+                self.input_names().len()
+            );
         }
         let (out_grad, args, aux, outputs) = self.split(inputs);
         let in_grad = args

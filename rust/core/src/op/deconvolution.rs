@@ -3,8 +3,8 @@
 //! data gradient correlates (im2col, W g); the weight gradient is the convolution's own formula
 //! with the roles of image and response swapped.
 
-use super::convolution::{add_channel_bias, channel_sums, spatial, weight_grad_over_chunks, Geometry, ImageProducts};
 use super::conv_shifted::Uses;
+use super::convolution::{add_channel_bias, channel_sums, spatial, weight_grad_over_chunks, Geometry, ImageProducts};
 use super::grad::{tuple_attr, Grad, InputGrads};
 use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{DType, Shape};
@@ -121,7 +121,9 @@ impl DeconvolutionParams {
             ("num_group", self.num_group.to_string()),
             ("no_bias", flag(self.no_bias)),
         ];
-        for (name, v) in [("stride", &self.stride), ("dilate", &self.dilate), ("pad", &self.pad), ("adj", &self.adj), ("target_shape", &self.target_shape)] {
+        for (name, v) in
+            [("stride", &self.stride), ("dilate", &self.dilate), ("pad", &self.pad), ("adj", &self.adj), ("target_shape", &self.target_shape)]
+        {
             if !v.is_empty() {
                 attrs.push((name, tuple_attr(v)));
             }

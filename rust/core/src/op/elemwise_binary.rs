@@ -86,11 +86,14 @@ impl<M: BinaryMath> Operator for Binary<M> {
     fn elementwise(&self) -> Option<Elementwise> {
         Some(Elementwise {
             kernel: Arc::new(|out: &mut [f32], inputs: &[&[f32]]| {
-                super::simd::vectorized(#[inline(always)] || {
-                    for ((o, &a), &b) in out.iter_mut().zip(inputs[0]).zip(inputs[1]) {
-                        *o = M::float(a, b);
-                    }
-                })
+                super::simd::vectorized(
+                    #[inline(always)]
+                    || {
+                        for ((o, &a), &b) in out.iter_mut().zip(inputs[0]).zip(inputs[1]) {
+                            *o = M::float(a, b);
+                        }
+                    },
+                )
             }),
             cuda_expr: M::CUDA.to_string(),
             scalar: None,
@@ -168,19 +171,25 @@ impl<M: BinaryMath> Operator for Scalar<M> {
         let s = self.scalar as f32;
         let kernel: BlockKernel = if self.reverse {
             Arc::new(move |out: &mut [f32], inputs: &[&[f32]]| {
-                super::simd::vectorized(#[inline(always)] || {
-                    for (o, &x) in out.iter_mut().zip(inputs[0]) {
-                        *o = M::float(s, x);
-                    }
-                })
+                super::simd::vectorized(
+                    #[inline(always)]
+                    || {
+                        for (o, &x) in out.iter_mut().zip(inputs[0]) {
+                            *o = M::float(s, x);
+                        }
+                    },
+                )
             })
         } else {
             Arc::new(move |out: &mut [f32], inputs: &[&[f32]]| {
-                super::simd::vectorized(#[inline(always)] || {
-                    for (o, &x) in out.iter_mut().zip(inputs[0]) {
-                        *o = M::float(x, s);
-                    }
-                })
+                super::simd::vectorized(
+                    #[inline(always)]
+                    || {
+                        for (o, &x) in out.iter_mut().zip(inputs[0]) {
+                            *o = M::float(x, s);
+                        }
+                    },
+                )
             })
         };
         let operands = if self.reverse { ["$s", "$0"] } else { ["$0", "$s"] };
@@ -394,11 +403,21 @@ struct ReluGrad;
 impl BinaryMath for ReluGrad {
     #[inline(always)]
     fn float<F: Float>(g: F, y: F) -> F {
-        if y > F::zero() { g } else if y.is_nan() { y } else { F::zero() }
+        if y > F::zero() {
+            g
+        } else if y.is_nan() {
+            y
+        } else {
+            F::zero()
+        }
     }
     #[inline(always)]
     fn int(g: i64, y: i64) -> i64 {
-        if y > 0 { g } else { 0 }
+        if y > 0 {
+            g
+        } else {
+            0
+        }
     }
     const CUDA: &'static str = "($1 > 0 ? $0 : ($1 != $1 ? $1 : 0))";
     fn grad(d: &mut Grad, _g: &Entry, y: &Entry, _out: &Entry, gg: &Entry) -> Result<(Option<Entry>, Option<Entry>)> {

@@ -50,8 +50,7 @@ pub fn exp_f32(x: f32) -> f32 {
 pub fn tanh_f32(x: f32) -> f32 {
     let a = x.abs();
     let x2 = x * x;
-    let small = x * (1.0
-        + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0 + x2 * (62.0 / 2835.0 + x2 * (-1382.0 / 155_925.0))))));
+    let small = x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0 + x2 * (62.0 / 2835.0 + x2 * (-1382.0 / 155_925.0))))));
     // Above 44 in magnitude the exponential is infinite and the quotient 0: tanh is 1.
     let large = 1.0 - 2.0 / (exp_in_range(2.0 * a) + 1.0);
     if a < 0.5 {

@@ -12,7 +12,7 @@
 //! no prefetch, 81% with 128-value blocks prefetched 512 values ahead; a hand-written single
 //! loop reaches 86%).
 
-use super::{parallel_chunks, BlockKernel, PARALLEL_GRAIN, ExecContext, Operator, SendPtr, Tensor};
+use super::{parallel_chunks, BlockKernel, ExecContext, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
 use crate::base::{unify_partial, DType, PartialShape, Shape};
 use crate::error::Result;
 

@@ -161,7 +161,13 @@ impl Operator for PickBackward {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         let (_, picked) = self.pick.layout(&inputs[2])?;
         if inputs[0].size() != picked.size() || inputs[1].size() != picked.size() {
-            crate::bail!(Shape, "_backward_pick: gradient {} and index {} must match the picked shape {picked} of data {}", inputs[0], inputs[1], inputs[2]);
+            crate::bail!(
+                Shape,
+                "_backward_pick: gradient {} and index {} must match the picked shape {picked} of data {}",
+                inputs[0],
+                inputs[1],
+                inputs[2]
+            );
         }
         Ok(vec![inputs[2].clone()])
     }
@@ -337,7 +343,13 @@ impl Operator for ScatterSetNd {
         }
         let expected = gathered_shape(&self.shape, &inputs[2]);
         if expected.size() != inputs[1].size() {
-            crate::bail!(Shape, "_scatter_set_nd: rhs {} does not fit indices {} into shape {} (expected {expected})", inputs[1], inputs[2], self.shape);
+            crate::bail!(
+                Shape,
+                "_scatter_set_nd: rhs {} does not fit indices {} into shape {} (expected {expected})",
+                inputs[1],
+                inputs[2],
+                self.shape
+            );
         }
         Ok(vec![self.shape.clone()])
     }
@@ -711,10 +723,15 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         Ok(())
     };
     // MXNet's legacy `choose_element_0index(lhs, rhs)` is pick along the last axis.
-    add(OpDef::new("pick", &["choose_element_0index"], "Picks elements from an input array along an axis, by the indices in `index`.", move |p: PickParams| {
-        check_mode(&p.mode)?;
-        Ok(Pick { p })
-    }));
+    add(OpDef::new(
+        "pick",
+        &["choose_element_0index"],
+        "Picks elements from an input array along an axis, by the indices in `index`.",
+        move |p: PickParams| {
+            check_mode(&p.mode)?;
+            Ok(Pick { p })
+        },
+    ));
     add(OpDef::new("_backward_pick", &[], "Gradient of pick: places grad where pick took its values.", move |p: BackwardPickParams| {
         check_mode(&p.mode)?;
         Ok(PickBackward { pick: Pick { p: PickParams { axis: p.axis, keepdims: p.keepdims, mode: p.mode } } })
@@ -722,23 +739,53 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     add(OpDef::new("batch_take", &[], "Takes a[i, indices[i]] for each row i of a 2-D array.", |_: NoParams| {
         Ok(BatchTake(Pick { p: PickParams { axis: Some(-1), keepdims: false, mode: "clip".to_string() } }))
     }));
-    add(OpDef::new("gather_nd", &[], "Gathers elements or slices of data at the N-d positions given by indices (M, ...).", |_: NoParams| Ok(GatherNd)));
-    add(OpDef::new("scatter_nd", &[], "Scatters data into a new zero array of `shape` at the N-d positions given by indices.", |p: ScatterNdParams| {
-        let dims = p.shape.iter().map(|&d| usize::try_from(d).map_err(|_| crate::err!(Param, "scatter_nd: negative dimension in shape {:?}", p.shape))).collect::<Result<Vec<_>>>()?;
-        Ok(ScatterNd { shape: Some(Shape::new(dims)), accumulate: false })
+    add(OpDef::new("gather_nd", &[], "Gathers elements or slices of data at the N-d positions given by indices (M, ...).", |_: NoParams| {
+        Ok(GatherNd)
     }));
-    add(OpDef::new("_scatter_set_nd", &[], "Writes rhs into lhs at the N-d positions given by indices (in place: x[idx] = v).", |p: ScatterNdParams| {
-        let dims = p.shape.iter().map(|&d| usize::try_from(d).map_err(|_| crate::err!(Param, "_scatter_set_nd: negative dimension in shape {:?}", p.shape))).collect::<Result<Vec<_>>>()?;
-        Ok(ScatterSetNd { shape: Shape::new(dims) })
+    add(OpDef::new(
+        "scatter_nd",
+        &[],
+        "Scatters data into a new zero array of `shape` at the N-d positions given by indices.",
+        |p: ScatterNdParams| {
+            let dims = p
+                .shape
+                .iter()
+                .map(|&d| usize::try_from(d).map_err(|_| crate::err!(Param, "scatter_nd: negative dimension in shape {:?}", p.shape)))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(ScatterNd { shape: Some(Shape::new(dims)), accumulate: false })
+        },
+    ));
+    add(OpDef::new(
+        "_scatter_set_nd",
+        &[],
+        "Writes rhs into lhs at the N-d positions given by indices (in place: x[idx] = v).",
+        |p: ScatterNdParams| {
+            let dims = p
+                .shape
+                .iter()
+                .map(|&d| usize::try_from(d).map_err(|_| crate::err!(Param, "_scatter_set_nd: negative dimension in shape {:?}", p.shape)))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(ScatterSetNd { shape: Shape::new(dims) })
+        },
+    ));
+    add(OpDef::new(
+        "_backward_gather_nd",
+        &[],
+        "Gradient of gather_nd: accumulates grad at the gathered positions of a zero array like `like`.",
+        |_: NoParams| Ok(ScatterNd { shape: None, accumulate: true }),
+    ));
+    add(OpDef::new("slice_like", &[], "Slices data to the shape of shape_like along the given axes (all by default).", |p: SliceLikeParams| {
+        Ok(SliceLike { axes: p.axes })
     }));
-    add(OpDef::new("_backward_gather_nd", &[], "Gradient of gather_nd: accumulates grad at the gathered positions of a zero array like `like`.", |_: NoParams| {
-        Ok(ScatterNd { shape: None, accumulate: true })
+    add(OpDef::new("_backward_slice_like", &[], "Gradient of slice_like: zeros like data with grad in the leading corner.", |_: NoParams| {
+        Ok(SliceLikeBackward)
     }));
-    add(OpDef::new("slice_like", &[], "Slices data to the shape of shape_like along the given axes (all by default).", |p: SliceLikeParams| Ok(SliceLike { axes: p.axes })));
-    add(OpDef::new("_backward_slice_like", &[], "Gradient of slice_like: zeros like data with grad in the leading corner.", |_: NoParams| Ok(SliceLikeBackward)));
-    add(OpDef::new("boolean_mask", &["_contrib_boolean_mask"], "Keeps the rows of data (along axis) where index is non-zero.", |p: BooleanMaskParams| {
-        Ok(BooleanMask { axis: p.axis })
-    }));
+    add(OpDef::new(
+        "boolean_mask",
+        &["_contrib_boolean_mask"],
+        "Keeps the rows of data (along axis) where index is non-zero.",
+        |p: BooleanMaskParams| Ok(BooleanMask { axis: p.axis }),
+    ));
     add(OpDef::new("_backward_boolean_mask", &[], "Gradient of boolean_mask: puts grad's rows back in place.", |p: BooleanMaskParams| {
         Ok(BooleanMaskBackward { mask: BooleanMask { axis: p.axis } })
     }));

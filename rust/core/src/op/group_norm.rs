@@ -318,21 +318,32 @@ fn l2_mode(mode: &str) -> Result<L2Mode> {
 }
 
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
-    add(OpDef::new("GroupNorm", &[], "Group normalization: statistics per instance and channel group, gamma/beta per group.", |p: GroupNormParams| {
-        if p.num_groups == 0 {
-            crate::bail!(Param, "GroupNorm: num_groups must be positive");
-        }
-        Ok(GroupNorm { name: "GroupNorm", groups: Some(p.num_groups), eps: p.eps, visible: if p.output_mean_var { 3 } else { 1 } })
-    }));
-    add(OpDef::new("InstanceNorm", &[], "Instance normalization: statistics per instance and channel, gamma/beta per channel.", |p: InstanceNormParams| {
-        Ok(GroupNorm { name: "InstanceNorm", groups: None, eps: p.eps, visible: 1 })
-    }));
+    add(OpDef::new(
+        "GroupNorm",
+        &[],
+        "Group normalization: statistics per instance and channel group, gamma/beta per group.",
+        |p: GroupNormParams| {
+            if p.num_groups == 0 {
+                crate::bail!(Param, "GroupNorm: num_groups must be positive");
+            }
+            Ok(GroupNorm { name: "GroupNorm", groups: Some(p.num_groups), eps: p.eps, visible: if p.output_mean_var { 3 } else { 1 } })
+        },
+    ));
+    add(OpDef::new(
+        "InstanceNorm",
+        &[],
+        "Instance normalization: statistics per instance and channel, gamma/beta per channel.",
+        |p: InstanceNormParams| Ok(GroupNorm { name: "InstanceNorm", groups: None, eps: p.eps, visible: 1 }),
+    ));
     add(OpDef::new("_backward_GroupNorm", &[], "Gradient of GroupNorm and InstanceNorm.", |p: GroupNormBackwardParams| {
         Ok(GroupNormBackward { groups: (p.num_groups > 0).then_some(p.num_groups) })
     }));
-    add(OpDef::new("L2Normalization", &[], "Scales the input by its inverse L2 norm per instance, channel position or channel.", |p: L2NormalizationParams| {
-        Ok(L2Normalization { mode: l2_mode(&p.mode)?, eps: p.eps })
-    }));
+    add(OpDef::new(
+        "L2Normalization",
+        &[],
+        "Scales the input by its inverse L2 norm per instance, channel position or channel.",
+        |p: L2NormalizationParams| Ok(L2Normalization { mode: l2_mode(&p.mode)?, eps: p.eps }),
+    ));
     add(OpDef::new("_backward_L2Normalization", &[], "Gradient of L2Normalization.", |p: L2NormalizationParams| {
         Ok(L2NormalizationBackward(L2Normalization { mode: l2_mode(&p.mode)?, eps: p.eps }))
     }));

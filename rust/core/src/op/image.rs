@@ -305,10 +305,7 @@ impl Interp {
             2 => Interp::Area,
             3 => Interp::Cubic,
             4 => Interp::Lanczos,
-            _ => crate::bail!(
-                Param,
-                "{op}: interp must be 0 (nearest), 1 (bilinear), 2 (area), 3 (bicubic) or 4 (Lanczos), got {code}"
-            ),
+            _ => crate::bail!(Param, "{op}: interp must be 0 (nearest), 1 (bilinear), 2 (area), 3 (bicubic) or 4 (Lanczos), got {code}"),
         })
     }
 }
@@ -767,11 +764,8 @@ fn adjust_image(values: &mut [f64], channels: usize, adjust: Adjust) {
     match adjust {
         Adjust::Brightness(alpha) => values.iter_mut().for_each(|v| *v *= alpha),
         Adjust::Contrast(alpha) => {
-            let gray_sum: f64 = if channels == 3 {
-                values.chunks(3).map(|p| p[0] * LUMA[0] + p[1] * LUMA[1] + p[2] * LUMA[2]).sum()
-            } else {
-                values.iter().sum()
-            };
+            let gray_sum: f64 =
+                if channels == 3 { values.chunks(3).map(|p| p[0] * LUMA[0] + p[1] * LUMA[1] + p[2] * LUMA[2]).sum() } else { values.iter().sum() };
             let beta = (1.0 - alpha) * gray_sum / pixels.max(1) as f64;
             values.iter_mut().for_each(|v| *v = *v * alpha + beta);
         }
@@ -978,9 +972,11 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         &[],
         "Adds AlexNet-style PCA lighting noise with the given alphas to each RGB image.",
         |p: AdjustLightingParams| {
-            let alpha: [f64; 3] = p.alpha.as_slice().try_into().map_err(|_| {
-                crate::err!(Param, "_image_adjust_lighting: alpha must hold 3 values (R, G, B), got {:?}", p.alpha)
-            })?;
+            let alpha: [f64; 3] = p
+                .alpha
+                .as_slice()
+                .try_into()
+                .map_err(|_| crate::err!(Param, "_image_adjust_lighting: alpha must hold 3 values (R, G, B), got {:?}", p.alpha))?;
             Ok(Color { op: ColorOp::AdjustLighting(alpha), name: "_image_adjust_lighting" })
         },
     ));

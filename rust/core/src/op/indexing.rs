@@ -54,11 +54,8 @@ impl SliceParams {
         }
         let mut r = Region { start: vec![], step: vec![], len: vec![] };
         for d in 0..s.ndim() {
-            let (b, e, st) = if d < self.begin.len() {
-                (self.begin[d], self.end[d], self.step.get(d).copied().flatten())
-            } else {
-                (None, None, None)
-            };
+            let (b, e, st) =
+                if d < self.begin.len() { (self.begin[d], self.end[d], self.step.get(d).copied().flatten()) } else { (None, None, None) };
             let (start, step, len) = resolve_axis(b, e, st, s[d])?;
             r.start.push(start);
             r.step.push(step);
@@ -73,7 +70,11 @@ impl SliceParams {
     fn attrs(&self) -> Vec<(&'static str, String)> {
         let text = |v: &[Option<i64>]| {
             let items: Vec<String> = v.iter().map(|x| x.map_or("None".to_string(), |i| i.to_string())).collect();
-            if items.len() == 1 { format!("({},)", items[0]) } else { format!("({})", items.join(", ")) }
+            if items.len() == 1 {
+                format!("({},)", items[0])
+            } else {
+                format!("({})", items.join(", "))
+            }
         };
         vec![("begin", text(&self.begin)), ("end", text(&self.end)), ("step", text(&self.step))]
     }
@@ -125,13 +126,7 @@ impl Operator for SliceAssign {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         let r = self.p.region("_slice_assign", &inputs[0])?;
         if inputs[1].dims() != r.len.as_slice() {
-            crate::bail!(
-                Shape,
-                "_slice_assign: value of shape {} does not fit the region {} of {}",
-                inputs[1],
-                Shape::new(r.len),
-                inputs[0]
-            );
+            crate::bail!(Shape, "_slice_assign: value of shape {} does not fit the region {} of {}", inputs[1], Shape::new(r.len), inputs[0]);
         }
         Ok(vec![inputs[0].clone()])
     }
@@ -430,50 +425,32 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         "_slice_assign_scalar",
         &["_crop_assign_scalar"],
         "Assigns a scalar to the region of the input given by begin/end/step.",
-        |p: SliceAssignScalarParams| {
-            Ok(SliceAssignScalar { scalar: p.scalar, p: SliceParams { begin: p.begin, end: p.end, step: p.step } })
-        },
+        |p: SliceAssignScalarParams| Ok(SliceAssignScalar { scalar: p.scalar, p: SliceParams { begin: p.begin, end: p.end, step: p.step } }),
     ));
-    add(OpDef::new(
-        "slice_axis",
-        &[],
-        "Slices along a given axis: elements begin..end of that axis.",
-        |p: SliceAxisParams| Ok(SliceAxis { axis: p.axis, begin: p.begin, end: p.end }),
-    ));
+    add(OpDef::new("slice_axis", &[], "Slices along a given axis: elements begin..end of that axis.", |p: SliceAxisParams| {
+        Ok(SliceAxis { axis: p.axis, begin: p.begin, end: p.end })
+    }));
     add(OpDef::new(
         "_backward_slice_axis",
         &[],
         "Gradient of slice_axis: zeros shaped like data with grad in the sliced region.",
         |p: SliceAxisParams| Ok(SliceAxisBackward { slice: SliceAxis { axis: p.axis, begin: p.begin, end: p.end } }),
     ));
-    add(OpDef::new(
-        "take",
-        &[],
-        "Takes elements from an input array along the given axis, by integer indices.",
-        |p: TakeParams| {
-            if !matches!(p.mode.as_str(), "clip" | "wrap" | "raise") {
-                crate::bail!(Param, "take: mode must be 'clip', 'wrap' or 'raise', got '{}'", p.mode);
-            }
-            Ok(Take { axis: p.axis, mode: p.mode })
-        },
-    ));
-    add(OpDef::new(
-        "Embedding",
-        &[],
-        "Maps integer indices to rows of a weight matrix (input_dim, output_dim).",
-        |p: EmbeddingParams| {
-            if p.input_dim == 0 || p.output_dim == 0 {
-                crate::bail!(Param, "Embedding: input_dim and output_dim must be at least 1, got input_dim={} output_dim={}", p.input_dim, p.output_dim);
-            }
-            Ok(Embedding { take: Take { axis: 0, mode: "clip".to_string() }, input_dim: p.input_dim, output_dim: p.output_dim })
-        },
-    ));
-    add(OpDef::new(
-        "_backward_take",
-        &[],
-        "Gradient of take: scatter-adds grad rows back to the rows they were taken from.",
-        |p: TakeParams| Ok(TakeBackward { take: Take { axis: p.axis, mode: p.mode } }),
-    ));
+    add(OpDef::new("take", &[], "Takes elements from an input array along the given axis, by integer indices.", |p: TakeParams| {
+        if !matches!(p.mode.as_str(), "clip" | "wrap" | "raise") {
+            crate::bail!(Param, "take: mode must be 'clip', 'wrap' or 'raise', got '{}'", p.mode);
+        }
+        Ok(Take { axis: p.axis, mode: p.mode })
+    }));
+    add(OpDef::new("Embedding", &[], "Maps integer indices to rows of a weight matrix (input_dim, output_dim).", |p: EmbeddingParams| {
+        if p.input_dim == 0 || p.output_dim == 0 {
+            crate::bail!(Param, "Embedding: input_dim and output_dim must be at least 1, got input_dim={} output_dim={}", p.input_dim, p.output_dim);
+        }
+        Ok(Embedding { take: Take { axis: 0, mode: "clip".to_string() }, input_dim: p.input_dim, output_dim: p.output_dim })
+    }));
+    add(OpDef::new("_backward_take", &[], "Gradient of take: scatter-adds grad rows back to the rows they were taken from.", |p: TakeParams| {
+        Ok(TakeBackward { take: Take { axis: p.axis, mode: p.mode } })
+    }));
 }
 
 crate::op_params! {
@@ -569,11 +546,8 @@ impl Operator for SliceAxis {
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
-        let attrs = [
-            ("axis", self.axis.to_string()),
-            ("begin", self.begin.to_string()),
-            ("end", self.end.map_or("None".to_string(), |e| e.to_string())),
-        ];
+        let attrs =
+            [("axis", self.axis.to_string()), ("begin", self.begin.to_string()), ("end", self.end.map_or("None".to_string(), |e| e.to_string()))];
         Ok(vec![Some(d.op("_backward_slice_axis", &attrs, &[&g, &x])?)])
     }
 }

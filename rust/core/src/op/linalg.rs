@@ -119,7 +119,17 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
 
 /// `dst (m x n, row stride ldd) (+)= a * b` with the gemm crate (`par`: its own threading).
 #[allow(clippy::too_many_arguments)]
-unsafe fn matmul_part(dtype: DType, dst: *mut u8, ldd: usize, accumulate: bool, a: *const u8, am: Mat, b: *const u8, bm: Mat, par: gemm::Parallelism) {
+unsafe fn matmul_part(
+    dtype: DType,
+    dst: *mut u8,
+    ldd: usize,
+    accumulate: bool,
+    a: *const u8,
+    am: Mat,
+    b: *const u8,
+    bm: Mat,
+    par: gemm::Parallelism,
+) {
     let (m, k, n) = (am.rows, am.cols, bm.cols);
     // The gemm crate's kernels run fastest with the long side of the product as their m, so a
     // short, wide product is handed over as its transpose (dst^T = b^T a^T): same memory, the
@@ -129,15 +139,47 @@ unsafe fn matmul_part(dtype: DType, dst: *mut u8, ldd: usize, accumulate: bool, 
         ($t:ty, $one:expr, $zero:expr) => {
             if transposed {
                 gemm::gemm::<$t>(
-                    n, m, k, dst as *mut $t, ldd as isize, 1, accumulate,
-                    b as *const $t, bm.rs, bm.cs, a as *const $t, am.rs, am.cs,
-                    if accumulate { $one } else { $zero }, $one, false, false, false, par,
+                    n,
+                    m,
+                    k,
+                    dst as *mut $t,
+                    ldd as isize,
+                    1,
+                    accumulate,
+                    b as *const $t,
+                    bm.rs,
+                    bm.cs,
+                    a as *const $t,
+                    am.rs,
+                    am.cs,
+                    if accumulate { $one } else { $zero },
+                    $one,
+                    false,
+                    false,
+                    false,
+                    par,
                 )
             } else {
                 gemm::gemm::<$t>(
-                    m, n, k, dst as *mut $t, 1, ldd as isize, accumulate,
-                    a as *const $t, am.cs, am.rs, b as *const $t, bm.cs, bm.rs,
-                    if accumulate { $one } else { $zero }, $one, false, false, false, par,
+                    m,
+                    n,
+                    k,
+                    dst as *mut $t,
+                    1,
+                    ldd as isize,
+                    accumulate,
+                    a as *const $t,
+                    am.cs,
+                    am.rs,
+                    b as *const $t,
+                    bm.cs,
+                    bm.rs,
+                    if accumulate { $one } else { $zero },
+                    $one,
+                    false,
+                    false,
+                    false,
+                    par,
                 )
             }
         };
@@ -161,7 +203,10 @@ pub(super) fn transpose_f32(src: &[f32], rows: usize, cols: usize, dst: &mut [f3
             let (p0, p1) = (band * BAND, ((band + 1) * BAND).min(cols));
             // SAFETY: destination rows p0..p1 belong to this task alone.
             let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add(p0 * rows), (p1 - p0) * rows) };
-            super::simd::vectorized(#[inline(always)] || transpose_band(src, rows, cols, p0, p1, dst));
+            super::simd::vectorized(
+                #[inline(always)]
+                || transpose_band(src, rows, cols, p0, p1, dst),
+            );
         }
     });
 }
@@ -299,12 +344,7 @@ impl Dot {
         let (br, bc) = if tb { split_last(b) } else { split_first(b) };
         let bm = Mat::stored(br, bc, tb);
         if am.cols != bm.rows {
-            crate::bail!(
-                Shape,
-                "dot: shapes {a} and {b} are not aligned (transpose_a={ta}, transpose_b={tb}): {} != {}",
-                am.cols,
-                bm.rows
-            );
+            crate::bail!(Shape, "dot: shapes {a} and {b} are not aligned (transpose_a={ta}, transpose_b={tb}): {} != {}", am.cols, bm.rows);
         }
         let mut out: Vec<usize> = Vec::new();
         if a.ndim() > 1 {
@@ -484,9 +524,7 @@ impl Operator for BatchDot {
         super::parallel_chunks(batch, if inner_threads == 1 { 1 } else { batch }, |range| {
             for i in range {
                 // SAFETY: batch item i occupies its own slice of each operand and of the output.
-                unsafe {
-                    matmul(dtype, op.get().add(i * o_step), ap.get().add(i * a_step), am, bp.get().add(i * b_step), bm, inner_threads)
-                };
+                unsafe { matmul(dtype, op.get().add(i * o_step), ap.get().add(i * a_step), am, bp.get().add(i * b_step), bm, inner_threads) };
             }
         });
         Ok(())
@@ -577,7 +615,13 @@ impl Operator for FullyConnected {
         let ((_, features), out) = self.layout(&inputs[0])?;
         let expected = Shape::new(vec![self.p.num_hidden, features]);
         if inputs[1] != expected {
-            crate::bail!(Shape, "FullyConnected: weight has shape {}, expected {expected} for data {} and num_hidden={}", inputs[1], inputs[0], self.p.num_hidden);
+            crate::bail!(
+                Shape,
+                "FullyConnected: weight has shape {}, expected {expected} for data {} and num_hidden={}",
+                inputs[1],
+                inputs[0],
+                self.p.num_hidden
+            );
         }
         if let Some(bias) = inputs.get(2) {
             if bias.size() != self.p.num_hidden || bias.ndim() != 1 {
@@ -668,7 +712,11 @@ impl Operator for FullyConnectedBackward {
         vec!["out_grad".into(), "data".into(), "weight".into()]
     }
     fn num_outputs(&self) -> usize {
-        if self.forward.p.no_bias { 2 } else { 3 }
+        if self.forward.p.no_bias {
+            2
+        } else {
+            3
+        }
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         let mut forward_inputs = inputs[1..].to_vec();
@@ -695,11 +743,29 @@ impl Operator for FullyConnectedBackward {
         // dx holds rows * features and dw hidden * features elements, each this op's alone.
         unsafe {
             if self.data_grad {
-                matmul_into(g.dtype, outputs[0].raw(), false, g.raw(), Mat::stored(rows, hidden, false), w.raw(), Mat::stored(hidden, features, false), threads);
+                matmul_into(
+                    g.dtype,
+                    outputs[0].raw(),
+                    false,
+                    g.raw(),
+                    Mat::stored(rows, hidden, false),
+                    w.raw(),
+                    Mat::stored(hidden, features, false),
+                    threads,
+                );
             } else {
                 std::ptr::write_bytes(outputs[0].raw(), 0, outputs[0].size() * outputs[0].dtype.size());
             }
-            matmul_into(g.dtype, outputs[1].raw(), false, g.raw(), Mat::stored(rows, hidden, true), x.raw(), Mat::stored(rows, features, false), threads);
+            matmul_into(
+                g.dtype,
+                outputs[1].raw(),
+                false,
+                g.raw(),
+                Mat::stored(rows, hidden, true),
+                x.raw(),
+                Mat::stored(rows, features, false),
+                threads,
+            );
         }
         if let Some(db) = outputs.get(2) {
             super::reduce::sum_view(g, &[rows, hidden], &[true, false], db);
@@ -734,15 +800,10 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             Ok(Dot { p })
         },
     ));
-    add(OpDef::new(
-        "batch_dot",
-        &[],
-        "Batchwise dot product of two 3-D arrays: out[i] = dot(lhs[i], rhs[i]).",
-        |p: DotParams| {
-            check_dense(&p)?;
-            Ok(BatchDot { p })
-        },
-    ));
+    add(OpDef::new("batch_dot", &[], "Batchwise dot product of two 3-D arrays: out[i] = dot(lhs[i], rhs[i]).", |p: DotParams| {
+        check_dense(&p)?;
+        Ok(BatchDot { p })
+    }));
 }
 
 #[cfg(test)]

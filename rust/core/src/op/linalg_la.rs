@@ -332,11 +332,7 @@ fn cholesky_inverse(f: &[f64], n: usize, lower: bool, out: &mut [f64]) -> std::r
     for i in 0..n {
         for j in 0..=i {
             // Both products only have terms k >= max(i, j) = i.
-            let v: f64 = if lower {
-                (i..n).map(|k| w[k * n + i] * w[k * n + j]).sum()
-            } else {
-                (i..n).map(|k| w[i * n + k] * w[j * n + k]).sum()
-            };
+            let v: f64 = if lower { (i..n).map(|k| w[k * n + i] * w[k * n + j]).sum() } else { (i..n).map(|k| w[i * n + k] * w[j * n + k]).sum() };
             out[i * n + j] = v;
             out[j * n + i] = v;
         }
@@ -548,7 +544,13 @@ fn determinant_from_lu(lu: &[f64], swaps: usize, n: usize) -> (f64, f64, f64) {
     let (mut log_abs, mut product) = (0.0, sign);
     for k in 0..n {
         let d = lu[k * n + k];
-        sign *= if d > 0.0 { 1.0 } else if d < 0.0 { -1.0 } else { 0.0 };
+        sign *= if d > 0.0 {
+            1.0
+        } else if d < 0.0 {
+            -1.0
+        } else {
+            0.0
+        };
         log_abs += d.abs().ln();
         product *= d;
     }
@@ -663,7 +665,16 @@ impl Gemm {
                 } else {
                     // SAFETY: as above; the Mats describe the stored matrices of A and B.
                     unsafe {
-                        matmul_into(T::DTYPE, item.as_mut_ptr() as *mut u8, false, ap.get().add(i * a_step) as *const u8, am, bp.get().add(i * b_step) as *const u8, bm, threads)
+                        matmul_into(
+                            T::DTYPE,
+                            item.as_mut_ptr() as *mut u8,
+                            false,
+                            ap.get().add(i * a_step) as *const u8,
+                            am,
+                            bp.get().add(i * b_step) as *const u8,
+                            bm,
+                            threads,
+                        )
                     };
                 }
                 // SAFETY: C has the output's layout and is only read.
@@ -889,7 +900,16 @@ impl Syrk {
                         continue;
                     }
                     let a_item = ap.get().add(i * rows * cols) as *const u8;
-                    matmul_into(T::DTYPE, item.as_mut_ptr() as *mut u8, false, a_item, Mat::stored(rows, cols, t), a_item, Mat::stored(rows, cols, !t), threads);
+                    matmul_into(
+                        T::DTYPE,
+                        item.as_mut_ptr() as *mut u8,
+                        false,
+                        a_item,
+                        Mat::stored(rows, cols, t),
+                        a_item,
+                        Mat::stored(rows, cols, !t),
+                        threads,
+                    );
                     // The GEMM's blocked sums may round the two triangles differently: the
                     // result is made exactly symmetric, from its lower triangle as MXNet's.
                     for r in 0..n {
@@ -1373,24 +1393,14 @@ fn flag(value: bool) -> String {
 }
 
 fn gemm2(d: &mut Grad, a: &Entry, b: &Entry, transpose_a: bool, transpose_b: bool, alpha: f64, axis: i64) -> Result<Entry> {
-    let attrs = [
-        ("transpose_a", flag(transpose_a)),
-        ("transpose_b", flag(transpose_b)),
-        ("alpha", format!("{alpha:?}")),
-        ("axis", axis.to_string()),
-    ];
+    let attrs = [("transpose_a", flag(transpose_a)), ("transpose_b", flag(transpose_b)), ("alpha", format!("{alpha:?}")), ("axis", axis.to_string())];
     d.op("_linalg_gemm2", &attrs, &[a, b])
 }
 
 /// `_linalg_trmm` or `_linalg_trsm` of the triangular `a` with `b`.
 #[allow(clippy::too_many_arguments)]
 fn triangular(d: &mut Grad, name: &str, a: &Entry, b: &Entry, transpose: bool, rightside: bool, lower: bool, alpha: f64) -> Result<Entry> {
-    let attrs = [
-        ("transpose", flag(transpose)),
-        ("rightside", flag(rightside)),
-        ("lower", flag(lower)),
-        ("alpha", format!("{alpha:?}")),
-    ];
+    let attrs = [("transpose", flag(transpose)), ("rightside", flag(rightside)), ("lower", flag(lower)), ("alpha", format!("{alpha:?}"))];
     d.op(name, &attrs, &[a, b])
 }
 
@@ -1425,7 +1435,14 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
          identity or the transpose (transpose_a, transpose_b). The rows are on `axis`, the columns on the last axis; \
          every other axis is a batch axis. float32 and float64.",
         |p: GemmParams| {
-            Ok(Gemm { name: "_linalg_gemm", transpose_a: p.transpose_a, transpose_b: p.transpose_b, alpha: p.alpha, beta: Some(p.beta), axis: p.axis })
+            Ok(Gemm {
+                name: "_linalg_gemm",
+                transpose_a: p.transpose_a,
+                transpose_b: p.transpose_b,
+                alpha: p.alpha,
+                beta: Some(p.beta),
+                axis: p.axis,
+            })
         },
     ));
     add(OpDef::new(

@@ -1,9 +1,9 @@
 //! Local operators on channels-first images: LRN (local response normalization across nearby
 //! channels) and nearest-neighbour UpSampling.
 
+use super::deconvolution::Deconvolution;
 use super::grad::{Grad, InputGrads};
 use super::normalization::{to_f64, write_f64};
-use super::deconvolution::Deconvolution;
 use super::{ExecContext, OpDef, Operator, Tensor};
 use crate::base::Shape;
 use crate::error::Result;
@@ -195,8 +195,11 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     add(OpDef::new("_backward_LRN", &[], "Gradient of LRN.", |p: LRNParams| {
         Ok(LrnBackward(Lrn { alpha: p.alpha, beta: p.beta, knorm: p.knorm, nsize: p.nsize }))
     }));
-    add(
-        OpDef::new("UpSampling", &[], "Upsamples (N, C, H, W) images by an integer scale: nearest neighbour, or bilinear as a depthwise deconvolution with a weight input.", |p: UpSamplingParams| {
+    add(OpDef::new(
+        "UpSampling",
+        &[],
+        "Upsamples (N, C, H, W) images by an integer scale: nearest neighbour, or bilinear as a depthwise deconvolution with a weight input.",
+        |p: UpSamplingParams| {
             if p.scale == 0 {
                 crate::bail!(Param, "UpSampling: scale must be positive");
             }
@@ -207,9 +210,9 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
                 "bilinear" => Ok(UpSampling::Bilinear(Deconvolution::bilinear_upsampling(p.scale, p.num_filter))),
                 other => crate::bail!(Param, "UpSampling: sample_type must be 'nearest' or 'bilinear', got '{other}'"),
             }
-        })
-        .variadic(),
-    );
+        },
+    )
+    .variadic());
 }
 
 /// The two sampling modes behind one registered name.

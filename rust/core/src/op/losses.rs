@@ -195,15 +195,27 @@ impl Operator for SoftmaxCrossEntropyBackward {
 }
 
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
-    add(OpDef::new("smooth_l1", &[], "Smooth L1 (Huber) loss element-wise: 0.5 (sigma x)^2 near zero, |x| - 0.5/sigma^2 beyond.", |p: SmoothL1Params| {
-        if p.scalar <= 0.0 {
-            crate::bail!(Param, "smooth_l1: scalar (sigma) must be positive, got {}", p.scalar);
-        }
-        Ok(SmoothL1 { sigma2: p.scalar * p.scalar })
-    }));
+    add(OpDef::new(
+        "smooth_l1",
+        &[],
+        "Smooth L1 (Huber) loss element-wise: 0.5 (sigma x)^2 near zero, |x| - 0.5/sigma^2 beyond.",
+        |p: SmoothL1Params| {
+            if p.scalar <= 0.0 {
+                crate::bail!(Param, "smooth_l1: scalar (sigma) must be positive, got {}", p.scalar);
+            }
+            Ok(SmoothL1 { sigma2: p.scalar * p.scalar })
+        },
+    ));
     add(OpDef::new("_backward_smooth_l1", &[], "Gradient of smooth_l1.", |p: SmoothL1Params| {
         Ok(SmoothL1Backward(SmoothL1 { sigma2: p.scalar * p.scalar }))
     }));
-    add(OpDef::new("softmax_cross_entropy", &[], "Sum over the batch of the cross-entropy of softmax(data) against integer labels.", |_: super::params::NoParams| Ok(SoftmaxCrossEntropy)));
-    add(OpDef::new("_backward_softmax_cross_entropy", &[], "Gradient of softmax_cross_entropy.", |_: super::params::NoParams| Ok(SoftmaxCrossEntropyBackward)));
+    add(OpDef::new(
+        "softmax_cross_entropy",
+        &[],
+        "Sum over the batch of the cross-entropy of softmax(data) against integer labels.",
+        |_: super::params::NoParams| Ok(SoftmaxCrossEntropy),
+    ));
+    add(OpDef::new("_backward_softmax_cross_entropy", &[], "Gradient of softmax_cross_entropy.", |_: super::params::NoParams| {
+        Ok(SoftmaxCrossEntropyBackward)
+    }));
 }

@@ -35,8 +35,8 @@ mod output_layers;
 mod pad;
 mod pooling;
 mod rearrange;
-mod rnn;
 mod reduce;
+mod rnn;
 mod row_dots;
 mod sampling;
 mod select;
@@ -50,9 +50,9 @@ use std::sync::{Arc, OnceLock};
 
 use crate::base::{Context, DType, PartialShape, Shape};
 use crate::error::Result;
+pub use fused::FusedOp;
 pub use params::{Attrs, ParamSpec, Params};
 pub(crate) use shape_ops::cast_into;
-pub use fused::FusedOp;
 pub use shape_ops::infer_reshape;
 
 /// A float32 element-wise kernel over one block of values: `out[i] = f(inputs[0][i], ...)`.
@@ -301,7 +301,11 @@ pub trait Operator: Send + Sync + 'static {
     /// running a graph (a cached graph's gradient) take whole arrays instead of running a kernel:
     /// `Some` result means the runner used this. `into` may name arrays to compute outputs into
     /// (an operator is free to ignore it; the caller copies what did not land there).
-    fn run_on_host(&self, _inputs: &[crate::ndarray::NDArray], _into: &[Option<crate::ndarray::NDArray>]) -> Option<Result<Vec<crate::ndarray::NDArray>>> {
+    fn run_on_host(
+        &self,
+        _inputs: &[crate::ndarray::NDArray],
+        _into: &[Option<crate::ndarray::NDArray>],
+    ) -> Option<Result<Vec<crate::ndarray::NDArray>>> {
         None
     }
     /// Input gradients as graph nodes of registered operators (see [`grad`]).
@@ -412,10 +416,7 @@ impl Registry {
     }
 
     pub fn get(&self, name: &str) -> Result<&OpDef> {
-        self.by_name
-            .get(name)
-            .map(|&i| &self.defs[i])
-            .ok_or_else(|| crate::err!(Param, "operator '{name}' is not registered"))
+        self.by_name.get(name).map(|&i| &self.defs[i]).ok_or_else(|| crate::err!(Param, "operator '{name}' is not registered"))
     }
 
     pub fn defs(&self) -> &[OpDef] {
@@ -550,9 +551,27 @@ mod tests {
 
     #[test]
     fn registry_has_mxnet_names_and_aliases() {
-        for name in ["broadcast_add", "elemwise_add", "_plus", "_Plus", "sum", "dot", "batch_dot", "transpose",
-                     "Concat", "concat", "SliceChannel", "split", "Cast", "cast", "_random_uniform", "_random_normal",
-                     "exp", "_plus_scalar", "Reshape"] {
+        for name in [
+            "broadcast_add",
+            "elemwise_add",
+            "_plus",
+            "_Plus",
+            "sum",
+            "dot",
+            "batch_dot",
+            "transpose",
+            "Concat",
+            "concat",
+            "SliceChannel",
+            "split",
+            "Cast",
+            "cast",
+            "_random_uniform",
+            "_random_normal",
+            "exp",
+            "_plus_scalar",
+            "Reshape",
+        ] {
             assert!(lookup(name).is_ok(), "{name} missing");
         }
         assert!(lookup("no_such_op").err().unwrap().message.contains("no_such_op"));

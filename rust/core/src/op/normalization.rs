@@ -415,8 +415,8 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         |p: BatchNormParams| Ok(BatchNorm { p }),
     ));
     add(OpDef::new("_backward_BatchNorm", &[], "Gradient of BatchNorm.", |p: BatchNormParams| Ok(BatchNormBackward { p })));
-    add(OpDef::new("LayerNorm", &[], "Layer normalization over one axis, then gamma scale and beta shift.", |p: LayerNormParams| Ok(LayerNorm { p })));
-    add(OpDef::new("_backward_LayerNorm", &[], "Gradient of LayerNorm.", |p: LayerNormParams| {
-        Ok(LayerNormBackward { norm: LayerNorm { p } })
+    add(OpDef::new("LayerNorm", &[], "Layer normalization over one axis, then gamma scale and beta shift.", |p: LayerNormParams| {
+        Ok(LayerNorm { p })
     }));
+    add(OpDef::new("_backward_LayerNorm", &[], "Gradient of LayerNorm.", |p: LayerNormParams| Ok(LayerNormBackward { norm: LayerNorm { p } })));
 }

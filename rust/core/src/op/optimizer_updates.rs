@@ -111,7 +111,16 @@ impl<R: Rule> Update<R> {
 /// Apply `rule` to one weight's (weight, grad, states, master) group, writing `out` (element
 /// type `O`). `write_master`: the result is the new weight, stored into the master copy too.
 #[allow(clippy::too_many_arguments)]
-fn apply_rule<W: Elem, S: Elem, O: Elem>(rule: &impl Rule, h: &Hyper, weight: &Tensor, grad: &Tensor, states: &[Tensor], master: Option<&Tensor>, write_master: bool, out: &Tensor) {
+fn apply_rule<W: Elem, S: Elem, O: Elem>(
+    rule: &impl Rule,
+    h: &Hyper,
+    weight: &Tensor,
+    grad: &Tensor,
+    states: &[Tensor],
+    master: Option<&Tensor>,
+    write_master: bool,
+    out: &Tensor,
+) {
     // The state count is a constant inside the element loop, so that the loop vectorizes.
     match states.len() {
         0 => apply_rule_with::<W, S, O, 0>(rule, h, weight, grad, states, master, write_master, out),
@@ -132,7 +141,16 @@ struct UpdateArrays<W, S, O, const N: usize> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn apply_rule_with<W: Elem, S: Elem, O: Elem, const N: usize>(rule: &impl Rule, h: &Hyper, weight: &Tensor, grad: &Tensor, states: &[Tensor], master: Option<&Tensor>, write_master: bool, out: &Tensor) {
+fn apply_rule_with<W: Elem, S: Elem, O: Elem, const N: usize>(
+    rule: &impl Rule,
+    h: &Hyper,
+    weight: &Tensor,
+    grad: &Tensor,
+    states: &[Tensor],
+    master: Option<&Tensor>,
+    write_master: bool,
+    out: &Tensor,
+) {
     let arrays = UpdateArrays::<W, S, O, N> {
         weight: SendPtr(weight.ptr::<W>()),
         grad: SendPtr(grad.ptr::<W>()),
@@ -143,7 +161,10 @@ fn apply_rule_with<W: Elem, S: Elem, O: Elem, const N: usize>(rule: &impl Rule, 
     };
     parallel_chunks(weight.size(), PARALLEL_GRAIN, |range| {
         // SAFETY: see `update_range`.
-        super::simd::vectorized(#[inline(always)] || unsafe { update_range(rule, h, &arrays, range) })
+        super::simd::vectorized(
+            #[inline(always)]
+            || unsafe { update_range(rule, h, &arrays, range) },
+        )
     });
 }
 
@@ -154,7 +175,12 @@ fn apply_rule_with<W: Elem, S: Elem, O: Elem, const N: usize>(rule: &impl Rule, 
 /// states, master and output are written by this op alone, each index by exactly one task, and an
 /// output aliasing the weight is written only after its block of the weight was copied out.
 #[inline(always)]
-unsafe fn update_range<W: Elem, S: Elem, O: Elem, const N: usize>(rule: &impl Rule, h: &Hyper, a: &UpdateArrays<W, S, O, N>, range: std::ops::Range<usize>) {
+unsafe fn update_range<W: Elem, S: Elem, O: Elem, const N: usize>(
+    rule: &impl Rule,
+    h: &Hyper,
+    a: &UpdateArrays<W, S, O, N>,
+    range: std::ops::Range<usize>,
+) {
     // The output is usually the weight itself: the weight is read through a local copy of each
     // block so that the loop vectorizes (see `broadcast::STAGE`); so are the hyper-parameters,
     // which the compiler would otherwise reload after every store through the raw pointers.
@@ -616,18 +642,33 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     add(OpDef::new("mp_sgd_update", &[], "sgd_update on a float32 master copy (weight32) of a lower-precision weight.", |p: SgdParams| {
         Ok(Update::new("mp_sgd_update", single(&[], true), hyper(p.lr, p.wd, p.rescale_grad), sgd_rule(p.clip_gradient)))
     }));
-    add(OpDef::new("sgd_mom_update", &[], "SGD with momentum: mom = momentum * mom - lr * (grad + wd * weight); weight += mom.", |p: SgdMomParams| {
-        Ok(Update::new("sgd_mom_update", single(&["mom"], false), hyper(p.lr, p.wd, p.rescale_grad), sgd_mom_rule(p.momentum, p.clip_gradient)))
-    }));
-    add(OpDef::new("mp_sgd_mom_update", &[], "sgd_mom_update on a float32 master copy (weight32) of a lower-precision weight.", |p: SgdMomParams| {
-        Ok(Update::new("mp_sgd_mom_update", single(&["mom"], true), hyper(p.lr, p.wd, p.rescale_grad), sgd_mom_rule(p.momentum, p.clip_gradient)))
-    }));
+    add(OpDef::new(
+        "sgd_mom_update",
+        &[],
+        "SGD with momentum: mom = momentum * mom - lr * (grad + wd * weight); weight += mom.",
+        |p: SgdMomParams| {
+            Ok(Update::new("sgd_mom_update", single(&["mom"], false), hyper(p.lr, p.wd, p.rescale_grad), sgd_mom_rule(p.momentum, p.clip_gradient)))
+        },
+    ));
+    add(OpDef::new(
+        "mp_sgd_mom_update",
+        &[],
+        "sgd_mom_update on a float32 master copy (weight32) of a lower-precision weight.",
+        |p: SgdMomParams| {
+            Ok(Update::new("mp_sgd_mom_update", single(&["mom"], true), hyper(p.lr, p.wd, p.rescale_grad), sgd_mom_rule(p.momentum, p.clip_gradient)))
+        },
+    ));
     add(OpDef::new("nag_mom_update", &[], "Nesterov accelerated gradient with momentum.", |p: SgdMomParams| {
         Ok(Update::new("nag_mom_update", single(&["mom"], false), hyper(p.lr, p.wd, p.rescale_grad), nag_mom_rule(p.momentum, p.clip_gradient)))
     }));
-    add(OpDef::new("mp_nag_mom_update", &[], "nag_mom_update on a float32 master copy (weight32) of a lower-precision weight.", |p: SgdMomParams| {
-        Ok(Update::new("mp_nag_mom_update", single(&["mom"], true), hyper(p.lr, p.wd, p.rescale_grad), nag_mom_rule(p.momentum, p.clip_gradient)))
-    }));
+    add(OpDef::new(
+        "mp_nag_mom_update",
+        &[],
+        "nag_mom_update on a float32 master copy (weight32) of a lower-precision weight.",
+        |p: SgdMomParams| {
+            Ok(Update::new("mp_nag_mom_update", single(&["mom"], true), hyper(p.lr, p.wd, p.rescale_grad), nag_mom_rule(p.momentum, p.clip_gradient)))
+        },
+    ));
     add(OpDef::new("multi_sgd_update", &[], "sgd_update of num_weights (weight, grad) pairs, each with its own lr and wd.", |p: MultiSgdParams| {
         let (layout, hyper) = multi("multi_sgd_update", &p, &[], false)?;
         Ok(Update::new("multi_sgd_update", layout, hyper, sgd_rule(p.clip_gradient)))
@@ -646,36 +687,68 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     }));
     add(OpDef::new("adam_update", &[], "Adam: moving first and second moments; weight -= lr * mean / (sqrt(var) + epsilon).", |p: AdamParams| {
         let (beta1, beta2, epsilon, clip) = (p.beta1, p.beta2, p.epsilon, p.clip_gradient);
-        Ok(Update::new("adam_update", single(&["mean", "var"], false), hyper(p.lr, p.wd, p.rescale_grad), move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
-            let g = {
-                let g = g * h.rescale + h.wd * w;
-                if clip >= 0.0 { g.clamp(-clip, clip) } else { g }
-            };
-            s[0] = beta1 * s[0] + (1.0 - beta1) * g;
-            s[1] = beta2 * s[1] + (1.0 - beta2) * g * g;
-            w - h.lr * s[0] / (s[1].sqrt() + epsilon)
-        }))
+        Ok(Update::new(
+            "adam_update",
+            single(&["mean", "var"], false),
+            hyper(p.lr, p.wd, p.rescale_grad),
+            move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+                let g = {
+                    let g = g * h.rescale + h.wd * w;
+                    if clip >= 0.0 {
+                        g.clamp(-clip, clip)
+                    } else {
+                        g
+                    }
+                };
+                s[0] = beta1 * s[0] + (1.0 - beta1) * g;
+                s[1] = beta2 * s[1] + (1.0 - beta2) * g * g;
+                w - h.lr * s[0] / (s[1].sqrt() + epsilon)
+            },
+        ))
     }));
-    add(OpDef::new("_contrib_adamw_update", &[], "AdamW: Adam with weight decay decoupled from the gradient; skipped when the rescale_grad input is 0, NaN or Inf.", |p: AdamWParams| {
-        let layout = Layout { states: &["mean", "var"], master: false, weights: 1, rescale_input: true, preloaded_rates: false };
-        Ok(Update::new("_contrib_adamw_update", layout, hyper(p.lr, p.wd, 1.0), adamw_rule(&p)))
-    }));
+    add(OpDef::new(
+        "_contrib_adamw_update",
+        &[],
+        "AdamW: Adam with weight decay decoupled from the gradient; skipped when the rescale_grad input is 0, NaN or Inf.",
+        |p: AdamWParams| {
+            let layout = Layout { states: &["mean", "var"], master: false, weights: 1, rescale_input: true, preloaded_rates: false };
+            Ok(Update::new("_contrib_adamw_update", layout, hyper(p.lr, p.wd, 1.0), adamw_rule(&p)))
+        },
+    ));
     add(OpDef::new("_contrib_mp_adamw_update", &[], "AdamW on a float32 master copy (weight32) of a lower-precision weight.", |p: AdamWParams| {
         let layout = Layout { states: &["mean", "var"], master: true, weights: 1, rescale_input: true, preloaded_rates: false };
         Ok(Update::new("_contrib_mp_adamw_update", layout, hyper(p.lr, p.wd, 1.0), adamw_rule(&p)))
     }));
-    add(OpDef::new("lamb_update_phase1", &[], "LAMB phase 1: updates the moments and returns the direction g = mean_hat / (sqrt(var_hat) + epsilon) + wd * weight.", |p: LambPhase1Params| {
-        Ok(Update::new("lamb_update_phase1", single(&["mean", "var"], false), hyper(0.0, p.wd, p.rescale_grad), lamb_phase1_rule(&p)).not_in_place())
-    }));
-    add(OpDef::new("mp_lamb_update_phase1", &[], "lamb_update_phase1 on a float32 master copy (weight32) of a lower-precision weight; the direction is float32.", |p: LambPhase1Params| {
-        Ok(Update::new("mp_lamb_update_phase1", single(&["mean", "var"], true), hyper(0.0, p.wd, p.rescale_grad), lamb_phase1_rule(&p)).not_in_place())
-    }));
-    add(OpDef::new("lamb_update_phase2", &[], "LAMB phase 2: weight -= lr * (r1 / r2) * g with r1 the (bounded) weight norm and r2 the norm of g.", |p: LambPhase2Params| {
-        Ok(LambPhase2 { p, master: false })
-    }));
-    add(OpDef::new("mp_lamb_update_phase2", &[], "lamb_update_phase2 on the float32 master copy (weight32), which is updated in place; the weight receives its cast.", |p: LambPhase2Params| {
-        Ok(LambPhase2 { p, master: true })
-    }));
+    add(OpDef::new(
+        "lamb_update_phase1",
+        &[],
+        "LAMB phase 1: updates the moments and returns the direction g = mean_hat / (sqrt(var_hat) + epsilon) + wd * weight.",
+        |p: LambPhase1Params| {
+            Ok(Update::new("lamb_update_phase1", single(&["mean", "var"], false), hyper(0.0, p.wd, p.rescale_grad), lamb_phase1_rule(&p))
+                .not_in_place())
+        },
+    ));
+    add(OpDef::new(
+        "mp_lamb_update_phase1",
+        &[],
+        "lamb_update_phase1 on a float32 master copy (weight32) of a lower-precision weight; the direction is float32.",
+        |p: LambPhase1Params| {
+            Ok(Update::new("mp_lamb_update_phase1", single(&["mean", "var"], true), hyper(0.0, p.wd, p.rescale_grad), lamb_phase1_rule(&p))
+                .not_in_place())
+        },
+    ));
+    add(OpDef::new(
+        "lamb_update_phase2",
+        &[],
+        "LAMB phase 2: weight -= lr * (r1 / r2) * g with r1 the (bounded) weight norm and r2 the norm of g.",
+        |p: LambPhase2Params| Ok(LambPhase2 { p, master: false }),
+    ));
+    add(OpDef::new(
+        "mp_lamb_update_phase2",
+        &[],
+        "lamb_update_phase2 on the float32 master copy (weight32), which is updated in place; the weight receives its cast.",
+        |p: LambPhase2Params| Ok(LambPhase2 { p, master: true }),
+    ));
     add(OpDef::new("ftml_update", &[], "FTML (Follow the Moving Leader): d, v and z states; weight = -z / d_t.", |p: FtmlParams| {
         let (beta1, beta2, epsilon, clip) = (p.beta1, p.beta2, p.epsilon, p.clip_grad);
         if p.lr == 0.0 {
@@ -684,79 +757,139 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         let t = p.t as i32;
         // d_t = (1 - beta1^t) / lr * (sqrt(v / (1 - beta2^t)) + epsilon)
         let (d_scale, v_correction) = ((1.0 - beta1.powi(t)) / p.lr, 1.0 - beta2.powi(t));
-        Ok(Update::new("ftml_update", single(&["d", "v", "z"], false), hyper(p.lr, p.wd, p.rescale_grad), move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
-            let g = {
-                let g = g * h.rescale + h.wd * w;
-                if clip >= 0.0 { g.clamp(-clip, clip) } else { g }
-            };
-            s[1] = beta2 * s[1] + (1.0 - beta2) * g * g;
-            let d_t = d_scale * ((s[1] / v_correction).sqrt() + epsilon);
-            s[2] = beta1 * s[2] + (1.0 - beta1) * g - (d_t - beta1 * s[0]) * w;
-            s[0] = d_t;
-            -s[2] / d_t
-        }))
+        Ok(Update::new(
+            "ftml_update",
+            single(&["d", "v", "z"], false),
+            hyper(p.lr, p.wd, p.rescale_grad),
+            move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+                let g = {
+                    let g = g * h.rescale + h.wd * w;
+                    if clip >= 0.0 {
+                        g.clamp(-clip, clip)
+                    } else {
+                        g
+                    }
+                };
+                s[1] = beta2 * s[1] + (1.0 - beta2) * g * g;
+                let d_t = d_scale * ((s[1] / v_correction).sqrt() + epsilon);
+                s[2] = beta1 * s[2] + (1.0 - beta1) * g - (d_t - beta1 * s[0]) * w;
+                s[0] = d_t;
+                -s[2] / d_t
+            },
+        ))
     }));
-    add(OpDef::new("preloaded_multi_sgd_update", &[], "multi_sgd_update with the lrs and wds given as the last two input arrays.", |p: PreloadedMultiSgdParams| {
-        let (layout, hyper) = preloaded(&p, &[], false);
-        Ok(Update::new("preloaded_multi_sgd_update", layout, hyper, sgd_rule(p.clip_gradient)))
-    }));
-    add(OpDef::new("preloaded_multi_mp_sgd_update", &[], "multi_mp_sgd_update with the lrs and wds given as the last two input arrays.", |p: PreloadedMultiSgdParams| {
-        let (layout, hyper) = preloaded(&p, &[], true);
-        Ok(Update::new("preloaded_multi_mp_sgd_update", layout, hyper, sgd_rule(p.clip_gradient)))
-    }));
-    add(OpDef::new("preloaded_multi_sgd_mom_update", &[], "multi_sgd_mom_update with the lrs and wds given as the last two input arrays.", |p: PreloadedMultiSgdParams| {
-        let (layout, hyper) = preloaded(&p, &["mom"], false);
-        Ok(Update::new("preloaded_multi_sgd_mom_update", layout, hyper, sgd_mom_rule(p.momentum, p.clip_gradient)))
-    }));
-    add(OpDef::new("preloaded_multi_mp_sgd_mom_update", &[], "multi_mp_sgd_mom_update with the lrs and wds given as the last two input arrays.", |p: PreloadedMultiSgdParams| {
-        let (layout, hyper) = preloaded(&p, &["mom"], true);
-        Ok(Update::new("preloaded_multi_mp_sgd_mom_update", layout, hyper, sgd_mom_rule(p.momentum, p.clip_gradient)))
-    }));
-    add(OpDef::new("multi_sum_sq", &[], "Sum of squares of each of num_arrays arrays, as a float32 array of num_arrays values.", |p: MultiSumSqParams| {
-        if p.num_arrays == 0 {
-            crate::bail!(Param, "multi_sum_sq: num_arrays must be at least 1");
-        }
-        Ok(MultiSumSq { num_arrays: p.num_arrays })
-    }));
-    add(OpDef::new("multi_lars", &[], "LARS learning rates: lrs * eta * |w| / (|g| * rescale_grad + wds * |w| + eps) where both norms are positive, else lrs.", |p: MultiLarsParams| {
-        Ok(MultiLars { p })
-    }));
+    add(OpDef::new(
+        "preloaded_multi_sgd_update",
+        &[],
+        "multi_sgd_update with the lrs and wds given as the last two input arrays.",
+        |p: PreloadedMultiSgdParams| {
+            let (layout, hyper) = preloaded(&p, &[], false);
+            Ok(Update::new("preloaded_multi_sgd_update", layout, hyper, sgd_rule(p.clip_gradient)))
+        },
+    ));
+    add(OpDef::new(
+        "preloaded_multi_mp_sgd_update",
+        &[],
+        "multi_mp_sgd_update with the lrs and wds given as the last two input arrays.",
+        |p: PreloadedMultiSgdParams| {
+            let (layout, hyper) = preloaded(&p, &[], true);
+            Ok(Update::new("preloaded_multi_mp_sgd_update", layout, hyper, sgd_rule(p.clip_gradient)))
+        },
+    ));
+    add(OpDef::new(
+        "preloaded_multi_sgd_mom_update",
+        &[],
+        "multi_sgd_mom_update with the lrs and wds given as the last two input arrays.",
+        |p: PreloadedMultiSgdParams| {
+            let (layout, hyper) = preloaded(&p, &["mom"], false);
+            Ok(Update::new("preloaded_multi_sgd_mom_update", layout, hyper, sgd_mom_rule(p.momentum, p.clip_gradient)))
+        },
+    ));
+    add(OpDef::new(
+        "preloaded_multi_mp_sgd_mom_update",
+        &[],
+        "multi_mp_sgd_mom_update with the lrs and wds given as the last two input arrays.",
+        |p: PreloadedMultiSgdParams| {
+            let (layout, hyper) = preloaded(&p, &["mom"], true);
+            Ok(Update::new("preloaded_multi_mp_sgd_mom_update", layout, hyper, sgd_mom_rule(p.momentum, p.clip_gradient)))
+        },
+    ));
+    add(OpDef::new(
+        "multi_sum_sq",
+        &[],
+        "Sum of squares of each of num_arrays arrays, as a float32 array of num_arrays values.",
+        |p: MultiSumSqParams| {
+            if p.num_arrays == 0 {
+                crate::bail!(Param, "multi_sum_sq: num_arrays must be at least 1");
+            }
+            Ok(MultiSumSq { num_arrays: p.num_arrays })
+        },
+    ));
+    add(OpDef::new(
+        "multi_lars",
+        &[],
+        "LARS learning rates: lrs * eta * |w| / (|g| * rescale_grad + wds * |w| + eps) where both norms are positive, else lrs.",
+        |p: MultiLarsParams| Ok(MultiLars { p }),
+    ));
     add(OpDef::new("rmsprop_update", &[], "RMSProp (Tieleman and Hinton).", |p: RmspropParams| {
         let (gamma1, epsilon, clip, clip_weights) = (p.gamma1, p.epsilon, p.clip_gradient, p.clip_weights);
-        Ok(Update::new("rmsprop_update", single(&["n"], false), hyper(p.lr, p.wd, p.rescale_grad), move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
-            let g = {
-                let g = g * h.rescale + h.wd * w;
-                if clip >= 0.0 { g.clamp(-clip, clip) } else { g }
-            };
-            s[0] = (1.0 - gamma1) * g * g + gamma1 * s[0];
-            clip_weight(w - h.lr * g / (s[0] + epsilon).sqrt(), clip_weights)
-        }))
+        Ok(Update::new(
+            "rmsprop_update",
+            single(&["n"], false),
+            hyper(p.lr, p.wd, p.rescale_grad),
+            move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+                let g = {
+                    let g = g * h.rescale + h.wd * w;
+                    if clip >= 0.0 {
+                        g.clamp(-clip, clip)
+                    } else {
+                        g
+                    }
+                };
+                s[0] = (1.0 - gamma1) * g * g + gamma1 * s[0];
+                clip_weight(w - h.lr * g / (s[0] + epsilon).sqrt(), clip_weights)
+            },
+        ))
     }));
     add(OpDef::new("rmspropalex_update", &[], "RMSProp with momentum (Graves).", |p: RmspropParams| {
         let (gamma1, gamma2, epsilon, clip, clip_weights) = (p.gamma1, p.gamma2, p.epsilon, p.clip_gradient, p.clip_weights);
-        Ok(Update::new("rmspropalex_update", single(&["n", "g", "delta"], false), hyper(p.lr, p.wd, p.rescale_grad), move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
-            let g = {
-                let g = g * h.rescale + h.wd * w;
-                if clip >= 0.0 { g.clamp(-clip, clip) } else { g }
-            };
-            s[0] = (1.0 - gamma1) * g * g + gamma1 * s[0];
-            s[1] = (1.0 - gamma1) * g + gamma1 * s[1];
-            s[2] = gamma2 * s[2] - h.lr * g / (s[0] - s[1] * s[1] + epsilon).sqrt();
-            clip_weight(w + s[2], clip_weights)
-        }))
+        Ok(Update::new(
+            "rmspropalex_update",
+            single(&["n", "g", "delta"], false),
+            hyper(p.lr, p.wd, p.rescale_grad),
+            move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+                let g = {
+                    let g = g * h.rescale + h.wd * w;
+                    if clip >= 0.0 {
+                        g.clamp(-clip, clip)
+                    } else {
+                        g
+                    }
+                };
+                s[0] = (1.0 - gamma1) * g * g + gamma1 * s[0];
+                s[1] = (1.0 - gamma1) * g + gamma1 * s[1];
+                s[2] = gamma2 * s[2] - h.lr * g / (s[0] - s[1] * s[1] + epsilon).sqrt();
+                clip_weight(w + s[2], clip_weights)
+            },
+        ))
     }));
     add(OpDef::new("ftrl_update", &[], "Follow the regularized leader (FTRL-proximal).", |p: FtrlParams| {
         let (lamda1, beta, clip) = (p.lamda1, p.beta, p.clip_gradient);
-        Ok(Update::new("ftrl_update", single(&["z", "n"], false), hyper(p.lr, p.wd, p.rescale_grad), move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
-            let g = rescaled(g, h.rescale, clip);
-            s[0] += g - ((s[1] + g * g).sqrt() - s[1].sqrt()) * w / h.lr;
-            s[1] += g * g;
-            if s[0].abs() > lamda1 {
-                (s[0].signum() * lamda1 - s[0]) / ((beta + s[1].sqrt()) / h.lr + h.wd)
-            } else {
-                0.0
-            }
-        }))
+        Ok(Update::new(
+            "ftrl_update",
+            single(&["z", "n"], false),
+            hyper(p.lr, p.wd, p.rescale_grad),
+            move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+                let g = rescaled(g, h.rescale, clip);
+                s[0] += g - ((s[1] + g * g).sqrt() - s[1].sqrt()) * w / h.lr;
+                s[1] += g * g;
+                if s[0].abs() > lamda1 {
+                    (s[0].signum() * lamda1 - s[0]) / ((beta + s[1].sqrt()) / h.lr + h.wd)
+                } else {
+                    0.0
+                }
+            },
+        ))
     }));
     add(OpDef::new("signsgd_update", &[], "signSGD: weight = (1 - lr * wd) * weight - lr * sign(grad).", |p: SgdParams| {
         let clip = p.clip_gradient;
@@ -766,11 +899,22 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     }));
     add(OpDef::new("signum_update", &[], "Signum: SGD on the sign of the momentum.", |p: SignumParams| {
         let (momentum, clip, wd_lh) = (p.momentum, p.clip_gradient, p.wd_lh);
-        Ok(Update::new("signum_update", single(&["mom"], false), hyper(p.lr, p.wd, p.rescale_grad), move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
-            s[0] = momentum * s[0] - (1.0 - momentum) * (h.wd * w + rescaled(g, h.rescale, clip));
-            let sign = if s[0] > 0.0 { 1.0 } else if s[0] < 0.0 { -1.0 } else { 0.0 };
-            (1.0 - h.lr * wd_lh) * w + h.lr * sign
-        }))
+        Ok(Update::new(
+            "signum_update",
+            single(&["mom"], false),
+            hyper(p.lr, p.wd, p.rescale_grad),
+            move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+                s[0] = momentum * s[0] - (1.0 - momentum) * (h.wd * w + rescaled(g, h.rescale, clip));
+                let sign = if s[0] > 0.0 {
+                    1.0
+                } else if s[0] < 0.0 {
+                    -1.0
+                } else {
+                    0.0
+                };
+                (1.0 - h.lr * wd_lh) * w + h.lr * sign
+            },
+        ))
     }));
 }
 
@@ -808,7 +952,11 @@ impl Operator for LambPhase2 {
         }
     }
     fn mutated_inputs(&self) -> &[usize] {
-        if self.master { &[4] } else { &[] }
+        if self.master {
+            &[4]
+        } else {
+            &[]
+        }
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         if inputs[1] != inputs[0] {

@@ -364,13 +364,18 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         }
         Ok(())
     };
-    add(OpDef::new("SoftmaxOutput", &["Softmax"], "Softmax with a cross-entropy gradient against integer labels (a network's output layer).", move |p: SoftmaxOutputParams| {
-        check_normalization("SoftmaxOutput", &p.normalization)?;
-        if p.out_grad {
-            crate::bail!(Param, "SoftmaxOutput: out_grad=True is not supported");
-        }
-        Ok(SoftmaxOutput { p })
-    }));
+    add(OpDef::new(
+        "SoftmaxOutput",
+        &["Softmax"],
+        "Softmax with a cross-entropy gradient against integer labels (a network's output layer).",
+        move |p: SoftmaxOutputParams| {
+            check_normalization("SoftmaxOutput", &p.normalization)?;
+            if p.out_grad {
+                crate::bail!(Param, "SoftmaxOutput: out_grad=True is not supported");
+            }
+            Ok(SoftmaxOutput { p })
+        },
+    ));
     add(OpDef::new("_backward_SoftmaxOutput", &[], "Gradient of SoftmaxOutput.", |p: SoftmaxOutputParams| Ok(SoftmaxOutputBackward { p })));
     for (name, kind, doc) in [
         ("LinearRegressionOutput", Regression::Linear, "Identity output with a squared-error gradient (out - label)."),

@@ -93,9 +93,7 @@ pub fn check_known(op: &str, attrs: &Attrs, known: &[&str]) -> Result<()> {
 }
 
 pub fn parse_value<T: ParamValue>(op: &str, name: &str, text: &str) -> Result<T> {
-    T::parse_param(text).map_err(|why| {
-        crate::err!(Param, "operator {op}: invalid value '{text}' for parameter '{name}' ({}): {why}", T::type_name())
-    })
+    T::parse_param(text).map_err(|why| crate::err!(Param, "operator {op}: invalid value '{text}' for parameter '{name}' ({}): {why}", T::type_name()))
 }
 
 pub fn missing(op: &str, name: &str, valid: &[&str]) -> crate::error::Error {
@@ -343,11 +341,7 @@ impl<T: ParamValue> ParamValue for Option<T> {
 /// A tuple such as `(2, 3)`, `[2,3]`, `(2,)` or a bare `2`.
 fn tuple_items(text: &str) -> Vec<&str> {
     let t = text.trim();
-    let inner = t
-        .strip_prefix('(')
-        .and_then(|r| r.strip_suffix(')'))
-        .or_else(|| t.strip_prefix('[').and_then(|r| r.strip_suffix(']')))
-        .unwrap_or(t);
+    let inner = t.strip_prefix('(').and_then(|r| r.strip_suffix(')')).or_else(|| t.strip_prefix('[').and_then(|r| r.strip_suffix(']'))).unwrap_or(t);
     inner.split(',').map(str::trim).filter(|s| !s.is_empty()).collect()
 }
 
@@ -389,10 +383,7 @@ impl ParamValue for Vec<Option<i64>> {
         "tuple of int or None"
     }
     fn parse_param(text: &str) -> std::result::Result<Self, String> {
-        tuple_items(text)
-            .into_iter()
-            .map(|s| if s == "None" { Ok(None) } else { parse_int(s).map(Some) })
-            .collect()
+        tuple_items(text).into_iter().map(|s| if s == "None" { Ok(None) } else { parse_int(s).map(Some) }).collect()
     }
     fn to_param(&self) -> String {
         tuple_text(self.iter().map(Option::<i64>::to_param))

@@ -81,9 +81,11 @@ impl Pooling {
     }
 
     fn window(&self, data: &Shape) -> Result<Window> {
-        let rank = data.ndim().checked_sub(2).filter(|r| (1..=3).contains(r)).ok_or_else(|| {
-            crate::err!(Shape, "Pooling: data must be 3-D, 4-D or 5-D (batch, channel, spatial...), got {data}")
-        })?;
+        let rank = data
+            .ndim()
+            .checked_sub(2)
+            .filter(|r| (1..=3).contains(r))
+            .ok_or_else(|| crate::err!(Shape, "Pooling: data must be 3-D, 4-D or 5-D (batch, channel, spatial...), got {data}"))?;
         if let Some(layout) = &self.p.layout {
             if layout.len() != data.ndim() {
                 crate::bail!(Shape, "Pooling: layout {layout} does not fit {}-D data {data}", data.ndim());
@@ -91,11 +93,8 @@ impl Pooling {
         }
         let channels_last = self.channels_last();
         // (batch, channel) and the spatial extents, whichever axis holds the channels.
-        let (batch, channels, spatial) = if channels_last {
-            (data[0], data[data.ndim() - 1], &data.dims()[1..data.ndim() - 1])
-        } else {
-            (data[0], data[1], &data.dims()[2..])
-        };
+        let (batch, channels, spatial) =
+            if channels_last { (data[0], data[data.ndim() - 1], &data.dims()[1..data.ndim() - 1]) } else { (data[0], data[1], &data.dims()[2..]) };
         let mut input = [1; 3];
         input[3 - rank..].copy_from_slice(spatial);
         let (kernel, stride, pad) = if self.p.global_pool {
@@ -441,11 +440,8 @@ impl Pooling {
     fn attrs(&self) -> Vec<(&'static str, String)> {
         let p = &self.p;
         let flag = |b: bool| if b { "True" } else { "False" }.to_string();
-        let mut attrs = vec![
-            ("pool_type", p.pool_type.clone()),
-            ("global_pool", flag(p.global_pool)),
-            ("pooling_convention", p.pooling_convention.clone()),
-        ];
+        let mut attrs =
+            vec![("pool_type", p.pool_type.clone()), ("global_pool", flag(p.global_pool)), ("pooling_convention", p.pooling_convention.clone())];
         for (name, v) in [("kernel", &p.kernel), ("stride", &p.stride), ("pad", &p.pad)] {
             if !v.is_empty() {
                 attrs.push((name, tuple_attr(v)));

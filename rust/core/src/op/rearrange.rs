@@ -349,9 +349,16 @@ impl BroadcastLike {
     fn target(&self, lhs: &Shape, rhs: &Shape) -> Result<Shape> {
         let (lhs_axes, rhs_axes) = match (&self.p.lhs_axes, &self.p.rhs_axes) {
             (None, None) => return Ok(rhs.clone()),
-            (Some(l), _) | (_, Some(l)) if l.is_empty() => crate::bail!(Param, "broadcast_like: empty lhs_axes/rhs_axes are not allowed; omit both to take rhs's whole shape"),
+            (Some(l), _) | (_, Some(l)) if l.is_empty() => {
+                crate::bail!(Param, "broadcast_like: empty lhs_axes/rhs_axes are not allowed; omit both to take rhs's whole shape")
+            }
             (Some(l), Some(r)) if l.len() == r.len() => (l, r),
-            _ => crate::bail!(Param, "broadcast_like: lhs_axes {:?} and rhs_axes {:?} must be given together, pairwise", self.p.lhs_axes, self.p.rhs_axes),
+            _ => crate::bail!(
+                Param,
+                "broadcast_like: lhs_axes {:?} and rhs_axes {:?} must be given together, pairwise",
+                self.p.lhs_axes,
+                self.p.rhs_axes
+            ),
         };
         let mut dims = lhs.dims().to_vec();
         for (&to, &from) in lhs_axes.iter().zip(rhs_axes) {
@@ -377,8 +384,11 @@ impl Operator for BroadcastLike {
     }
     fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let target = self.target(&inputs[0].shape, &inputs[1].shape)?;
-        Rearrange { name: "broadcast_like", plan: Box::new(move |s| like_plan(s, &target)), grad: unbroadcast_grad() }
-            .forward(ctx, &inputs[..1], outputs)
+        Rearrange { name: "broadcast_like", plan: Box::new(move |s| like_plan(s, &target)), grad: unbroadcast_grad() }.forward(
+            ctx,
+            &inputs[..1],
+            outputs,
+        )
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
@@ -550,9 +560,13 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     }));
     add(OpDef::new("_backward_tile", &[], "Gradient of tile: sums the tiled copies.", |p: TileParams| Ok(TileBackward { reps: p.reps })));
     add(OpDef::new("_backward_repeat", &[], "Gradient of repeat: sums the repeated copies.", |params: RepeatParams| Ok(RepeatBackward { params })));
-    add(OpDef::new("broadcast_like", &[], "Broadcasts lhs to the shape of rhs (or some of its axes to the sizes of rhs's axes).", |p: BroadcastLikeParams| {
-        Ok(BroadcastLike { p })
-    }));
-    add(OpDef::new("stack", &[], "Joins arrays of equal shape along a new axis.", |p: StackParams| Ok(Stack { axis: p.axis, num_args: p.num_args })).variadic());
+    add(OpDef::new(
+        "broadcast_like",
+        &[],
+        "Broadcasts lhs to the shape of rhs (or some of its axes to the sizes of rhs's axes).",
+        |p: BroadcastLikeParams| Ok(BroadcastLike { p }),
+    ));
+    add(OpDef::new("stack", &[], "Joins arrays of equal shape along a new axis.", |p: StackParams| Ok(Stack { axis: p.axis, num_args: p.num_args }))
+        .variadic());
     add(OpDef::new("squeeze", &[], "Removes axes of size one.", |p: SqueezeParams| Ok(Squeeze { axis: p.axis })));
 }

@@ -144,7 +144,10 @@ struct NanSum;
 impl Reducer for NanSum {
     const CUDA: Reduction = Reduction { step: "isnan(x) ? acc : acc + x", ..CUDA_SUM };
     fn grad(d: &mut Grad, x: &Entry, _y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
-        { let full = spread.apply(d, g, x, false)?; mask_nan(d, x, &full) }
+        {
+            let full = spread.apply(d, g, x, false)?;
+            mask_nan(d, x, &full)
+        }
     }
     const INIT: f64 = 0.0;
     #[inline(always)]
@@ -163,7 +166,10 @@ struct NanProd;
 impl Reducer for NanProd {
     const CUDA: Reduction = Reduction { step: "isnan(x) ? acc : acc * x", ..CUDA_PRODUCT };
     fn grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
-        { let full = product_grad(d, x, y, g, spread)?; mask_nan(d, x, &full) }
+        {
+            let full = product_grad(d, x, y, g, spread)?;
+            mask_nan(d, x, &full)
+        }
     }
     const INIT: f64 = 1.0;
     #[inline(always)]
@@ -180,7 +186,12 @@ impl Reducer for NanProd {
 }
 struct Max;
 impl Reducer for Max {
-    const CUDA: Reduction = Reduction { init: "-__longlong_as_double(0x7ff0000000000000LL)", step: "(x > acc || isnan(x)) ? x : acc", merge: "(b > a || isnan(b)) ? b : a", finish: "acc" };
+    const CUDA: Reduction = Reduction {
+        init: "-__longlong_as_double(0x7ff0000000000000LL)",
+        step: "(x > acc || isnan(x)) ? x : acc",
+        merge: "(b > a || isnan(b)) ? b : a",
+        finish: "acc",
+    };
     const EXACT_IN_F32: bool = true;
     #[inline(always)]
     fn step_f32(acc: f32, x: f32) -> f32 {
@@ -206,7 +217,12 @@ impl Reducer for Max {
 }
 struct Min;
 impl Reducer for Min {
-    const CUDA: Reduction = Reduction { init: "__longlong_as_double(0x7ff0000000000000LL)", step: "(x < acc || isnan(x)) ? x : acc", merge: "(b < a || isnan(b)) ? b : a", finish: "acc" };
+    const CUDA: Reduction = Reduction {
+        init: "__longlong_as_double(0x7ff0000000000000LL)",
+        step: "(x < acc || isnan(x)) ? x : acc",
+        merge: "(b < a || isnan(b)) ? b : a",
+        finish: "acc",
+    };
     const EXACT_IN_F32: bool = true;
     #[inline(always)]
     fn step_f32(acc: f32, x: f32) -> f32 {
@@ -616,7 +632,10 @@ fn reduce_tensor<T: Elem, R: Reducer>(x: &Tensor, out: &Tensor, mask: &[bool]) {
 /// Sum float32 values in thirty-two float32 lanes (vectorizes at the CPU's widest vectors) over
 /// blocks short enough that float32 accumulation stays accurate, adding each block's total in f64.
 fn sum_f32_blocked(x: &[f32]) -> f64 {
-    super::simd::vectorized(#[inline(always)] || sum_f32_blocked_portable(x))
+    super::simd::vectorized(
+        #[inline(always)]
+        || sum_f32_blocked_portable(x),
+    )
 }
 
 #[inline(always)]
@@ -647,7 +666,10 @@ const F32_SUM_BLOCK: usize = 1024;
 /// Reduce float32 values with `R::step_f32` in independent lanes, compiled for the CPU's widest
 /// vectors (the crate itself targets baseline x86-64).
 fn lanes_f32<R: Reducer>(x: &[f32], init: f32) -> f32 {
-    super::simd::vectorized(#[inline(always)] || lanes_f32_portable::<R>(x, init))
+    super::simd::vectorized(
+        #[inline(always)]
+        || lanes_f32_portable::<R>(x, init),
+    )
 }
 
 /// Thirty-two lanes: enough independent accumulators to hide the add latency at any width.
@@ -674,7 +696,10 @@ fn lanes_f32_portable<R: Reducer>(x: &[f32], init: f32) -> f32 {
 /// Column-wise reduction of `count` float32 rows of `width` values: one f64 per column,
 /// accumulated in float32 (in blocks of rows for sums), at the CPU's widest vectors.
 fn columns_f32<R: Reducer>(rows: impl Fn(usize) -> *const f32, count: usize, width: usize) -> Vec<f64> {
-    super::simd::vectorized(#[inline(always)] || columns_f32_portable::<R>(rows, count, width))
+    super::simd::vectorized(
+        #[inline(always)]
+        || columns_f32_portable::<R>(rows, count, width),
+    )
 }
 
 #[inline(always)]
@@ -791,8 +816,7 @@ fn reduce_blocks<T: Elem, R: Reducer>(x: *const T, out: *mut T, outer: usize, r:
         let pieces = threads * 2;
         let step = r.div_ceil(pieces);
         for o in 0..outer {
-            let parts: Vec<Vec<f64>> =
-                crate::engine::parallel::map(pieces, |p| partial(o, (p * step).min(r)..((p + 1) * step).min(r), 0..inner));
+            let parts: Vec<Vec<f64>> = crate::engine::parallel::map(pieces, |p| partial(o, (p * step).min(r)..((p + 1) * step).min(r), 0..inner));
             let merged = parts.into_iter().reduce(|a, b| a.into_iter().zip(b).map(|(x, y)| R::merge(x, y)).collect()).unwrap_or_default();
             write(o, 0..inner, merged);
         }

@@ -257,7 +257,14 @@ impl Rnn {
         let d = self.dims(&inputs[0])?;
         let count = self.param_count(d.input);
         if inputs[1].dims() != [count] {
-            crate::bail!(Shape, "RNN: parameters has shape {}, expected ({count},) for data {} ({} layers, state_size {})", inputs[1], inputs[0], self.layers, self.hidden);
+            crate::bail!(
+                Shape,
+                "RNN: parameters has shape {}, expected ({count},) for data {} ({} layers, state_size {})",
+                inputs[1],
+                inputs[0],
+                self.layers,
+                self.hidden
+            );
         }
         for ((name, shape), expected) in ["state", "state_cell"].iter().zip(&inputs[2..2 + self.num_states()]).zip(self.initial_state_shapes(d)) {
             if *shape != expected {
@@ -313,7 +320,16 @@ struct Pass<'a, T> {
 /// # Safety
 /// Every slice must hold the stored matrix it describes and `T` must be `dtype`'s element type.
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemm<T>(dtype: DType, dst: &mut [T], accumulate: bool, a: &[T], am: (usize, usize, bool), b: &[T], bm: (usize, usize, bool), threads: usize) {
+unsafe fn gemm<T>(
+    dtype: DType,
+    dst: &mut [T],
+    accumulate: bool,
+    a: &[T],
+    am: (usize, usize, bool),
+    b: &[T],
+    bm: (usize, usize, bool),
+    threads: usize,
+) {
     matmul_into(
         dtype,
         dst.as_mut_ptr() as *mut u8,
@@ -378,7 +394,10 @@ struct LstmGradRow<'a, T> {
 macro_rules! vectorized_row {
     ($name:ident, $row:ident, $body:ident) => {
         fn $name<T: Real>(row: $row<'_, T>, clip: Option<(f64, f64, bool)>) {
-            super::simd::vectorized(#[inline(always)] || $body(row, clip))
+            super::simd::vectorized(
+                #[inline(always)]
+                || $body(row, clip),
+            )
         }
     };
 }
@@ -521,7 +540,18 @@ impl<T: Real> Pass<'_, T> {
     /// on disjoint ranges of batch rows concurrently (rows never interact), each with
     /// single-threaded per-step GEMMs, so no step waits for the other threads.
     #[allow(clippy::too_many_arguments)]
-    fn direction_forward(&self, layer: usize, dir: usize, x: &[T], h0: &[T], c0: &[T], out: &mut [T], trace: &mut Trace<T>, hy: &mut [T], cy: &mut [T]) {
+    fn direction_forward(
+        &self,
+        layer: usize,
+        dir: usize,
+        x: &[T],
+        h0: &[T],
+        c0: &[T],
+        out: &mut [T],
+        trace: &mut Trace<T>,
+        hy: &mut [T],
+        cy: &mut [T],
+    ) {
         let (rnn, d) = (self.rnn, self.d);
         let gh = rnn.gate_width();
         let s = rnn.slots(d.input, layer, dir);
@@ -609,24 +639,38 @@ impl<T: Real> Pass<'_, T> {
                     }
                     // Vectorized like the LSTM rows: the fast tanh and sigmoid use FMA, which
                     // baseline x86-64 code would call through libm.
-                    Mode::Relu | Mode::Tanh => super::simd::vectorized(#[inline(always)] || {
-                        for (o, v) in out_row.iter_mut().zip(&mut g[..h]) {
-                            *v = if rnn.mode == Mode::Relu { if *v > T::ZERO { *v } else { T::ZERO } } else { v.tanh() };
-                            *o = *v;
-                        }
-                    }),
+                    Mode::Relu | Mode::Tanh => super::simd::vectorized(
+                        #[inline(always)]
+                        || {
+                            for (o, v) in out_row.iter_mut().zip(&mut g[..h]) {
+                                *v = if rnn.mode == Mode::Relu {
+                                    if *v > T::ZERO {
+                                        *v
+                                    } else {
+                                        T::ZERO
+                                    }
+                                } else {
+                                    v.tanh()
+                                };
+                                *o = *v;
+                            }
+                        },
+                    ),
                     Mode::Gru => {
                         let r = &recurrent[b * gh..][..gh];
                         let hidden_n = buf.hidden_n.rows((t * n + row) * h, h);
-                        super::simd::vectorized(#[inline(always)] || {
-                            for j in 0..h {
-                                let (reset, update) = ((g[j] + r[j]).sigmoid(), (g[h + j] + r[h + j]).sigmoid());
-                                let candidate = (g[2 * h + j] + reset * r[2 * h + j]).tanh();
-                                (g[j], g[h + j], g[2 * h + j]) = (reset, update, candidate);
-                                hidden_n[j] = r[2 * h + j];
-                                out_row[j] = (T::ONE - update) * candidate + update * state[j];
-                            }
-                        })
+                        super::simd::vectorized(
+                            #[inline(always)]
+                            || {
+                                for j in 0..h {
+                                    let (reset, update) = ((g[j] + r[j]).sigmoid(), (g[h + j] + r[h + j]).sigmoid());
+                                    let candidate = (g[2 * h + j] + reset * r[2 * h + j]).tanh();
+                                    (g[j], g[h + j], g[2 * h + j]) = (reset, update, candidate);
+                                    hidden_n[j] = r[2 * h + j];
+                                    out_row[j] = (T::ONE - update) * candidate + update * state[j];
+                                }
+                            },
+                        )
                     }
                 }
                 if !projecting {
@@ -715,7 +759,16 @@ impl<T: Real> Pass<'_, T> {
             gemm(self.dtype, &mut dparams[s.w_ih..][..gh * s.input], true, &trace.gates, (rows, gh, true), x, (rows, s.input, false), self.threads);
             gemm(self.dtype, dx, true, &trace.gates, (rows, gh, false), w_ih, (gh, s.input, false), self.threads);
             if rnn.projection.is_some() {
-                gemm(self.dtype, &mut dparams[s.w_hr..][..sw * h], true, &projected_grads, (rows, sw, true), &trace.unprojected, (rows, h, false), self.threads);
+                gemm(
+                    self.dtype,
+                    &mut dparams[s.w_hr..][..sw * h],
+                    true,
+                    &projected_grads,
+                    (rows, sw, true),
+                    &trace.unprojected,
+                    (rows, h, false),
+                    self.threads,
+                );
             }
         }
         column_sums_into(&mut dparams[s.b_hh..][..gh], recurrent);
@@ -819,7 +872,13 @@ impl<T: Real> Pass<'_, T> {
                     Mode::Relu | Mode::Tanh => {
                         for j in 0..h {
                             g[j] = match rnn.mode {
-                                Mode::Relu => if g[j] > T::ZERO { grad[j] } else { T::ZERO },
+                                Mode::Relu => {
+                                    if g[j] > T::ZERO {
+                                        grad[j]
+                                    } else {
+                                        T::ZERO
+                                    }
+                                }
                                 _ => grad[j] * (T::ONE - g[j] * g[j]),
                             };
                         }
@@ -1022,7 +1081,11 @@ impl Rnn {
             ("state_outputs", flag(self.state_outputs)),
         ];
         if let Some((lo, hi, nan)) = self.clip {
-            attrs.extend([("lstm_state_clip_min", format!("{lo:?}")), ("lstm_state_clip_max", format!("{hi:?}")), ("lstm_state_clip_nan", flag(nan))]);
+            attrs.extend([
+                ("lstm_state_clip_min", format!("{lo:?}")),
+                ("lstm_state_clip_max", format!("{hi:?}")),
+                ("lstm_state_clip_nan", flag(nan)),
+            ]);
         }
         if let Some(size) = self.projection {
             attrs.push(("projection_size", size.to_string()));
@@ -1152,8 +1215,16 @@ fn build(p: RnnParams) -> Result<Rnn> {
 }
 
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
-    add(OpDef::new("RNN", &[], "Applies a stacked (bidirectional) relu/tanh RNN, LSTM or GRU to (time, batch, input) data with all weights in one parameter vector.", build));
-    add(OpDef::new("_backward_RNN", &[], "Gradients of RNN for data, parameters and initial states (recomputes the forward pass).", |p: RnnParams| {
-        Ok(RnnBackward(build(p)?))
-    }));
+    add(OpDef::new(
+        "RNN",
+        &[],
+        "Applies a stacked (bidirectional) relu/tanh RNN, LSTM or GRU to (time, batch, input) data with all weights in one parameter vector.",
+        build,
+    ));
+    add(OpDef::new(
+        "_backward_RNN",
+        &[],
+        "Gradients of RNN for data, parameters and initial states (recomputes the forward pass).",
+        |p: RnnParams| Ok(RnnBackward(build(p)?)),
+    ));
 }

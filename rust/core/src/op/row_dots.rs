@@ -40,7 +40,19 @@ pub(super) fn suits(m: usize, n: usize, k: usize) -> bool {
 /// # Safety
 /// The pointers cover the stated matrices, `c` overlaps neither input, and [`available`] is true.
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn row_dots(m: usize, n: usize, k: usize, a: *const f32, lda: usize, b: *const f32, ldb: usize, c: *mut f32, ldc: usize, accumulate: bool, threads: usize) {
+pub(super) unsafe fn row_dots(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    threads: usize,
+) {
     let (a, b, c) = (SendPtr(a as *mut f32), SendPtr(b as *mut f32), SendPtr(c));
     let row_blocks = m.div_ceil(BLOCK_A);
     let per_task = if threads > 1 { row_blocks.div_ceil(threads) } else { row_blocks };

@@ -48,10 +48,12 @@ impl Operator for Sample {
     fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let params: Vec<Vec<f64>> = inputs
             .iter()
-            .map(|t| crate::dispatch_dtype!(t.dtype, T => {
-                // SAFETY: parameter arrays are inputs this op does not write.
-                unsafe { t.slice::<T>() }.iter().map(|v| v.to_f64()).collect()
-            }))
+            .map(|t| {
+                crate::dispatch_dtype!(t.dtype, T => {
+                    // SAFETY: parameter arrays are inputs this op does not write.
+                    unsafe { t.slice::<T>() }.iter().map(|v| v.to_f64()).collect()
+                })
+            })
             .collect();
         let per_param: usize = self.shape.iter().product();
         let (seed, draw, out) = (ctx.seed, self.draw, &outputs[0]);
@@ -134,11 +136,13 @@ impl Operator for Multinomial {
             let row = &probs[(i / per_row.max(1)) * k..][..k];
             let u = random::uniform(ctx.seed, i as u64) * row.iter().sum::<f64>();
             let mut acc = 0.0;
-            *pick = row.iter().position(|&p| {
-                acc += p;
-                u < acc
-            })
-            .unwrap_or(k - 1);
+            *pick = row
+                .iter()
+                .position(|&p| {
+                    acc += p;
+                    u < acc
+                })
+                .unwrap_or(k - 1);
         }
         crate::dispatch_dtype!(outputs[0].dtype, T => {
             // SAFETY: the output is this op's alone.
@@ -199,9 +203,13 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         ("_sample_uniform", &["sample_uniform"], &["low", "high"], "Draws uniform samples in [low, high) per element of low/high.", |s, i, p| {
             p[0] + (p[1] - p[0]) * random::uniform(s, i)
         }),
-        ("_sample_normal", &["sample_normal"], &["mu", "sigma"], "Draws normal samples with mean mu and standard deviation sigma per element.", |s, i, p| {
-            p[0] + p[1] * random::normal(s, i)
-        }),
+        (
+            "_sample_normal",
+            &["sample_normal"],
+            &["mu", "sigma"],
+            "Draws normal samples with mean mu and standard deviation sigma per element.",
+            |s, i, p| p[0] + p[1] * random::normal(s, i),
+        ),
         ("_sample_gamma", &["sample_gamma"], &["alpha", "beta"], "Draws gamma samples with shape alpha and scale beta per element.", |s, i, p| {
             p[1] * random::gamma(s, i, p[0])
         }),
@@ -209,9 +217,13 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             -(1.0 - random::uniform(s, i)).ln() / p[0]
         }),
         ("_sample_poisson", &["sample_poisson"], &["lam"], "Draws Poisson samples with mean lam per element.", |s, i, p| random::poisson(s, i, p[0])),
-        ("_sample_negative_binomial", &["sample_negative_binomial"], &["k", "p"], "Draws negative binomial samples (failures before k successes) per element.", |s, i, p| {
-            negative_binomial(s, i, p[0], p[1])
-        }),
+        (
+            "_sample_negative_binomial",
+            &["sample_negative_binomial"],
+            &["k", "p"],
+            "Draws negative binomial samples (failures before k successes) per element.",
+            |s, i, p| negative_binomial(s, i, p[0], p[1]),
+        ),
         (
             "_sample_generalized_negative_binomial",
             &["sample_generalized_negative_binomial"],
@@ -228,9 +240,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         ),
     ];
     for (name, aliases, inputs, doc, draw) in samplers {
-        add(OpDef::new(name, aliases, doc, move |p: SampleParams| {
-            Ok(Sample { inputs, shape: sample_shape(name, &p.shape)?, dtype: p.dtype, draw })
-        }));
+        add(OpDef::new(name, aliases, doc, move |p: SampleParams| Ok(Sample { inputs, shape: sample_shape(name, &p.shape)?, dtype: p.dtype, draw })));
     }
     add(OpDef::new(
         "_sample_multinomial",

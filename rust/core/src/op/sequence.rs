@@ -177,7 +177,8 @@ impl Operator for Sequence {
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let g = d.out_grad(0);
-        let mut attrs = vec![("use_sequence_length", if self.use_length { "True" } else { "False" }.to_string()), ("axis", self.time_axis.to_string())];
+        let mut attrs =
+            vec![("use_sequence_length", if self.use_length { "True" } else { "False" }.to_string()), ("axis", self.time_axis.to_string())];
         let mut inputs = vec![g];
         let data_grad = match self.kind {
             Kind::Last => {
@@ -222,5 +223,10 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     add(OpDef::new("SequenceLast", &[], "Takes the last valid time step of each sequence.", build(Kind::Last)));
     add(OpDef::new("SequenceMask", &[], "Sets the time steps past each sequence's length to `value`.", build(Kind::Mask(0.0))));
     add(OpDef::new("SequenceReverse", &[], "Reverses the valid time steps of each sequence (time axis 0).", build(Kind::Reverse)));
-    add(OpDef::new("_backward_SequenceLast", &[], "Gradient of SequenceLast: the gradient placed at each sequence's last step.", build(Kind::LastBackward)));
+    add(OpDef::new(
+        "_backward_SequenceLast",
+        &[],
+        "Gradient of SequenceLast: the gradient placed at each sequence's last step.",
+        build(Kind::LastBackward),
+    ));
 }

@@ -8,15 +8,7 @@ use crate::base::{merge_partial, normalize_axis, unify_partial, DType, Elem, Par
 use crate::error::Result;
 
 /// Copy an N-d block: element `idx` of `dims` goes from `src[sb + idx·ss]` to `dst[db + idx·ds]`.
-pub(crate) fn strided_copy<T: Copy + Send + Sync>(
-    dims: &[usize],
-    src: *const T,
-    sb: isize,
-    ss: &[isize],
-    dst: *mut T,
-    db: isize,
-    ds: &[isize],
-) {
+pub(crate) fn strided_copy<T: Copy + Send + Sync>(dims: &[usize], src: *const T, sb: isize, ss: &[isize], dst: *mut T, db: isize, ds: &[isize]) {
     let nd = dims.len();
     let total: usize = dims.iter().product();
     if total == 0 {
@@ -53,7 +45,10 @@ pub(crate) fn strided_copy<T: Copy + Send + Sync>(
                 // contiguous r x c block (the strides checked above), distinct tensors, and T has
                 // f32's size and alignment.
                 let (src, dst) = unsafe {
-                    (std::slice::from_raw_parts(sp.get().offset(so) as *const f32, r * c), std::slice::from_raw_parts_mut(dp.get().offset(dof) as *mut f32, r * c))
+                    (
+                        std::slice::from_raw_parts(sp.get().offset(so) as *const f32, r * c),
+                        std::slice::from_raw_parts_mut(dp.get().offset(dof) as *mut f32, r * c),
+                    )
                 };
                 super::linalg::transpose_f32(src, c, r, dst);
             }
@@ -272,11 +267,8 @@ fn reshape_back(d: &mut Grad) -> Result<crate::graph::Entry> {
 /// -4 splits one into the next two values; `reverse` applies them from the right.
 pub fn infer_reshape(src: &Shape, spec: &[i64], reverse: bool) -> Result<Shape> {
     let fail = |why: String| crate::err!(Shape, "reshape: cannot reshape {src} into {spec:?}: {why}");
-    let (src_dims, spec_v): (Vec<usize>, Vec<i64>) = if reverse {
-        (src.dims().iter().rev().copied().collect(), reverse_spec(spec))
-    } else {
-        (src.dims().to_vec(), spec.to_vec())
-    };
+    let (src_dims, spec_v): (Vec<usize>, Vec<i64>) =
+        if reverse { (src.dims().iter().rev().copied().collect(), reverse_spec(spec)) } else { (src.dims().to_vec(), spec.to_vec()) };
     let mut out: Vec<usize> = Vec::new();
     let mut inferred: Option<usize> = None;
     let (mut si, mut i) = (0usize, 0usize);
@@ -774,12 +766,9 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         "Returns lhs unchanged; shape inference requires it to have the shape of rhs.",
         |_: super::params::NoParams| Ok(IdentityLikeRhs),
     ));
-    add(OpDef::new(
-        "transpose",
-        &[],
-        "Permutes the dimensions of an array; by default reverses them.",
-        |p: TransposeParams| Ok(Transpose { axes: p.axes }),
-    ));
+    add(OpDef::new("transpose", &[], "Permutes the dimensions of an array; by default reverses them.", |p: TransposeParams| {
+        Ok(Transpose { axes: p.axes })
+    }));
     add(OpDef::new(
         "Reshape",
         &["reshape"],
@@ -807,21 +796,16 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             })
         },
     ));
-    add(OpDef::new(
-        "expand_dims",
-        &[],
-        "Inserts a new axis of size 1 into the array shape.",
-        |p: ExpandDimsParams| {
-            Ok(Relayout {
-                shape_of: Box::new(move |s| {
-                    let axis = normalize_axis(p.axis, s.ndim() + 1)?;
-                    let mut dims = s.dims().to_vec();
-                    dims.insert(axis, 1);
-                    Ok(Shape::new(dims))
-                }),
-            })
-        },
-    ));
+    add(OpDef::new("expand_dims", &[], "Inserts a new axis of size 1 into the array shape.", |p: ExpandDimsParams| {
+        Ok(Relayout {
+            shape_of: Box::new(move |s| {
+                let axis = normalize_axis(p.axis, s.ndim() + 1)?;
+                let mut dims = s.dims().to_vec();
+                dims.insert(axis, 1);
+                Ok(Shape::new(dims))
+            }),
+        })
+    }));
     add(OpDef::new(
         "Concat",
         &["concat", "_rnn_param_concat"],
@@ -837,12 +821,9 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     ));
     add(OpDef::new("Cast", &["cast"], "Casts all elements of the input to a new type.", |p: CastParams| Ok(Cast { dtype: p.dtype })));
     add(OpDef::new("_cast_like", &[], "Casts data to the dtype of like.", |_: super::params::NoParams| Ok(CastLike)));
-    add(OpDef::new(
-        "_backward_Concat",
-        &[],
-        "Gradient of Concat: splits the gradient into parts shaped like the inputs.",
-        |p: ConcatParams| Ok(ConcatBackward { num_args: p.num_args, dim: p.dim }),
-    ));
+    add(OpDef::new("_backward_Concat", &[], "Gradient of Concat: splits the gradient into parts shaped like the inputs.", |p: ConcatParams| {
+        Ok(ConcatBackward { num_args: p.num_args, dim: p.dim })
+    }));
 }
 
 #[cfg(test)]

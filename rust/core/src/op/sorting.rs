@@ -241,9 +241,12 @@ impl Operator for OrderBackward {
 }
 
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
-    add(OpDef::new("_backward_order", &[], "Gradient of sort and topk values: puts grad back where each value came from.", |p: OrderBackwardParams| {
-        Ok(OrderBackward { axis: p.axis })
-    }));
+    add(OpDef::new(
+        "_backward_order",
+        &[],
+        "Gradient of sort and topk values: puts grad back where each value came from.",
+        |p: OrderBackwardParams| Ok(OrderBackward { axis: p.axis }),
+    ));
     add(OpDef::new("sort", &[], "Returns a sorted copy of the input along an axis.", |p: SortParams| {
         Ok(Order { axis: p.axis, ascending: p.is_ascend, k: None, returns: Returns::Values, index_dtype: DType::F32 })
     }));

@@ -8,28 +8,39 @@
 //!
 //! Two families name a struct `DiagParams`: linear algebra's is `LinalgDiagParams` here.
 
-pub use super::params::{NoParams, Params};
 pub use super::activation::{ActivationParams, LeakyReLUParams, SoftmaxActivationParams, SoftmaxBackwardParams, SoftmaxParams};
 pub use super::convolution::{ConvolutionBackwardParams, ConvolutionParams};
-pub use super::creation::{ArangeParams, ExponentialParams, EyeParams, FullParams, GammaParams, InitParams, LinspaceParams, NegativeBinomialParams, NormalParams, PoissonParams, RandIntParams, UniformParams};
+pub use super::creation::{
+    ArangeParams, ExponentialParams, EyeParams, FullParams, GammaParams, InitParams, LinspaceParams, NegativeBinomialParams, NormalParams,
+    PoissonParams, RandIntParams, UniformParams,
+};
 pub use super::ctc::CtcLossParams;
 pub use super::deconvolution::{DeconvolutionBackwardParams, DeconvolutionParams};
 pub use super::dropout::DropoutParams;
 pub use super::elemwise_binary::ScalarParams;
 pub use super::gather_scatter::{BackwardPickParams, BooleanMaskParams, DiagParams, PickParams, ScatterNdParams, SliceLikeParams};
 pub use super::group_norm::{GroupNormBackwardParams, GroupNormParams, InstanceNormParams, L2NormalizationParams};
-pub use super::image::{AdjustLightingParams, ColorJitterParams, CropParams, NormalizeParams, RandomEnhanceParams, RandomLightingParams, ResizeParams};
+pub use super::image::{
+    AdjustLightingParams, ColorJitterParams, CropParams, NormalizeParams, RandomEnhanceParams, RandomLightingParams, ResizeParams,
+};
 pub use super::indexing::{EmbeddingParams, OneHotParams, SliceAssignScalarParams, SliceAxisParams, SliceParams, TakeParams};
 pub use super::linalg::{DotParams, FullyConnectedBackwardParams, FullyConnectedParams};
 pub use super::linalg_la::{CholeskyParams, DiagParams as LinalgDiagParams, Gemm2Params, GemmParams, SyrkParams, TrianParams, TriangularParams};
 pub use super::local::{LRNParams, UpSamplingParams};
 pub use super::losses::SmoothL1Params;
 pub use super::normalization::{BatchNormParams, LayerNormParams};
-pub use super::optimizer_updates::{AdamParams, AdamWParams, FtmlParams, FtrlParams, LambPhase1Params, LambPhase2Params, MultiLarsParams, MultiSgdParams, MultiSumSqParams, PreloadedMultiSgdParams, RmspropParams, SgdMomParams, SgdParams, SignumParams};
+pub use super::optimizer_updates::{
+    AdamParams, AdamWParams, FtmlParams, FtrlParams, LambPhase1Params, LambPhase2Params, MultiLarsParams, MultiSgdParams, MultiSumSqParams,
+    PreloadedMultiSgdParams, RmspropParams, SgdMomParams, SgdParams, SignumParams,
+};
 pub use super::output_layers::{MakeLossParams, RegressionBackwardParams, RegressionOutputParams, SoftmaxOutputParams};
 pub use super::pad::PadParams;
+pub use super::params::{NoParams, Params};
 pub use super::pooling::PoolingParams;
-pub use super::rearrange::{BlockSizeParams, BroadcastAxisParams, BroadcastLikeParams, BroadcastToParams, FlipParams, RepeatParams, SqueezeParams, StackParams, SwapAxesParams, TileParams};
+pub use super::rearrange::{
+    BlockSizeParams, BroadcastAxisParams, BroadcastLikeParams, BroadcastToParams, FlipParams, RepeatParams, SqueezeParams, StackParams,
+    SwapAxesParams, TileParams,
+};
 pub use super::reduce::{ArgReduceParams, MomentsParams, NormParams, ReduceParams, SpreadParams};
 pub use super::rnn::RnnParams;
 pub use super::sampling::{MultinomialParams, SampleParams};

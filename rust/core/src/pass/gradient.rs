@@ -6,7 +6,6 @@
 //! differentiated. The result references forward entries, so whoever runs it supplies their
 //! values: recorded ones (autograd) or those the executor computed (Symbol).
 
-
 use std::sync::Arc;
 
 use crate::base::Shape;
@@ -21,12 +20,7 @@ pub const CTX_GROUP: &str = "__ctx_group__";
 /// Gradients of `heads` (weighted by `head_grads`) with respect to each of `xs`; `None` where a
 /// variable does not influence the heads (its gradient is zero). `shapes` tells the shapes of
 /// forward entries where they are known.
-pub fn gradient(
-    heads: &[Entry],
-    head_grads: &[Entry],
-    xs: &[Entry],
-    shapes: &dyn Fn(&Entry) -> Option<Shape>,
-) -> Result<Vec<Option<Entry>>> {
+pub fn gradient(heads: &[Entry], head_grads: &[Entry], xs: &[Entry], shapes: &dyn Fn(&Entry) -> Option<Shape>) -> Result<Vec<Option<Entry>>> {
     Ok(gradient_by_node(heads, head_grads, xs, shapes)?.0)
 }
 
@@ -83,10 +77,7 @@ pub fn gradient_by_node(
         mark_created(&out_grads, node, &mut known);
         let needed = node.inputs.iter().map(|e| leads_to_x.contains(&node_key(&e.node))).collect();
         let mut g = Grad::new(&node.inputs, &outputs, &out_grads, &node.name, shapes).with_needed(needed);
-        let input_grads = op
-            .operator
-            .gradient(&mut g)
-            .map_err(|e| e.context(format!("gradient of operator {} (node '{}')", op.name, node.name)))?;
+        let input_grads = op.operator.gradient(&mut g).map_err(|e| e.context(format!("gradient of operator {} (node '{}')", op.name, node.name)))?;
         if input_grads.len() != node.inputs.len() {
             crate::bail!(
                 Runtime,

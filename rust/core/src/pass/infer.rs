@@ -65,7 +65,9 @@ pub fn infer_partial_shapes(outputs: &[Entry], given: &dyn Fn(&Node) -> Option<P
                         .map_err(|e| in_node(e, node).context("the shape computed from the inputs disagrees with the shape its consumers need"))?;
                 }
             }
-            for (entry, (after, before)) in node.inputs.iter().chain(&out_entries).zip(inputs.into_iter().chain(outs).zip(inputs_before.iter().chain(&outs_before))) {
+            for (entry, (after, before)) in
+                node.inputs.iter().chain(&out_entries).zip(inputs.into_iter().chain(outs).zip(inputs_before.iter().chain(&outs_before)))
+            {
                 if after != *before {
                     if let Some(shape) = after {
                         known.insert(entry.key(), shape);
@@ -198,9 +200,7 @@ mod tests {
         assert!(!partial.contains_key(&fc.outputs[0].key()));
         let other = Symbol::variable("other", Attrs::new());
         let sum = Symbol::create("elemwise_add", Attrs::new(), "plus", &[data, other], &[]).unwrap();
-        let err = infer_shapes(&sum.outputs, &|n| Some(Shape::from(if n.name == "data" { vec![2, 3] } else { vec![3, 2] })))
-            .err()
-            .unwrap();
+        let err = infer_shapes(&sum.outputs, &|n| Some(Shape::from(if n.name == "data" { vec![2, 3] } else { vec![3, 2] }))).err().unwrap();
         assert!(err.to_string().contains("'plus'"), "{err}");
     }
 

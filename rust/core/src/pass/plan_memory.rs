@@ -167,7 +167,14 @@ mod tests {
         let steps: Vec<_> = symbol.nodes().into_iter().filter(|n| !n.is_variable()).collect();
         let pinned: AddressSet<EntryKey> = symbol.outputs.iter().map(Entry::key).collect();
         let bytes = |e: &Entry| shapes.get(&e.key()).map(|s| s.size() * 4);
-        plan_memory(&PlanRequest { steps: &steps, bytes: &bytes, pinned: &pinned, external: &AddressSet::default(), inplace, context: &|_| Context::cpu(0) })
+        plan_memory(&PlanRequest {
+            steps: &steps,
+            bytes: &bytes,
+            pinned: &pinned,
+            external: &AddressSet::default(),
+            inplace,
+            context: &|_| Context::cpu(0),
+        })
     }
 
     #[test]

@@ -188,13 +188,25 @@ impl Aggregate {
                     "{:<25}{:>16} {:>16} {:>16} {:>16} {:>16}",
                     "Name", "Total Count", "Time (ms)", "Min Time (ms)", "Max Time (ms)", "Avg Time (ms)"
                 );
-                let _ = writeln!(out, "{:<25}{:>16} {:>16} {:>16} {:>16} {:>16}", "----", "-----------", "---------", "-------------", "-------------", "-------------");
+                let _ = writeln!(
+                    out,
+                    "{:<25}{:>16} {:>16} {:>16} {:>16} {:>16}",
+                    "----", "-----------", "---------", "-------------", "-------------", "-------------"
+                );
             }
             for (name, stat) in Self::sorted(entries, sort_by, ascending) {
                 if memory {
                     let _ = writeln!(out, "{name:<25}{:>16} {:>16.4} {:>16.4} {:>16.4}", stat.count, stat.min(), stat.max(), stat.avg());
                 } else {
-                    let _ = writeln!(out, "{name:<25}{:>16} {:>16.4} {:>16.4} {:>16.4} {:>16.4}", stat.count, stat.total(), stat.min(), stat.max(), stat.avg());
+                    let _ = writeln!(
+                        out,
+                        "{name:<25}{:>16} {:>16.4} {:>16.4} {:>16.4} {:>16.4}",
+                        stat.count,
+                        stat.total(),
+                        stat.min(),
+                        stat.max(),
+                        stat.avg()
+                    );
                 }
             }
             out.push('\n');

@@ -460,7 +460,13 @@ pub fn api_call(name: &'static str) -> Option<ApiCall> {
 impl Drop for ApiCall {
     fn drop(&mut self) {
         let end = now_ns();
-        record(Record::Span { style: SpanStyle::OnThread, category: Label::Static("MXNET_C_API"), name: Label::Static(self.name), start: self.start, end });
+        record(Record::Span {
+            style: SpanStyle::OnThread,
+            category: Label::Static("MXNET_C_API"),
+            name: Label::Static(self.name),
+            start: self.start,
+            end,
+        });
     }
 }
 

@@ -117,11 +117,8 @@ fn load_node(json_node: &Value, name: &str, earlier: &[std::sync::Arc<Node>]) ->
     let (params, annotations): (Attrs, Attrs) = attrs.into_iter().partition(|(k, _)| !is_annotation(k));
     let operator = match json_node.get("subgraphs") {
         Some(Value::Array(graphs)) if control_flow::is_control_flow(op_name) => {
-            let subgraphs = graphs
-                .iter()
-                .enumerate()
-                .map(|(i, g)| load_graph(g).map_err(|e| e.context(format!("subgraph {i}"))))
-                .collect::<Result<Vec<_>>>()?;
+            let subgraphs =
+                graphs.iter().enumerate().map(|(i, g)| load_graph(g).map_err(|e| e.context(format!("subgraph {i}")))).collect::<Result<Vec<_>>>()?;
             control_flow::instantiate(op_name, &params, subgraphs)?
         }
         Some(_) => crate::bail!(Value, "operator {op_name} does not take subgraphs (or 'subgraphs' is not a list)"),

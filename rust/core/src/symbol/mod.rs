@@ -160,11 +160,8 @@ impl Symbol {
                 rebuilt.insert(node_key(&node), Node::annotated(copy, inputs, node.name.clone(), node.annotations().clone()));
             }
         }
-        let outputs = self
-            .outputs
-            .iter()
-            .map(|e| rebuilt.get(&node_key(&e.node)).map_or_else(|| e.clone(), |r| Entry::new(r.clone(), e.index)))
-            .collect();
+        let outputs =
+            self.outputs.iter().map(|e| rebuilt.get(&node_key(&e.node)).map_or_else(|| e.clone(), |r| Entry::new(r.clone(), e.index))).collect();
         (Symbol { outputs }, pairs)
     }
 

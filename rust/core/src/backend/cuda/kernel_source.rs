@@ -198,7 +198,9 @@ fn typed_kernel(name: &str, op: &Elementwise, dtype: DType, loads: &[String], of
     let mut setup = String::new();
     if op.scalar.is_some() {
         params.push("double scalar".to_string());
-        setup = format!("    {storage} scalar_stored;\n    ox_store(&scalar_stored, scalar);\n    const {compute} s = ({compute})ox_load(scalar_stored);\n");
+        setup = format!(
+            "    {storage} scalar_stored;\n    ox_store(&scalar_stored, scalar);\n    const {compute} s = ({compute})ox_load(scalar_stored);\n"
+        );
     }
     if offsets.is_some() {
         params.push("ox_broadcast shape".to_string());

@@ -18,7 +18,6 @@ pub fn device_count() -> usize {
             return 0;
         }
         // A driver that loads but fails to initialise (no device, no permission) means no GPU.
-        std::panic::catch_unwind(|| cudarc::driver::CudaContext::device_count().map(|n| n.max(0) as usize).unwrap_or(0))
-            .unwrap_or(0)
+        std::panic::catch_unwind(|| cudarc::driver::CudaContext::device_count().map(|n| n.max(0) as usize).unwrap_or(0)).unwrap_or(0)
     })
 }

@@ -27,11 +27,7 @@ fn elementwise_operators() -> Vec<(&'static str, usize, Elementwise)> {
 
 /// Every registered reduction, instantiated with its default parameters.
 fn reductions() -> Vec<(&'static str, Reduction)> {
-    registry()
-        .defs()
-        .iter()
-        .filter_map(|def| Some((def.name, def.instantiate(def.name, &Attrs::new()).ok()?.reduction()?)))
-        .collect()
+    registry().defs().iter().filter_map(|def| Some((def.name, def.instantiate(def.name, &Attrs::new()).ok()?.reduction()?))).collect()
 }
 
 fn kernel_for(op_name: &str, dtype: DType) -> String {
