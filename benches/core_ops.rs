@@ -124,7 +124,11 @@ impl Builder {
         let p = ConvolutionParams::new(vec![kernel, kernel], filters).stride(vec![stride, stride]).pad(vec![kernel / 2, kernel / 2]).no_bias(true);
         let y = self.op("Convolution", &[x], &p);
         let y = self.op("BatchNorm", &[&y], &BatchNormParams::new().fix_gamma(false));
-        if relu { self.op("Activation", &[&y], &ActivationParams::new("relu".into())) } else { y }
+        if relu {
+            self.op("Activation", &[&y], &ActivationParams::new("relu".into()))
+        } else {
+            y
+        }
     }
 }
 
@@ -171,7 +175,8 @@ fn resnet18() -> Symbol {
 fn random_model(symbol: Symbol, data_shape: &[usize]) -> Model {
     let given: HashMap<String, PartialShape> = [("data".to_string(), PartialShape::from(&Shape::from(data_shape)))].into();
     let inferred = symbol.infer_shape(&given).unwrap();
-    let names = symbol.list_arguments().into_iter().zip(inferred.arguments).chain(symbol.list_auxiliary_states().into_iter().zip(inferred.auxiliary_states));
+    let names =
+        symbol.list_arguments().into_iter().zip(inferred.arguments).chain(symbol.list_auxiliary_states().into_iter().zip(inferred.auxiliary_states));
     let parameters = names
         .filter(|(name, _)| name != "data")
         .map(|(name, shape)| {

@@ -21,7 +21,8 @@ pub fn exported_files(prefix: &str) -> [String; 3] {
 
 /// The array saved under `key` in a `.params` file.
 fn saved_array(arrays: &[NDArray], names: &[String], key: &str, file: &str) -> oxnet::Result<NDArray> {
-    let index = names.iter().position(|n| n == key).ok_or_else(|| oxnet::Error::new(oxnet::ErrorKind::Io, format!("{file} holds no array '{key}'")))?;
+    let index =
+        names.iter().position(|n| n == key).ok_or_else(|| oxnet::Error::new(oxnet::ErrorKind::Io, format!("{file} holds no array '{key}'")))?;
     Ok(arrays[index].clone())
 }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::engine::Var;
 
-static STREAM: AtomicU64 = AtomicU64::new(0x5EED_0F_0A_7E_u64);
+static STREAM: AtomicU64 = AtomicU64::new(0x005E_ED0F_0A7E_u64);
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// Reset the stream (MXNet's `mx.random.seed`).
@@ -62,7 +62,7 @@ pub fn normal(seed: u64, index: u64) -> f64 {
     let u2 = uniform(seed, 2 * pair + 1);
     let r = (-2.0 * u1.ln()).sqrt();
     let theta = 2.0 * std::f64::consts::PI * u2;
-    if index % 2 == 0 {
+    if index.is_multiple_of(2) {
         r * theta.cos()
     } else {
         r * theta.sin()

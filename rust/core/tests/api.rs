@@ -232,7 +232,7 @@ fn a_graph_composed_in_rust_runs_as_a_model_and_agrees_with_the_imperative_path(
     let hidden = nn::activation(&nn::fully_connected(&x, &w1, Some(&b1), FullyConnectedParams::new(8))?, ActivationParams::new("tanh".into()))?;
     let want = nn::fully_connected(&hidden, &w2, Some(&b2), FullyConnectedParams::new(3))?.to_vec::<f32>()?;
 
-    let parameters = vec![("fc1_weight", &w1), ("fc1_bias", &b1), ("fc2_weight", &w2), ("fc2_bias", &b2)];
+    let parameters = [("fc1_weight", &w1), ("fc1_bias", &b1), ("fc2_weight", &w2), ("fc2_bias", &b2)];
     let owned = || parameters.iter().map(|(n, a)| (n.to_string(), (*a).clone())).collect::<Vec<_>>();
     let mut model = Model::new(net.clone(), owned(), cpu())?;
     assert_eq!(model.input_names(), ["data"]);

@@ -25,6 +25,9 @@ pub fn map<R: Send>(tasks: usize, task: impl Fn(usize) -> R + Sync) -> Vec<R> {
     if tasks <= 1 || threads() <= 1 {
         return (0..tasks).map(task).collect();
     }
+    // The closure borrows `task` (Sync, so the borrow is Send); passing `task` itself would need
+    // it to be Send.
+    #[allow(clippy::redundant_closure)]
     super::pool::pool().install(|| (0..tasks).into_par_iter().with_max_len(1).map(|i| task(i)).collect())
 }
 

@@ -308,7 +308,7 @@ impl BoundExecutor {
                 (Some(v), _) => v,
                 (None, Some((shape, dtype, ctx))) => {
                     let zeros = NDArray::empty(shape.clone(), *dtype, *ctx)?;
-                    imperative::invoke("zeros_like", &[zeros.clone()], &Attrs::new(), Some(vec![zeros.clone()]), *ctx, None)?;
+                    imperative::invoke("zeros_like", std::slice::from_ref(&zeros), &Attrs::new(), Some(vec![zeros.clone()]), *ctx, None)?;
                     zeros
                 }
                 (None, None) => continue,
@@ -336,7 +336,7 @@ impl BoundExecutor {
                 Some(g) => g,
                 None => match &self.head_ones[i] {
                     Some(ones) => ones.clone(),
-                    None => imperative::invoke("ones_like", &[output.clone()], &Attrs::new(), None, self.ctx, None)?.swap_remove(0),
+                    None => imperative::invoke("ones_like", std::slice::from_ref(output), &Attrs::new(), None, self.ctx, None)?.swap_remove(0),
                 },
             };
             self.values.insert((node_key(node), 0), grad);
@@ -384,7 +384,14 @@ impl BoundExecutor {
                     imperative::invoke("elemwise_add", &[buffer.clone(), value], &Attrs::new(), Some(vec![buffer.clone()]), buffer.context(), None)?;
                 }
                 (None, GradReq::Write) => {
-                    imperative::invoke("zeros_like", &[buffer.clone()], &Attrs::new(), Some(vec![buffer.clone()]), buffer.context(), None)?;
+                    imperative::invoke(
+                        "zeros_like",
+                        std::slice::from_ref(buffer),
+                        &Attrs::new(),
+                        Some(vec![buffer.clone()]),
+                        buffer.context(),
+                        None,
+                    )?;
                 }
                 (None, _) => {}
             }
@@ -451,7 +458,7 @@ fn head_ones_for(output: &NDArray, shared: Option<NDArray>) -> Result<NDArray> {
             }
         }
     }
-    Ok(imperative::invoke("ones_like", &[output.clone()], &Attrs::new(), None, output.context(), None)?.swap_remove(0))
+    Ok(imperative::invoke("ones_like", std::slice::from_ref(output), &Attrs::new(), None, output.context(), None)?.swap_remove(0))
 }
 
 fn node_context(contexts: &AddressMap<usize, Context>, default: Context, node: &Node) -> Context {

@@ -43,7 +43,7 @@ pub struct Monitored {
 pub fn monitor_node(node: &Arc<Node>, inputs: &[NDArray], outputs: &[NDArray], with_inputs: bool, report: &mut Vec<Monitored>) {
     let Some(op) = &node.op else { return };
     if with_inputs {
-        let names = op.operator.declares_input_names().then(|| op.operator.input_names()).unwrap_or_default();
+        let names = if op.operator.declares_input_names() { op.operator.input_names() } else { Default::default() };
         for (i, array) in inputs.iter().enumerate() {
             let input = names.get(i).cloned().unwrap_or_else(|| format!("input{i}"));
             report.push(Monitored { name: format!("{}_{input}", node.name), op: op.name.clone(), array: array.clone() });

@@ -58,11 +58,13 @@ crate::op_params! {
 
 // MXNet keeps SELU's constants as `float` for every dtype; the same rounded values make
 // float32 results bit-identical to `lambda * x` computed in float32.
+#[allow(clippy::excessive_precision)] // MXNet's literal, rounded to f32 as MXNet rounds it
 const SELU_ALPHA: f64 = 1.673_263_242_354_377_3_f32 as f64;
+#[allow(clippy::excessive_precision)]
 const SELU_LAMBDA: f64 = 1.050_700_987_355_480_5_f32 as f64;
 
 #[derive(Clone, Copy, PartialEq)]
-enum Leaky {
+enum LeakyType {
     Leaky,
     Elu,
     Selu,
@@ -73,68 +75,68 @@ enum Leaky {
     Rrelu,
 }
 
-impl Leaky {
-    fn parse(name: &str) -> Result<Leaky> {
+impl LeakyType {
+    fn parse(name: &str) -> Result<LeakyType> {
         Ok(match name {
-            "leaky" => Leaky::Leaky,
-            "elu" => Leaky::Elu,
-            "selu" => Leaky::Selu,
-            "gelu" => Leaky::Gelu,
-            "prelu" => Leaky::Prelu,
-            "rrelu" => Leaky::Rrelu,
+            "leaky" => LeakyType::Leaky,
+            "elu" => LeakyType::Elu,
+            "selu" => LeakyType::Selu,
+            "gelu" => LeakyType::Gelu,
+            "prelu" => LeakyType::Prelu,
+            "rrelu" => LeakyType::Rrelu,
             other => crate::bail!(Param, "LeakyReLU: act_type must be 'leaky', 'elu', 'selu', 'gelu', 'prelu' or 'rrelu', got '{other}'"),
         })
     }
     fn name(self) -> &'static str {
         match self {
-            Leaky::Leaky => "leaky",
-            Leaky::Elu => "elu",
-            Leaky::Selu => "selu",
-            Leaky::Gelu => "gelu",
-            Leaky::Prelu => "prelu",
-            Leaky::Rrelu => "rrelu",
+            LeakyType::Leaky => "leaky",
+            LeakyType::Elu => "elu",
+            LeakyType::Selu => "selu",
+            LeakyType::Gelu => "gelu",
+            LeakyType::Prelu => "prelu",
+            LeakyType::Rrelu => "rrelu",
         }
     }
     #[inline(always)]
     fn value(self, x: f64, slope: f64) -> f64 {
         match self {
-            Leaky::Leaky | Leaky::Prelu | Leaky::Rrelu => {
+            LeakyType::Leaky | LeakyType::Prelu | LeakyType::Rrelu => {
                 if x > 0.0 {
                     x
                 } else {
                     slope * x
                 }
             }
-            Leaky::Elu => {
+            LeakyType::Elu => {
                 if x > 0.0 {
                     x
                 } else {
                     slope * x.exp_m1()
                 }
             }
-            Leaky::Selu => SELU_LAMBDA * if x > 0.0 { x } else { SELU_ALPHA * x.exp_m1() },
-            Leaky::Gelu => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
+            LeakyType::Selu => SELU_LAMBDA * if x > 0.0 { x } else { SELU_ALPHA * x.exp_m1() },
+            LeakyType::Gelu => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
         }
     }
     #[inline(always)]
     fn derivative(self, x: f64, slope: f64) -> f64 {
         match self {
-            Leaky::Leaky | Leaky::Prelu | Leaky::Rrelu => {
+            LeakyType::Leaky | LeakyType::Prelu | LeakyType::Rrelu => {
                 if x > 0.0 {
                     1.0
                 } else {
                     slope
                 }
             }
-            Leaky::Elu => {
+            LeakyType::Elu => {
                 if x > 0.0 {
                     1.0
                 } else {
                     slope * x.exp()
                 }
             }
-            Leaky::Selu => SELU_LAMBDA * if x > 0.0 { 1.0 } else { SELU_ALPHA * x.exp() },
-            Leaky::Gelu => {
+            LeakyType::Selu => SELU_LAMBDA * if x > 0.0 { 1.0 } else { SELU_ALPHA * x.exp() },
+            LeakyType::Gelu => {
                 let cdf = 0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2));
                 cdf + x * (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt()
             }
@@ -152,7 +154,7 @@ fn channel_of(i: usize, shape: &Shape, gamma_len: usize) -> usize {
 }
 
 struct LeakyReLU {
-    kind: Leaky,
+    kind: LeakyType,
     slope: f64,
     /// rrelu's slope range.
     bounds: (f64, f64),
@@ -183,7 +185,7 @@ impl LeakyReLU {
 
 impl Operator for LeakyReLU {
     fn input_names(&self) -> Vec<String> {
-        if self.kind == Leaky::Prelu {
+        if self.kind == LeakyType::Prelu {
             vec!["data".into(), "gamma".into()]
         } else {
             vec!["data".into()]
@@ -196,7 +198,7 @@ impl Operator for LeakyReLU {
         Ok(())
     }
     fn num_outputs(&self) -> usize {
-        if self.kind == Leaky::Rrelu {
+        if self.kind == LeakyType::Rrelu {
             2
         } else {
             1
@@ -206,7 +208,7 @@ impl Operator for LeakyReLU {
         1
     }
     fn needs_rng(&self) -> bool {
-        self.kind == Leaky::Rrelu
+        self.kind == LeakyType::Rrelu
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         if let Some(gamma) = inputs.get(1) {
@@ -219,7 +221,7 @@ impl Operator for LeakyReLU {
     }
     fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let (x, out) = (&inputs[0], &outputs[0]);
-        if self.kind == Leaky::Rrelu {
+        if self.kind == LeakyType::Rrelu {
             self.randomized_forward(ctx, x, out, &outputs[1]);
             return Ok(());
         }
@@ -245,12 +247,12 @@ impl Operator for LeakyReLU {
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
-        if self.kind == Leaky::Rrelu {
+        if self.kind == LeakyType::Rrelu {
             let derivative = d.output(1);
             return Ok(vec![Some(d.mul(&g, &derivative)?)]);
         }
         let attrs = [("act_type", self.kind.name().to_string()), ("slope", format!("{:?}", self.slope))];
-        if self.kind == Leaky::Prelu {
+        if self.kind == LeakyType::Prelu {
             let gamma = d.input(1);
             let grads = d.op_outputs("_backward_LeakyReLU", &attrs, &[&g, &x, &gamma])?;
             return Ok(grads.into_iter().map(Some).collect());
@@ -267,13 +269,13 @@ struct LeakyReLUBackward {
 impl Operator for LeakyReLUBackward {
     fn input_names(&self) -> Vec<String> {
         let mut names = vec!["grad".to_string(), "data".to_string()];
-        if self.forward.kind == Leaky::Prelu {
+        if self.forward.kind == LeakyType::Prelu {
             names.push("gamma".into());
         }
         names
     }
     fn num_outputs(&self) -> usize {
-        if self.forward.kind == Leaky::Prelu {
+        if self.forward.kind == LeakyType::Prelu {
             2
         } else {
             1
@@ -719,8 +721,8 @@ crate::op_params! {
 }
 
 fn leaky_relu(p: LeakyReLUParams) -> Result<LeakyReLU> {
-    let kind = Leaky::parse(&p.act_type)?;
-    if kind == Leaky::Rrelu && !(p.lower_bound <= p.upper_bound) {
+    let kind = LeakyType::parse(&p.act_type)?;
+    if kind == LeakyType::Rrelu && !(p.lower_bound <= p.upper_bound) {
         crate::bail!(Param, "LeakyReLU(rrelu): lower_bound {} must not exceed upper_bound {}", p.lower_bound, p.upper_bound);
     }
     Ok(LeakyReLU { kind, slope: p.slope, bounds: (p.lower_bound, p.upper_bound) })
@@ -746,7 +748,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     add(OpDef::new(
         "LeakyReLU",
         &[],
-        "Leaky rectified linear units and variants: leaky, elu, selu, gelu, prelu (gamma per channel), rrelu (random slopes while training).",
+        "LeakyType rectified linear units and variants: leaky, elu, selu, gelu, prelu (gamma per channel), rrelu (random slopes while training).",
         leaky_relu,
     ));
     add(OpDef::new("_backward_LeakyReLU", &[], "Gradient of LeakyReLU.", |p: LeakyReLUParams| Ok(LeakyReLUBackward { forward: leaky_relu(p)? })));

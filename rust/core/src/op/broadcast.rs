@@ -50,7 +50,7 @@ pub fn truth<F: num_traits::Float>(c: bool) -> F {
 pub fn map1<A: Copy + Send + Sync, B: Copy + Send + Sync>(x: &Tensor, y: &Tensor, f: impl Fn(A) -> B + Sync) {
     let n = y.size();
     let (xp, yp) = (SendPtr(x.ptr::<A>()), SendPtr(y.ptr::<B>()));
-    let in_place = xp.get() as usize == yp.get() as usize;
+    let in_place = xp.get().addr() == yp.get().addr();
     parallel_chunks(n, PARALLEL_GRAIN, |r| {
         let (xp, yp) = (xp.get(), yp.get());
         if in_place {
@@ -127,8 +127,8 @@ fn collapse(dims: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usiz
 
 #[inline(always)]
 unsafe fn inner_loop<A: Copy, O: Copy>(n: usize, a: *const A, sa: usize, b: *const A, sb: usize, o: *mut O, f: &impl Fn(A, A) -> O) {
-    let a_aliased = sa == 1 && a as usize == o as usize;
-    if a_aliased || (sb == 1 && b as usize == o as usize) {
+    let a_aliased = sa == 1 && a.addr() == o.addr();
+    if a_aliased || (sb == 1 && b.addr() == o.addr()) {
         let mut staged = [MaybeUninit::<A>::uninit(); STAGE];
         for start in (0..n).step_by(STAGE) {
             let len = STAGE.min(n - start);

@@ -82,7 +82,7 @@ impl ShiftedLayout {
         let mut images = TARGET_POSITIONS.div_ceil(plane);
         if correlates_in_place(g) {
             let spans_per_image = od * oh * (ow / simd::f32_lanes());
-            images = (images..images + tile_spans()).find(|k| k * spans_per_image % tile_spans() == 0).unwrap_or(images);
+            images = (images..images + tile_spans()).find(|k| (k * spans_per_image).is_multiple_of(tile_spans())).unwrap_or(images);
         }
         let images = images.clamp(1, g.batch.max(1));
         Some(ShiftedLayout { padded, plane, span, offsets, images })
@@ -167,12 +167,12 @@ pub(super) struct Uses {
 /// Whether [`Shifted::correlate`] writes output lines straight into the response (they are
 /// whole vectors long).
 fn correlates_in_place(g: &Geometry) -> bool {
-    g.output[2] % simd::f32_lanes() == 0
+    g.output[2].is_multiple_of(simd::f32_lanes())
 }
 
 /// Whether [`Shifted::scatter`] adds input lines straight into the image gradient.
 fn scatters_in_place(g: &Geometry) -> bool {
-    g.input[2] % simd::f32_lanes() == 0
+    g.input[2].is_multiple_of(simd::f32_lanes())
 }
 
 /// Per-chunk scratch of the shifted strategy (one task's, for one operator call).
@@ -425,7 +425,7 @@ struct Line {
 /// with a register-tiled kernel. Only output positions are visited, never the padding between
 /// lines and images.
 fn weight_grad_rows(source: &Rows, offsets: &[usize], transposed: &[f32], stride: usize, lines: &[Line], len: usize, out: &mut [f32]) {
-    assert!(stride % simd::f32_lanes() == 0, "filter stride {stride} is not whole vectors");
+    assert!(stride.is_multiple_of(simd::f32_lanes()), "filter stride {stride} is not whole vectors");
     let (max_src, max_row) = lines.iter().fold((0, 0), |(s, r), line| (s.max(line.src), r.max(line.row)));
     // These bounds are what the kernel's unchecked loads rely on.
     assert!(lines.is_empty() || source.data.len() >= (source.count - 1) * source.stride + max_src + len + offsets.iter().max().copied().unwrap_or(0));
@@ -434,10 +434,10 @@ fn weight_grad_rows(source: &Rows, offsets: &[usize], transposed: &[f32], stride
     simd::vectorized(
         #[inline(always)]
         || match simd::f32_lanes() {
-            16 if stride % 64 == 0 => weight_grad_tiles::<16, 4, 6, true>(source, offsets, transposed, stride, lines, len, out),
-            16 if stride % 32 == 0 => weight_grad_tiles::<16, 2, 6, true>(source, offsets, transposed, stride, lines, len, out),
+            16 if stride.is_multiple_of(64) => weight_grad_tiles::<16, 4, 6, true>(source, offsets, transposed, stride, lines, len, out),
+            16 if stride.is_multiple_of(32) => weight_grad_tiles::<16, 2, 6, true>(source, offsets, transposed, stride, lines, len, out),
             16 => weight_grad_tiles::<16, 1, 8, true>(source, offsets, transposed, stride, lines, len, out),
-            8 if stride % 16 == 0 => weight_grad_tiles::<8, 2, 6, true>(source, offsets, transposed, stride, lines, len, out),
+            8 if stride.is_multiple_of(16) => weight_grad_tiles::<8, 2, 6, true>(source, offsets, transposed, stride, lines, len, out),
             8 => weight_grad_tiles::<8, 1, 6, true>(source, offsets, transposed, stride, lines, len, out),
             _ => weight_grad_tiles::<4, 1, 4, false>(source, offsets, transposed, stride, lines, len, out),
         },

@@ -163,7 +163,7 @@ impl ConvolutionParams {
             output[a] = (padded - extent) / stride[a] + 1;
         }
         let (channels, groups) = (data[1], self.num_group);
-        if groups == 0 || channels % groups != 0 || self.num_filter % groups != 0 {
+        if groups == 0 || channels % groups != 0 || !self.num_filter.is_multiple_of(groups) {
             crate::bail!(Param, "{op}: channels ({channels}) and num_filter ({}) must divide by num_group ({groups})", self.num_filter);
         }
         Ok(Geometry { batch: data[0], channels, filters: self.num_filter, groups, input, kernel, stride, dilate, pad, output, rank })
@@ -312,7 +312,7 @@ fn im2col<T: Elem>(image: &[T], g: &Geometry, c0: usize, cs: usize, col: &mut [T
 /// col2im, accumulating the column matrix (rows `row_stride` apart) back into the image's
 /// channels `c0..c0+cs`.
 fn col2im<T: Elem>(col: &[T], g: &Geometry, c0: usize, cs: usize, image: &mut [T], row_stride: usize) {
-    let (plane, sw, ow) = (g.input_size(), g.stride[2] as usize, g.output[2]);
+    let (plane, sw, ow) = (g.input_size(), g.stride[2], g.output[2]);
     let base = &mut image[c0 * plane..(c0 + cs) * plane];
     if g.is_dense() {
         for_each_dense_line(g, cs, row_stride, |line, dst| add_short(&mut base[dst..dst + ow], &col[line..line + ow]));
@@ -352,6 +352,8 @@ unsafe impl Sync for ImageProducts<'_> {}
 const CHUNK_ELEMENTS: usize = 1 << 18;
 
 /// Per-chunk buffers of the strategy in use.
+// One value per chunk being computed: boxing the larger variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum ChunkBuffers<T> {
     /// The side-by-side column matrices and one group's response block.
     Columns {

@@ -95,7 +95,7 @@ impl DeconvolutionParams {
             output[a] = full + adj[a] - 2 * pad[a];
         }
         let (channels, groups) = (data[1], self.num_group);
-        if groups == 0 || channels % groups != 0 || self.num_filter % groups != 0 {
+        if groups == 0 || channels % groups != 0 || !self.num_filter.is_multiple_of(groups) {
             crate::bail!(Param, "{OP}: channels ({channels}) and num_filter ({}) must divide by num_group ({groups})", self.num_filter);
         }
         Ok(Geometry {

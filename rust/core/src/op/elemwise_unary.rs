@@ -287,7 +287,7 @@ unary_ops! {
     Digamma "_digamma" [] "Returns the digamma function (derivative of gammaln) of the input, element-wise." => |x| via_f64(x, digamma), cuda "ox_digamma($0)",
         grad |d, x, y, g| Err(crate::err!(Value, "the gradient of _digamma (second derivative of gamma/gammaln) is not implemented"));
     Identity "_copy" ["identity"] "Returns a copy of the input." => |x| x, cuda "$0",
-        grad |d, x, y, g| Ok(g.clone()).map(Some);
+        grad |d, x, y, g| Ok(Some(g.clone()));
     BlockGrad "BlockGrad" ["stop_gradient"] "Returns a copy of the input; no gradient flows back through it." => |x| x, cuda "$0",
         grad |d, x, y, g| Ok(None);
 }

@@ -36,11 +36,11 @@ fn group_layout(op: &str, data: &Shape, groups: usize) -> Result<(usize, usize, 
         // Instance statistics are taken over spatial axes, which a 2-D input does not have.
         crate::bail!(Shape, "{op}: data must be at least 3-D (batch, channels, spatial...), got {data}");
     }
-    if groups == 0 || d[1] % groups != 0 {
+    if groups == 0 || !d[1].is_multiple_of(groups) {
         crate::bail!(Shape, "{op}: {} channels cannot be split into {groups} groups", d[1]);
     }
     let blocks = d[0] * groups;
-    let per_block = if blocks == 0 { 0 } else { data.size() / blocks };
+    let per_block = data.size().checked_div(blocks).unwrap_or(0);
     if blocks > 0 && per_block == 0 {
         crate::bail!(Shape, "{op}: data {data} has no elements to normalize in each of its {blocks} (instance, group) blocks");
     }

@@ -77,7 +77,7 @@ fn store<T: Elem>(value: f64) -> T {
 
 /// Run `per_image(index, input image, output image)` over a batch, images in parallel.
 fn for_each_image<T: Elem>(x: &Tensor, out: &Tensor, in_size: usize, out_size: usize, per_image: impl Fn(usize, &[T], &mut [T]) + Sync) {
-    let batch = if in_size == 0 { 0 } else { x.size() / in_size };
+    let batch = x.size().checked_div(in_size).unwrap_or(0);
     let (xp, op) = (SendPtr(x.ptr::<T>()), SendPtr(out.ptr::<T>()));
     parallel_chunks(batch, 1, |range| {
         for n in range {

@@ -187,7 +187,7 @@ impl Operator for NearestUpSampling {
 
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     add(OpDef::new("LRN", &[], "Local response normalization across nearby channels.", |p: LRNParams| {
-        if p.nsize == 0 || p.nsize % 2 == 0 {
+        if p.nsize == 0 || p.nsize.is_multiple_of(2) {
             crate::bail!(Param, "LRN: nsize must be a positive odd number, got {}", p.nsize);
         }
         Ok(Lrn { alpha: p.alpha, beta: p.beta, knorm: p.knorm, nsize: p.nsize })
@@ -216,6 +216,8 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
 }
 
 /// The two sampling modes behind one registered name.
+// One value per operator instance: boxing the larger variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 enum UpSampling {
     Nearest(NearestUpSampling),
     Bilinear(Deconvolution),

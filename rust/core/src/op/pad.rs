@@ -42,7 +42,7 @@ impl Pad {
             "reflect" => Mode::Reflect,
             other => crate::bail!(Param, "pad: mode must be 'constant', 'edge' or 'reflect', got '{other}'"),
         };
-        if p.pad_width.len() % 2 != 0 || p.pad_width.iter().any(|&w| w < 0) {
+        if !p.pad_width.len().is_multiple_of(2) || p.pad_width.iter().any(|&w| w < 0) {
             crate::bail!(Param, "pad: pad_width must hold non-negative (before, after) pairs, got {:?}", p.pad_width);
         }
         let widths = p.pad_width.chunks(2).map(|c| (c[0] as usize, c[1] as usize)).collect();

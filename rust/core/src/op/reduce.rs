@@ -331,7 +331,7 @@ impl Operator for Moments {
         crate::dispatch_dtype!(x.dtype, T => {
             let mut deviations: Vec<T> = vec![T::default(); x.size()];
             // SAFETY: `deviations` holds x.size() elements of T, the shape of x.
-            let dev = unsafe { Tensor::new(deviations.as_mut_ptr() as *mut u8, x.shape.clone(), x.dtype) };
+            let dev = unsafe { Tensor::new(deviations.as_mut_ptr().cast::<u8>(), x.shape.clone(), x.dtype) };
             // SAFETY: the mean output holds the reduced elements, the size of `kept`.
             let mean = unsafe { Tensor::new(outputs[0].raw(), Shape::new(kept), x.dtype) };
             broadcast_into(&mean, &dev)?;

@@ -323,7 +323,7 @@ pub fn infer_reshape(src: &Shape, spec: &[i64], reverse: bool) -> Result<Shape> 
     }
     if let Some(k) = inferred {
         let known: usize = out.iter().enumerate().filter(|&(j, _)| j != k).map(|(_, &d)| d).product();
-        if known == 0 || src.size() % known != 0 {
+        if known == 0 || !src.size().is_multiple_of(known) {
             return Err(fail("the -1 dimension cannot be inferred".into()));
         }
         out[k] = src.size() / known;
@@ -572,7 +572,7 @@ impl Operator for SliceChannel {
         let s = &inputs[0];
         let axis = normalize_axis(self.p.axis, s.ndim())?;
         let n = self.p.num_outputs;
-        if n == 0 || s[axis] % n != 0 {
+        if n == 0 || !s[axis].is_multiple_of(n) {
             crate::bail!(Shape, "SliceChannel: axis {axis} of {s} (length {}) cannot be split into {n} equal parts", s[axis]);
         }
         let mut dims = s.dims().to_vec();
@@ -791,7 +791,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             Ok(Relayout {
                 shape_of: Box::new(|s| {
                     let first = s.dims().first().copied().unwrap_or(1);
-                    Ok(Shape::new(vec![first, if first == 0 { 0 } else { s.size() / first }]))
+                    Ok(Shape::new(vec![first, s.size().checked_div(first).unwrap_or(0)]))
                 }),
             })
         },

@@ -170,7 +170,7 @@ mod tests {
     fn values_read_elsewhere_or_of_other_shapes_stay() {
         let a = Symbol::variable("a", Attrs::new());
         let e = Symbol::create("exp", Attrs::new(), "e", &[a], &[]).unwrap();
-        let s = Symbol::create("sum", Attrs::new(), "s", &[e.clone()], &[]).unwrap();
+        let s = Symbol::create("sum", Attrs::new(), "s", std::slice::from_ref(&e), &[]).unwrap();
         let t = Symbol::create("tanh", Attrs::new(), "t", &[e], &[]).unwrap();
         let both = Symbol::group(&[s, t]);
         let shapes = infer_shapes(&both.outputs, &|_| Some(Shape::new(vec![3]))).unwrap();

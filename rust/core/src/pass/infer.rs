@@ -94,9 +94,7 @@ fn refine_node(node: &Node, inputs: &mut [Option<PartialShape>], outputs: &mut [
             let completed = PartialShape::from(completed);
             // A variable takes what its consumer needs; another operator's output only where
             // it agrees with what is known of it (its producer has the last word).
-            if entry.node.is_variable() {
-                merge_partial(slot, &completed)?;
-            } else if slot.as_ref().is_some_and(|known| known.clone().merge(&completed).is_ok()) {
+            if entry.node.is_variable() || slot.as_ref().is_some_and(|known| known.clone().merge(&completed).is_ok()) {
                 merge_partial(slot, &completed)?;
             }
         }
@@ -195,7 +193,7 @@ mod tests {
     #[test]
     fn unknown_shapes_stay_unknown_and_errors_name_the_node() {
         let data = Symbol::variable("data", Attrs::new());
-        let fc = Symbol::create("FullyConnected", attrs(&[("num_hidden", "7")]), "fc", &[data.clone()], &[]).unwrap();
+        let fc = Symbol::create("FullyConnected", attrs(&[("num_hidden", "7")]), "fc", std::slice::from_ref(&data), &[]).unwrap();
         let partial = infer_shapes(&fc.outputs, &|_| None).unwrap();
         assert!(!partial.contains_key(&fc.outputs[0].key()));
         let other = Symbol::variable("other", Attrs::new());

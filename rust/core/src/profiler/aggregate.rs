@@ -156,7 +156,7 @@ impl Aggregate {
     }
 
     /// Entries of one domain, ordered by `sort_by` (ties by name).
-    fn sorted<'a>(entries: &'a HashMap<String, Stat>, sort_by: SortBy, ascending: bool) -> Vec<(&'a String, &'a Stat)> {
+    fn sorted(entries: &HashMap<String, Stat>, sort_by: SortBy, ascending: bool) -> Vec<(&String, &Stat)> {
         let mut rows: Vec<(&String, &Stat)> = entries.iter().collect();
         rows.sort_by(|a, b| {
             let order = a.1.key(sort_by).total_cmp(&b.1.key(sort_by));

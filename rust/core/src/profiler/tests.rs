@@ -23,7 +23,7 @@ fn push_sleeping(name: &str, millis: u64) -> Arc<Var> {
             Ok(())
         }),
         &[],
-        &[var.clone()],
+        std::slice::from_ref(&var),
         PushProps::default(),
         Box::new(name.to_string()),
     );
@@ -71,7 +71,7 @@ fn independent_operators_overlap_on_two_worker_lanes() {
                 Ok(())
             }),
             &[],
-            &[var.clone()],
+            std::slice::from_ref(&var),
             PushProps::default(),
             Box::new(name.to_string()),
         );

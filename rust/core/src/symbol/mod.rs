@@ -465,7 +465,7 @@ mod tests {
     #[test]
     fn composition_errors_name_the_node() {
         let data = Symbol::variable("data", Attrs::new());
-        let err = Symbol::create("FullyConnected", Attrs::new(), "fc9", &[data.clone()], &[]).err().unwrap();
+        let err = Symbol::create("FullyConnected", Attrs::new(), "fc9", std::slice::from_ref(&data), &[]).err().unwrap();
         assert!(err.to_string().contains("fc9") && err.to_string().contains("num_hidden"), "{err}");
         let err = Symbol::create("no_such_op", Attrs::new(), "x", &[data], &[]).err().unwrap();
         assert!(err.to_string().contains("no_such_op"), "{err}");

@@ -71,7 +71,7 @@ fn fused_chains_become_one_expression() {
 /// helpers (ox_div) could not deduce one type for, were the steps not each made float.
 fn mixed_type_chain() -> String {
     fused_expression(|a, b| {
-        let sign = Symbol::create("sign", Attrs::new(), "sign", &[a.clone()], &[]).unwrap();
+        let sign = Symbol::create("sign", Attrs::new(), "sign", std::slice::from_ref(&a), &[]).unwrap();
         let greater = Symbol::create("_greater", Attrs::new(), "gt", &[a, b.clone()], &[]).unwrap();
         let ratio = Symbol::create("elemwise_div", Attrs::new(), "div", &[sign, b], &[]).unwrap();
         Symbol::create("_maximum", Attrs::new(), "max", &[greater, ratio], &[]).unwrap()
