@@ -5,6 +5,8 @@ gradient random) must match a float64 numeric gradient, and lower-precision dtyp
 float64 analytic gradient within their precision.
 """
 
+import json
+
 import numpy as np
 import pytest
 
@@ -29,6 +31,7 @@ UNARY = {
     "relu": (nd.relu, (0.1, 1)), "softsign": (nd.softsign, (-2, 2)), "reciprocal": (nd.reciprocal, (0.5, 2)),
     "negative": (nd.negative, (-1, 1)), "erf": (nd.erf, (-1, 1)), "erfinv": (nd.erfinv, (-0.7, 0.7)),
     "gamma": (nd.gamma, (0.5, 3)), "gammaln": (nd.gammaln, (0.5, 3)), "identity": (nd.identity, (-1, 1)),
+    "_softrelu": (nd._softrelu, (-2, 2)),
 }
 
 
@@ -39,17 +42,45 @@ def test_unary_gradient(name, ctx):
     check_gradient(fn, [(2, 3)], ctx, domain, dtypes=dtypes)
 
 
-@pytest.mark.parametrize("name", ["sign", "round", "rint", "ceil", "floor", "trunc", "fix", "logical_not",
-                                  "isnan", "isinf", "isfinite", "BlockGrad", "stop_gradient", "zeros_like",
-                                  "ones_like", "argmax", "argmin", "shape_array"])
+# Operators whose output is piecewise constant in the input (or does not depend on its values):
+# name -> parameters.
+ZERO_GRADIENT = {
+    "sign": {}, "round": {}, "rint": {}, "ceil": {}, "floor": {}, "trunc": {}, "fix": {}, "logical_not": {},
+    "isnan": {}, "isinf": {}, "isfinite": {}, "BlockGrad": {}, "stop_gradient": {}, "zeros_like": {},
+    "ones_like": {}, "argmax": {}, "argmin": {}, "argmax_channel": {}, "argsort": {}, "shape_array": {},
+    "size_array": {}, "one_hot": {"depth": 3},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ZERO_GRADIENT))
 def test_piecewise_constant_ops_have_zero_gradient(name, ctx):
     x = mx.nd.array([[0.3, -1.7, 2.2]], ctx=ctx)
     x.attach_grad()
     with autograd.record():
-        y = getattr(mx.nd, name)(x)
+        y = getattr(mx.nd, name)(x, **ZERO_GRADIENT[name])
         loss = (y.astype("float32") * 3).sum() + (x * 0).sum()
     loss.backward()
     assert (x.grad.asnumpy() == 0).all()
+
+
+COMPARISONS = ["equal", "not_equal", "greater", "greater_equal", "lesser", "lesser_equal", "logical_and",
+               "logical_or", "logical_xor"]
+# Every form of each comparison: broadcast, same-shape and with a scalar.
+ZERO_GRADIENT_COMPARISONS = (["broadcast_" + c for c in COMPARISONS] + ["_" + c for c in COMPARISONS]
+                             + ["_%s_scalar" % c for c in COMPARISONS])
+
+
+@pytest.mark.parametrize("name", ZERO_GRADIENT_COMPARISONS)
+def test_comparisons_have_zero_gradient(name, ctx):
+    a = mx.nd.array([[0.3, -1.7, 2.2], [0.5, 0.0, 1.0]], ctx=ctx)
+    b = mx.nd.array([[0.3, 1.0, -2.0], [0.5, 0.0, 3.0]], ctx=ctx)
+    for x in (a, b):
+        x.attach_grad()
+    with autograd.record():
+        y = getattr(nd, name)(a, scalar=0.5) if name.endswith("_scalar") else getattr(nd, name)(a, b)
+        loss = (y * 3).sum() + (a * 0).sum() + (b * 0).sum()
+    loss.backward()
+    assert (a.grad.asnumpy() == 0).all() and (b.grad.asnumpy() == 0).all()
 
 
 BINARY_DOMAINS = {"add": (-1, 1), "sub": (-1, 1), "mul": (-1, 1), "div": (0.5, 2), "power": (0.5, 2),
@@ -69,10 +100,18 @@ def test_broadcast_binary_gradient(name, ctx):
             check_gradient(fn, [sa, sb], ctx, BINARY_DOMAINS[name])
 
 
-@pytest.mark.parametrize("name", ["elemwise_add", "elemwise_sub", "elemwise_mul", "elemwise_div", "_power",
-                                  "_maximum", "_minimum", "_hypot", "_backward_relu"])
+ELEMWISE = ["elemwise_add", "elemwise_sub", "elemwise_mul", "elemwise_div", "_mod", "_power", "_maximum", "_minimum",
+            "_hypot", "_backward_relu"]
+
+
+@pytest.mark.parametrize("name", ELEMWISE)
 def test_elemwise_binary_gradient(name, ctx):
-    check_gradient(getattr(nd, name), [(2, 3), (2, 3)], ctx, (0.5, 2))
+    if name == "_mod":
+        # Away from the jumps of mod, as for broadcast_mod.
+        make = lambda rng: [rng.uniform(1.1, 1.9, size=(2, 3)), rng.uniform(2, 3, size=(2, 3))]  # noqa: E731
+        check_gradient(nd._mod, None, ctx, make=make)
+    else:
+        check_gradient(getattr(nd, name), [(2, 3), (2, 3)], ctx, (0.5, 2))
 
 
 SCALAR = ["_plus_scalar", "_minus_scalar", "_rminus_scalar", "_mul_scalar", "_div_scalar", "_rdiv_scalar",
@@ -94,7 +133,10 @@ def test_python_operators_are_differentiated(ctx):
 REDUCE_AXES = [None, 0, 1, (0, 2), -1]
 
 
-@pytest.mark.parametrize("name", ["sum", "mean", "prod", "nansum", "nanprod", "max", "min"])
+REDUCE = ["sum", "mean", "prod", "nansum", "nanprod", "max", "min"]
+
+
+@pytest.mark.parametrize("name", REDUCE)
 def test_reduction_gradient(name, ctx):
     fn = getattr(nd, name)
     for axis in REDUCE_AXES:
@@ -168,6 +210,8 @@ SHAPE_CASES = {
     "topk_value": (lambda x: nd.topk(x, axis=-1, k=2, ret_typ="value"), [(3, 4)]),
     "topk_both": (lambda x: nd.topk(x, axis=0, k=2, ret_typ="both")[0], [(3, 4)]),
     "space_to_depth": (lambda x: nd.space_to_depth(x, block_size=2), [(1, 2, 4, 2)]),
+    "identity_with_attr_like_rhs": (lambda x, y: nd._internal._identity_with_attr_like_rhs(x, y), [(2, 3), (2, 3)]),
+    "cast_like": (lambda x, y: nd._internal._cast_like(x, y), [(2, 3), (3,)]),
 }
 
 
@@ -204,6 +248,60 @@ def test_index_driven_op_gradients(ctx):
     check_gradient(lambda x: nd.boolean_mask(x, mask), [(3, 2)], ctx)
 
 
+# Image operators on (H, W, C) images and (C, H, W) tensors.
+IMAGE_CASES = {
+    "image_normalize": (lambda x: nd.image.normalize(x, mean=(0.1, 0.2), std=(0.5, 2.0)), [(2, 3, 4)]),
+    "image_crop": (lambda x: nd.image.crop(x, x=1, y=0, width=2, height=2), [(3, 4, 2)]),
+    "image_flip_left_right": (nd.image.flip_left_right, [(3, 4, 2)]),
+    "image_flip_top_bottom": (nd.image.flip_top_bottom, [(2, 3, 4, 2)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IMAGE_CASES))
+def test_image_op_gradient(name, ctx):
+    fn, shapes = IMAGE_CASES[name]
+    check_gradient(fn, shapes, ctx, (0, 1), dtypes=["float64", "float32"])
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 2), (2, 3, 4, 2)])
+def test_image_to_tensor_gradient(shape, ctx):
+    # Its output is float32 whatever the input, too coarse for finite differences: the gradient
+    # is the output gradient moved back to (H, W, C) and divided by 255.
+    rng = np.random.RandomState(6)
+    x = mx.nd.array(rng.uniform(0, 255, shape), ctx=ctx, dtype="float64")
+    x.attach_grad()
+    with autograd.record():
+        y = nd.image.to_tensor(x)
+    head = rng.uniform(-1, 1, y.shape)
+    y.backward(mx.nd.array(head, ctx=ctx, dtype="float32"))
+    assert_almost_equal(x.grad.asnumpy(), np.moveaxis(head, -3, -1) / 255, rtol=1e-6, atol=1e-9)
+
+
+# Data augmentations (MXNet's convention): the gradient is the output gradient, unchanged.
+PASS_THROUGH_AUGMENTATIONS = {
+    "_image_random_flip_left_right": {}, "_image_random_flip_top_bottom": {},
+    "_image_random_brightness": {"min_factor": 0.5, "max_factor": 1.5},
+    "_image_random_contrast": {"min_factor": 0.5, "max_factor": 1.5},
+    "_image_random_saturation": {"min_factor": 0.5, "max_factor": 1.5},
+    "_image_random_hue": {"min_factor": 0.1, "max_factor": 0.3},
+    "_image_random_color_jitter": {"brightness": 0.2, "contrast": 0.2, "saturation": 0.2, "hue": 0.1},
+    "_image_adjust_lighting": {"alpha": (0.1, -0.2, 0.3)},
+    "_image_random_lighting": {"alpha_std": 0.1},
+}
+
+
+@pytest.mark.parametrize("name", sorted(PASS_THROUGH_AUGMENTATIONS))
+def test_image_augmentations_pass_the_gradient_through(name, ctx):
+    rng = np.random.RandomState(5)
+    x = mx.nd.array(rng.uniform(0, 1, (2, 3, 4, 3)), ctx=ctx)
+    head = rng.uniform(-1, 1, x.shape)
+    x.attach_grad()
+    with autograd.record():
+        y = getattr(nd, name)(x, **PASS_THROUGH_AUGMENTATIONS[name])
+    y.backward(mx.nd.array(head, ctx=ctx))
+    np.testing.assert_array_equal(x.grad.asnumpy(), head.astype(np.float32))
+
+
 def test_tile_and_concat_second_order(ctx):
     # Gradient nodes (_backward_tile, _backward_Concat) are differentiable too.
     x = mx.nd.array([[0.5, -0.2, 0.1]], ctx=ctx)
@@ -217,6 +315,54 @@ def test_tile_and_concat_second_order(ctx):
     # y = 4 * sum(x^3): g = 12 x^2, z = sum(144 x^4), dz/dx = 576 x^3
     assert_almost_equal(g.asnumpy(), 12 * xn ** 2, rtol=1e-5)
     assert_almost_equal(x.grad.asnumpy(), 576 * xn ** 3, rtol=1e-5)
+
+
+def gradient_graph_of(fn):
+    """``fn``'s input gradients for the loss sum(out * out) over its outputs, as a recorded function
+    of the inputs: its own gradient is the second derivative, made of the gradients of the nodes
+    that fn's backward pass consists of (the loss keeps their output gradients input-dependent)."""
+    def gradients(*xs):
+        if not autograd.is_recording():
+            xs = [x.copy() for x in xs]
+            for x in xs:
+                x.attach_grad()
+            with autograd.record():
+                return gradients(*xs)
+        outs = fn(*xs)
+        outs = outs if isinstance(outs, (list, tuple)) else [outs]
+        loss = sum((o * o).sum() for o in outs)
+        return autograd.grad(loss, list(xs), create_graph=True)
+    return gradients
+
+
+def ops_in_graph(outputs):
+    return {node["op"] for out in outputs for node in json.loads(autograd.get_symbol(out).tojson())["nodes"]}
+
+
+# Differentiable gradient nodes: node -> (forward function whose backward pass uses it, input shapes).
+SECOND_ORDER = {
+    "_reduce_sum_to_like": (lambda a, b: nd.broadcast_mul(a, b), [(2, 3), (1, 3)]),
+    "_broadcast_reduced_like": (lambda x: nd.sum(x, axis=1), [(2, 3)]),
+    "_backward_Concat": (lambda a, b: nd.concat(a, b, dim=1), [(2, 1), (2, 2)]),
+    "_backward_slice_axis": (lambda x: nd.slice_axis(x, axis=1, begin=1, end=3), [(2, 4)]),
+    "_backward_take": (lambda x: nd.take(x, mx.nd.array([0, 2, 2], ctx=x.context)), [(3, 2)]),
+    "_backward_repeat": (lambda x: nd.repeat(x, repeats=2, axis=1), [(2, 3)]),
+    "_backward_pick": (lambda x: nd.pick(x, mx.nd.array([0, 2], ctx=x.context), axis=1), [(2, 3)]),
+    "_backward_gather_nd": (lambda x: nd.gather_nd(x, mx.nd.array([[0, 1, 1], [2, 0, 0]], ctx=x.context)), [(2, 3)]),
+    "_backward_slice_like": (lambda x: nd.slice_like(x, mx.nd.zeros((2, 2), ctx=x.context)), [(3, 4)]),
+    "_backward_boolean_mask": (lambda x: nd.boolean_mask(x, mx.nd.array([1, 0, 1], ctx=x.context)), [(3, 2)]),
+    "_backward_diag": (lambda x: nd.diag(x, k=1), [(3, 3)]),
+    "_backward_pad": (lambda x: nd.pad(x, mode="reflect", pad_width=(0, 0, 0, 0, 1, 1, 1, 1)), [(1, 1, 3, 3)]),
+    "_backward_image_normalize": (lambda x: nd.image.normalize(x, mean=(0.1, 0.2), std=(0.5, 2.0)), [(2, 2, 3)]),
+}
+
+
+@pytest.mark.parametrize("node", sorted(SECOND_ORDER))
+def test_gradient_node_gradient(node, ctx):
+    fn, shapes = SECOND_ORDER[node]
+    xs = [mx.nd.array(np.random.RandomState(7).uniform(-1, 1, s), ctx=ctx, dtype="float64") for s in shapes]
+    assert node in ops_in_graph(gradient_graph_of(fn)(*xs))
+    check_gradient(gradient_graph_of(fn), shapes, ctx, dtypes=["float64"])
 
 
 @pytest.mark.parametrize("op, kwargs", [("softmax", {"axis": -1}), ("log_softmax", {"axis": -1}),

@@ -368,6 +368,121 @@ def test_adamw_and_lamb_update_ops(ctx):
     ratio = max(np.linalg.norm(w), 3.0) / np.linalg.norm(d_ref)
     assert_almost_equal(weight.asnumpy(), w - lr * ratio * d_ref, rtol=1e-12)
 
+def test_ftml_update(ctx):
+    rng = np.random.RandomState(13)
+    w, g, d, z = rng.randn(6), rng.randn(6), np.abs(rng.randn(6)), rng.randn(6)
+    v = np.abs(rng.randn(6)) * 0.1
+    arr = lambda a: nd.array(a, ctx=ctx, dtype="float64")  # noqa: E731
+    lr, b1, b2, eps, t, wd, rs, clip = 0.05, 0.6, 0.9, 1e-8, 3, 0.02, 0.7, 0.5
+    weight, d_state, v_state, z_state = arr(w), arr(d), arr(v), arr(z)
+    nd.ftml_update(weight, arr(g), d_state, v_state, z_state, lr=lr, beta1=b1, beta2=b2, epsilon=eps, t=t, wd=wd,
+                   rescale_grad=rs, clip_grad=clip, out=weight)
+    gr = np.clip(g * rs + wd * w, -clip, clip)
+    v_ref = b2 * v + (1 - b2) * gr ** 2
+    d_ref = (1 - b1 ** t) / lr * (np.sqrt(v_ref / (1 - b2 ** t)) + eps)
+    z_ref = b1 * z + (1 - b1) * gr - (d_ref - b1 * d) * w
+    for got, expected in ((v_state, v_ref), (d_state, d_ref), (z_state, z_ref), (weight, -z_ref / d_ref)):
+        assert_almost_equal(got.asnumpy(), expected, rtol=1e-12)
+
+
+# Multi-precision update -> (its float32 form, states per weight, number of weights, parameters). The
+# mp form must step its float32 master as the float32 form (checked against NumPy above) steps a
+# float32 weight, and give the weight the master's float16 cast.
+MP_UPDATES = {
+    "mp_sgd_update": ("sgd_update", 0, 1, dict(lr=0.1, wd=0.01, rescale_grad=0.5, clip_gradient=1.0)),
+    "mp_nag_mom_update": ("nag_mom_update", 1, 1, dict(lr=0.1, momentum=0.9, wd=0.01)),
+    "_contrib_mp_adamw_update": ("_contrib_adamw_update", 2, 1, dict(lr=0.01, eta=0.5, wd=0.1, clip_gradient=2.0)),
+    "multi_mp_sgd_update": ("multi_sgd_update", 0, 2, dict(lrs=(0.1, 0.2), wds=(0.0, 0.01), num_weights=2)),
+    "multi_mp_sgd_mom_update": ("multi_sgd_mom_update", 1, 2,
+                                dict(lrs=(0.1, 0.2), wds=(0.0, 0.01), momentum=0.9, num_weights=2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MP_UPDATES))
+def test_multi_precision_updates_step_the_master_as_the_float32_update(name, ctx):
+    single, n_states, n_weights, params = MP_UPDATES[name]
+    rng = np.random.RandomState(14)
+    weights = [rng.randn(7).astype(np.float32) for _ in range(n_weights)]
+    grads = [rng.randn(7).astype(np.float16) for _ in range(n_weights)]
+    states = [[np.abs(rng.randn(7)).astype(np.float32) * 0.1 for _ in range(n_states)] for _ in range(n_weights)]
+    f32 = lambda a: nd.array(a, ctx=ctx, dtype="float32")  # noqa: E731
+    # AdamW takes the rescale factor as an array after the weights.
+    extra = [f32([2.0])] if "adamw" in name else []
+
+    ref_weights, ref_states = [f32(w) for w in weights], [[f32(s) for s in group] for group in states]
+    ref_inputs = [a for w, g, st in zip(ref_weights, grads, ref_states) for a in [w, f32(g.astype(np.float32)), *st]]
+    getattr(nd, single)(*ref_inputs, *extra, out=ref_weights if n_weights > 1 else ref_weights[0], **params)
+
+    half = [nd.array(w, ctx=ctx, dtype="float16") for w in weights]
+    masters, mp_states = [f32(w) for w in weights], [[f32(s) for s in group] for group in states]
+    inputs = [a for w, g, st, m in zip(half, grads, mp_states, masters)
+              for a in [w, nd.array(g, ctx=ctx, dtype="float16"), *st, m]]
+    getattr(nd, name)(*inputs, *extra, out=half if n_weights > 1 else half[0], **params)
+    for i in range(n_weights):
+        assert_almost_equal(masters[i].asnumpy(), ref_weights[i].asnumpy(), rtol=1e-6, atol=1e-7)
+        for got, expected in zip(mp_states[i], ref_states[i]):
+            assert_almost_equal(got.asnumpy(), expected.asnumpy(), rtol=1e-6, atol=1e-7)
+        assert half[i].dtype == np.float16
+        np.testing.assert_array_equal(half[i].asnumpy(), masters[i].asnumpy().astype(np.float16))
+
+
+def test_multi_precision_lamb_phases_step_the_master_as_the_float32_phases(ctx):
+    rng = np.random.RandomState(15)
+    w, g = rng.randn(6).astype(np.float32), rng.randn(6).astype(np.float16)
+    m, v = rng.randn(6).astype(np.float32) * 0.1, np.abs(rng.randn(6)).astype(np.float32) * 0.1
+    f32 = lambda a: nd.array(a, ctx=ctx, dtype="float32")  # noqa: E731
+    params = dict(t=2, wd=0.1, rescale_grad=2.0, clip_gradient=1.5)
+    ref_mean, ref_var = f32(m), f32(v)
+    ref_direction = nd.lamb_update_phase1(f32(w), f32(g.astype(np.float32)), ref_mean, ref_var, **params)
+    weight, master, mean, var = nd.array(w, ctx=ctx, dtype="float16"), f32(w), f32(m), f32(v)
+    direction = nd.mp_lamb_update_phase1(weight, nd.array(g, ctx=ctx, dtype="float16"), mean, var, master, **params)
+    assert direction.dtype == np.float32
+    for got, expected in ((direction, ref_direction), (mean, ref_mean), (var, ref_var)):
+        assert_almost_equal(got.asnumpy(), expected.asnumpy(), rtol=1e-6, atol=1e-7)
+
+    r1, r2 = nd.norm(master), nd.norm(direction)
+    ref_weight = f32(w)
+    nd.lamb_update_phase2(ref_weight, direction, r1, r2, lr=0.01, lower_bound=1e-3, out=ref_weight)
+    nd.mp_lamb_update_phase2(weight, direction, r1, r2, master, lr=0.01, lower_bound=1e-3, out=weight)
+    assert_almost_equal(master.asnumpy(), ref_weight.asnumpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(weight.asnumpy(), master.asnumpy().astype(np.float16))
+
+
+# Preloaded update -> (the update that takes its rates as parameters, states per weight, master copies).
+PRELOADED_UPDATES = {
+    "preloaded_multi_sgd_update": ("multi_sgd_update", 0, False),
+    "preloaded_multi_sgd_mom_update": ("multi_sgd_mom_update", 1, False),
+    "preloaded_multi_mp_sgd_update": ("multi_mp_sgd_update", 0, True),
+    "preloaded_multi_mp_sgd_mom_update": ("multi_mp_sgd_mom_update", 1, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PRELOADED_UPDATES))
+def test_preloaded_updates_read_their_rates_from_arrays(name, ctx):
+    plain, n_states, master = PRELOADED_UPDATES[name]
+    rng = np.random.RandomState(16)
+    lrs, wds = (0.1, 0.3), (0.02, 0.0)
+    dtype = "float16" if master else "float32"
+    weights = [rng.randn(5).astype(np.float32) for _ in range(2)]
+    grads = [rng.randn(5).astype(dtype) for _ in range(2)]
+    states = [[rng.randn(5).astype(np.float32) for _ in range(n_states)] for _ in range(2)]
+
+    def run(op, *rates, **params):
+        ws = [nd.array(w, ctx=ctx, dtype=dtype) for w in weights]
+        state_arrays = [[nd.array(s, ctx=ctx) for s in group] for group in states]
+        masters = [[nd.array(w, ctx=ctx)] if master else [] for w in weights]
+        inputs = [a for w, g, st, m in zip(ws, grads, state_arrays, masters)
+                  for a in [w, nd.array(g, ctx=ctx, dtype=dtype), *st, *m]]
+        getattr(nd, op)(*inputs, *rates, out=ws, momentum=0.9, clip_gradient=0.8, num_weights=2, **params)
+        return [a.asnumpy() for a in ws + [s for group in state_arrays + masters for s in group]]
+
+    expected = run(plain, lrs=lrs, wds=wds)
+    # The rates arrive as float32 arrays rather than as float64 parameters: equal to rounding.
+    got = run(name, nd.array(lrs, ctx=ctx), nd.array(wds, ctx=ctx))
+    for g, e in zip(got, expected):
+        assert_almost_equal(g, e, rtol=1e-3 if g.dtype == np.float16 else 1e-6, atol=1e-7)
+
+
 def test_update_shape_mismatch_is_an_error(ctx):
     with pytest.raises(mx.MXNetError, match="sgd_update"):
         nd.sgd_update(nd.ones((3,), ctx=ctx), nd.ones((4,), ctx=ctx), lr=0.1)

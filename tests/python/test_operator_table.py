@@ -46,6 +46,17 @@ def _check(out, expected, dtype):
     assert_almost_equal(out.asnumpy().astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True)
 
 
+def _digamma(x):
+    """digamma: the recurrence psi(x) = psi(x + 1) - 1/x up to x >= 8, then the asymptotic series."""
+    x, shift = float(x), 0.0
+    while x < 8:
+        shift -= 1 / x
+        x += 1
+    inv2 = 1 / (x * x)
+    series = inv2 * (1 / 12 - inv2 * (1 / 120 - inv2 * (1 / 252 - inv2 * (1 / 240 - inv2 / 132))))
+    return shift + math.log(x) - 0.5 / x - series
+
+
 # name: (numpy reference, input domain (low, high), dtypes)
 UNARY = {
     "abs": (np.abs, (-2, 2), ALL),
@@ -90,6 +101,9 @@ UNARY = {
     "erf": (np.vectorize(math.erf), (-2, 2), FLOATS),
     "gamma": (np.vectorize(math.gamma), (0.2, 4), FLOATS),
     "gammaln": (np.vectorize(math.lgamma), (0.2, 6), FLOATS),
+    "_digamma": (np.vectorize(_digamma), (0.2, 6), FLOATS),
+    "_softrelu": (lambda x: np.log1p(np.exp(x)), (-4, 4), FLOATS),
+    "_copy": (np.copy, (-2, 2), ALL),
 }
 
 
@@ -125,7 +139,9 @@ BINARY = {
     "logical_or": lambda a, b: np.logical_or(a, b).astype(a.dtype),
     "logical_xor": lambda a, b: np.logical_xor(a, b).astype(a.dtype),
 }
-ELEMWISE_NAME = {"add": "elemwise_add", "sub": "elemwise_sub", "mul": "elemwise_mul", "div": "elemwise_div"}
+# The same-shape form of each broadcast operator.
+ELEMWISE_NAME = {"add": "elemwise_add", "sub": "elemwise_sub", "mul": "elemwise_mul", "div": "elemwise_div",
+                 **{name: "_" + name for name in BINARY if name not in ("add", "sub", "mul", "div")}}
 BROADCAST_SHAPES = [((2, 3), (2, 3)), ((2, 3), (3,)), ((4, 1, 5), (3, 1)), ((1,), (2, 2)), ((2, 1, 3), (2, 4, 1)),
                     ((0, 3), (1, 3)), ((5, 70000), (5, 1))]
 
@@ -457,6 +473,23 @@ def test_shape_ops(ctx):
     _check(mx.nd.take(a, mx.nd.array([5, -1], ctx=ctx), mode="wrap"), np.take(x, [5, -1], axis=0, mode="wrap"), "float32")
 
 
+def test_slice_assign_and_identity_with_attr_like_rhs(ctx):
+    x, v = _data((4, 5), "float32"), _data((2, 2), "float32", seed=1)
+    a = mx.nd.array(x, ctx=ctx)
+    out = mx.nd._internal._slice_assign(a, mx.nd.array(v, ctx=ctx), begin=(1, 0), end=(3, 4), step=(1, 2))
+    expected = x.copy()
+    expected[1:3, 0:4:2] = v
+    _check(out, expected, "float32")
+    out = mx.nd._internal._slice_assign_scalar(a, scalar=2.5, begin=(None, 3), end=(None, None))
+    expected = x.copy()
+    expected[:, 3:] = 2.5
+    _check(out, expected, "float32")
+    _check(a, x, "float32")  # both return a new array and leave lhs as it was
+    _check(mx.nd._internal._identity_with_attr_like_rhs(a, mx.nd.zeros((4, 5), ctx=ctx)), x, "float32")
+    with pytest.raises(mx.MXNetError, match="must have the shape of rhs"):
+        mx.nd._internal._identity_with_attr_like_rhs(a, mx.nd.zeros((5, 4), ctx=ctx))
+
+
 REARRANGE = [
     ("reverse", dict(axis=1), lambda x: np.flip(x, 1)),
     ("flip", dict(axis=(0, 2)), lambda x: np.flip(x, (0, 2))),
@@ -736,6 +769,32 @@ def test_array_parameter_samplers_multinomial_shuffle(ctx):
     a = mx.nd.random.shuffle(x).asnumpy()
     mx.random.seed(5)
     assert np.array_equal(a, mx.nd.random.shuffle(x).asnumpy())
+
+
+# AlexNet's PCA lighting basis, which MXNet's lighting operators use.
+LIGHTING_EIGVAL = np.array([55.46, 4.794, 1.148])
+LIGHTING_EIGVEC = np.array([[-0.5675, 0.7192, 0.4009], [-0.5808, -0.0045, -0.8140], [-0.5836, -0.6948, 0.4203]])
+
+
+def test_random_image_augmentations_draw_within_their_ranges(ctx):
+    image = _data((4, 5, 3), "float32", 0.1, 1.0)
+    x = mx.nd.array(image, ctx=ctx)
+    mx.random.seed(4)
+    flipped = {mx.nd.image.random_flip_top_bottom(x).asnumpy().tobytes() for _ in range(40)}
+    assert flipped == {image.tobytes(), image[::-1].tobytes()}
+    # Brightness alone: the image times one factor drawn from [1 - 0.3, 1 + 0.3].
+    factors = []
+    for _ in range(20):
+        ratio = mx.nd.image.random_color_jitter(x, brightness=0.3, contrast=0, saturation=0, hue=0).asnumpy() / image
+        assert np.ptp(ratio) < 1e-5
+        factors.append(ratio.mean())
+    assert 0.7 <= min(factors) < max(factors) <= 1.3
+    # PCA lighting: one RGB offset for all pixels, (eigvec * alpha) @ eigval with alpha ~ N(0, 0.1).
+    offsets = np.stack([(mx.nd.image.random_lighting(x, alpha_std=0.1).asnumpy() - image).reshape(-1, 3)
+                        for _ in range(300)])
+    assert np.ptp(offsets, axis=1).max() < 1e-4
+    alphas = np.linalg.solve(LIGHTING_EIGVEC, offsets[:, 0].T).T / LIGHTING_EIGVAL
+    assert np.all(np.abs(alphas.std(axis=0) - 0.1) < 0.02) and np.all(np.abs(alphas.mean(axis=0)) < 0.02)
 
 
 # MXNet 1.x's legacy and public aliases (old Symbol JSON files name operators this way): alias,

@@ -1,6 +1,7 @@
-//! Running a graph: each node's operator is pushed onto the engine in dependency order, and
-//! every intermediate value is released right after its last consumer has been pushed (the
-//! engine keeps what a pending kernel still reads alive until it has run).
+//! Running a graph: each node's operator is pushed onto the engine in dependency order, its
+//! outputs written into the storage a static memory plan gives them ([`plan`]), so values whose
+//! lifetimes do not overlap share memory (the engine orders a later writer after the earlier
+//! readers of the same block).
 
 mod bound;
 mod cached;
@@ -13,10 +14,10 @@ pub use plan::{Layout, LayoutRequest, Schedule, StepObserver};
 
 use std::sync::Arc;
 
+use crate::autograd;
 use crate::base::Context;
 use crate::error::Result;
-use crate::graph::{address, node_key, topo_order, AddressMap, Entry, EntryKey, Node};
-use crate::imperative;
+use crate::graph::{address, node_key, topo_order, AddressMap, AddressSet, Entry, EntryKey, Node};
 use crate::ndarray::NDArray;
 use crate::op::Operator;
 use crate::pass::infer::infer_shapes;
@@ -55,8 +56,9 @@ pub fn monitor_node(node: &Arc<Node>, inputs: &[NDArray], outputs: &[NDArray], w
 }
 
 /// Values of `targets`. `resolve` says, once per node, whether its values are known; nodes it
-/// asks to compute must have an operator. This is the runner of recorded (imperative) graphs,
-/// which run once; compiled graphs run a [`Schedule`] over a [`Layout`].
+/// asks to compute must have an operator. Recorded graphs (autograd's backward, control-flow
+/// bodies) run here, compiled and planned for this one run; executors and cached graphs keep
+/// their compiled [`Schedule`] and [`Layout`] across runs.
 pub fn run(
     targets: &[Entry],
     destinations: &AddressMap<EntryKey, NDArray>,
@@ -83,58 +85,32 @@ pub fn run(
     }
     let computed = |node: &Arc<Node>| !values.contains_key(&(node_key(node), 0));
     let to_compute: Vec<&Arc<Node>> = order.iter().filter(|n| computed(n)).collect();
-
-    let mut uses: AddressMap<EntryKey, usize> = AddressMap::default();
-    for node in &to_compute {
-        for input in &node.inputs {
-            *uses.entry(input.key()).or_default() += 1;
-        }
+    if let Some(variable) = to_compute.iter().find(|n| n.op.is_none()) {
+        crate::bail!(Value, "variable '{}' has no value", variable.name);
     }
-    for t in targets {
-        *uses.entry(t.key()).or_default() += 1;
-    }
-
-    let completed = complete_partial_operators(targets, &to_compute, &values)?;
-    for node in to_compute {
-        let Some(op) = &node.op else {
-            crate::bail!(Value, "variable '{}' has no value", node.name);
-        };
-        let inputs = node
-            .inputs
-            .iter()
-            .map(|e| values.get(&e.key()).cloned().ok_or_else(|| crate::err!(Runtime, "value of an input of node '{}' is missing", node.name)))
-            .collect::<Result<Vec<_>>>()?;
-        let operator = completed.get(&node_key(node)).unwrap_or(&op.operator);
-        let written: Vec<Option<NDArray>> = if destinations.is_empty() {
-            Vec::new()
-        } else {
-            (0..node.num_outputs()).map(|i| destinations.get(&(node_key(node), i)).cloned()).collect()
-        };
-        let outputs = match operator.run_on_host(&inputs, &written) {
-            Some(result) => result.map_err(|e| e.context(format!("node '{}' ({})", node.name, op.name)))?,
-            None if written.iter().any(Option::is_some) => {
-                imperative::invoke_operator_into(&op.name, operator.clone(), &op.attrs, &inputs, written, ctx)
-                    .map_err(|e| e.context(format!("node '{}'", node.name)))?
-            }
-            None => imperative::invoke_operator(&op.name, operator.clone(), &op.attrs, &inputs, None, ctx, None)
-                .map_err(|e| e.context(format!("node '{}'", node.name)))?,
-        };
-        for input in &node.inputs {
-            let key = input.key();
-            if let Some(n) = uses.get_mut(&key) {
-                *n -= 1;
-                if *n == 0 {
-                    values.remove(&key);
-                }
-            }
-        }
-        for (i, out) in outputs.into_iter().enumerate() {
-            let key = (node_key(node), i);
-            if uses.get(&key).is_some_and(|&n| n > 0) {
-                values.insert(key, out);
-            }
-        }
-    }
+    let mut schedule = Schedule::new(to_compute.iter().map(|n| (*n).clone()).collect());
+    schedule.completed = complete_partial_operators(targets, &to_compute, &values)?;
+    let inferred = schedule.infer_locally(&values, ctx);
+    let context_of = |n: &Node| inferred.contexts.get(&address(n)).copied().unwrap_or(ctx);
+    // A recording run (a backward with create_graph) keeps every value it computes for the
+    // next differentiation: nothing may share memory then.
+    let mut storage = if autograd::is_recording() {
+        AddressMap::default()
+    } else {
+        let pinned: AddressSet<EntryKey> = targets.iter().map(Entry::key).collect();
+        let external: AddressSet<EntryKey> = destinations.keys().copied().collect();
+        let layout = Layout::plan(&LayoutRequest {
+            steps: schedule.nodes(),
+            shapes: &inferred.shapes,
+            types: &inferred.types,
+            pinned: &pinned,
+            external: &external,
+            context: &context_of,
+        });
+        layout.storage(&layout.allocate(0..layout.block_count())?)?
+    };
+    storage.extend(destinations.iter().map(|(k, a)| (*k, a.clone())));
+    schedule.run(&mut values, &storage, &context_of, None)?;
     targets
         .iter()
         .map(|t| values.get(&t.key()).cloned().ok_or_else(|| crate::err!(Runtime, "graph output of node '{}' was not computed", t.node.name)))

@@ -89,12 +89,19 @@ impl Schedule {
                     Ok(moved)
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let planned = |count: usize| (0..count).map(|i| storage.get(&(node_key(node), i)).cloned()).collect::<Option<Vec<_>>>();
-            let out = planned(node.num_outputs()).or_else(|| planned(op.operator.num_visible_outputs()));
+            let into: Vec<Option<NDArray>> = (0..node.num_outputs()).map(|i| storage.get(&(node_key(node), i)).cloned()).collect();
+            let visible = op.operator.num_visible_outputs();
             let operator = self.completed.get(&node_key(node)).unwrap_or(&op.operator).clone();
-            let outputs = match operator.run_on_host(&inputs, &[]) {
+            let outputs = match operator.run_on_host(&inputs, &into) {
                 Some(result) => result,
-                None => imperative::invoke_operator(&op.name, operator, &op.attrs, &inputs, out, ctx, None),
+                // Every output planned, or every visible one (hidden outputs may be left to the
+                // operator), or some: the others are allocated as the operator infers them.
+                None if into.iter().all(Option::is_some) || into[..visible].iter().all(Option::is_some) && visible > 0 => {
+                    let out = into.into_iter().take_while(Option::is_some).flatten().collect();
+                    imperative::invoke_operator(&op.name, operator, &op.attrs, &inputs, Some(out), ctx, None)
+                }
+                None if into.iter().any(Option::is_some) => imperative::invoke_operator_into(&op.name, operator, &op.attrs, &inputs, into, ctx),
+                None => imperative::invoke_operator(&op.name, operator, &op.attrs, &inputs, None, ctx, None),
             }
             .map_err(|e| e.context(format!("node '{}'", node.name)))?;
             if let Some(observe) = observe.as_mut() {
@@ -105,6 +112,54 @@ impl Schedule {
             }
         }
         Ok(())
+    }
+}
+
+/// Shapes, dtypes and devices of the values a schedule computes, inferred node by node from
+/// the `known` values its steps start from. A value whose shape cannot be known before the run
+/// (an operator whose output shapes depend on its input values, or an input of unknown shape)
+/// is left out, and so unplanned.
+pub struct LocalInference {
+    pub shapes: Inferred<Shape>,
+    pub types: Inferred<DType>,
+    /// The device of each node: its operator's, else its first input's, else `default`.
+    pub contexts: AddressMap<usize, Context>,
+}
+
+impl Schedule {
+    /// [`LocalInference`] for this schedule starting from `known` values.
+    pub fn infer_locally(&self, known: &AddressMap<EntryKey, NDArray>, default: Context) -> LocalInference {
+        let mut inferred = LocalInference { shapes: AddressMap::default(), types: AddressMap::default(), contexts: AddressMap::default() };
+        for node in &self.nodes {
+            let Some(op) = &node.op else { continue };
+            let operator = self.completed.get(&node_key(node)).unwrap_or(&op.operator);
+            let ctx = operator
+                .context()
+                .or_else(|| {
+                    let first = node.inputs.first()?;
+                    known.get(&first.key()).map(NDArray::context).or_else(|| inferred.contexts.get(&node_key(&first.node)).copied())
+                })
+                .unwrap_or(default);
+            inferred.contexts.insert(node_key(node), ctx);
+            if operator.shape_depends_on_values() {
+                continue;
+            }
+            let input = |e: &Entry| match known.get(&e.key()) {
+                Some(a) => Some((a.shape().clone(), a.dtype())),
+                None => Some((inferred.shapes.get(&e.key())?.clone(), *inferred.types.get(&e.key())?)),
+            };
+            let Some((shapes, types)): Option<(Vec<Shape>, Vec<DType>)> =
+                node.inputs.iter().map(input).collect::<Option<Vec<_>>>().map(|v| v.into_iter().unzip())
+            else {
+                continue;
+            };
+            let (Ok(out_shapes), Ok(out_types)) = (operator.infer_shape(&shapes), operator.infer_type(&types)) else { continue };
+            for (i, (shape, dtype)) in out_shapes.into_iter().zip(out_types).enumerate() {
+                inferred.shapes.insert((node_key(node), i), shape);
+                inferred.types.insert((node_key(node), i), dtype);
+            }
+        }
+        inferred
     }
 }
 
