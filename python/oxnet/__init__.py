@@ -44,3 +44,5 @@ from . import engine
 from . import profiler
 from . import runtime
 from . import operator
+from . import onnx
+from . import contrib

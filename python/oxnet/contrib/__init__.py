@@ -1,1 +1,4 @@
 """Contributed features (MXNet's ``mxnet.contrib``)."""
+
+from . import autograd
+from . import onnx
