@@ -83,6 +83,36 @@ def test_comparisons_have_zero_gradient(name, ctx):
     assert (a.grad.asnumpy() == 0).all() and (b.grad.asnumpy() == 0).all()
 
 
+# Samplers with array parameters: as in MXNet 1.9.1, a draw is not differentiated through the
+# parameters of its distribution, whose gradient is zero. name -> the parameters' domains.
+ZERO_GRADIENT_SAMPLERS = {
+    "_sample_uniform": [(-1, 0), (1, 2)], "_sample_normal": [(-1, 1), (0.5, 2)], "_sample_gamma": [(0.5, 2), (0.5, 2)],
+    "_sample_exponential": [(0.5, 2)], "_sample_poisson": [(0.5, 4)], "_sample_negative_binomial": [(1, 4), (0.2, 0.8)],
+    "_sample_generalized_negative_binomial": [(0.5, 4), (0.1, 1)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(ZERO_GRADIENT_SAMPLERS))
+def test_array_parameter_samplers_have_zero_gradient(name, ctx):
+    rng = np.random.RandomState(3)
+    params = [mx.nd.array(rng.uniform(*domain, size=(2, 3)), ctx=ctx, dtype="float64")
+              for domain in ZERO_GRADIENT_SAMPLERS[name]]
+    for x in params:
+        x.attach_grad()
+    with autograd.record():
+        draws = getattr(nd, name)(*params, shape=(4,))
+        loss = (draws * draws).sum()
+    assert draws.shape == (2, 3, 4) and name in ops_in_graph([draws])
+    loss.backward()
+    for x in params:
+        np.testing.assert_array_equal(x.grad.asnumpy(), np.zeros((2, 3)))
+    # autograd.grad gives zeros too, not an error for parameters the draws do not depend on.
+    with autograd.record():
+        draws = getattr(nd, name)(*params, shape=(4,))
+    for g in autograd.grad(draws, params):
+        np.testing.assert_array_equal(g.asnumpy(), np.zeros((2, 3)))
+
+
 BINARY_DOMAINS = {"add": (-1, 1), "sub": (-1, 1), "mul": (-1, 1), "div": (0.5, 2), "power": (0.5, 2),
                   "maximum": (-1, 1), "minimum": (-1, 1), "hypot": (0.5, 2), "mod": (0.5, 2)}
 BROADCAST_SHAPES = [((2, 3), (2, 3)), ((2, 3), (1, 3)), ((2, 1, 3), (4, 1)), ((3,), (2, 3))]
@@ -212,6 +242,9 @@ SHAPE_CASES = {
     "space_to_depth": (lambda x: nd.space_to_depth(x, block_size=2), [(1, 2, 4, 2)]),
     "identity_with_attr_like_rhs": (lambda x, y: nd._internal._identity_with_attr_like_rhs(x, y), [(2, 3), (2, 3)]),
     "cast_like": (lambda x, y: nd._internal._cast_like(x, y), [(2, 3), (3,)]),
+    # AMP's casts pass float64 through; the lower precisions are cast and cast back.
+    "amp_cast": (lambda x: nd.amp_cast(x, dtype="float32") * 2, [(2, 3)]),
+    "amp_multicast": (lambda a, b: nd.amp_multicast(a, b, num_outputs=2), [(2, 3), (3,)]),
 }
 
 
@@ -317,6 +350,67 @@ def test_tile_and_concat_second_order(ctx):
     assert_almost_equal(x.grad.asnumpy(), 576 * xn ** 3, rtol=1e-5)
 
 
+def _multinomial_gradient_reference(probs, samples, head):
+    """d sum(head * log probs[..., samples]) / d probs: head / p added at each sampled index."""
+    expected = np.zeros_like(probs)
+    for cell in np.ndindex(*samples.shape):
+        at = cell[:probs.ndim - 1] + (int(samples[cell]),)
+        expected[at] += head[cell] / probs[at]
+    return expected
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
+def test_multinomial_log_probability_gradient(dtype, ctx):
+    # MXNet's score-function gradient: only the log-probability output (get_prob=True) is
+    # differentiated, with respect to the probabilities, at the categories drawn; gradients
+    # flowing into the drawn indices add nothing.
+    rng = np.random.RandomState(8)
+    probs = rng.dirichlet(np.ones(4), size=(2, 3)).astype(dtype)
+    p = mx.nd.array(probs, ctx=ctx, dtype=dtype)
+    p.attach_grad()
+    mx.random.seed(11)
+    with autograd.record():
+        samples, logp = nd._sample_multinomial(p, shape=(6,), get_prob=True)
+        drawn_values = samples.astype(dtype)
+    head = rng.uniform(-1, 1, logp.shape).astype(dtype)
+    s = samples.asnumpy()
+    # Six draws over four categories: some category is drawn twice and its gradients add up.
+    assert s.shape == (2, 3, 6)
+    autograd.backward([drawn_values, logp], [mx.nd.ones(s.shape, ctx=ctx, dtype=dtype),
+                                             mx.nd.array(head, ctx=ctx, dtype=dtype)])
+    expected = _multinomial_gradient_reference(probs.astype(np.float64), s, head.astype(np.float64))
+    tolerance = {"float64": 1e-12, "float32": 1e-5, "float16": 1e-2}[dtype]
+    assert_almost_equal(p.grad.asnumpy().astype(np.float64), expected, rtol=tolerance, atol=tolerance)
+    assert "_backward_sample_multinomial" in ops_in_graph(
+        gradient_graph_of(lambda q: nd._sample_multinomial(q, get_prob=True)[1])(mx.nd.array(probs, ctx=ctx)))
+
+    # One draw per distribution of a 1-D data array, through the public wrapper.
+    q = mx.nd.array([0.1, 0.6, 0.3], ctx=ctx, dtype="float64")
+    q.attach_grad()
+    with autograd.record():
+        drawn, logq = mx.nd.random.multinomial(q, get_prob=True)
+    logq.backward(mx.nd.array([2.0], ctx=ctx, dtype="float64"))
+    expected = np.zeros(3)
+    expected[int(drawn.asscalar())] = 2.0 / q.asnumpy()[int(drawn.asscalar())]
+    assert_almost_equal(q.grad.asnumpy(), expected, rtol=1e-12, atol=0)
+
+    # Without get_prob there is only the drawn indices, and a zero gradient.
+    with autograd.record():
+        only = nd._sample_multinomial(p, shape=(2,)).astype(dtype)
+    only.backward()
+    np.testing.assert_array_equal(p.grad.asnumpy(), np.zeros(probs.shape, dtype=dtype))
+
+
+def test_multinomial_gradient_rejects_foreign_samples(ctx):
+    probs = mx.nd.array([[0.5, 0.5], [0.2, 0.8]], ctx=ctx)
+    with pytest.raises(mx.MXNetError, match="_backward_sample_multinomial.*category index"):
+        nd._backward_sample_multinomial(mx.nd.ones((2, 1), ctx=ctx), probs,
+                                        mx.nd.array([[0], [2]], ctx=ctx, dtype="int32")).asnumpy()
+    with pytest.raises(mx.MXNetError, match="_backward_sample_multinomial.*must share the shape"):
+        nd._backward_sample_multinomial(mx.nd.ones((3,), ctx=ctx), probs,
+                                        mx.nd.array([0, 1, 1], ctx=ctx, dtype="int32"))
+
+
 def gradient_graph_of(fn):
     """``fn``'s input gradients for the loss sum(out * out) over its outputs, as a recorded function
     of the inputs: its own gradient is the second derivative, made of the gradients of the nodes
@@ -354,6 +448,7 @@ SECOND_ORDER = {
     "_backward_diag": (lambda x: nd.diag(x, k=1), [(3, 3)]),
     "_backward_pad": (lambda x: nd.pad(x, mode="reflect", pad_width=(0, 0, 0, 0, 1, 1, 1, 1)), [(1, 1, 3, 3)]),
     "_backward_image_normalize": (lambda x: nd.image.normalize(x, mean=(0.1, 0.2), std=(0.5, 2.0)), [(2, 2, 3)]),
+    "_backward_FullyConnected": (lambda x, w, b: nd.FullyConnected(x, w, b, num_hidden=4), [(2, 3), (4, 3), (4,)]),
 }
 
 
@@ -363,6 +458,45 @@ def test_gradient_node_gradient(node, ctx):
     xs = [mx.nd.array(np.random.RandomState(7).uniform(-1, 1, s), ctx=ctx, dtype="float64") for s in shapes]
     assert node in ops_in_graph(gradient_graph_of(fn)(*xs))
     check_gradient(gradient_graph_of(fn), shapes, ctx, dtypes=["float64"])
+
+
+@pytest.mark.parametrize("flatten, no_bias", [(True, False), (False, False), (True, True), (False, True)])
+def test_fully_connected_higher_order_gradients(flatten, no_bias, ctx):
+    features = 6 if flatten else 3
+    shapes = [(2, 2, 3), (4, features)] + ([] if no_bias else [(4,)])
+
+    def dense(*args):
+        return nd.FullyConnected(*args, num_hidden=4, flatten=flatten, no_bias=no_bias)
+
+    # The loss sum(y * y) makes the output gradient depend on the inputs, so the second order
+    # differentiates every input of _backward_FullyConnected; its gradient is made of
+    # FullyConnected and dot, so the third order exists too.
+    check_gradient(gradient_graph_of(dense), shapes, ctx, dtypes=["float64", "float32"])
+    check_gradient(gradient_graph_of(gradient_graph_of(dense)), shapes, ctx, dtypes=["float64"])
+
+    # A constant output gradient and a head on one first-order gradient at a time, against
+    # MXNet 1.9.1's closed forms: d(w_grad)/dx = o_y . o_w_grad, d(x_grad)/dw = o_y^T . o_x_grad.
+    rng = np.random.RandomState(9)
+    x, w, *bias = [mx.nd.array(rng.uniform(-1, 1, s), ctx=ctx, dtype="float64") for s in shapes]
+    for a in [x, w, *bias]:
+        a.attach_grad()
+    with autograd.record():
+        y = dense(x, w, *bias)
+        o_y = mx.nd.array(rng.uniform(-1, 1, y.shape), ctx=ctx, dtype="float64")
+        (x_grad,) = autograd.grad(y, [x], head_grads=o_y, create_graph=True)
+        o_x_grad = mx.nd.array(rng.uniform(-1, 1, x.shape), ctx=ctx, dtype="float64")
+        (w_grad_grad,) = autograd.grad(x_grad, [w], head_grads=o_x_grad)
+        (w_grad,) = autograd.grad(y, [w], head_grads=o_y, create_graph=True)
+        o_w_grad = mx.nd.array(rng.uniform(-1, 1, w.shape), ctx=ctx, dtype="float64")
+        (x_grad_grad,) = autograd.grad(w_grad, [x], head_grads=o_w_grad)
+
+    def rows(a):
+        return a.asnumpy().reshape((2, -1) if flatten else (-1, a.shape[-1]))
+
+    assert_almost_equal(x_grad.asnumpy(), (rows(o_y) @ w.asnumpy()).reshape(x.shape), rtol=1e-12, atol=1e-12)
+    assert_almost_equal(w_grad_grad.asnumpy(), rows(o_y).T @ rows(o_x_grad), rtol=1e-12, atol=1e-12)
+    assert_almost_equal(x_grad_grad.asnumpy(), (rows(o_y) @ o_w_grad.asnumpy()).reshape(x.shape), rtol=1e-12,
+                        atol=1e-12)
 
 
 @pytest.mark.parametrize("op, kwargs", [("softmax", {"axis": -1}), ("log_softmax", {"axis": -1}),

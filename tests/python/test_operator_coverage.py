@@ -96,6 +96,7 @@ GRADIENT_TABLES = [
     ("test_gradients.UNARY", gradients.UNARY, _same),
     ("test_gradients.ZERO_GRADIENT", gradients.ZERO_GRADIENT, _same),
     ("test_gradients.ZERO_GRADIENT_COMPARISONS", gradients.ZERO_GRADIENT_COMPARISONS, _same),
+    ("test_gradients.ZERO_GRADIENT_SAMPLERS", gradients.ZERO_GRADIENT_SAMPLERS, _same),
     ("test_gradients.BINARY_DOMAINS", gradients.BINARY_DOMAINS, lambda k: "broadcast_" + k),
     ("test_gradients.ELEMWISE", gradients.ELEMWISE, _same),
     ("test_gradients.SCALAR", gradients.SCALAR, _same),
@@ -140,6 +141,10 @@ VALUE_TESTS = {
     "Concat": "test_operator_table.py::test_concat_and_split",
     "SliceChannel": "test_operator_table.py::test_concat_and_split",
     "Cast": "test_operator_table.py::test_cast",
+    "amp_cast": "test_operator_table.py::test_amp_cast",
+    "amp_multicast": "test_operator_table.py::test_amp_multicast",
+    "all_finite": "test_operator_table.py::test_all_finite_and_multi_all_finite",
+    "multi_all_finite": "test_operator_table.py::test_all_finite_and_multi_all_finite",
     "depth_to_space": "test_operator_table.py::test_depth_to_space_and_back",
     "space_to_depth": "test_operator_table.py::test_depth_to_space_and_back",
     "broadcast_like": "test_operator_table.py::test_stack_and_broadcast_like",
@@ -270,6 +275,7 @@ GRADIENT_TESTS = {
     "_backward_softmax": "test_gradients.py::test_softmax_gradients_are_differentiable",
     "_backward_log_softmax": "test_gradients.py::test_softmax_gradients_are_differentiable",
     "_image_to_tensor": "test_gradients.py::test_image_to_tensor_gradient",
+    "_sample_multinomial": "test_gradients.py::test_multinomial_log_probability_gradient",
     "FullyConnected": "test_nn_ops.py::test_fully_connected",
     "Activation": "test_nn_ops.py::test_activation",
     "LeakyReLU": "test_nn_ops.py::test_leaky_relu",
@@ -322,8 +328,7 @@ GRADIENT_NODES = {
     "_cast_like": ("Cast", (lambda x: nd.cast(x, dtype="float32"), [(2, 3)])),
     "_digamma": ("gammaln", (lambda x: nd.gammaln(x + 2), [(2, 3)])),
     "_backward_relu": ("relu", (nd.relu, [(2, 3)])),
-    "_backward_FullyConnected": ("FullyConnected", (lambda x, w, b: nd.FullyConnected(x, w, b, num_hidden=4),
-                                                    [(2, 3), (4, 3), (4,)])),
+    "_backward_FullyConnected": ("FullyConnected", gradients.SECOND_ORDER["_backward_FullyConnected"]),
     "_backward_Concat": ("Concat", gradients.SECOND_ORDER["_backward_Concat"]),
     "_backward_slice_axis": ("slice_axis", gradients.SECOND_ORDER["_backward_slice_axis"]),
     "_backward_take": ("take", gradients.SECOND_ORDER["_backward_take"]),
@@ -365,14 +370,14 @@ GRADIENT_NODES = {
     "_backward_softmax_cross_entropy": ("softmax_cross_entropy", (
         lambda x: nd.softmax_cross_entropy(x, _index(0, 2)), [(2, 3)])),
     "_backward_ctc_loss": ("CTCLoss", (lambda x: nd.CTCLoss(x, _index([1, 2])), [(4, 1, 3)])),
+    "_backward_sample_multinomial": ("_sample_multinomial", (
+        lambda p: nd._sample_multinomial(nd.softmax(p), shape=(2,), get_prob=True)[1], [(2, 3)])),
 }
 
 # ---- exemptions ---------------------------------------------------------------------------------
 
 SECOND_ORDER_AS_MXNET = ("gradient node with no gradient of its own, as the backward operator of MXNet 1.9.1 "
                          "(second order through its forward operator raises)")
-SECOND_ORDER_NOT_IMPLEMENTED = ("second order through FullyConnected is not implemented (MXNet 1.9.1 has "
-                                "_backward_backward_FullyConnected): a known gap")
 TO_TENSOR_SECOND_ORDER = ("gradient node with no gradient of its own; MXNet 1.9.1 has no such node (its "
                           "to_tensor gradient copies the output gradient)")
 DIGAMMA_GRADIENT = ("trigamma (the second derivative of gammaln) is not implemented: MXNet 1.9.1's "
@@ -382,25 +387,22 @@ DIGAMMA_GRADIENT = ("trigamma (the second derivative of gammaln) is not implemen
 # GRADIENT_NODES function raises naming the node.
 NO_SECOND_ORDER = {
     "_digamma": DIGAMMA_GRADIENT,
-    "_backward_FullyConnected": SECOND_ORDER_NOT_IMPLEMENTED,
     "_backward_image_to_tensor": TO_TENSOR_SECOND_ORDER,
     **{node: SECOND_ORDER_AS_MXNET for node in [
         "_backward_order", "_backward_image_crop", "_backward_LeakyReLU", "_backward_Convolution",
         "_backward_Deconvolution", "_backward_Pooling", "_backward_BatchNorm", "_backward_LayerNorm",
         "_backward_GroupNorm", "_backward_L2Normalization", "_backward_LRN", "_backward_RNN",
         "_backward_SequenceLast", "_backward_SoftmaxOutput", "_backward_RegressionOutput", "_backward_MakeLoss",
-        "_backward_smooth_l1", "_backward_softmax_cross_entropy", "_backward_ctc_loss"]},
+        "_backward_smooth_l1", "_backward_softmax_cross_entropy", "_backward_ctc_loss",
+        "_backward_sample_multinomial"]},
 }
 
 IN_PLACE_UPDATE = "optimizer update: writes weights and states in place, no gradient (none in MXNet 1.9.1 either)"
 OPTIMIZER_STATISTIC = "optimizer helper computing norms or rates from weights: no gradient (none in MXNet 1.9.1)"
-RANDOM_PARAMETERS = ("random draws from array parameters: no gradient (MXNet 1.9.1 registers zero gradients, "
-                     "oxnet none, so backward raises)")
-MULTINOMIAL = ("no gradient: MXNet 1.9.1 differentiates the log-probability output (get_prob=True) through "
-               "_backward_sample_multinomial, oxnet does not: a known gap")
 RANDOM_PERMUTATION = "random permutation: no gradient (none in MXNet 1.9.1 either)"
 INDEX_WRITE = "in-place write of NDArray.__setitem__: no gradient (none in MXNet 1.9.1 either)"
 BATCH_TAKE = "deprecated in favour of pick: no gradient (none in MXNet 1.9.1 either)"
+OVERFLOW_CHECK = "AMP's overflow check of gradients: no gradient (none in MXNet 1.9.1 either)"
 RESIZE = ("no gradient: MXNet 1.9.1's gradient copies the output gradient, which fits only an unchanged size; "
           "oxnet registers none")
 
@@ -429,10 +431,6 @@ def _update_call(op):
     return lambda *xs: getattr(nd, op)(*[x.astype("float32") for x in xs], **params), [(1,)] * count
 
 
-def _positive(x):
-    return x.abs() + 0.5
-
-
 # Operators without a gradient: op -> (reason, (function, input shapes) whose backward must raise
 # naming the operator).
 NOT_DIFFERENTIABLE = {
@@ -440,27 +438,13 @@ NOT_DIFFERENTIABLE = {
     "multi_sum_sq": (OPTIMIZER_STATISTIC, (lambda a, b: nd.multi_sum_sq(a, b, num_arrays=2), [(2,), (3,)])),
     "multi_lars": (OPTIMIZER_STATISTIC, (lambda *xs: nd.multi_lars(*[x.astype("float32") for x in xs], eta=0.1,
                                                                    eps=0.0), [(2,)] * 4)),
-    "_sample_uniform": (RANDOM_PARAMETERS, (lambda low, d: nd._sample_uniform(low, low + _positive(d), shape=(2,)),
-                                            [(2,), (2,)])),
-    "_sample_normal": (RANDOM_PARAMETERS, (lambda mu, s: nd._sample_normal(mu, _positive(s), shape=(2,)),
-                                           [(2,), (2,)])),
-    "_sample_gamma": (RANDOM_PARAMETERS, (lambda a, b: nd._sample_gamma(_positive(a), _positive(b), shape=(2,)),
-                                          [(2,), (2,)])),
-    "_sample_exponential": (RANDOM_PARAMETERS, (lambda lam: nd._sample_exponential(_positive(lam), shape=(2,)),
-                                                [(2,)])),
-    "_sample_poisson": (RANDOM_PARAMETERS, (lambda lam: nd._sample_poisson(_positive(lam), shape=(2,)), [(2,)])),
-    "_sample_negative_binomial": (RANDOM_PARAMETERS, (
-        lambda k, p: nd._sample_negative_binomial(_positive(k), nd.sigmoid(p), shape=(2,)), [(2,), (2,)])),
-    "_sample_generalized_negative_binomial": (RANDOM_PARAMETERS, (
-        lambda mu, a: nd._sample_generalized_negative_binomial(_positive(mu), _positive(a), shape=(2,)),
-        [(2,), (2,)])),
-    "_sample_multinomial": (MULTINOMIAL, (lambda p: nd._sample_multinomial(nd.softmax(p), shape=(2,), get_prob=True)[1],
-                                          [(2, 3)])),
     "_shuffle": (RANDOM_PERMUTATION, (nd._shuffle, [(4, 2)])),
     "_scatter_set_nd": (INDEX_WRITE, (lambda x, v: nd._scatter_set_nd(x, v, _index([0, 1], [1, 0]), shape=(2, 3)),
                                       [(2, 3), (2,)])),
     "batch_take": (BATCH_TAKE, (lambda x: nd.batch_take(x, _index(2, 0)), [(2, 4)])),
     "_image_resize": (RESIZE, (lambda x: nd.image.resize(x, size=(2, 2)), [(3, 4, 3)])),
+    "all_finite": (OVERFLOW_CHECK, (nd.all_finite, [(2, 3)])),
+    "multi_all_finite": (OVERFLOW_CHECK, (lambda a, b: nd.multi_all_finite(a, b, num_arrays=2), [(2, 3), (3,)])),
 }
 
 CREATES = "creates an array from parameters alone: no array inputs to differentiate"

@@ -424,6 +424,78 @@ def test_cast(src, ctx):
         np.testing.assert_array_equal(got.asnumpy().astype(np.float64), expected.astype(np.float64))
 
 
+AMP_FLOATS = ["float32", "float16", "bfloat16"]
+
+
+@pytest.mark.parametrize("src", ALL)
+def test_amp_cast(src, ctx):
+    x = _data((3, 5), src)
+    arr = mx.nd.array(x, ctx=ctx, dtype=src)
+    for dst in AMP_FLOATS:
+        out = mx.nd.amp_cast(arr, dtype=dst)
+        if src in AMP_FLOATS:
+            expected = _to_bf16_grid(x.astype(np.float32)) if dst == "bfloat16" else x.astype(dst)
+            _check(out, expected, dst)
+        else:
+            # AMP casts only between its float types: float64 and integers pass through.
+            _check(out, x, src)
+    sym = mx.sym.amp_cast(mx.sym.var("x"), dtype="bfloat16")
+    assert sym.infer_type(x=src)[1][0] == (mx.base.bfloat16 if src in AMP_FLOATS else np.dtype(src))
+
+
+# (input dtypes, cast_narrow, output dtypes)
+MULTICAST = [
+    (["float16", "float32"], False, ["float32", "float32"]),
+    (["bfloat16", "float16"], False, ["bfloat16", "bfloat16"]),
+    (["float32", "bfloat16", "int32"], False, ["float32", "float32", "int32"]),
+    (["float64", "float16"], False, ["float64", "float16"]),
+    (["float32", "float16"], True, ["float16", "float16"]),
+    (["bfloat16", "float32", "float32"], True, ["bfloat16", "bfloat16", "bfloat16"]),
+    (["float32", "float32"], True, ["float32", "float32"]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(MULTICAST)))
+def test_amp_multicast(case, ctx):
+    dtypes, narrow, expected_dtypes = MULTICAST[case]
+    xs = [_data((2, 3), dtype, seed=i) for i, dtype in enumerate(dtypes)]
+    arrays = [mx.nd.array(x, ctx=ctx, dtype=dtype) for x, dtype in zip(xs, dtypes)]
+    outs = mx.nd.amp_multicast(*arrays, num_outputs=len(arrays), cast_narrow=narrow)
+    for out, x, dtype in zip(outs, xs, expected_dtypes):
+        expected = _to_bf16_grid(x.astype(np.float32)) if dtype == "bfloat16" else x.astype(_np_dtype(dtype))
+        _check(out, expected, dtype)
+    sym = mx.sym.amp_multicast(*[mx.sym.var("x%d" % i) for i in range(len(dtypes))], num_outputs=len(dtypes),
+                               cast_narrow=narrow)
+    assert sym.list_arguments() == ["x%d" % i for i in range(len(dtypes))]
+    _, out_types, _ = sym.infer_type(**{"x%d" % i: d for i, d in enumerate(dtypes)})
+    assert [t if t == mx.base.bfloat16 else np.dtype(t).name for t in out_types] == [
+        mx.base.bfloat16 if d == "bfloat16" else d for d in expected_dtypes]
+
+
+def test_all_finite_and_multi_all_finite(ctx):
+    finite = _data((3, 4), "float32")
+    for dtype in FLOATS:
+        arr = mx.nd.array(finite, ctx=ctx).astype(dtype)
+        assert mx.nd.all_finite(arr).asnumpy().tolist() == [1.0]
+        for bad in (np.inf, -np.inf, np.nan):
+            broken = finite.copy()
+            broken[2, 1] = bad
+            assert mx.nd.all_finite(mx.nd.array(broken, ctx=ctx).astype(dtype)).asnumpy().tolist() == [0.0]
+    # Checked in float32, as MXNet does: a float64 beyond float32's range is an overflow.
+    assert mx.nd.all_finite(mx.nd.array([1e300], ctx=ctx, dtype="float64")).asnumpy().tolist() == [0.0]
+    a, b = mx.nd.array(finite, ctx=ctx), mx.nd.array([1.0, np.inf], ctx=ctx)
+    out = mx.nd.multi_all_finite(a, a, num_arrays=2)
+    assert out.dtype == np.float32 and out.shape == (1,) and out.asnumpy().tolist() == [1.0]
+    assert mx.nd.multi_all_finite(a, b, num_arrays=2).asnumpy().tolist() == [0.0]
+    # Without init_output a check only ever lowers the output: verdicts accumulate.
+    for start, arrays, expected in [(1.0, [a], 1.0), (0.0, [a], 0.0), (1.0, [a, b], 0.0)]:
+        verdict = mx.nd.array([start], ctx=ctx)
+        mx.nd.multi_all_finite(*arrays, num_arrays=len(arrays), init_output=False, out=verdict)
+        assert verdict.asnumpy().tolist() == [expected]
+    with pytest.raises(mx.MXNetError, match="floating point"):
+        mx.nd.all_finite(mx.nd.ones((2,), ctx=ctx, dtype="int32")).wait_to_read()
+
+
 def test_random_uniform_normal_are_seeded_and_distributed(ctx):
     mx.random.seed(123)
     u1 = mx.nd.random.uniform(-1, 3, shape=(200, 500), ctx=ctx)

@@ -308,7 +308,7 @@ class Block:
                     entry["in_format"] = block._in_format
                     entry["out_format"] = block._out_format
                     entry["inputs"] = [sym.tojson() for sym in inputs]
-                    entry["symbol"] = out.tojson()
+                    entry["symbol"] = out.tojson(remove_amp_cast=False)
             entry["children"] = {}
             for child_key, child in block._children.items():
                 counter[0] += 1
@@ -517,7 +517,7 @@ class HybridBlock(Block):
             return False
         out = self._get_graph(*args)[1]
         if self._operator_count[0] is not out:
-            nodes = json.loads(out.tojson())["nodes"]
+            nodes = json.loads(out.tojson(remove_amp_cast=False))["nodes"]
             self._operator_count = (out, sum(node["op"] != "null" for node in nodes))
         return self._operator_count[1] <= self._flags.get("inline_limit", 2)
 
@@ -697,7 +697,7 @@ class HybridBlock(Block):
                                "once before calling export.")
         sym = self._cached_graph[1]
         sym_file = "%s-symbol.json" % path
-        sym.save(sym_file)
+        sym.save(sym_file, remove_amp_cast=remove_amp_cast)
         arg_names = set(sym.list_arguments())
         aux_names = set(sym.list_auxiliary_states())
         arg_dict = {}

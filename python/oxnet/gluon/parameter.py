@@ -478,22 +478,28 @@ class ParameterDict:
                     raise ValueError("restore_prefix is '%s' but Parameters name '%s' does not start with '%s'"
                                      % (restore_prefix, name, restore_prefix))
         loaded = nd.load(filename)
-        if isinstance(loaded, list):
-            loaded = {}
-        arg_dict = {restore_prefix + (k[4:] if k.startswith(("arg:", "aux:")) else k): v for k, v in loaded.items()}
+        self.load_dict({} if isinstance(loaded, list) else loaded, ctx, allow_missing, ignore_extra, restore_prefix,
+                       filename, cast_dtype, dtype_source)
+
+    def load_dict(self, param_dict, ctx=None, allow_missing=False, ignore_extra=False, restore_prefix="",
+                  filename=None, cast_dtype=False, dtype_source="current"):
+        """Load the values of ``param_dict`` ({name: NDArray}, names optionally ``arg:``/``aux:``
+        prefixed); ``filename`` names their source in errors."""
+        source = "file '%s'" % filename if filename else "param_dict"
+        arg_dict = {restore_prefix + (k[4:] if k.startswith(("arg:", "aux:")) else k): v for k, v in param_dict.items()}
         if not allow_missing:
             for name in self.keys():
                 if name not in arg_dict:
-                    raise AssertionError("Parameter '%s' is missing in file '%s', which contains parameters: %s. "
+                    raise AssertionError("Parameter '%s' is missing in %s, which contains parameters: %s. "
                                          "Please make sure source and target networks have the same prefix."
-                                         % (name[len(restore_prefix):], filename, _brief(arg_dict)))
+                                         % (name[len(restore_prefix):], source, _brief(arg_dict)))
         for name, value in arg_dict.items():
             if name not in self._params:
                 if ignore_extra:
                     continue
-                raise AssertionError("Parameter '%s' loaded from file '%s' is not present in ParameterDict, which "
+                raise AssertionError("Parameter '%s' loaded from %s is not present in ParameterDict, which "
                                      "contains parameters %s. Set ignore_extra=True to ignore. "
-                                     % (name[len(restore_prefix):], filename, _brief(self._params)))
+                                     % (name[len(restore_prefix):], source, _brief(self._params)))
             self[name]._load_init(value, ctx, cast_dtype=cast_dtype, dtype_source=dtype_source)
 
 

@@ -194,6 +194,11 @@ class Trainer:
                 self._kvstore.pushpull(i, param.list_grad(), priority=-i)
 
     def _update(self, ignore_stale_grad=False):
+        # With AMP's dynamic loss scaling (amp.init_trainer), gradients that overflowed skip
+        # the update.
+        loss_scaler = getattr(self, "_amp_loss_scaler", None)
+        if loss_scaler is not None and loss_scaler.has_overflow(self._params):
+            return
         # Per context, every parameter goes to that context's updater in one call, so
         # optimizers with multi-weight update ops can fuse them.
         updates = [[] for _ in self._updaters]

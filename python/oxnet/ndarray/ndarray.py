@@ -10,6 +10,9 @@ from ..base import MXNetError, dtype_name, np_dtype, numeric_types, integer_type
 from ..context import Context, current_context
 
 _invoke = _core.invoke
+# The operators a program asks for (generated ``mx.nd`` functions, arithmetic, fluent methods), as
+# opposed to the plumbing of copies, indexing and casts: ``_route_operators`` may redirect them.
+_invoke_operator = _core.invoke
 
 py_slice = slice  # MXNet's name for the builtin (its module shadows ``slice`` with the operator)
 
@@ -30,14 +33,30 @@ def _op(name, *args, out=None, **kwargs):
     return out if out is not None else _wrap(result)
 
 
+def _apply(name, *args, out=None, **kwargs):
+    """``_op`` for an operator the program asked for (see ``_invoke_operator``)."""
+    result = _invoke_operator(name, args, kwargs or None, out)
+    return out if out is not None else _wrap(result)
+
+
+def _route_operators(invoke):
+    """Send the operators programs ask for (generated ``mx.nd`` functions, arithmetic, fluent
+    methods) through ``invoke``, which has ``_core.invoke``'s signature: ``contrib.amp.init``
+    casts their inputs there. ``_route_operators(_core.invoke)`` calls them directly again."""
+    global _invoke_operator
+    _invoke_operator = invoke
+    from . import register
+    register._invoke_operator = invoke
+
+
 def _binary(lhs, rhs, array_op, scalar_op, rscalar_op=None, out=None):
     """Dispatch ``lhs op rhs`` to the array, scalar or reversed-scalar operator."""
     if isinstance(rhs, NDArray):
-        return _op(array_op, lhs, rhs, out=out)
+        return _apply(array_op, lhs, rhs, out=out)
     if isinstance(rhs, numeric_types):
-        return _op(scalar_op, lhs, scalar=float(rhs), out=out)
+        return _apply(scalar_op, lhs, scalar=float(rhs), out=out)
     if isinstance(rhs, np.ndarray):
-        return _op(array_op, lhs, array(rhs, ctx=lhs.context, dtype=lhs.dtype), out=out)
+        return _apply(array_op, lhs, array(rhs, ctx=lhs.context, dtype=lhs.dtype), out=out)
     return NotImplemented
 
 
@@ -45,14 +64,14 @@ def _arith(array_op, scalar_op):
     """An operator method with a fast path for the common NDArray-NDArray case."""
     def method(self, other):
         if type(other) is NDArray:
-            return NDArray(_invoke(array_op, (self, other)))
+            return NDArray(_invoke_operator(array_op, (self, other)))
         return _binary(self, other, array_op, scalar_op)
     return method
 
 
 def _rbinary(rhs, lhs_scalar, rscalar_op):
     if isinstance(lhs_scalar, numeric_types):
-        return _op(rscalar_op, rhs, scalar=float(lhs_scalar))
+        return _apply(rscalar_op, rhs, scalar=float(lhs_scalar))
     return NotImplemented
 
 
@@ -389,13 +408,13 @@ class NDArray:
         return _rbinary(self, other, "_rpower_scalar")
 
     def __neg__(self):
-        return _op("negative", self)
+        return _apply("negative", self)
 
     def __pos__(self):
         return self
 
     def __abs__(self):
-        return _op("abs", self)
+        return _apply("abs", self)
 
     __eq__ = _arith("broadcast_equal", "_equal_scalar")
 
@@ -453,7 +472,7 @@ class NDArray:
         fluent = _FLUENT.get(name)
         if fluent is None:
             raise AttributeError("'NDArray' object has no attribute '%s'" % name)
-        return lambda *args, **kwargs: _op(fluent, self, *args, **kwargs)
+        return lambda *args, **kwargs: _apply(fluent, self, *args, **kwargs)
 
 
 # Methods that call the operator of the same name with this array as the first input (MXNet's
@@ -644,10 +663,10 @@ def _elementwise(lhs, rhs, array_op, scalar_op, rscalar_op):
         # Two scalars give a Python scalar, as in MXNet (``nd.power(0.9, t)``).
         return _SCALAR_FUNCTIONS[array_op](lhs, rhs)
     if isinstance(lhs, numeric_types):
-        return _op(rscalar_op, rhs, scalar=float(lhs))
+        return _apply(rscalar_op, rhs, scalar=float(lhs))
     if isinstance(rhs, numeric_types):
-        return _op(scalar_op, lhs, scalar=float(rhs))
-    return _op(array_op, lhs, rhs)
+        return _apply(scalar_op, lhs, scalar=float(rhs))
+    return _apply(array_op, lhs, rhs)
 
 
 _HELPERS = {

@@ -1,5 +1,6 @@
 """The Symbol class (MXNet's ``mxnet.symbol.Symbol``): a declarative graph built on the core."""
 
+import json
 import warnings
 
 import numpy as np
@@ -69,7 +70,7 @@ class Symbol:
         return id(self)
 
     def __getstate__(self):
-        return {"json": self.tojson()}
+        return {"json": self.tojson(remove_amp_cast=False)}
 
     def __setstate__(self, state):
         self.handle = _core.SymbolHandle.from_json(state["json"])
@@ -316,13 +317,19 @@ class Symbol:
         return arg, out, aux
 
     # ---- serialization and display -----------------------------------------------------------
-    def tojson(self):
-        """MXNet JSON text of the graph (recording ``is_np_shape`` under NumPy shape semantics)."""
-        return self.handle.tojson(is_np_shape())
+    def tojson(self, remove_amp_cast=True):
+        """MXNet JSON text of the graph (recording ``is_np_shape`` under NumPy shape semantics).
+        With ``remove_amp_cast`` the operators read what the ``amp_cast``/``amp_multicast`` nodes
+        in front of them read (the graph's outputs keep theirs), as MXNet saves AMP graphs."""
+        text = self.handle.tojson(is_np_shape())
+        if remove_amp_cast and ('"amp_cast"' in text or '"amp_multicast"' in text):
+            text = json.dumps(_without_amp_casts(json.loads(text)), indent=2)
+        return text
 
     def save(self, fname, remove_amp_cast=True):
-        """Write the MXNet JSON to ``fname``; a failed save leaves an existing file as it was."""
-        _core.write_file(fname, self.tojson().encode("utf-8"))
+        """Write the MXNet JSON to ``fname`` (``remove_amp_cast`` as in ``tojson``); a failed
+        save leaves an existing file as it was."""
+        _core.write_file(fname, self.tojson(remove_amp_cast).encode("utf-8"))
 
     def debug_str(self):
         """The graph as text: outputs, then every node with its inputs (MXNet's layout)."""
@@ -554,8 +561,20 @@ def _set_input_variable_inits(op_name, symbol):
             variable.handle.set_attr("__init__", init)
 
 
+# Set by ``contrib.amp.init``: every operator applied to symbols (generated functions,
+# arithmetic, fluent methods) is then made by ``_operator_hook(op_name, args, kwargs)``, which
+# casts its inputs around ``_create_node``.
+_operator_hook = None
+
+
 def _create(op_name, *args, name=None, attr=None, **kwargs):
     """Apply a registered operator to symbols (the body of every generated ``mx.sym.<op>``)."""
+    if _operator_hook is not None:
+        return _operator_hook(op_name, args, dict(kwargs, name=name, attr=attr))
+    return _create_node(op_name, *args, name=name, attr=attr, **kwargs)
+
+
+def _create_node(op_name, *args, name=None, attr=None, **kwargs):
     hint = op_name.lower()
     node_name = NameManager.current.get(name, hint)
     hidden = {"__%s__" % key: _attr_string(kwargs.pop(key)) for key in _HIDDEN_KEYS if key in kwargs}
@@ -574,6 +593,41 @@ def _create(op_name, *args, name=None, attr=None, **kwargs):
     result = Symbol(handle)
     _set_input_variable_inits(op_name, result)
     return result
+
+
+def _without_amp_casts(graph):
+    """MXNet's RemoveAmpCast on a JSON graph (a dict): each operator input that reads an
+    ``amp_cast`` or ``amp_multicast`` output reads that cast's own input instead (through chains
+    of casts); the heads stay as they are, and the nodes no longer reached are dropped."""
+    nodes = graph["nodes"]
+    casts = ("amp_cast", "amp_multicast")
+
+    def uncast(entry):
+        while nodes[entry[0]]["op"] in casts:
+            cast = nodes[entry[0]]
+            entry = cast["inputs"][0 if cast["op"] == "amp_cast" else entry[1]]
+        return entry
+
+    for node in nodes:
+        if node["op"] not in casts:
+            node["inputs"] = [uncast(e) for e in node["inputs"]]
+    reached = set()
+    pending = [h[0] for h in graph["heads"]]
+    while pending:
+        nid = pending.pop()
+        if nid not in reached:
+            reached.add(nid)
+            pending.extend(e[0] for e in nodes[nid]["inputs"])
+    kept = sorted(reached)
+    new_id = {old: new for new, old in enumerate(kept)}
+    row_ptr = graph.get("node_row_ptr")
+    outputs = [row_ptr[i + 1] - row_ptr[i] for i in range(len(nodes))] if row_ptr else [1] * len(nodes)
+    renumber = lambda e: [new_id[e[0]]] + list(e[1:])  # noqa: E731
+    graph["nodes"] = [dict(nodes[i], inputs=[renumber(e) for e in nodes[i]["inputs"]]) for i in kept]
+    graph["heads"] = [renumber(h) for h in graph["heads"]]
+    graph["arg_nodes"] = [new_id[i] for i in kept if nodes[i]["op"] == "null"]
+    graph["node_row_ptr"] = list(np.cumsum([0] + [outputs[i] for i in kept]).tolist())
+    return graph
 
 
 def _as_symbol_args(args):

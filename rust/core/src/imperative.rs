@@ -65,7 +65,9 @@ pub fn invoke(name: &str, inputs: &[NDArray], attrs: &Attrs, out: Option<Vec<NDA
     invoke_operator(name, instance, attrs, inputs, out, default_ctx, site)
 }
 
-/// Invoke an already parsed operator instance.
+/// Invoke an already parsed operator instance: validate the call, let a host-computed
+/// operator run, else allocate the outputs, keep them from aliasing an input unsafely, push the
+/// kernel and record the call for autograd.
 pub fn invoke_operator(
     name: &str,
     operator: Arc<dyn Operator>,
@@ -77,23 +79,7 @@ pub fn invoke_operator(
 ) -> Result<Vec<NDArray>> {
     let described: Vec<(Shape, DType)> = inputs.iter().map(|a| (a.shape().clone(), a.dtype())).collect();
     let fail = |e: crate::Error| e.context(format!("operator {name}({})", describe_inputs(&described)));
-    if operator.num_inputs() != inputs.len() {
-        let names = operator.input_names();
-        return Err(fail(crate::err!(Value, "expects {} input(s) ({}), got {}", names.len(), names.join(", "), inputs.len())));
-    }
-    let ctx = match inputs.first() {
-        Some(first) => {
-            let ctx = first.context();
-            if let Some(other) = inputs.iter().find(|a| a.context() != ctx) {
-                return Err(fail(crate::err!(Device, "inputs live on different devices: {ctx} and {}", other.context())));
-            }
-            ctx
-        }
-        None => operator.context().unwrap_or(default_ctx),
-    };
-    if !ctx.is_host() {
-        return Err(fail(crate::backend::gpu_unavailable(ctx)));
-    }
+    let ctx = validate(operator.as_ref(), inputs, default_ctx).map_err(fail)?;
     let host_into: Vec<Option<NDArray>> = out.iter().flatten().cloned().map(Some).collect();
     if let Some(result) = operator.run_on_host(inputs, &host_into) {
         // Operators computed by the host (`Custom`) produce whole arrays themselves.
@@ -107,84 +93,126 @@ pub fn invoke_operator(
             Some(given) => given.into_iter().chain(outputs.into_iter().skip(host_into.len())).collect(),
             None => outputs,
         };
-        if autograd::should_record(inputs) {
-            return Ok(autograd::record(name, operator, attrs, inputs, outputs));
-        }
-        return Ok(outputs);
+        return Ok(record_if_needed(name, operator, attrs, inputs, outputs));
     }
+    let outputs = allocate_outputs(operator.as_ref(), inputs, out, ctx).map_err(fail)?;
+    let targets = alias_safe_targets(operator.as_ref(), inputs, &outputs, ctx)?;
+    push_kernel(name, &operator, inputs, &targets, described, site.clone());
+    if targets.iter().zip(&outputs).any(|(t, o)| !t.same_data(o)) {
+        for (tmp, dst) in targets.iter().zip(&outputs) {
+            copy(tmp, dst, site.clone())?;
+        }
+    }
+    if engine::kind() == engine::EngineKind::Naive {
+        // The naive engine is for debugging: a failing kernel raises at its own call.
+        for o in &outputs {
+            o.wait_to_read()?;
+        }
+    }
+    Ok(record_if_needed(name, operator, attrs, inputs, outputs))
+}
+
+/// The device the call runs on, after checking its arity and that its inputs share one host
+/// device.
+fn validate(operator: &dyn Operator, inputs: &[NDArray], default_ctx: Context) -> Result<Context> {
+    if operator.num_inputs() != inputs.len() {
+        let names = operator.input_names();
+        crate::bail!(Value, "expects {} input(s) ({}), got {}", names.len(), names.join(", "), inputs.len());
+    }
+    let ctx = match inputs.first() {
+        Some(first) => {
+            let ctx = first.context();
+            if let Some(other) = inputs.iter().find(|a| a.context() != ctx) {
+                crate::bail!(Device, "inputs live on different devices: {ctx} and {}", other.context());
+            }
+            ctx
+        }
+        None => operator.context().unwrap_or(default_ctx),
+    };
+    if !ctx.is_host() {
+        return Err(crate::backend::gpu_unavailable(ctx));
+    }
+    Ok(ctx)
+}
+
+/// The call's outputs: inferred shapes and dtypes, the caller's arrays where given (checked
+/// against them; hidden outputs may be left out), new arrays elsewhere.
+fn allocate_outputs(operator: &dyn Operator, inputs: &[NDArray], out: Option<Vec<NDArray>>, ctx: Context) -> Result<Vec<NDArray>> {
     let in_shapes: Vec<Shape> = inputs.iter().map(|a| a.shape().clone()).collect();
-    let in_types: Vec<DType> = described.iter().map(|d| d.1).collect();
+    let in_types: Vec<DType> = inputs.iter().map(NDArray::dtype).collect();
     let out_shapes = if operator.shape_depends_on_values() {
-        operator.infer_shape(&in_shapes).map_err(fail)?;
+        operator.infer_shape(&in_shapes)?;
         for a in inputs {
-            a.wait_to_read().map_err(fail)?;
+            a.wait_to_read()?;
         }
-        let tensors: Vec<_> = inputs.iter().map(NDArray::tensor).collect::<Result<_>>().map_err(fail)?;
-        operator.infer_shape_from_values(&tensors).map_err(fail)?
+        let tensors: Vec<_> = inputs.iter().map(NDArray::tensor).collect::<Result<_>>()?;
+        operator.infer_shape_from_values(&tensors)?
     } else {
-        operator.infer_shape(&in_shapes).map_err(fail)?
+        operator.infer_shape(&in_shapes)?
     };
-    let out_types = operator.infer_type(&in_types).map_err(fail)?;
-
-    let outputs: Vec<NDArray> = match out {
-        Some(given) if autograd::is_recording() && given.iter().any(autograd::is_marked_variable) => {
-            return Err(fail(crate::err!(
-                Value,
-                "Assigning to NDArrays that are already in a computational graph will cause undefined behavior when \
-                 evaluating gradients. Please call backward first to clear the graph or do this out side of a record \
-                 section. Also note that you cannot use inplace operations like +=, *=, relu(x, out=x), y[idx]=x, etc \
-                 inside a record section."
-            )));
-        }
-        Some(given) if autograd::should_record(inputs) && given.iter().any(|g| inputs.iter().any(|i| g.same_chunk(i))) => {
-            // Recording would make the written array both an input and an output of one node.
-            return Err(fail(crate::err!(Value, "Inplace operations (+=, -=, x[:]=, etc) are not supported when recording with autograd.")));
-        }
-        Some(given) => {
-            // Callers may give the visible outputs (hidden ones are then allocated here) or all.
-            let visible = operator.num_visible_outputs();
-            if given.len() != visible && given.len() != out_shapes.len() {
-                return Err(fail(crate::err!(Value, "has {visible} output(s), {} given as out", given.len())));
-            }
-            for (i, g) in given.iter().enumerate() {
-                if g.shape() != &out_shapes[i] || g.dtype() != out_types[i] {
-                    return Err(fail(crate::err!(
-                        Shape,
-                        "out[{i}] has shape {} and dtype {}, but the result has shape {} and dtype {}",
-                        g.shape(),
-                        g.dtype(),
-                        out_shapes[i],
-                        out_types[i]
-                    )));
-                }
-                if g.context() != ctx {
-                    return Err(fail(crate::err!(Device, "out[{i}] lives on {}, the inputs on {ctx}", g.context())));
-                }
-            }
-            let hidden = (given.len()..out_shapes.len()).map(|i| NDArray::empty(out_shapes[i].clone(), out_types[i], ctx));
-            given.into_iter().map(Ok).chain(hidden).collect::<Result<Vec<_>>>().map_err(fail)?
-        }
-        None => out_shapes.iter().zip(&out_types).map(|(s, &d)| NDArray::empty(s.clone(), d, ctx)).collect::<Result<_>>().map_err(fail)?,
+    let out_types = operator.infer_type(&in_types)?;
+    let Some(given) = out else {
+        return out_shapes.iter().zip(&out_types).map(|(s, &d)| NDArray::empty(s.clone(), d, ctx)).collect();
     };
+    if autograd::is_recording() && given.iter().any(autograd::is_marked_variable) {
+        crate::bail!(
+            Value,
+            "Assigning to NDArrays that are already in a computational graph will cause undefined behavior when \
+             evaluating gradients. Please call backward first to clear the graph or do this out side of a record \
+             section. Also note that you cannot use inplace operations like +=, *=, relu(x, out=x), y[idx]=x, etc \
+             inside a record section."
+        );
+    }
+    if autograd::should_record(inputs) && given.iter().any(|g| inputs.iter().any(|i| g.same_chunk(i))) {
+        // Recording would make the written array both an input and an output of one node.
+        crate::bail!(Value, "Inplace operations (+=, -=, x[:]=, etc) are not supported when recording with autograd.");
+    }
+    let visible = operator.num_visible_outputs();
+    if given.len() != visible && given.len() != out_shapes.len() {
+        crate::bail!(Value, "has {visible} output(s), {} given as out", given.len());
+    }
+    for (i, g) in given.iter().enumerate() {
+        if g.shape() != &out_shapes[i] || g.dtype() != out_types[i] {
+            crate::bail!(
+                Shape,
+                "out[{i}] has shape {} and dtype {}, but the result has shape {} and dtype {}",
+                g.shape(),
+                g.dtype(),
+                out_shapes[i],
+                out_types[i]
+            );
+        }
+        if g.context() != ctx {
+            crate::bail!(Device, "out[{i}] lives on {}, the inputs on {ctx}", g.context());
+        }
+    }
+    let hidden = (given.len()..out_shapes.len()).map(|i| NDArray::empty(out_shapes[i].clone(), out_types[i], ctx));
+    given.into_iter().map(Ok).chain(hidden).collect()
+}
 
-    // An output that overlaps an input is only written directly when the operator declares that
-    // pairing safe; otherwise the result goes to a temporary and is copied over afterwards.
+/// Where the kernel writes: the outputs themselves, or temporaries (copied over afterwards)
+/// when an output overlaps an input in a way the operator does not declare safe.
+fn alias_safe_targets(operator: &dyn Operator, inputs: &[NDArray], outputs: &[NDArray], ctx: Context) -> Result<Vec<NDArray>> {
     let pairs = operator.inplace_pairs();
     let unsafe_alias = outputs
         .iter()
         .enumerate()
         .any(|(o, out)| inputs.iter().enumerate().any(|(i, inp)| out.same_chunk(inp) && !(pairs.contains(&(i, o)) && out.same_data(inp))));
-    let targets: Vec<NDArray> = if unsafe_alias {
-        outputs.iter().map(|o| NDArray::empty(o.shape().clone(), o.dtype(), ctx)).collect::<Result<_>>()?
+    if unsafe_alias {
+        outputs.iter().map(|o| NDArray::empty(o.shape().clone(), o.dtype(), ctx)).collect()
     } else {
-        outputs.clone()
-    };
+        Ok(outputs.to_vec())
+    }
+}
 
+/// Push the operator's kernel reading `inputs` and writing `targets` (and its mutated inputs,
+/// and the random generator when it draws numbers).
+fn push_kernel(name: &str, operator: &Arc<dyn Operator>, inputs: &[NDArray], targets: &[NDArray], described: Vec<(Shape, DType)>, site: Site) {
     let seed = if operator.needs_rng() { crate::random::next_op_seed() } else { 0 };
     let exec = ExecContext { seed, is_train: autograd::is_training() };
-    let mutated = operator.mutated_inputs();
     let reads: Vec<_> = inputs.iter().map(|a| a.var().clone()).collect();
-    let mut writes: Vec<_> = targets.iter().chain(mutated.iter().filter_map(|&i| inputs.get(i))).map(|a| a.var().clone()).collect();
+    let mutated = operator.mutated_inputs().iter().filter_map(|&i| inputs.get(i));
+    let mut writes: Vec<_> = targets.iter().chain(mutated).map(|a| a.var().clone()).collect();
     if operator.needs_rng() {
         writes.push(crate::random::engine_var().clone());
     }
@@ -201,23 +229,17 @@ pub fn invoke_operator(
         &reads,
         &writes,
         PushProps { inline_if_ready: work_items <= INLINE_MAX_ELEMENTS },
-        Box::new(OpCall { name: name.to_string(), inputs: described, site: site.clone() }),
+        Box::new(OpCall { name: name.to_string(), inputs: described, site }),
     );
-    if unsafe_alias {
-        for (tmp, dst) in targets.iter().zip(&outputs) {
-            copy(tmp, dst, site.clone())?;
-        }
-    }
-    if engine::kind() == engine::EngineKind::Naive {
-        // The naive engine is for debugging: a failing kernel raises at its own call.
-        for o in &outputs {
-            o.wait_to_read()?;
-        }
-    }
+}
+
+/// `outputs`, recorded as one node of the autograd graph when the call is recorded.
+fn record_if_needed(name: &str, operator: Arc<dyn Operator>, attrs: &Attrs, inputs: &[NDArray], outputs: Vec<NDArray>) -> Vec<NDArray> {
     if autograd::should_record(inputs) {
-        return Ok(autograd::record(name, operator, attrs, inputs, outputs));
+        autograd::record(name, operator, attrs, inputs, outputs)
+    } else {
+        outputs
     }
-    Ok(outputs)
 }
 
 /// [`invoke_operator`] writing output i into `into[i]` where given (shape and dtype must match)

@@ -72,7 +72,32 @@ pub(crate) fn attr_string(v: &Bound<'_, PyAny>) -> PyResult<String> {
         let items: Vec<String> = v.try_iter()?.map(|i| attr_string(&i?)).collect::<PyResult<_>>()?;
         return Ok(if items.len() == 1 { format!("({},)", items[0]) } else { format!("({})", items.join(", ")) });
     }
+    if let Some(name) = numpy_dtype_name(v)? {
+        return Ok(name);
+    }
     Ok(v.str()?.to_str()?.to_string())
+}
+
+/// The name MXNet writes for a NumPy dtype or scalar type given as a parameter (`np.float16`,
+/// `np.dtype('float16')`, and MXNet's bfloat16 stand-in, a record dtype with one field named
+/// `bfloat16`); None for any other value.
+fn numpy_dtype_name(v: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    let py = v.py();
+    let from_numpy = |t: &Bound<'_, PyType>| -> PyResult<bool> {
+        let module: String = t.getattr(pyo3::intern!(py, "__module__"))?.extract()?;
+        Ok(module == "numpy" || module.starts_with("numpy."))
+    };
+    if let Ok(scalar_type) = v.cast::<PyType>() {
+        return Ok(if from_numpy(scalar_type)? { Some(scalar_type.getattr(pyo3::intern!(py, "__name__"))?.extract()?) } else { None });
+    }
+    if !from_numpy(&v.get_type())? || !v.hasattr(pyo3::intern!(py, "names"))? {
+        return Ok(None);
+    }
+    let fields = v.getattr(pyo3::intern!(py, "names"))?;
+    if !fields.is_none() && fields.extract::<Vec<String>>()? == ["bfloat16"] {
+        return Ok(Some("bfloat16".into()));
+    }
+    Ok(Some(v.getattr(pyo3::intern!(py, "name"))?.extract()?))
 }
 
 /// The innermost caller outside the oxnet package: its code object and instruction offset. The

@@ -179,50 +179,45 @@ impl Elem for Bool8 {
     }
 }
 
-/// Run `$body` with `$T` bound to the Rust element type of `$dtype`.
+/// Run `$body` with `$T` bound to the Rust element type of `$dtype`: every dtype, or only those
+/// listed, with `$other` bound to any other dtype in `$fallback`.
+///
+/// ```ignore
+/// dispatch_dtype!(dtype, T => kernel::<T>(data));
+/// dispatch_dtype!(dtype, [F32, F64], T => kernel::<T>(data), other => bail!(Type, "no {other}"));
+/// ```
 #[macro_export]
 macro_rules! dispatch_dtype {
-    ($dtype:expr, $T:ident => $body:expr) => {{
-        use $crate::base::DType as __D;
+    ($dtype:expr, $T:ident => $body:expr) => {
+        $crate::dispatch_dtype!($dtype, [F32, F64, F16, BF16, U8, I8, I32, I64, Bool], $T => $body)
+    };
+    ($dtype:expr, [$($variant:ident),+], $T:ident => $body:expr) => {{
         match $dtype {
-            __D::F32 => {
-                type $T = f32;
+            $($crate::base::DType::$variant => {
+                type $T = $crate::dispatch_dtype!(@element $variant);
                 $body
-            }
-            __D::F64 => {
-                type $T = f64;
-                $body
-            }
-            __D::F16 => {
-                type $T = half::f16;
-                $body
-            }
-            __D::BF16 => {
-                type $T = half::bf16;
-                $body
-            }
-            __D::U8 => {
-                type $T = u8;
-                $body
-            }
-            __D::I8 => {
-                type $T = i8;
-                $body
-            }
-            __D::I32 => {
-                type $T = i32;
-                $body
-            }
-            __D::I64 => {
-                type $T = i64;
-                $body
-            }
-            __D::Bool => {
-                type $T = $crate::base::dtype_bool::Bool8;
-                $body
-            }
+            })+
         }
     }};
+    ($dtype:expr, [$($variant:ident),+], $T:ident => $body:expr, $other:ident => $fallback:expr) => {{
+        match $dtype {
+            $($crate::base::DType::$variant => {
+                type $T = $crate::dispatch_dtype!(@element $variant);
+                $body
+            })+
+            #[allow(unreachable_patterns)]
+            $other => $fallback,
+        }
+    }};
+    (@element F32) => { f32 };
+    (@element F64) => { f64 };
+    (@element F16) => { half::f16 };
+    (@element BF16) => { half::bf16 };
+    (@element U8) => { u8 };
+    (@element I8) => { i8 };
+    (@element I32) => { i32 };
+    (@element I64) => { i64 };
+    (@element Bool) => { $crate::base::dtype_bool::Bool8 };
 }
 
 #[cfg(test)]

@@ -65,6 +65,11 @@ impl<'a> Grad<'a> {
     pub fn out_grads(&self) -> &[Entry] {
         self.out_grads
     }
+    /// Whether output `i`'s gradient is known to be zero: the gradient pass hands an output that
+    /// nothing downstream uses a `zeros_like` of it, and a definition may leave out its terms.
+    pub fn out_grad_is_zero(&self, i: usize) -> bool {
+        self.out_grads[i].node.op.as_ref().is_some_and(|op| op.name == "zeros_like")
+    }
     pub fn num_inputs(&self) -> usize {
         self.inputs.len()
     }

@@ -19,23 +19,6 @@ use crate::base::{DType, Elem, Shape};
 use crate::error::{Error, Result};
 use crate::graph::Entry;
 
-/// Run `$body` with `$T` the element type of a float32 or float64 `$dtype`.
-macro_rules! dispatch_real {
-    ($dtype:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            other => crate::bail!(Type, "linear algebra operators support float32 and float64 only, got {other}"),
-        }
-    };
-}
-
 crate::op_params! {
     pub struct GemmParams {
         /// Multiply with the transpose of the first input (A).
@@ -173,18 +156,18 @@ fn for_each_item(batch: usize, item: impl Fn(usize) -> Result<()> + Sync) -> Res
 /// A tensor's values in float64, the precision the factorizations compute in.
 fn values_f64(t: &Tensor) -> Result<Vec<f64>> {
     // SAFETY: the op reads its inputs only; T is the tensor's element type.
-    dispatch_real!(t.dtype, T => Ok(unsafe { t.slice::<T>() }.iter().map(|v| v.to_f64()).collect()))
+    crate::dispatch_dtype!(t.dtype, [F32, F64], T => Ok(unsafe { t.slice::<T>() }.iter().map(|v| v.to_f64()).collect()), other => crate::bail!(Type, "linear algebra operators support float32 and float64 only, got {other}"))
 }
 
 /// Store float64 results into an output of this op, rounding to its dtype.
 fn store_f64(t: &Tensor, values: &[f64]) -> Result<()> {
-    dispatch_real!(t.dtype, T => {
+    crate::dispatch_dtype!(t.dtype, [F32, F64], T => {
         // SAFETY: the output belongs to this op alone; T is its element type.
         for (slot, v) in unsafe { t.slice_mut::<T>() }.iter_mut().zip(values) {
             *slot = T::from_f64(*v);
         }
         Ok(())
-    })
+    }, other => crate::bail!(Type, "linear algebra operators support float32 and float64 only, got {other}"))
 }
 
 /// A buffer cut into equal per-item chunks that parallel items fill, each its own.
@@ -744,7 +727,7 @@ impl Operator for Gemm {
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let l = self.layout(&inputs[0].shape, &inputs[1].shape)?;
-        dispatch_real!(outputs[0].dtype, T => self.run::<T>(&l, inputs, &outputs[0]))
+        crate::dispatch_dtype!(outputs[0].dtype, [F32, F64], T => self.run::<T>(&l, inputs, &outputs[0]), other => crate::bail!(Type, "linear algebra operators support float32 and float64 only, got {other}"))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (a, b, g) = (d.input(0), d.input(1), d.out_grad(0));
@@ -852,7 +835,7 @@ impl Operator for Triangular {
         if self.solve {
             self.solve(&inputs[0], &inputs[1], &outputs[0], dims)
         } else {
-            dispatch_real!(outputs[0].dtype, T => self.multiply::<T>(&inputs[0], &inputs[1], &outputs[0], dims))
+            crate::dispatch_dtype!(outputs[0].dtype, [F32, F64], T => self.multiply::<T>(&inputs[0], &inputs[1], &outputs[0], dims), other => crate::bail!(Type, "linear algebra operators support float32 and float64 only, got {other}"))
         }
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
@@ -942,7 +925,7 @@ impl Operator for Syrk {
         real_dtype("_linalg_syrk", inputs, 1)
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        dispatch_real!(outputs[0].dtype, T => self.run::<T>(&inputs[0], &outputs[0]))
+        crate::dispatch_dtype!(outputs[0].dtype, [F32, F64], T => self.run::<T>(&inputs[0], &outputs[0]), other => crate::bail!(Type, "linear algebra operators support float32 and float64 only, got {other}"))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (a, g) = (d.input(0), d.out_grad(0));
@@ -1373,7 +1356,7 @@ impl Operator for Packing {
         real_dtype(self.name, inputs, 1)
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        dispatch_real!(outputs[0].dtype, T => self.run::<T>(&inputs[0], &outputs[0]))
+        crate::dispatch_dtype!(outputs[0].dtype, [F32, F64], T => self.run::<T>(&inputs[0], &outputs[0]), other => crate::bail!(Type, "linear algebra operators support float32 and float64 only, got {other}"))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let g = d.out_grad(0);

@@ -9,6 +9,7 @@ pub mod params;
 pub mod typed;
 
 mod activation;
+mod amp;
 mod broadcast;
 mod conv_shifted;
 mod convolution;
@@ -459,6 +460,7 @@ pub fn registry() -> &'static Registry {
         optimizer_updates::register(&mut add);
         creation::register(&mut add);
         custom::register(&mut add);
+        amp::register(&mut add);
         r
     })
 }

@@ -122,6 +122,19 @@ impl Operator for BatchNorm {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0], inputs[1], inputs[1]])
     }
+    /// Parameters and statistics of unknown dtype take the dtype the kernel accumulates the
+    /// data's in, as in MXNet: float32 for float16, bfloat16 and float32 data (so AMP keeps
+    /// them in float32), float64 for float64 data.
+    fn complete_input_types(&self, inputs: &mut [Option<DType>]) {
+        let param = match inputs[0] {
+            Some(DType::F64) => DType::F64,
+            Some(_) => DType::F32,
+            None => inputs.iter().flatten().next().copied().unwrap_or(DType::F32),
+        };
+        for d in inputs.iter_mut().filter(|d| d.is_none()) {
+            *d = Some(param);
+        }
+    }
     fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let (outer, c, inner) = channel_layout(&inputs[0].shape, self.p.axis)?;
         let gamma = if self.p.fix_gamma { vec![1.0; c] } else { to_f64(&inputs[1]) };

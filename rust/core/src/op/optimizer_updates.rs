@@ -217,31 +217,6 @@ unsafe fn update_range<W: Elem, S: Elem, O: Elem, const N: usize>(
     }
 }
 
-/// Dispatch over the floating-point element types.
-macro_rules! dispatch_float {
-    ($dtype:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            DType::F16 => {
-                type $T = half::f16;
-                $body
-            }
-            DType::BF16 => {
-                type $T = half::bf16;
-                $body
-            }
-            other => crate::bail!(Type, "optimizer updates need floating-point weights, got {other}"),
-        }
-    };
-}
-
 impl<R: Rule> Operator for Update<R> {
     fn input_names(&self) -> Vec<String> {
         self.layout.input_names()
@@ -327,13 +302,13 @@ impl<R: Rule> Operator for Update<R> {
                 h.lr = lrs[i];
                 h.wd = wds[i];
             }
-            dispatch_float!(group[0].dtype, W => {
+            crate::dispatch_dtype!(group[0].dtype, [F32, F64, F16, BF16], W => {
                 match (self.layout.master, self.direction) {
                     (true, true) => apply_rule::<W, f32, f32>(&self.rule, &h, &group[0], &group[1], states, master, write_master, out),
                     (true, false) => apply_rule::<W, f32, W>(&self.rule, &h, &group[0], &group[1], states, master, write_master, out),
                     (false, _) => apply_rule::<W, W, W>(&self.rule, &h, &group[0], &group[1], states, master, write_master, out),
                 }
-            });
+            }, other => crate::bail!(Type, "optimizer updates need floating-point weights, got {other}"));
         }
         Ok(())
     }
@@ -986,9 +961,9 @@ impl Operator for LambPhase2 {
             super::shape_ops::cast_into(weight32, &outputs[0]);
             return Ok(());
         }
-        dispatch_float!(inputs[0].dtype, T => {
+        crate::dispatch_dtype!(inputs[0].dtype, [F32, F64, F16, BF16], T => {
             super::broadcast::zip2(&inputs[0], &inputs[1], &outputs[0], |w: T, g: T| T::from_f64(w.to_f64() - step * g.to_f64()));
-        });
+        }, other => crate::bail!(Type, "optimizer updates need floating-point weights, got {other}"));
         Ok(())
     }
 }

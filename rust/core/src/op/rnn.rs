@@ -969,21 +969,6 @@ fn supported(dtype: DType) -> Result<()> {
     Ok(())
 }
 
-macro_rules! dispatch_real {
-    ($dtype:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            _ => {
-                type $T = f32;
-                $body
-            }
-        }
-    };
-}
-
 impl Operator for Rnn {
     fn input_names(&self) -> Vec<String> {
         Rnn::input_names(self)
@@ -1023,7 +1008,7 @@ impl Operator for Rnn {
         let d = self.dims(&inputs[0].shape)?;
         let lengths = self.lengths(inputs, d)?;
         let directions = self.layers * self.dirs;
-        dispatch_real!(inputs[0].dtype, T => {
+        crate::dispatch_dtype!(inputs[0].dtype, [F32, F64], T => {
             // SAFETY: inputs are only read; each output is this op's alone and aliases no input.
             let (data, params, h0) = unsafe { (inputs[0].slice::<T>(), inputs[1].slice::<T>(), inputs[2].slice::<T>()) };
             let c0 = if self.mode == Mode::Lstm { unsafe { inputs[3].slice::<T>() } } else { &[] };
@@ -1046,7 +1031,7 @@ impl Operator for Rnn {
                     unsafe { outputs[2].slice_mut::<T>() }.copy_from_slice(&cy);
                 }
             }
-        });
+        }, other => crate::bail!(Type, "RNN supports float32 and float64, got {other}"));
         Ok(())
     }
     fn gradient(&self, g: &mut Grad) -> Result<InputGrads> {
@@ -1130,7 +1115,7 @@ impl Operator for RnnBackward {
         let lengths = rnn.lengths(&inputs[first..], d)?;
         let (state, cell_state) = (d.batch * rnn.state_width(), d.batch * rnn.hidden);
         let lstm = rnn.mode == Mode::Lstm;
-        dispatch_real!(inputs[first].dtype, T => {
+        crate::dispatch_dtype!(inputs[first].dtype, [F32, F64], T => {
             // SAFETY: inputs are only read; each output is this op's alone and aliases no input.
             let read = |i: usize| unsafe { inputs[i].slice::<T>() };
             let (dout, data, params, h0) = (read(0), read(first), read(first + 1), read(first + 2));
@@ -1168,7 +1153,7 @@ impl Operator for RnnBackward {
             if lstm {
                 unsafe { outputs[3].slice_mut::<T>() }.copy_from_slice(&dc);
             }
-        });
+        }, other => crate::bail!(Type, "RNN supports float32 and float64, got {other}"));
         Ok(())
     }
 }

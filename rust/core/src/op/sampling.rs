@@ -2,8 +2,14 @@
 //! parameter arrays, `_sample_multinomial` draws category indices from probability rows and
 //! `_shuffle` permutes the first axis. Like the `_random_*` creation ops they draw from a seed
 //! taken at push time and a counter, so results do not depend on scheduling.
+//!
+//! Gradients are MXNet 1.9.1's: zero for the parameters of `_sample_<dist>` (a draw is not
+//! differentiated through its distribution's parameters), and for `_sample_multinomial` with
+//! `get_prob` the log-probability output differentiated with respect to the probabilities
+//! (`_backward_sample_multinomial`), the score-function estimator of reinforcement learning.
 
-use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
+use super::grad::{Grad, InputGrads};
+use super::{parallel_chunks, zero_gradient, ExecContext, OpDef, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 use crate::random;
@@ -72,6 +78,9 @@ impl Operator for Sample {
             });
         });
         Ok(())
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        zero_gradient(d)
     }
 }
 
@@ -158,6 +167,76 @@ impl Operator for Multinomial {
                 }
             });
         }
+        Ok(())
+    }
+    /// Only the log-probabilities depend smoothly on data; the drawn indices give no gradient.
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        if !self.get_prob {
+            return zero_gradient(d);
+        }
+        let (prob_grad, data, samples) = (d.out_grad(1), d.input(0), d.output(0));
+        Ok(vec![Some(d.op("_backward_sample_multinomial", &[], &[&prob_grad, &data, &samples])?)])
+    }
+}
+
+/// `_backward_sample_multinomial(prob_grad, data, samples)`: the gradient of the log-probability
+/// output with respect to data. d log p[s] / d p[s] = 1 / p[s], so each sample adds its output
+/// gradient divided by its probability at the index drawn, and every other entry stays zero.
+struct MultinomialBackward;
+
+impl MultinomialBackward {
+    /// (rows, categories, samples per row) of data (rows, k) and samples (rows, m...).
+    fn layout(inputs: &[Shape]) -> Result<(usize, usize, usize)> {
+        let (grad, data, samples) = (&inputs[0], &inputs[1], &inputs[2]);
+        let d = data.dims();
+        let leading = d.len().saturating_sub(1);
+        let rows_fit = samples.ndim() >= leading && samples.dims()[..leading] == d[..leading];
+        if d.is_empty() || grad != samples || !rows_fit {
+            crate::bail!(
+                Shape,
+                "_backward_sample_multinomial: gradient {grad} and samples {samples} must share the shape _sample_multinomial \
+                 draws from data {data} (data's leading axes, then the samples per distribution)"
+            );
+        }
+        let k = d[d.len() - 1];
+        let rows = data.size() / k.max(1);
+        Ok((rows, k, samples.size() / rows.max(1)))
+    }
+}
+
+impl Operator for MultinomialBackward {
+    fn input_names(&self) -> Vec<String> {
+        vec!["prob_grad".into(), "data".into(), "samples".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        Self::layout(inputs)?;
+        Ok(vec![inputs[1].clone()])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        if inputs[0] != inputs[1] {
+            crate::bail!(Type, "_backward_sample_multinomial: gradient dtype {} differs from data dtype {}", inputs[0], inputs[1]);
+        }
+        Ok(vec![inputs[1]])
+    }
+    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let shapes: Vec<Shape> = inputs.iter().map(|t| t.shape.clone()).collect();
+        let (_, k, per_row) = Self::layout(&shapes)?;
+        let picks: Vec<f64> = crate::dispatch_dtype!(inputs[2].dtype, I => {
+            // SAFETY: samples are an input this op does not write.
+            unsafe { inputs[2].slice::<I>() }.iter().map(|v| v.to_f64()).collect()
+        });
+        if let Some(bad) = picks.iter().find(|&&p| !(p >= 0.0 && p < k as f64 && p.fract() == 0.0)) {
+            crate::bail!(Index, "_backward_sample_multinomial: sample {bad} is not a category index of a distribution over {k} categories");
+        }
+        crate::dispatch_dtype!(outputs[0].dtype, T => {
+            // SAFETY: gradient and data are inputs this op does not write; the output is its own.
+            let (grad, data, out) = unsafe { (inputs[0].slice::<T>(), inputs[1].slice::<T>(), outputs[0].slice_mut::<T>()) };
+            out.iter_mut().for_each(|v| *v = T::from_f64(0.0));
+            for (i, (&pick, g)) in picks.iter().zip(grad).enumerate() {
+                let at = (i / per_row.max(1)) * k + pick as usize;
+                out[at] = T::from_f64(out[at].to_f64() + g.to_f64() / data[at].to_f64());
+            }
+        });
         Ok(())
     }
 }
@@ -247,6 +326,12 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         &["sample_multinomial"],
         "Draws category indices from the probability distributions in the last axis of data.",
         |p: MultinomialParams| Ok(Multinomial { shape: sample_shape("_sample_multinomial", &p.shape)?, get_prob: p.get_prob, dtype: p.dtype }),
+    ));
+    add(OpDef::new(
+        "_backward_sample_multinomial",
+        &[],
+        "Gradient of _sample_multinomial's log-probabilities: prob_grad / data added at each sampled index.",
+        |_: super::params::NoParams| Ok(MultinomialBackward),
     ));
     add(OpDef::new("_shuffle", &["shuffle"], "Randomly permutes the elements along the first axis.", |_: super::params::NoParams| Ok(Shuffle)));
 }

@@ -9,6 +9,7 @@
 //! Two families name a struct `DiagParams`: linear algebra's is `LinalgDiagParams` here.
 
 pub use super::activation::{ActivationParams, LeakyReLUParams, SoftmaxActivationParams, SoftmaxBackwardParams, SoftmaxParams};
+pub use super::amp::{AllFiniteParams, AmpCastParams, AmpMultiCastParams, MultiAllFiniteParams};
 pub use super::convolution::{ConvolutionBackwardParams, ConvolutionParams};
 pub use super::creation::{
     ArangeParams, ExponentialParams, EyeParams, FullParams, GammaParams, InitParams, LinspaceParams, NegativeBinomialParams, NormalParams,
