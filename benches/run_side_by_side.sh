@@ -4,6 +4,8 @@
 # with this repository's benches and with ../shared/bench's scripts (extra arguments pass through).
 #   MXV=~/venvs/mxnet TORCHV=~/venvs/torch ROUNDS=3 bash benches/run_side_by_side.sh benches/bench_foundation.py
 #   bash benches/run_side_by_side.sh ../shared/bench/bench_train.py --cases mlp,mlp_hybrid
+# OXBASEPY=/path/to/venv/bin/python adds a column "oxnet-base": the same script run by another
+# build of oxnet (an older commit's wheel installed in that venv), for before/after tables.
 set -eu
 cd "$(dirname "$0")/.."
 SCRIPT=${1:?usage: run_side_by_side.sh SCRIPT [ARGS...]}
@@ -11,12 +13,17 @@ shift
 MXV=${MXV:-$HOME/venvs/mxnet}
 TORCHV=${TORCHV:-$HOME/venvs/torch}
 OXPY=${OXPY:-$PWD/.venv/bin/python}
+OXBASEPY=${OXBASEPY:-}
 ROUNDS=${ROUNDS:-3}
 export OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2
 out=$(mktemp)
 script_dir=$(cd "$(dirname "$SCRIPT")" && pwd)
 script=$script_dir/$(basename "$SCRIPT")
 for r in $(seq "$ROUNDS"); do
+  if [ -n "$OXBASEPY" ]; then
+    (cd "$script_dir" && "$OXBASEPY" "$script" --framework oxnet "$@") | grep '^{' | tail -1 |
+      "$OXPY" -c 'import json, sys; row = json.loads(sys.stdin.read()); row["framework"] = "oxnet-base"; print(json.dumps(row))' >> "$out"
+  fi
   (cd "$script_dir" && "$OXPY" "$script" --framework oxnet "$@") | grep '^{' | tail -1 >> "$out"
   (cd "$script_dir" && "$MXV/bin/python" "$script" --framework mxnet "$@" 2>/dev/null) | grep '^{' | tail -1 >> "$out"
   (cd "$script_dir" && "$TORCHV/bin/python" -W ignore "$script" --framework torch "$@") | grep '^{' | tail -1 >> "$out"
@@ -45,7 +52,7 @@ def figures(row):
     add("", flat)
     return out
 
-fw = [f for f in ("oxnet", "mxnet", "torch") if any(r["framework"] == f for r in rows)]
+fw = [f for f in ("oxnet-base", "oxnet", "mxnet", "torch") if any(r["framework"] == f for r in rows)]
 keys = []
 for r in rows:
     keys += [k for k in figures(r) if k not in keys]

@@ -26,6 +26,7 @@ def test_kernel_error_is_raised_at_the_sync_point_with_op_shapes_and_site(ctx):
     assert "index 7 is out of bounds" in msg
     assert "operator take((4, 3) float32, (2,) float32)" in msg
     assert "test_engine.py:" in msg  # where the failing op was pushed from
+
     # A reader of a failed array inherits its error while it is unreported. An error is raised
     # once (as in MXNet): not again by waitall, nor by the array it was raised through.
     failed = _failing_take(ctx)
@@ -41,6 +42,18 @@ def test_kernel_error_is_raised_at_the_sync_point_with_op_shapes_and_site(ctx):
     # Overwriting the array makes it valid again.
     out[:] = 2
     assert same(out, np.full((2, 3), 2))
+
+
+def test_a_queued_kernel_error_names_the_line_that_pushed_it(ctx):
+    # Big enough to be queued for a worker rather than run at once: the push site must be taken
+    # when the op is pushed, not when it fails.
+    data = mx.nd.ones((4, 3), ctx=ctx)
+    indices = mx.nd.array(np.full(20000, 7), ctx=ctx)
+    line = sys._getframe().f_lineno + 1
+    out = mx.nd.take(data, indices, mode="raise")
+    with pytest.raises(mx.MXNetError) as info:
+        out.asnumpy()
+    assert "test_engine.py:%d" % line in str(info.value)
 
 
 def test_invalid_sampler_parameters_fail_at_the_sync_point_not_at_the_call(ctx):

@@ -10,6 +10,7 @@ from ..base import MXNetError, dtype_name, np_dtype, numeric_types, integer_type
 from ..context import Context, current_context
 
 _invoke = _core.invoke
+_Handle = _core.NDArrayHandle
 # The operators a program asks for (generated ``mx.nd`` functions, arithmetic, fluent methods), as
 # opposed to the plumbing of copies, indexing and casts: ``_route_operators`` may redirect them.
 _invoke_operator = _core.invoke
@@ -87,7 +88,8 @@ class NDArray:
     __array_priority__ = 1000.0
 
     def __init__(self, handle, writable=True):
-        if isinstance(handle, ctypes.c_void_p):  # a C API handle (mx.base.NDArrayHandle), taken over
+        if type(handle) is not _Handle and isinstance(handle, ctypes.c_void_p):
+            # a C API handle (mx.base.NDArrayHandle), taken over
             handle = _core.ndarray_from_c_handle(handle.value or 0)
         self.handle = handle
         self.writable = writable

@@ -18,6 +18,21 @@ const INLINE_MAX_ELEMENTS: usize = 1 << 13;
 /// line costs more than running a small op).
 pub trait PushSite: Send + Sync {
     fn location(&self) -> String;
+    /// Whether this site reads the caller's state only when asked (the Python binding's walks
+    /// the interpreter's frames): an op that may fail later, on another thread, keeps what
+    /// [`PushSite::capture`] gives instead. An op that runs at once never needs to.
+    fn is_deferred(&self) -> bool {
+        false
+    }
+    /// A deferred site's caller as it is now.
+    fn capture(&self) -> Site {
+        None
+    }
+}
+
+/// `site` in the form an op that may run later keeps.
+fn pinned(site: &Site) -> Site {
+    site.as_ref().and_then(|s| if s.is_deferred() { s.capture() } else { Some(s.clone()) })
 }
 
 impl PushSite for String {
@@ -77,8 +92,7 @@ pub fn invoke_operator(
     default_ctx: Context,
     site: Site,
 ) -> Result<Vec<NDArray>> {
-    let described: Vec<(Shape, DType)> = inputs.iter().map(|a| (a.shape().clone(), a.dtype())).collect();
-    let fail = |e: crate::Error| e.context(format!("operator {name}({})", describe_inputs(&described)));
+    let fail = |e: crate::Error| e.context(format!("operator {name}({})", describe_inputs(&shapes_and_types(inputs))));
     let ctx = validate(operator.as_ref(), inputs, default_ctx).map_err(fail)?;
     let host_into: Vec<Option<NDArray>> = out.iter().flatten().cloned().map(Some).collect();
     if let Some(result) = operator.run_on_host(inputs, &host_into) {
@@ -96,11 +110,13 @@ pub fn invoke_operator(
         return Ok(record_if_needed(name, operator, attrs, inputs, outputs));
     }
     let outputs = allocate_outputs(operator.as_ref(), inputs, out, ctx).map_err(fail)?;
-    let targets = alias_safe_targets(operator.as_ref(), inputs, &outputs, ctx)?;
-    push_kernel(name, &operator, inputs, &targets, described, site.clone());
-    if targets.iter().zip(&outputs).any(|(t, o)| !t.same_data(o)) {
-        for (tmp, dst) in targets.iter().zip(&outputs) {
-            copy(tmp, dst, site.clone())?;
+    match staging_for_unsafe_aliases(operator.as_ref(), inputs, &outputs, ctx)? {
+        None => push_kernel(name, &operator, inputs, &outputs, &site),
+        Some(staged) => {
+            push_kernel(name, &operator, inputs, &staged, &site);
+            for (tmp, dst) in staged.iter().zip(&outputs) {
+                copy(tmp, dst, site.clone())?;
+            }
         }
     }
     if engine::kind() == engine::EngineKind::Naive {
@@ -138,8 +154,8 @@ fn validate(operator: &dyn Operator, inputs: &[NDArray], default_ctx: Context) -
 /// The call's outputs: inferred shapes and dtypes, the caller's arrays where given (checked
 /// against them; hidden outputs may be left out), new arrays elsewhere.
 fn allocate_outputs(operator: &dyn Operator, inputs: &[NDArray], out: Option<Vec<NDArray>>, ctx: Context) -> Result<Vec<NDArray>> {
-    let in_shapes: Vec<Shape> = inputs.iter().map(|a| a.shape().clone()).collect();
-    let in_types: Vec<DType> = inputs.iter().map(NDArray::dtype).collect();
+    let in_shapes: smallvec::SmallVec<[Shape; 4]> = inputs.iter().map(|a| a.shape().clone()).collect();
+    let in_types: smallvec::SmallVec<[DType; 4]> = inputs.iter().map(NDArray::dtype).collect();
     let out_shapes = if operator.shape_depends_on_values() {
         operator.infer_shape(&in_shapes)?;
         for a in inputs {
@@ -190,46 +206,59 @@ fn allocate_outputs(operator: &dyn Operator, inputs: &[NDArray], out: Option<Vec
     given.into_iter().map(Ok).chain(hidden).collect()
 }
 
-/// Where the kernel writes: the outputs themselves, or temporaries (copied over afterwards)
-/// when an output overlaps an input in a way the operator does not declare safe.
-fn alias_safe_targets(operator: &dyn Operator, inputs: &[NDArray], outputs: &[NDArray], ctx: Context) -> Result<Vec<NDArray>> {
+/// Temporaries for the kernel to write instead of the outputs (copied over afterwards) when an
+/// output overlaps an input in a way the operator does not declare safe; None when it may write
+/// the outputs themselves.
+fn staging_for_unsafe_aliases(operator: &dyn Operator, inputs: &[NDArray], outputs: &[NDArray], ctx: Context) -> Result<Option<Vec<NDArray>>> {
     let pairs = operator.inplace_pairs();
     let unsafe_alias = outputs
         .iter()
         .enumerate()
         .any(|(o, out)| inputs.iter().enumerate().any(|(i, inp)| out.same_chunk(inp) && !(pairs.contains(&(i, o)) && out.same_data(inp))));
-    if unsafe_alias {
-        outputs.iter().map(|o| NDArray::empty(o.shape().clone(), o.dtype(), ctx)).collect()
-    } else {
-        Ok(outputs.to_vec())
+    if !unsafe_alias {
+        return Ok(None);
     }
+    outputs.iter().map(|o| NDArray::empty(o.shape().clone(), o.dtype(), ctx)).collect::<Result<_>>().map(Some)
 }
 
-/// Push the operator's kernel reading `inputs` and writing `targets` (and its mutated inputs,
-/// and the random generator when it draws numbers).
-fn push_kernel(name: &str, operator: &Arc<dyn Operator>, inputs: &[NDArray], targets: &[NDArray], described: Vec<(Shape, DType)>, site: Site) {
+fn shapes_and_types(arrays: &[NDArray]) -> Vec<(Shape, DType)> {
+    arrays.iter().map(|a| (a.shape().clone(), a.dtype())).collect()
+}
+
+/// Run the operator's forward kernel on arrays its caller holds the vars of.
+fn run_kernel(operator: &dyn Operator, exec: &ExecContext, inputs: &[NDArray], outputs: &[NDArray]) -> Result<()> {
+    let ins = inputs.iter().map(NDArray::tensor).collect::<Result<smallvec::SmallVec<[_; 4]>>>()?;
+    let outs = outputs.iter().map(NDArray::tensor).collect::<Result<smallvec::SmallVec<[_; 2]>>>()?;
+    operator.forward(exec, &ins, &outs)
+}
+
+/// Run the operator's kernel reading `inputs` and writing `targets` (and its mutated inputs,
+/// and the random generator when it draws numbers): at once on this thread when it is small and
+/// its arrays are free, else pushed onto the engine.
+fn push_kernel(name: &str, operator: &Arc<dyn Operator>, inputs: &[NDArray], targets: &[NDArray], site: &Site) {
     let seed = if operator.needs_rng() { crate::random::next_op_seed() } else { 0 };
     let exec = ExecContext { seed, is_train: autograd::is_training() };
-    let reads: Vec<_> = inputs.iter().map(|a| a.var().clone()).collect();
+    let reads: smallvec::SmallVec<[_; 4]> = inputs.iter().map(|a| a.var().clone()).collect();
     let mutated = operator.mutated_inputs().iter().filter_map(|&i| inputs.get(i));
-    let mut writes: Vec<_> = targets.iter().chain(mutated).map(|a| a.var().clone()).collect();
+    let mut writes: smallvec::SmallVec<[_; 4]> = targets.iter().chain(mutated).map(|a| a.var().clone()).collect();
     if operator.needs_rng() {
         writes.push(crate::random::engine_var().clone());
     }
     let work_items: usize = targets.iter().map(NDArray::size).sum::<usize>().max(inputs.iter().map(NDArray::size).max().unwrap_or(0));
+    let small = work_items <= INLINE_MAX_ELEMENTS;
+    let describe = || -> Box<dyn OpDescription> { Box::new(OpCall { name: name.to_string(), inputs: shapes_and_types(inputs), site: pinned(site) }) };
+    if small && engine::run_if_free(|| run_kernel(operator.as_ref(), &exec, inputs, targets), &reads, &writes, describe).is_ok() {
+        return;
+    }
     let kernel_inputs: Vec<NDArray> = inputs.iter().map(NDArray::detached).collect();
     let kernel_outputs: Vec<NDArray> = targets.iter().map(NDArray::detached).collect();
     let kernel_op = operator.clone();
     engine::push(
-        Box::new(move || {
-            let ins: Vec<_> = kernel_inputs.iter().map(NDArray::tensor).collect::<Result<_>>()?;
-            let outs: Vec<_> = kernel_outputs.iter().map(NDArray::tensor).collect::<Result<_>>()?;
-            kernel_op.forward(&exec, &ins, &outs)
-        }),
+        Box::new(move || run_kernel(kernel_op.as_ref(), &exec, &kernel_inputs, &kernel_outputs)),
         &reads,
         &writes,
-        PushProps { inline_if_ready: work_items <= INLINE_MAX_ELEMENTS },
-        Box::new(OpCall { name: name.to_string(), inputs: described, site }),
+        PushProps { inline_if_ready: small },
+        describe(),
     );
 }
 
@@ -284,16 +313,19 @@ pub fn copy(src: &NDArray, dst: &NDArray, site: Site) -> Result<()> {
         copy(src, &staged, site.clone())?;
         return copy(&staged, dst, site);
     }
+    let cast = |s: &NDArray, d: &NDArray| -> Result<()> {
+        op::cast_into(&s.tensor()?, &d.tensor()?);
+        Ok(())
+    };
+    let (reads, writes) = ([src.var().clone()], [dst.var().clone()]);
+    let small = dst.size() <= INLINE_MAX_ELEMENTS;
+    let describe = || -> Box<dyn OpDescription> {
+        Box::new(OpCall { name: "_copyto".into(), inputs: shapes_and_types(std::slice::from_ref(src)), site: pinned(&site) })
+    };
+    if small && engine::run_if_free(|| cast(src, dst), &reads, &writes, describe).is_ok() {
+        return Ok(());
+    }
     let (s, d) = (src.clone(), dst.clone());
-    engine::push(
-        Box::new(move || {
-            op::cast_into(&s.tensor()?, &d.tensor()?);
-            Ok(())
-        }),
-        &[src.var().clone()],
-        &[dst.var().clone()],
-        PushProps { inline_if_ready: dst.size() <= INLINE_MAX_ELEMENTS },
-        Box::new(OpCall { name: "_copyto".into(), inputs: vec![(src.shape().clone(), src.dtype())], site }),
-    );
+    engine::push(Box::new(move || cast(&s, &d)), &reads, &writes, PushProps { inline_if_ready: small }, describe());
     Ok(())
 }

@@ -206,7 +206,7 @@ fn copyto(src: &NDArrayHandle, dst: &NDArrayHandle) -> PyResult<()> {
 #[pyfunction]
 #[pyo3(signature = (src, spec, reverse=false))]
 fn infer_reshape(src: Vec<usize>, spec: Vec<i64>, reverse: bool) -> PyResult<Vec<usize>> {
-    Ok(oxnet::op::infer_reshape(&Shape::new(src), &spec, reverse).py()?.0)
+    Ok(oxnet::op::infer_reshape(&Shape::new(src), &spec, reverse).py()?.0.into_vec())
 }
 
 #[pyfunction]

@@ -10,4 +10,4 @@ pub use dtype::{Bool8, DType, Elem};
 pub mod dtype_bool {
     pub use super::dtype::Bool8;
 }
-pub use shape::{merge_partial, normalize_axis, unify_partial, PartialShape, Shape};
+pub use shape::{merge_partial, normalize_axis, unify_partial, Dims, PartialShape, Shape};

@@ -123,12 +123,21 @@ impl OpDescription for OprBlock {
     }
 }
 
+/// What `wait_all` sleeps on, counted under one lock so that a release sees every sleeper.
+#[derive(Default)]
+struct Pending {
+    /// Ops pushed and not yet completed.
+    ops: usize,
+    /// Threads inside `wait_all` waiting for `ops` to reach zero.
+    waiters: usize,
+}
+
 struct Engine {
     kind: EngineKind,
     /// Ops pushed and not yet completed; `wait_all` sleeps on `idle` until it is zero. It is raised
     /// before an op registers on its vars and lowered after the op released them, so a zero count
     /// means nothing can still run; the lock pairs the count with the condvar.
-    pending: Mutex<usize>,
+    pending: Mutex<Pending>,
     idle: Condvar,
     /// Held while one op appends itself to the queues of all its vars (see [`register`]), so that
     /// the ops' order is the same on every var.
@@ -167,7 +176,7 @@ fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE.get_or_init(|| Engine {
         kind: configured_kind(),
-        pending: Mutex::new(0),
+        pending: Mutex::new(Pending::default()),
         idle: Condvar::new(),
         registration: Mutex::new(()),
         global_errors: Mutex::new(Vec::new()),
@@ -220,7 +229,58 @@ fn push_body(func: OpBody, reads: &[Arc<Var>], writes: &[Arc<Var>], props: PushP
 /// `vars` without repeats and without those in `exclude`, ordered by address (sorting keeps this
 /// linear-logarithmic for ops with thousands of inputs, such as a gradient sum).
 fn unique_vars(vars: &[Arc<Var>], exclude: &[Arc<Var>]) -> Vec<Arc<Var>> {
-    let mut unique: Vec<Arc<Var>> = vars.to_vec();
+    let exclude: smallvec::SmallVec<[&Arc<Var>; 4]> = exclude.iter().collect();
+    unique_refs(vars, &exclude).into_iter().cloned().collect()
+}
+
+/// Run `func` on the calling thread now, as an op pushed with these vars and granted at once
+/// would run, when none of its vars has an op running or queued (a read may share its var with
+/// running reads) and none holds an error; otherwise hand `func` back for the caller to push.
+///
+/// A small op that finds its inputs ready costs less this way than any queueing: no op block,
+/// no boxed closure, and its description is made (by `describe`) only if it fails. The vars are
+/// taken under the registration lock, all or none, so the op keeps its place in the one global
+/// order (see [`register`]); its failure is stored on its written vars and reported at the next
+/// sync point exactly as a pushed op's. Under the naive engine or while the profiler records
+/// operators, it declines (a pushed op is what both of those observe).
+pub fn run_if_free<F: FnOnce() -> Result<()>>(
+    func: F,
+    reads: &[Arc<Var>],
+    writes: &[Arc<Var>],
+    describe: impl FnOnce() -> Box<dyn OpDescription>,
+) -> std::result::Result<(), F> {
+    let eng = engine();
+    if eng.kind == EngineKind::Naive || crate::profiler::records_ops() {
+        return Err(func);
+    }
+    let writes = unique_refs(writes, &[]);
+    let reads = unique_refs(reads, &writes);
+    {
+        let _registering = eng.registration.lock().unwrap();
+        let wanted = writes.iter().map(|&v| (v, true)).chain(reads.iter().map(|&v| (v, false)));
+        for (taken, (var, write)) in wanted.clone().enumerate() {
+            if !var.try_acquire(write) {
+                for (earlier, earlier_write) in wanted.take(taken) {
+                    earlier.undo_acquire(earlier_write);
+                }
+                return Err(func);
+            }
+        }
+        // Counted before the registration lock goes, as `register` counts an op before queueing.
+        eng.pending.lock().unwrap().ops += 1;
+    }
+    let failure = match catch_unwind(AssertUnwindSafe(func)) {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(Error::new(crate::ErrorKind::Runtime, format!("{} (in {})", e.message, describe().describe()))),
+        Err(panic) => Some(crate::err!(Runtime, "internal error: {} panicked: {}", describe().describe(), panic_message(&panic))),
+    };
+    finish_vars(&reads, &writes, failure.map(|e| Arc::new(Mutex::new(Some(e)))));
+    Ok(())
+}
+
+/// `vars` without repeats and without those in `exclude`, on the stack for the usual few.
+fn unique_refs<'a>(vars: &'a [Arc<Var>], exclude: &[&'a Arc<Var>]) -> smallvec::SmallVec<[&'a Arc<Var>; 4]> {
+    let mut unique: smallvec::SmallVec<[&Arc<Var>; 4]> = vars.iter().collect();
     unique.sort_unstable_by_key(|v| Arc::as_ptr(v) as usize);
     unique.dedup_by(|a, b| Arc::ptr_eq(a, b));
     unique.retain(|v| !exclude.iter().any(|x| Arc::ptr_eq(x, v)));
@@ -241,7 +301,7 @@ fn unique_vars(vars: &[Arc<Var>], exclude: &[Arc<Var>]) -> Vec<Arc<Var>> {
 /// not take the lock: they only pop the front of a queue, which never reorders it.
 fn register(blk: Arc<OprBlock>) {
     let eng = engine();
-    *eng.pending.lock().unwrap() += 1;
+    eng.pending.lock().unwrap().ops += 1;
     let mut granted = 1;
     {
         // Held only for the queue bookkeeping, never while an op runs (a running op may push).
@@ -289,10 +349,12 @@ fn on_granted(blk: Arc<OprBlock>) {
 fn execute(blk: Arc<OprBlock>) {
     let body = blk.func.lock().unwrap().take();
     if blk.marker {
+        // Released before its waiter wakes, so that what the waiter does next finds the var
+        // free (an op it then runs at once, with `run_if_free`, would otherwise have to queue).
+        release(&blk);
         if let Some(OpBody::Sync(f)) = body {
             let _ = f();
         }
-        release(&blk);
         return;
     }
     // As in MXNet, an op does not run when what it reads, or else what it writes, holds an
@@ -359,26 +421,33 @@ impl Drop for Completion {
 
 /// Record how a (non-marker) op ended and release its vars.
 fn finish(blk: &Arc<OprBlock>, failure: Option<ErrorCell>) {
-    let eng = engine();
+    finish_vars(&blk.reads, &blk.writes, failure);
+}
+
+/// Record how an op ended on the vars it wrote (a successful write replaces the var's content,
+/// so any error it held goes; a failure stays until reported), hand its vars to the ops waiting
+/// on them and count it as done.
+fn finish_vars<V: std::borrow::Borrow<Arc<Var>>>(reads: &[V], writes: &[V], failure: Option<ErrorCell>) {
     if let Some(cell) = &failure {
-        let mut cells = eng.global_errors.lock().unwrap();
+        let mut cells = engine().global_errors.lock().unwrap();
         // Cells already reported through a var wait need no place in the list any more.
         cells.retain(|c| c.lock().unwrap().is_some());
         if !cells.iter().any(|c| Arc::ptr_eq(c, cell)) {
             cells.push(cell.clone());
         }
     }
-    // A successful write replaces the var's content (any error it held was reported), so
-    // only this op's own failure is stored.
-    for v in &blk.writes {
-        v.set_error(failure.clone());
+    let mut ready: Vec<Arc<OprBlock>> = Vec::new();
+    for v in reads {
+        v.borrow().complete_read(&mut ready);
     }
-    release(blk);
+    for v in writes {
+        v.borrow().complete_write_storing(failure.clone(), &mut ready);
+    }
+    grant_and_count_done(ready);
 }
 
-/// Hand the op's vars to the ops waiting on them and count it as done.
+/// Hand a marker's vars to the ops waiting on them and count it as done.
 fn release(blk: &Arc<OprBlock>) {
-    let eng = engine();
     let mut ready: Vec<Arc<OprBlock>> = Vec::new();
     for v in &blk.reads {
         v.complete_read(&mut ready);
@@ -386,12 +455,22 @@ fn release(blk: &Arc<OprBlock>) {
     for v in &blk.writes {
         v.complete_write(&mut ready);
     }
+    grant_and_count_done(ready);
+}
+
+fn grant_and_count_done(ready: Vec<Arc<OprBlock>>) {
     for r in ready {
         on_granted(r);
     }
+    count_done();
+}
+
+fn count_done() {
+    let eng = engine();
     let mut pending = eng.pending.lock().unwrap();
-    *pending -= 1;
-    if *pending == 0 {
+    pending.ops -= 1;
+    // Notifying costs a system call even with nobody waiting, more than a small op itself.
+    if pending.ops == 0 && pending.waiters > 0 {
         eng.idle.notify_all();
     }
 }
@@ -470,8 +549,10 @@ pub fn wait_for_var(var: &Arc<Var>, for_write: bool) -> Result<()> {
 pub fn wait_all() -> Result<()> {
     let eng = engine();
     let mut pending = eng.pending.lock().unwrap();
-    while *pending > 0 {
+    while pending.ops > 0 {
+        pending.waiters += 1;
         pending = eng.idle.wait(pending).unwrap();
+        pending.waiters -= 1;
     }
     drop(pending);
     let cells = std::mem::take(&mut *eng.global_errors.lock().unwrap());

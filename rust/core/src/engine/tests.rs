@@ -285,8 +285,16 @@ fn randomized_stress_from_eight_threads_matches_a_sequential_replay() {
                         }
                     }
                 };
-                let inline_if_ready = next().is_multiple_of(2);
-                push(Box::new(run), &reads, &writes, PushProps { inline_if_ready }, Box::new("stress"));
+                // A third of the ops run at once when their vars are free, the others are queued
+                // (half of them run by the pushing thread when granted at registration).
+                let run = match next() % 3 {
+                    0 => run_if_free(run, &reads, &writes, || Box::new("stress")).err(),
+                    _ => Some(run),
+                };
+                if let Some(run) = run {
+                    let inline_if_ready = next().is_multiple_of(2);
+                    push(Box::new(run), &reads, &writes, PushProps { inline_if_ready }, Box::new("stress"));
+                }
                 if next().is_multiple_of(64) {
                     let cell = (next() % CELLS as u64) as usize;
                     if let Err(e) = wait_for_var(&pool[cell].var, next().is_multiple_of(2)) {
@@ -551,4 +559,76 @@ fn async_op_reading_a_failed_var_is_told_and_does_not_run() {
     let told = rx.recv_timeout(Duration::from_secs(5)).unwrap();
     assert!(told.contains("backward failed"), "{told}");
     assert!(wait_for_var(&output, false).unwrap_err().message.contains("backward failed"));
+}
+
+/// `run_if_free` runs at once on free vars (a read beside running reads included), declines a
+/// var with an op running or queued, or holding an error, and stores its own failure as a pushed
+/// op would: on the written var, inherited by readers, reported once at the next wait.
+#[test]
+fn run_if_free_runs_at_once_only_on_free_vars_and_fails_like_a_pushed_op() {
+    let (input, output) = (Var::new(), Var::new());
+    let ran = AtomicUsize::new(0);
+    let count = || {
+        ran.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    };
+    assert!(run_if_free(count, std::slice::from_ref(&input), std::slice::from_ref(&output), || Box::new("free")).is_ok());
+    assert_eq!(ran.load(Ordering::Relaxed), 1, "it ran before returning");
+
+    // A running writer of the input, then a queued reader behind it: both make it decline.
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let (started_tx, started_rx) = mpsc::channel::<()>();
+    push(
+        Box::new(move || {
+            started_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+            Ok(())
+        }),
+        &[],
+        std::slice::from_ref(&input),
+        PushProps::default(),
+        Box::new("slow writer"),
+    );
+    started_rx.recv().unwrap();
+    let declined = run_if_free(count, std::slice::from_ref(&input), std::slice::from_ref(&output), || Box::new("busy"));
+    assert!(declined.is_err(), "the input is being written");
+    assert!(run_if_free(count, &[], std::slice::from_ref(&output), || Box::new("unrelated")).is_ok(), "other vars are free");
+    release_tx.send(()).unwrap();
+    wait_for_var(&input, true).unwrap();
+
+    // Reads share a var with a running read; a write of it waits for that read.
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let (started_tx, started_rx) = mpsc::channel::<()>();
+    push(
+        Box::new(move || {
+            started_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+            Ok(())
+        }),
+        std::slice::from_ref(&input),
+        &[],
+        PushProps::default(),
+        Box::new("slow reader"),
+    );
+    started_rx.recv().unwrap();
+    assert!(run_if_free(count, std::slice::from_ref(&input), std::slice::from_ref(&output), || Box::new("reader")).is_ok());
+    assert!(run_if_free(count, &[], std::slice::from_ref(&input), || Box::new("writer")).is_err());
+    release_tx.send(()).unwrap();
+    wait_for_var(&input, true).unwrap();
+    assert_eq!(ran.load(Ordering::Relaxed), 3);
+
+    // Its failure lands on what it wrote, described only now; a reader inherits it; one report.
+    let failed = run_if_free(|| Err(crate::err!(Runtime, "boom")), &[], std::slice::from_ref(&output), || Box::new("failing op"));
+    assert!(failed.is_ok(), "it ran (and failed)");
+    assert!(run_if_free(count, std::slice::from_ref(&output), &[], || Box::new("reader")).is_err(), "a var holding an error declines");
+    let e = wait_for_var(&output, false).unwrap_err();
+    assert!(e.message.contains("boom") && e.message.contains("failing op"), "{}", e.message);
+    wait_for_var(&output, false).unwrap();
+    assert!(
+        run_if_free(count, &[], std::slice::from_ref(&output), || Box::new("rewrite")).is_err(),
+        "an error, even reported, stays until rewritten"
+    );
+    push(Box::new(|| Ok(())), &[], std::slice::from_ref(&output), PushProps::default(), Box::new("rewrite"));
+    wait_for_var(&output, true).unwrap();
+    assert!(run_if_free(count, std::slice::from_ref(&output), &[], || Box::new("reader")).is_ok());
 }

@@ -69,8 +69,47 @@ impl Var {
         }
     }
 
-    pub(crate) fn complete_write(&self, ready: &mut Vec<Arc<OprBlock>>) {
+    /// Take the var for an op that runs at once without queueing (see `engine::run_if_free`):
+    /// only when nothing runs or waits on it and it holds no error. The engine's registration
+    /// lock must be held, so that nothing can be queued on the var until the op completes or
+    /// `undo_acquire` gives the var back.
+    pub(crate) fn try_acquire(&self, write: bool) -> bool {
         let mut s = self.state.lock().unwrap();
+        let free = !s.writing && s.queue.is_empty() && s.error.is_none() && (!write || s.running_reads == 0);
+        if free {
+            if write {
+                s.writing = true;
+            } else {
+                s.running_reads += 1;
+            }
+        }
+        free
+    }
+
+    /// Give back what `try_acquire` took, under the same registration lock: the queue is still
+    /// empty, so there is nobody to grant.
+    pub(crate) fn undo_acquire(&self, write: bool) {
+        let mut s = self.state.lock().unwrap();
+        if write {
+            s.writing = false;
+        } else {
+            s.running_reads -= 1;
+        }
+    }
+
+    /// A write ended: store how it ended (a successful write replaces the var's content, so any
+    /// earlier error goes; a failure stays until reported or overwritten) and grant the next ops.
+    pub(crate) fn complete_write_storing(&self, error: Option<ErrorCell>, ready: &mut Vec<Arc<OprBlock>>) {
+        let mut s = self.state.lock().unwrap();
+        s.error = error;
+        Self::grant_after_write(&mut s, ready);
+    }
+
+    pub(crate) fn complete_write(&self, ready: &mut Vec<Arc<OprBlock>>) {
+        Self::grant_after_write(&mut self.state.lock().unwrap(), ready);
+    }
+
+    fn grant_after_write(s: &mut VarState, ready: &mut Vec<Arc<OprBlock>>) {
         s.writing = false;
         while let Some((_, false)) = s.queue.front() {
             let (blk, _) = s.queue.pop_front().unwrap();
@@ -105,9 +144,5 @@ impl Var {
     pub(crate) fn take_error(&self) -> Option<Error> {
         let s = self.state.lock().unwrap();
         s.error.as_ref().and_then(|cell| cell.lock().unwrap().take())
-    }
-
-    pub(crate) fn set_error(&self, error: Option<ErrorCell>) {
-        self.state.lock().unwrap().error = error;
     }
 }

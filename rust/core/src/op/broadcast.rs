@@ -21,7 +21,7 @@ use crate::error::Result;
 /// NumPy broadcasting of two shapes (dims aligned on the right), as MXNet's broadcast ops do.
 pub fn broadcast_shape(op: &str, a: &Shape, b: &Shape) -> Result<Shape> {
     let n = a.ndim().max(b.ndim());
-    let mut out = vec![0; n];
+    let mut out = crate::base::Dims::from_elem(0, n);
     for i in 0..n {
         let da = if i + a.ndim() >= n { a[i + a.ndim() - n] } else { 1 };
         let db = if i + b.ndim() >= n { b[i + b.ndim() - n] } else { 1 };

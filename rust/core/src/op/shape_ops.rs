@@ -831,7 +831,7 @@ mod tests {
     use super::*;
 
     fn r(src: &[usize], spec: &[i64], rev: bool) -> Result<Vec<usize>> {
-        infer_reshape(&Shape::new(src.to_vec()), spec, rev).map(|s| s.0)
+        infer_reshape(&Shape::new(src.to_vec()), spec, rev).map(|s| s.0.to_vec())
     }
 
     #[test]

@@ -379,6 +379,11 @@ pub(crate) struct PushTag {
 
 /// Called by every push: `None` (after one relaxed load) unless operators are being recorded.
 #[inline]
+/// Whether pushed operators are being recorded (imperative or symbolic).
+pub(crate) fn records_ops() -> bool {
+    ACTIVE.load(Ordering::Relaxed) & (IMPERATIVE_OPS | SYMBOLIC_OPS) != 0
+}
+
 pub(crate) fn push_tag() -> Option<PushTag> {
     let active = ACTIVE.load(Ordering::Relaxed);
     if active & (IMPERATIVE_OPS | SYMBOLIC_OPS) == 0 {
