@@ -23,21 +23,15 @@ _STORAGE_TYPE_STR_TO_ID = {"undefined": -1, "default": 0, "row_sparse": 1, "csr"
 _STORAGE_TYPE_ID_TO_STR = {v: k for k, v in _STORAGE_TYPE_STR_TO_ID.items()}
 
 
-def _wrap(result):
-    if isinstance(result, list):
-        return [NDArray(h) for h in result]
-    return NDArray(result)
-
-
 def _op(name, *args, out=None, **kwargs):
     result = _invoke(name, args, kwargs or None, out)
-    return out if out is not None else _wrap(result)
+    return out if out is not None else result
 
 
 def _apply(name, *args, out=None, **kwargs):
     """``_op`` for an operator the program asked for (see ``_invoke_operator``)."""
     result = _invoke_operator(name, args, kwargs or None, out)
-    return out if out is not None else _wrap(result)
+    return out if out is not None else result
 
 
 def _route_operators(invoke):
@@ -65,7 +59,7 @@ def _arith(array_op, scalar_op):
     """An operator method with a fast path for the common NDArray-NDArray case."""
     def method(self, other):
         if type(other) is NDArray:
-            return NDArray(_invoke_operator(array_op, (self, other)))
+            return _invoke_operator(array_op, (self, other))
         return _binary(self, other, array_op, scalar_op)
     return method
 

@@ -227,8 +227,14 @@ fn shapes_and_types(arrays: &[NDArray]) -> Vec<(Shape, DType)> {
 
 /// Run the operator's forward kernel on arrays its caller holds the vars of.
 fn run_kernel(operator: &dyn Operator, exec: &ExecContext, inputs: &[NDArray], outputs: &[NDArray]) -> Result<()> {
-    let ins = inputs.iter().map(NDArray::tensor).collect::<Result<smallvec::SmallVec<[_; 4]>>>()?;
-    let outs = outputs.iter().map(NDArray::tensor).collect::<Result<smallvec::SmallVec<[_; 2]>>>()?;
+    // Filled in place: collecting through a Result would copy the inline arrays once more.
+    let (mut ins, mut outs) = (smallvec::SmallVec::<[_; 4]>::new(), smallvec::SmallVec::<[_; 2]>::new());
+    for a in inputs {
+        ins.push(a.tensor()?);
+    }
+    for a in outputs {
+        outs.push(a.tensor()?);
+    }
     operator.forward(exec, &ins, &outs)
 }
 

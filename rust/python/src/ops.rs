@@ -38,13 +38,20 @@ pub fn as_array(obj: &Bound<'_, PyAny>) -> PyResult<Option<NDArray>> {
     }
 }
 
-/// A Python `NDArray` object around a core array.
+/// A Python `NDArray` object around a core array (a bare handle before the class is registered).
 pub fn python_ndarray(py: Python<'_>, array: NDArray) -> PyResult<Bound<'_, PyAny>> {
+    static OBJECT_NEW: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let handle = wrap(py, array)?;
-    match NDARRAY_CLASS.get(py) {
-        Some(cls) => cls.bind(py).call1((handle,)),
-        None => Ok(handle.into_bound(py).into_any()),
-    }
+    let Some(cls) = NDARRAY_CLASS.get(py) else {
+        return Ok(handle.into_bound(py).into_any());
+    };
+    // What `NDArray(handle)` makes, without running `__init__` in the interpreter: that call
+    // cost a tenth of a small op.
+    let object_new = OBJECT_NEW.get_or_try_init(py, || py.get_type::<pyo3::types::PyAny>().getattr("__new__").map(Bound::unbind))?;
+    let array = object_new.bind(py).call1((cls.bind(py),))?;
+    array.setattr(pyo3::intern!(py, "handle"), handle)?;
+    array.setattr(pyo3::intern!(py, "writable"), true)?;
+    Ok(array)
 }
 
 /// MXNet's textual form of a parameter value: `True`, `(2, 3)`, `0.5`, `float32`.
@@ -217,7 +224,8 @@ fn capture_site() -> Site {
 }
 
 /// Invoke a registered operator. Positional arrays are inputs in order, other positional values
-/// fill the operator's parameters in declaration order; keyword arrays are inputs by name.
+/// fill the operator's parameters in declaration order; keyword arrays are inputs by name. Returns
+/// the output as a Python `NDArray`, or a list of them for an operator with several outputs.
 #[pyfunction]
 #[pyo3(signature = (name, args, kwargs=None, out=None))]
 fn invoke<'py>(
@@ -333,10 +341,10 @@ fn invoke_checked<'py>(
         }
     }
     if single {
-        Ok(wrap(py, outputs.into_iter().next().unwrap())?.into_bound(py).into_any())
+        python_ndarray(py, outputs.into_iter().next().unwrap())
     } else {
-        let handles = outputs.into_iter().map(|a| wrap(py, a)).collect::<PyResult<Vec<_>>>()?;
-        Ok(PyList::new(py, handles)?.into_any())
+        let arrays = outputs.into_iter().map(|a| python_ndarray(py, a)).collect::<PyResult<Vec<_>>>()?;
+        Ok(PyList::new(py, arrays)?.into_any())
     }
 }
 

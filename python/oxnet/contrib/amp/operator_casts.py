@@ -26,7 +26,7 @@ def _device_floats(array):
 
 
 def _amp_cast_array(array, dtype):
-    return NDArray(_core.invoke("amp_cast", (array,), {"dtype": dtype_name(dtype)}, None))
+    return _core.invoke("amp_cast", (array,), {"dtype": dtype_name(dtype)}, None)
 
 
 def cast_array(value, dtype):

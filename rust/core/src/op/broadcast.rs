@@ -177,26 +177,23 @@ unsafe fn strided_loop<A: Copy, O: Copy>(n: usize, a: *const A, sa: usize, b: *c
 /// `out = f(a, b)` with broadcasting; `out` has the broadcast shape and may alias `a` or `b` when
 /// that operand has the output's shape.
 pub fn zip2<A: Copy + Send + Sync, O: Copy + Send + Sync>(a: &Tensor, b: &Tensor, out: &Tensor, f: impl Fn(A, A) -> O + Sync) {
+    let (ap, bp, op) = (SendPtr(a.ptr::<A>()), SendPtr(b.ptr::<A>()), SendPtr(out.ptr::<O>()));
+    if out.size() == 0 {
+        return;
+    }
+    if a.shape == out.shape && b.shape == out.shape {
+        // The usual case needs no strides worked out (that costs as much as adding 2x2 arrays).
+        return zip_run(out.size(), (ap, 1), (bp, 1), op, &f);
+    }
     let sa = broadcast_strides(&a.shape, &out.shape);
     let sb = broadcast_strides(&b.shape, &out.shape);
     let (dims, strides) = collapse(out.shape.dims(), &[sa, sb]);
-    let (ap, bp, op) = (SendPtr(a.ptr::<A>()), SendPtr(b.ptr::<A>()), SendPtr(out.ptr::<O>()));
     let nd = dims.len();
     let inner = dims[nd - 1];
     let (ia, ib) = (strides[0][nd - 1], strides[1][nd - 1]);
     let rows: usize = dims[..nd - 1].iter().product();
-    if out.size() == 0 {
-        return;
-    }
     if rows == 1 {
-        parallel_chunks(inner, PARALLEL_GRAIN, |r| {
-            // SAFETY: r lies in 0..inner, within every operand's extent along the collapsed dim.
-            super::simd::vectorized(
-                #[inline(always)]
-                || unsafe { inner_loop(r.len(), ap.get().add(r.start * ia), ia, bp.get().add(r.start * ib), ib, op.get().add(r.start), &f) },
-            )
-        });
-        return;
+        return zip_run(inner, (ap, ia), (bp, ib), op, &f);
     }
     let outer_dims = &dims[..nd - 1];
     let rows_per_chunk = (PARALLEL_GRAIN / inner.max(1)).max(1);
@@ -217,6 +214,24 @@ pub fn zip2<A: Copy + Send + Sync, O: Copy + Send + Sync>(a: &Tensor, b: &Tensor
                     unsafe { inner_loop(inner, ap.get().add(oa), ia, bp.get().add(ob), ib, op.get().add(row * inner), &f) }
                 }
             },
+        )
+    });
+}
+
+/// `out[i] = f(a[i * ia], b[i * ib])` for `i` in `0..len`, `out` contiguous.
+fn zip_run<A: Copy + Send + Sync, O: Copy + Send + Sync>(
+    len: usize,
+    (ap, ia): (SendPtr<A>, usize),
+    (bp, ib): (SendPtr<A>, usize),
+    op: SendPtr<O>,
+    f: &(impl Fn(A, A) -> O + Sync),
+) {
+    parallel_chunks(len, PARALLEL_GRAIN, |r| {
+        // SAFETY: r lies in 0..len, and each operand spans len elements at its stride (the
+        // caller's contract: these are the operands' extents along one collapsed dim).
+        super::simd::vectorized(
+            #[inline(always)]
+            || unsafe { inner_loop(r.len(), ap.get().add(r.start * ia), ia, bp.get().add(r.start * ib), ib, op.get().add(r.start), f) },
         )
     });
 }
