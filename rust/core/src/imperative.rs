@@ -244,11 +244,11 @@ fn run_kernel(operator: &dyn Operator, exec: &ExecContext, inputs: &[NDArray], o
 fn push_kernel(name: &str, operator: &Arc<dyn Operator>, inputs: &[NDArray], targets: &[NDArray], site: &Site) {
     let seed = if operator.needs_rng() { crate::random::next_op_seed() } else { 0 };
     let exec = ExecContext { seed, is_train: autograd::is_training() };
-    let reads: smallvec::SmallVec<[_; 4]> = inputs.iter().map(|a| a.var().clone()).collect();
+    let reads: smallvec::SmallVec<[&Arc<engine::Var>; 4]> = inputs.iter().map(NDArray::var).collect();
     let mutated = operator.mutated_inputs().iter().filter_map(|&i| inputs.get(i));
-    let mut writes: smallvec::SmallVec<[_; 4]> = targets.iter().chain(mutated).map(|a| a.var().clone()).collect();
+    let mut writes: smallvec::SmallVec<[&Arc<engine::Var>; 4]> = targets.iter().chain(mutated).map(NDArray::var).collect();
     if operator.needs_rng() {
-        writes.push(crate::random::engine_var().clone());
+        writes.push(crate::random::engine_var());
     }
     let work_items: usize = targets.iter().map(NDArray::size).sum::<usize>().max(inputs.iter().map(NDArray::size).max().unwrap_or(0));
     let small = work_items <= INLINE_MAX_ELEMENTS;
@@ -259,10 +259,11 @@ fn push_kernel(name: &str, operator: &Arc<dyn Operator>, inputs: &[NDArray], tar
     let kernel_inputs: Vec<NDArray> = inputs.iter().map(NDArray::detached).collect();
     let kernel_outputs: Vec<NDArray> = targets.iter().map(NDArray::detached).collect();
     let kernel_op = operator.clone();
+    let owned = |vars: &[&Arc<engine::Var>]| -> Vec<Arc<engine::Var>> { vars.iter().map(|&v| v.clone()).collect() };
     engine::push(
         Box::new(move || run_kernel(kernel_op.as_ref(), &exec, &kernel_inputs, &kernel_outputs)),
-        &reads,
-        &writes,
+        &owned(&reads),
+        &owned(&writes),
         PushProps { inline_if_ready: small },
         describe(),
     );
@@ -323,15 +324,14 @@ pub fn copy(src: &NDArray, dst: &NDArray, site: Site) -> Result<()> {
         op::cast_into(&s.tensor()?, &d.tensor()?);
         Ok(())
     };
-    let (reads, writes) = ([src.var().clone()], [dst.var().clone()]);
     let small = dst.size() <= INLINE_MAX_ELEMENTS;
     let describe = || -> Box<dyn OpDescription> {
         Box::new(OpCall { name: "_copyto".into(), inputs: shapes_and_types(std::slice::from_ref(src)), site: pinned(&site) })
     };
-    if small && engine::run_if_free(|| cast(src, dst), &reads, &writes, describe).is_ok() {
+    if small && engine::run_if_free(|| cast(src, dst), &[src.var()], &[dst.var()], describe).is_ok() {
         return Ok(());
     }
     let (s, d) = (src.clone(), dst.clone());
-    engine::push(Box::new(move || cast(&s, &d)), &reads, &writes, PushProps { inline_if_ready: small }, describe());
+    engine::push(Box::new(move || cast(&s, &d)), &[src.var().clone()], &[dst.var().clone()], PushProps { inline_if_ready: small }, describe());
     Ok(())
 }

@@ -40,15 +40,15 @@ pub fn as_array(obj: &Bound<'_, PyAny>) -> PyResult<Option<NDArray>> {
 
 /// A Python `NDArray` object around a core array (a bare handle before the class is registered).
 pub fn python_ndarray(py: Python<'_>, array: NDArray) -> PyResult<Bound<'_, PyAny>> {
-    static OBJECT_NEW: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let handle = wrap(py, array)?;
     let Some(cls) = NDARRAY_CLASS.get(py) else {
         return Ok(handle.into_bound(py).into_any());
     };
-    // What `NDArray(handle)` makes, without running `__init__` in the interpreter: that call
-    // cost a tenth of a small op.
-    let object_new = OBJECT_NEW.get_or_try_init(py, || py.get_type::<pyo3::types::PyAny>().getattr("__new__").map(Bound::unbind))?;
-    let array = object_new.bind(py).call1((cls.bind(py),))?;
+    // What `NDArray(handle)` makes, without running `__init__` in the interpreter (that call
+    // cost a tenth of a small op): a fresh instance, as `object.__new__(NDArray)` allocates it.
+    // SAFETY: `cls` is a type object (the registered NDArray class) and we hold the GIL;
+    // PyType_GenericAlloc returns a new reference or NULL with an exception set.
+    let array = unsafe { Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyType_GenericAlloc(cls.bind(py).as_type_ptr(), 0))? };
     array.setattr(pyo3::intern!(py, "handle"), handle)?;
     array.setattr(pyo3::intern!(py, "writable"), true)?;
     Ok(array)

@@ -226,8 +226,7 @@ fn push_body(func: OpBody, reads: &[Arc<Var>], writes: &[Arc<Var>], props: PushP
     register(blk);
 }
 
-/// `vars` without repeats and without those in `exclude`, ordered by address (sorting keeps this
-/// linear-logarithmic for ops with thousands of inputs, such as a gradient sum).
+/// `vars` without repeats and without those in `exclude`.
 fn unique_vars(vars: &[Arc<Var>], exclude: &[Arc<Var>]) -> Vec<Arc<Var>> {
     let exclude: smallvec::SmallVec<[&Arc<Var>; 4]> = exclude.iter().collect();
     unique_refs(vars, &exclude).into_iter().cloned().collect()
@@ -245,8 +244,8 @@ fn unique_vars(vars: &[Arc<Var>], exclude: &[Arc<Var>]) -> Vec<Arc<Var>> {
 /// operators, it declines (a pushed op is what both of those observe).
 pub fn run_if_free<F: FnOnce() -> Result<()>>(
     func: F,
-    reads: &[Arc<Var>],
-    writes: &[Arc<Var>],
+    reads: &[&Arc<Var>],
+    writes: &[&Arc<Var>],
     describe: impl FnOnce() -> Box<dyn OpDescription>,
 ) -> std::result::Result<(), F> {
     let eng = engine();
@@ -266,21 +265,37 @@ pub fn run_if_free<F: FnOnce() -> Result<()>>(
                 return Err(func);
             }
         }
-        // Counted before the registration lock goes, as `register` counts an op before queueing.
-        eng.pending.lock().unwrap().ops += 1;
     }
+    // Not counted in `pending`: the op is done when this call returns, so no `wait_all` the
+    // pushing thread makes can miss it, and one that another thread makes meanwhile has no order
+    // with it to keep (as with an op pushed just after that wait began).
     let failure = match catch_unwind(AssertUnwindSafe(func)) {
         Ok(Ok(())) => None,
         Ok(Err(e)) => Some(Error::new(crate::ErrorKind::Runtime, format!("{} (in {})", e.message, describe().describe()))),
         Err(panic) => Some(crate::err!(Runtime, "internal error: {} panicked: {}", describe().describe(), panic_message(&panic))),
     };
-    finish_vars(&reads, &writes, failure.map(|e| Arc::new(Mutex::new(Some(e)))));
+    for granted in release_vars(&reads, &writes, failure.map(|e| Arc::new(Mutex::new(Some(e))))) {
+        on_granted(granted);
+    }
     Ok(())
 }
 
-/// `vars` without repeats and without those in `exclude`, on the stack for the usual few.
-fn unique_refs<'a>(vars: &'a [Arc<Var>], exclude: &[&'a Arc<Var>]) -> smallvec::SmallVec<[&'a Arc<Var>; 4]> {
-    let mut unique: smallvec::SmallVec<[&Arc<Var>; 4]> = vars.iter().collect();
+/// `vars` without repeats and without those in `exclude`, on the stack for the usual few (past
+/// those, sorting keeps this linear-logarithmic for ops with thousands of inputs, such as a
+/// gradient sum).
+fn unique_refs<'a, V: std::borrow::Borrow<Arc<Var>>>(vars: &'a [V], exclude: &[&'a Arc<Var>]) -> smallvec::SmallVec<[&'a Arc<Var>; 4]> {
+    /// Up to this many vars, pairwise comparison beats sorting.
+    const FEW: usize = 8;
+    let mut unique: smallvec::SmallVec<[&Arc<Var>; 4]> = smallvec::SmallVec::new();
+    if vars.len() <= FEW {
+        for v in vars.iter().map(V::borrow) {
+            if !unique.iter().chain(exclude).any(|u| Arc::ptr_eq(u, v)) {
+                unique.push(v);
+            }
+        }
+        return unique;
+    }
+    unique.extend(vars.iter().map(V::borrow));
     unique.sort_unstable_by_key(|v| Arc::as_ptr(v) as usize);
     unique.dedup_by(|a, b| Arc::ptr_eq(a, b));
     unique.retain(|v| !exclude.iter().any(|x| Arc::ptr_eq(x, v)));
@@ -427,7 +442,12 @@ fn finish(blk: &Arc<OprBlock>, failure: Option<ErrorCell>) {
 /// Record how an op ended on the vars it wrote (a successful write replaces the var's content,
 /// so any error it held goes; a failure stays until reported), hand its vars to the ops waiting
 /// on them and count it as done.
-fn finish_vars<V: std::borrow::Borrow<Arc<Var>>>(reads: &[V], writes: &[V], failure: Option<ErrorCell>) {
+fn finish_vars(reads: &[Arc<Var>], writes: &[Arc<Var>], failure: Option<ErrorCell>) {
+    grant_and_count_done(release_vars(reads, writes, failure));
+}
+
+/// [`finish_vars`] short of granting and counting: the ops that may run now.
+fn release_vars<V: std::borrow::Borrow<Arc<Var>>>(reads: &[V], writes: &[V], failure: Option<ErrorCell>) -> Vec<Arc<OprBlock>> {
     if let Some(cell) = &failure {
         let mut cells = engine().global_errors.lock().unwrap();
         // Cells already reported through a var wait need no place in the list any more.
@@ -443,7 +463,7 @@ fn finish_vars<V: std::borrow::Borrow<Arc<Var>>>(reads: &[V], writes: &[V], fail
     for v in writes {
         v.borrow().complete_write_storing(failure.clone(), &mut ready);
     }
-    grant_and_count_done(ready);
+    ready
 }
 
 /// Hand a marker's vars to the ops waiting on them and count it as done.

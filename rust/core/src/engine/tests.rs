@@ -288,7 +288,7 @@ fn randomized_stress_from_eight_threads_matches_a_sequential_replay() {
                 // A third of the ops run at once when their vars are free, the others are queued
                 // (half of them run by the pushing thread when granted at registration).
                 let run = match next() % 3 {
-                    0 => run_if_free(run, &reads, &writes, || Box::new("stress")).err(),
+                    0 => run_if_free(run, &reads.iter().collect::<Vec<_>>(), &writes.iter().collect::<Vec<_>>(), || Box::new("stress")).err(),
                     _ => Some(run),
                 };
                 if let Some(run) = run {
@@ -572,7 +572,7 @@ fn run_if_free_runs_at_once_only_on_free_vars_and_fails_like_a_pushed_op() {
         ran.fetch_add(1, Ordering::Relaxed);
         Ok(())
     };
-    assert!(run_if_free(count, std::slice::from_ref(&input), std::slice::from_ref(&output), || Box::new("free")).is_ok());
+    assert!(run_if_free(count, &[&input], &[&output], || Box::new("free")).is_ok());
     assert_eq!(ran.load(Ordering::Relaxed), 1, "it ran before returning");
 
     // A running writer of the input, then a queued reader behind it: both make it decline.
@@ -590,9 +590,9 @@ fn run_if_free_runs_at_once_only_on_free_vars_and_fails_like_a_pushed_op() {
         Box::new("slow writer"),
     );
     started_rx.recv().unwrap();
-    let declined = run_if_free(count, std::slice::from_ref(&input), std::slice::from_ref(&output), || Box::new("busy"));
+    let declined = run_if_free(count, &[&input], &[&output], || Box::new("busy"));
     assert!(declined.is_err(), "the input is being written");
-    assert!(run_if_free(count, &[], std::slice::from_ref(&output), || Box::new("unrelated")).is_ok(), "other vars are free");
+    assert!(run_if_free(count, &[], &[&output], || Box::new("unrelated")).is_ok(), "other vars are free");
     release_tx.send(()).unwrap();
     wait_for_var(&input, true).unwrap();
 
@@ -611,24 +611,21 @@ fn run_if_free_runs_at_once_only_on_free_vars_and_fails_like_a_pushed_op() {
         Box::new("slow reader"),
     );
     started_rx.recv().unwrap();
-    assert!(run_if_free(count, std::slice::from_ref(&input), std::slice::from_ref(&output), || Box::new("reader")).is_ok());
-    assert!(run_if_free(count, &[], std::slice::from_ref(&input), || Box::new("writer")).is_err());
+    assert!(run_if_free(count, &[&input], &[&output], || Box::new("reader")).is_ok());
+    assert!(run_if_free(count, &[], &[&input], || Box::new("writer")).is_err());
     release_tx.send(()).unwrap();
     wait_for_var(&input, true).unwrap();
     assert_eq!(ran.load(Ordering::Relaxed), 3);
 
     // Its failure lands on what it wrote, described only now; a reader inherits it; one report.
-    let failed = run_if_free(|| Err(crate::err!(Runtime, "boom")), &[], std::slice::from_ref(&output), || Box::new("failing op"));
+    let failed = run_if_free(|| Err(crate::err!(Runtime, "boom")), &[], &[&output], || Box::new("failing op"));
     assert!(failed.is_ok(), "it ran (and failed)");
-    assert!(run_if_free(count, std::slice::from_ref(&output), &[], || Box::new("reader")).is_err(), "a var holding an error declines");
+    assert!(run_if_free(count, &[&output], &[], || Box::new("reader")).is_err(), "a var holding an error declines");
     let e = wait_for_var(&output, false).unwrap_err();
     assert!(e.message.contains("boom") && e.message.contains("failing op"), "{}", e.message);
     wait_for_var(&output, false).unwrap();
-    assert!(
-        run_if_free(count, &[], std::slice::from_ref(&output), || Box::new("rewrite")).is_err(),
-        "an error, even reported, stays until rewritten"
-    );
+    assert!(run_if_free(count, &[], &[&output], || Box::new("rewrite")).is_err(), "an error, even reported, stays until rewritten");
     push(Box::new(|| Ok(())), &[], std::slice::from_ref(&output), PushProps::default(), Box::new("rewrite"));
     wait_for_var(&output, true).unwrap();
-    assert!(run_if_free(count, std::slice::from_ref(&output), &[], || Box::new("reader")).is_ok());
+    assert!(run_if_free(count, &[&output], &[], || Box::new("reader")).is_ok());
 }
