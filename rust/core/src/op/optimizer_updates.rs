@@ -173,7 +173,7 @@ fn apply_rule_with<W: Elem, S: Elem, O: Elem, const N: usize>(
 /// # Safety
 /// Every array holds `range.end` elements or more (checked by infer_shape and `check`); the
 /// states, master and output are written by this op alone, each index by exactly one task, and an
-/// output aliasing the weight is written only after its block of the weight was copied out.
+/// output aliasing the weight (or the master copy) is written only after its block was loaded.
 #[inline(always)]
 unsafe fn update_range<W: Elem, S: Elem, O: Elem, const N: usize>(
     rule: &impl Rule,
@@ -181,38 +181,60 @@ unsafe fn update_range<W: Elem, S: Elem, O: Elem, const N: usize>(
     a: &UpdateArrays<W, S, O, N>,
     range: std::ops::Range<usize>,
 ) {
-    // The output is usually the weight itself: the weight is read through a local copy of each
-    // block so that the loop vectorizes (see `broadcast::STAGE`); so are the hyper-parameters,
-    // which the compiler would otherwise reload after every store through the raw pointers.
+    // Each block is staged through local arrays: loaded from the operands, updated, stored back.
+    // The output is usually the weight itself and the states are written too, so computing
+    // through the raw pointers would make every store a possible alias of every later load and
+    // keep the loop scalar (4.5x slower on a 784x256 sgd_update); local arrays cannot alias. The
+    // hyper-parameters are copied for the same reason.
+    const STAGE: usize = super::broadcast::STAGE;
     let hyper = *h;
     let h = &hyper;
-    let mut staged = [std::mem::MaybeUninit::<W>::uninit(); super::broadcast::STAGE];
-    let staged_weights = staged.as_mut_ptr() as *mut W;
-    for start in range.clone().step_by(super::broadcast::STAGE) {
-        let len = super::broadcast::STAGE.min(range.end - start);
-        // Multi-precision updates read the float32 master instead: nothing to copy then.
-        if a.master.is_none() {
-            std::ptr::copy_nonoverlapping(a.weight.get().add(start), staged_weights, len);
+    let (mut weights, mut grads, mut news) = ([0f64; STAGE], [0f64; STAGE], [0f64; STAGE]);
+    let mut states = [[0f64; STAGE]; N];
+    for start in range.clone().step_by(STAGE) {
+        let len = STAGE.min(range.end - start);
+        let load = |dst: &mut [f64; STAGE], src: *const W| {
+            for (o, d) in dst[..len].iter_mut().enumerate() {
+                *d = (*src.add(start + o)).to_f64();
+            }
+        };
+        match a.master {
+            // Multi-precision updates read the float32 master copy of the weight.
+            Some(m) => {
+                for (o, d) in weights[..len].iter_mut().enumerate() {
+                    *d = (*m.get().add(start + o)).to_f64();
+                }
+            }
+            None => load(&mut weights, a.weight.get()),
         }
-        for offset in 0..len {
-            let i = start + offset;
-            let mut buf = [0f64; N];
+        load(&mut grads, a.grad.get());
+        for k in 0..N {
+            for (o, d) in states[k][..len].iter_mut().enumerate() {
+                *d = (*a.states[k].get().add(start + o)).to_f64();
+            }
+        }
+        for o in 0..len {
+            let mut state = [0f64; N];
             for k in 0..N {
-                buf[k] = (*a.states[k].get().add(i)).to_f64();
+                state[k] = states[k][o];
             }
-            let w = match a.master {
-                Some(m) => (*m.get().add(i)).to_f64(),
-                // Copied above for this block.
-                None => (*staged_weights.add(offset)).to_f64(),
-            };
-            let new = rule(h, w, (*a.grad.get().add(i)).to_f64(), &mut buf);
+            news[o] = rule(h, weights[o], grads[o], &mut state);
             for k in 0..N {
-                *a.states[k].get().add(i) = S::from_f64(buf[k]);
+                states[k][o] = state[k];
             }
-            if let (Some(m), true) = (a.master, a.write_master) {
-                *m.get().add(i) = S::from_f64(new);
+        }
+        for k in 0..N {
+            for (o, &v) in states[k][..len].iter().enumerate() {
+                *a.states[k].get().add(start + o) = S::from_f64(v);
             }
-            *a.out.get().add(i) = O::from_f64(new);
+        }
+        if let (Some(m), true) = (a.master, a.write_master) {
+            for (o, &v) in news[..len].iter().enumerate() {
+                *m.get().add(start + o) = S::from_f64(v);
+            }
+        }
+        for (o, &v) in news[..len].iter().enumerate() {
+            *a.out.get().add(start + o) = O::from_f64(v);
         }
     }
 }
