@@ -48,10 +48,16 @@ pub fn truth<F: num_traits::Float>(c: bool) -> F {
 
 /// Apply `f` to every element of `x`, writing `y` (which may alias `x`).
 pub fn map1<A: Copy + Send + Sync, B: Copy + Send + Sync>(x: &Tensor, y: &Tensor, f: impl Fn(A) -> B + Sync) {
+    map1_with_grain(x, y, PARALLEL_GRAIN, f)
+}
+
+/// [`map1`] splitting across threads in chunks of at least `grain` elements (a costlier `f`
+/// repays the hand-off on fewer elements).
+pub fn map1_with_grain<A: Copy + Send + Sync, B: Copy + Send + Sync>(x: &Tensor, y: &Tensor, grain: usize, f: impl Fn(A) -> B + Sync) {
     let n = y.size();
     let (xp, yp) = (SendPtr(x.ptr::<A>()), SendPtr(y.ptr::<B>()));
     let in_place = xp.get().addr() == yp.get().addr();
-    parallel_chunks(n, PARALLEL_GRAIN, |r| {
+    parallel_chunks(n, grain, |r| {
         let (xp, yp) = (xp.get(), yp.get());
         if in_place {
             let mut staged = [MaybeUninit::<A>::uninit(); STAGE];

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use half::{bf16, f16};
 use num_traits::Float;
 
-use super::broadcast::{map1, map_slices, truth};
+use super::broadcast::{map1, map1_with_grain, map_slices, truth};
 use super::grad::{Grad, InputGrads};
 use super::params::NoParams;
 use super::{Elementwise, ExecContext, OpDef, Operator, Tensor};
@@ -26,7 +26,15 @@ pub trait UnaryMath: Send + Sync + 'static {
     fn float_f32(x: f32) -> f32 {
         Self::float(x)
     }
+    /// Elements below which the kernel stays on one thread.
+    const GRAIN: usize = super::PARALLEL_GRAIN;
 }
+
+/// The grain of the transcendental functions (exp, tanh, sigmoid): at 2 threads a 32K-element
+/// tanh takes 7.9 us unsplit, and 64K elements take 9.2 us split against 15.1 us on one thread
+/// (exp: 6.2 against 9.0), so halving the common grain pays from about 16K elements on; a
+/// memory-bound add of 64K gains nothing from splitting (3.8 against 3.7 us).
+const TRANSCENDENTAL_GRAIN: usize = 1 << 14;
 
 struct Unary<M> {
     cuda_expr: &'static str,
@@ -62,10 +70,10 @@ impl<M: UnaryMath> Operator for Unary<M> {
 
 fn apply_unary<M: UnaryMath>(x: &Tensor, y: &Tensor) {
     match x.dtype {
-        DType::F32 => map1(x, y, M::float_f32),
-        DType::F64 => map1(x, y, M::float::<f64>),
-        DType::F16 => map1(x, y, |v: f16| f16::from_f32(M::float(v.to_f32()))),
-        DType::BF16 => map1(x, y, |v: bf16| bf16::from_f32(M::float(v.to_f32()))),
+        DType::F32 => map1_with_grain(x, y, M::GRAIN, M::float_f32),
+        DType::F64 => map1_with_grain(x, y, M::GRAIN, M::float::<f64>),
+        DType::F16 => map1_with_grain(x, y, M::GRAIN, |v: f16| f16::from_f32(M::float(v.to_f32()))),
+        DType::BF16 => map1_with_grain(x, y, M::GRAIN, |v: bf16| bf16::from_f32(M::float(v.to_f32()))),
         DType::U8 => map1(x, y, int_path::<M, u8>),
         DType::I8 => map1(x, y, int_path::<M, i8>),
         DType::I32 => map1(x, y, int_path::<M, i32>),
@@ -156,7 +164,7 @@ fn digamma(mut x: f64) -> f64 {
 
 macro_rules! unary_ops {
     ($( $ty:ident $name:literal [$($alias:literal),*] $doc:literal => |$x:ident| $body:expr, cuda $cuda:literal,
-        grad |$d:ident, $gx:ident, $gy:ident, $dy:ident| $grad:expr $(, f32 $fast:path)?; )*) => {
+        grad |$d:ident, $gx:ident, $gy:ident, $dy:ident| $grad:expr $(, f32 $fast:path)? $(, grain $grain:expr)?; )*) => {
         $(
             struct $ty;
             impl UnaryMath for $ty {
@@ -175,6 +183,7 @@ macro_rules! unary_ops {
                         $fast(x)
                     }
                 )?
+                $(const GRAIN: usize = $grain;)?
             }
         )*
         pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
@@ -215,7 +224,7 @@ unary_ops! {
     Rcbrt "rcbrt" [] "Returns element-wise inverse cube root of the input." => |x| F::one() / x.cbrt(), cuda "rcbrt($0)",
         grad |d, x, y, g| { let t = d.div(y, x)?; let t = d.scalar("_mul_scalar", &t, -1.0 / 3.0)?; d.mul(g, &t) }.map(Some);
     Exp "exp" [] "Returns element-wise exponential value of the input." => |x| x.exp(), cuda "exp($0)",
-        grad |d, x, y, g| d.mul(g, y).map(Some), f32 super::fast_math::exp_f32;
+        grad |d, x, y, g| d.mul(g, y).map(Some), f32 super::fast_math::exp_f32, grain TRANSCENDENTAL_GRAIN;
     Expm1 "expm1" [] "Returns exp(x) - 1 computed element-wise." => |x| x.exp_m1(), cuda "expm1($0)",
         grad |d, x, y, g| { let t = d.scalar("_plus_scalar", y, 1.0)?; d.mul(g, &t) }.map(Some);
     Log "log" [] "Returns element-wise natural logarithmic value of the input." => |x| x.ln(), cuda "log($0)",
@@ -243,7 +252,7 @@ unary_ops! {
     Cosh "cosh" [] "Returns the hyperbolic cosine of the input array, computed element-wise." => |x| x.cosh(), cuda "cosh($0)",
         grad |d, x, y, g| { let t = d.unary("sinh", x)?; d.mul(g, &t) }.map(Some);
     Tanh "tanh" [] "Returns the hyperbolic tangent of the input array, computed element-wise." => |x| x.tanh(), cuda "tanh($0)",
-        grad |d, x, y, g| { let t = d.unary("square", y)?; let t = d.scalar("_rminus_scalar", &t, 1.0)?; d.mul(g, &t) }.map(Some), f32 super::fast_math::tanh_f32;
+        grad |d, x, y, g| { let t = d.unary("square", y)?; let t = d.scalar("_rminus_scalar", &t, 1.0)?; d.mul(g, &t) }.map(Some), f32 super::fast_math::tanh_f32, grain TRANSCENDENTAL_GRAIN;
     Arcsinh "arcsinh" [] "Returns the element-wise inverse hyperbolic sine of the input array." => |x| x.asinh(), cuda "asinh($0)",
         grad |d, x, y, g| { let t = d.unary("square", x)?; let t = d.scalar("_plus_scalar", &t, 1.0)?; let t = d.unary("rsqrt", &t)?; d.mul(g, &t) }.map(Some);
     Arccosh "arccosh" [] "Returns the element-wise inverse hyperbolic cosine of the input array." => |x| x.acosh(), cuda "acosh($0)",
@@ -255,7 +264,7 @@ unary_ops! {
     Radians "radians" [] "Converts each element of the input array from degrees to radians." => |x| x.to_radians(), cuda "$0 * 0.017453292519943295",
         grad |d, x, y, g| d.scalar("_mul_scalar", g, std::f64::consts::PI / 180.0).map(Some);
     Sigmoid "sigmoid" [] "Computes sigmoid of x element-wise: 1 / (1 + exp(-x))." => |x| F::one() / (F::one() + (-x).exp()), cuda "1 / (1 + exp(-$0))",
-        grad |d, x, y, g| { let t = d.scalar("_rminus_scalar", y, 1.0)?; let t = d.mul(y, &t)?; d.mul(g, &t) }.map(Some), f32 super::fast_math::sigmoid_f32;
+        grad |d, x, y, g| { let t = d.scalar("_rminus_scalar", y, 1.0)?; let t = d.mul(y, &t)?; d.mul(g, &t) }.map(Some), f32 super::fast_math::sigmoid_f32, grain TRANSCENDENTAL_GRAIN;
     Relu "relu" [] "Computes rectified linear activation: max(x, 0); NaN stays NaN." => |x| if x > F::zero() || x.is_nan() { x } else { F::zero() }, cuda "($0 > 0 || $0 != $0) ? $0 : 0",
         grad |d, x, y, g| d.binary("_backward_relu", g, y).map(Some);
     Softsign "softsign" [] "Computes softsign of x element-wise: x / (1 + abs(x))." => |x| x / (F::one() + x.abs()), cuda "$0 / (1 + fabs($0))",
