@@ -436,17 +436,12 @@ impl Drop for Completion {
 
 /// Record how a (non-marker) op ended and release its vars.
 fn finish(blk: &Arc<OprBlock>, failure: Option<ErrorCell>) {
-    finish_vars(&blk.reads, &blk.writes, failure);
+    grant_and_count_done(release_vars(&blk.reads, &blk.writes, failure));
 }
 
 /// Record how an op ended on the vars it wrote (a successful write replaces the var's content,
-/// so any error it held goes; a failure stays until reported), hand its vars to the ops waiting
-/// on them and count it as done.
-fn finish_vars(reads: &[Arc<Var>], writes: &[Arc<Var>], failure: Option<ErrorCell>) {
-    grant_and_count_done(release_vars(reads, writes, failure));
-}
-
-/// [`finish_vars`] short of granting and counting: the ops that may run now.
+/// so any error it held goes; a failure stays until reported) and release its vars: the ops
+/// that may run now.
 fn release_vars<V: std::borrow::Borrow<Arc<Var>>>(reads: &[V], writes: &[V], failure: Option<ErrorCell>) -> Vec<Arc<OprBlock>> {
     if let Some(cell) = &failure {
         let mut cells = engine().global_errors.lock().unwrap();
@@ -482,10 +477,6 @@ fn grant_and_count_done(ready: Vec<Arc<OprBlock>>) {
     for r in ready {
         on_granted(r);
     }
-    count_done();
-}
-
-fn count_done() {
     let eng = engine();
     let mut pending = eng.pending.lock().unwrap();
     pending.ops -= 1;

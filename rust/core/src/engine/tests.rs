@@ -561,6 +561,20 @@ fn async_op_reading_a_failed_var_is_told_and_does_not_run() {
     assert!(wait_for_var(&output, false).unwrap_err().message.contains("backward failed"));
 }
 
+/// Push an op that holds its vars until the returned sender is signalled; returns once it runs.
+fn push_running_until_released(reads: &[Arc<Var>], writes: &[Arc<Var>]) -> mpsc::Sender<()> {
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let (started_tx, started_rx) = mpsc::channel::<()>();
+    let run = move || {
+        started_tx.send(()).unwrap();
+        release_rx.recv().unwrap();
+        Ok(())
+    };
+    push(Box::new(run), reads, writes, PushProps::default(), Box::new("held until released"));
+    started_rx.recv().unwrap();
+    release_tx
+}
+
 /// `run_if_free` runs at once on free vars (a read beside running reads included), declines a
 /// var with an op running or queued, or holding an error, and stores its own failure as a pushed
 /// op would: on the written var, inherited by readers, reported once at the next wait.
@@ -575,21 +589,8 @@ fn run_if_free_runs_at_once_only_on_free_vars_and_fails_like_a_pushed_op() {
     assert!(run_if_free(count, &[&input], &[&output], || Box::new("free")).is_ok());
     assert_eq!(ran.load(Ordering::Relaxed), 1, "it ran before returning");
 
-    // A running writer of the input, then a queued reader behind it: both make it decline.
-    let (release_tx, release_rx) = mpsc::channel::<()>();
-    let (started_tx, started_rx) = mpsc::channel::<()>();
-    push(
-        Box::new(move || {
-            started_tx.send(()).unwrap();
-            release_rx.recv().unwrap();
-            Ok(())
-        }),
-        &[],
-        std::slice::from_ref(&input),
-        PushProps::default(),
-        Box::new("slow writer"),
-    );
-    started_rx.recv().unwrap();
+    // A running writer of the input makes it decline.
+    let release_tx = push_running_until_released(&[], std::slice::from_ref(&input));
     let declined = run_if_free(count, &[&input], &[&output], || Box::new("busy"));
     assert!(declined.is_err(), "the input is being written");
     assert!(run_if_free(count, &[], &[&output], || Box::new("unrelated")).is_ok(), "other vars are free");
@@ -597,20 +598,7 @@ fn run_if_free_runs_at_once_only_on_free_vars_and_fails_like_a_pushed_op() {
     wait_for_var(&input, true).unwrap();
 
     // Reads share a var with a running read; a write of it waits for that read.
-    let (release_tx, release_rx) = mpsc::channel::<()>();
-    let (started_tx, started_rx) = mpsc::channel::<()>();
-    push(
-        Box::new(move || {
-            started_tx.send(()).unwrap();
-            release_rx.recv().unwrap();
-            Ok(())
-        }),
-        std::slice::from_ref(&input),
-        &[],
-        PushProps::default(),
-        Box::new("slow reader"),
-    );
-    started_rx.recv().unwrap();
+    let release_tx = push_running_until_released(std::slice::from_ref(&input), &[]);
     assert!(run_if_free(count, &[&input], &[&output], || Box::new("reader")).is_ok());
     assert!(run_if_free(count, &[], &[&input], || Box::new("writer")).is_err());
     release_tx.send(()).unwrap();
