@@ -532,6 +532,15 @@ CONV_CASES = [
     ((4, 32, 3, 16), 16, (3, 3), (1, 1), (1, 1), (1, 1), 2, True),
     ((3, 16, 32), 8, (3,), (1,), (1,), (1,), 1, False),
     ((3, 16, 5, 18), 16, (3, 3), (1, 1), (0, 0), (1, 1), 1, True),
+    # Depthwise (one channel per group): float32 takes the stencil over stride-phased planes
+    # (conv_depthwise); odd and even padding at stride 2, stride 3 with dilation, a channel
+    # multiplier, 1-D and 3-D, and planes narrower than a vector.
+    ((2, 8, 13, 17), 8, (3, 3), (2, 2), (1, 1), (1, 1), 8, False),
+    ((2, 6, 40), 6, (3,), (2,), (2,), (1,), 6, False),
+    ((3, 5, 20, 31), 5, (5, 5), (3, 3), (2, 2), (2, 2), 5, False),
+    ((1, 4, 9, 10), 8, (3, 3), (1, 1), (0, 0), (1, 1), 4, True),
+    ((1, 3, 5, 6, 7), 6, (2, 3, 3), (2, 1, 2), (1, 1, 0), (1, 2, 1), 3, True),
+    ((2, 16, 7, 7), 16, (3, 3), (1, 1), (1, 1), (1, 1), 16, False),
 ]
 
 

@@ -1,10 +1,12 @@
 //! Convolution (1-D, 2-D, 3-D; NCW/NCHW/NCDHW) as im2col + GEMM per image and group, and its
 //! gradients: col2im of W^T g for the data, g col^T summed over the batch for the weight.
-//! Stride-1 float32 layers with enough channels take conv_shifted's direct kernels instead.
+//! Stride-1 float32 layers with enough channels take conv_shifted's direct kernels instead, and
+//! float32 depthwise layers (one channel per group) conv_depthwise's stencil.
 //!
 //! Spatial work is done in three dimensions: 1-D and 2-D problems get leading axes of size one,
 //! so one set of loops serves every rank.
 
+use super::conv_depthwise;
 use super::conv_shifted::{Shifted, ShiftedBuffers, ShiftedLayout, Uses};
 use super::grad::{tuple_attr, Grad, InputGrads};
 use super::linalg::{matmul_into, Mat};
@@ -666,6 +668,12 @@ impl Operator for Convolution {
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let g = self.p.geometry("Convolution", &inputs[0].shape)?;
         let (x, out) = (&inputs[0], &outputs[0]);
+        if x.dtype == DType::F32 && conv_depthwise::suits(&g) {
+            // SAFETY: inputs are read-only here; the output is this op's alone.
+            let (xv, wv, bias, outv) =
+                unsafe { (x.slice::<f32>(), inputs[1].slice::<f32>(), inputs.get(2).map(|b| b.slice::<f32>()), out.slice_mut::<f32>()) };
+            return conv_depthwise::correlate(&g, xv, wv, bias, outv);
+        }
         let outs = g.output_size();
         let (products, plan) = ImageProducts::planned(&g, x.dtype, inputs[1].raw());
         crate::dispatch_dtype!(x.dtype, T => {

@@ -11,6 +11,7 @@ pub mod typed;
 mod activation;
 mod amp;
 mod broadcast;
+mod conv_depthwise;
 mod conv_shifted;
 mod convolution;
 mod creation;
@@ -516,6 +517,10 @@ impl<T: crate::base::Elem> Scratch<T> {
         // element types are plain data for which all-zero bytes are a valid value.
         unsafe { std::ptr::write_bytes(buffer.as_ptr(), 0, bytes) };
         Ok(Scratch { buffer, len, _elements: std::marker::PhantomData })
+    }
+    pub(crate) fn as_slice(&self) -> &[T] {
+        // SAFETY: `len` initialized elements of T live in the buffer, which this value owns.
+        unsafe { std::slice::from_raw_parts(self.buffer.as_ptr() as *const T, self.len) }
     }
     pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
         // SAFETY: `len` initialized elements of T live in the buffer, which this value owns.
