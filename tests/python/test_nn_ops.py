@@ -532,6 +532,10 @@ CONV_CASES = [
     ((4, 32, 3, 16), 16, (3, 3), (1, 1), (1, 1), (1, 1), 2, True),
     ((3, 16, 32), 8, (3,), (1,), (1,), (1,), 1, False),
     ((3, 16, 5, 18), 16, (3, 3), (1, 1), (0, 0), (1, 1), 1, True),
+    # One image (fewer than the threads): the chunk's filter tiles are split over the threads,
+    # forward and (16-wide lines) data gradient, a partial last tile of filters in the second.
+    ((1, 16, 14, 14), 32, (3, 3), (1, 1), (1, 1), (1, 1), 1, False),
+    ((1, 16, 8, 16), 20, (3, 3), (1, 1), (1, 1), (1, 1), 1, True),
     # Depthwise (one channel per group): float32 takes the stencil over stride-phased planes
     # (conv_depthwise); odd and even padding at stride 2, stride 3 with dilation, a channel
     # multiplier, 1-D and 3-D, and planes narrower than a vector.

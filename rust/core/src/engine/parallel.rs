@@ -31,6 +31,16 @@ pub fn map<R: Send>(tasks: usize, task: impl Fn(usize) -> R + Sync) -> Vec<R> {
     super::pool::pool().install(|| (0..tasks).into_par_iter().with_max_len(1).map(|i| task(i)).collect())
 }
 
+/// `task(i, items[i])` for every item, each moved to the thread that runs its task (disjoint
+/// `&mut` pieces of one buffer, say), scheduled as by [`run`].
+pub fn for_each_owned<T: Send>(items: Vec<T>, task: impl Fn(usize, T) + Sync) {
+    if items.len() <= 1 || threads() <= 1 {
+        items.into_iter().enumerate().for_each(|(i, item)| task(i, item));
+        return;
+    }
+    super::pool::pool().install(|| items.into_par_iter().with_max_len(1).enumerate().for_each(|(i, item)| task(i, item)));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,6 +64,9 @@ mod tests {
             assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1));
         }
         assert_eq!(map(5, |i| i * i), vec![0, 1, 4, 9, 16]);
+        let mut pieces = vec![0usize; 6];
+        for_each_owned(pieces.chunks_mut(2).collect(), |i, piece| piece.fill(i + 1));
+        assert_eq!(pieces, vec![1, 1, 2, 2, 3, 3]);
     }
 
     #[test]

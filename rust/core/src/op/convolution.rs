@@ -397,7 +397,7 @@ impl<'a> ImageProducts<'a> {
     /// are shifted exactly when the layout is.
     fn shifted_products(&self) -> Shifted<'_> {
         let layout = self.shifted.as_ref().expect("shifted buffers come only from a shifted layout");
-        Shifted { g: self.g, layout }
+        Shifted { g: self.g, layout, threads: self.threads }
     }
 
     /// Fills the side-by-side column matrix of group `grp` for `images`.
