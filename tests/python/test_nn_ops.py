@@ -537,7 +537,7 @@ CONV_CASES = [
     ((1, 16, 14, 14), 32, (3, 3), (1, 1), (1, 1), (1, 1), 1, False),
     ((1, 16, 8, 16), 20, (3, 3), (1, 1), (1, 1), (1, 1), 1, True),
     # Depthwise (one channel per group): float32 takes the stencil over stride-phased planes
-    # (conv_depthwise); odd and even padding at stride 2, stride 3 with dilation, a channel
+    # (op/stencil.rs); odd and even padding at stride 2, stride 3 with dilation, a channel
     # multiplier, 1-D and 3-D, and planes narrower than a vector.
     ((2, 8, 13, 17), 8, (3, 3), (2, 2), (1, 1), (1, 1), 8, False),
     ((2, 6, 40), 6, (3,), (2,), (2,), (1,), 6, False),
@@ -691,6 +691,10 @@ POOL_CASES = [
     ((2, 3, 9), (3,), (2,), (1,), "valid"),
     ((1, 2, 4, 5, 6), (2, 2, 3), (2, 1, 3), (0, 1, 0), "valid"),
     ((2, 2, 5, 6, 7), (2, 3, 2), (2, 3, 2), (0, 0, 0), "valid"),
+    # Overlapping windows: float32 max pooling runs as a stencil over stride-phased planes.
+    ((1, 3, 14, 15), (3, 3), (2, 2), (1, 1), "valid"),
+    ((2, 2, 11, 9), (3, 3), (3, 3), (2, 2), "valid"),
+    ((1, 2, 5, 7), (3, 3), (1, 1), (1, 1), "valid"),
 ]
 
 
@@ -700,8 +704,10 @@ def test_pooling(pool_type, case, ctx):
     shape, kernel, stride, pad, convention = POOL_CASES[case]
     x = np.random.RandomState(case).randn(*shape)
     kwargs = dict(kernel=kernel, stride=stride, pad=pad, pool_type=pool_type, pooling_convention=convention)
-    out = nd.Pooling(nd.array(x, ctx=ctx, dtype="float64"), **kwargs)
-    assert_almost_equal(out.asnumpy(), _pool_reference(x, kernel, stride, pad, pool_type, convention), rtol=1e-10)
+    expected = _pool_reference(x, kernel, stride, pad, pool_type, convention)
+    for dtype, rtol in (("float64", 1e-10), ("float32", 1e-5)):
+        out = nd.Pooling(nd.array(x, ctx=ctx, dtype=dtype), **kwargs)
+        assert_almost_equal(out.asnumpy(), expected, rtol=rtol, atol=rtol)
     check_gradient(lambda v: nd.Pooling(v, **kwargs), [shape], ctx, dtypes=["float64", "float32"])
 
 
@@ -728,6 +734,17 @@ def test_max_pooling_gradient_goes_to_the_first_maximum_of_each_window(kernel, c
         expected_grad[n, c, i * kernel[0] + di, j * kernel[1] + dj] = head[n, c, i, j]
     np.testing.assert_array_equal(y.asnumpy(), expected_out)
     np.testing.assert_array_equal(a.grad.asnumpy(), expected_grad)
+
+
+def test_overlapping_max_pooling_ignores_padding_and_keeps_nan(ctx):
+    # All values negative: a padding value of zero would show at the borders.
+    x = -1 - np.random.RandomState(8).rand(2, 3, 9, 10).astype(np.float32)
+    x[1, 2, 4, 4] = np.nan
+    for dtype in ("float32", "float64"):
+        out = nd.Pooling(nd.array(x, ctx=ctx, dtype=dtype), kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="max").asnumpy()
+        expected = _pool_reference(np.nan_to_num(x, nan=-np.inf), (3, 3), (2, 2), (1, 1), "max")
+        expected[1, 2, 2, 2] = np.nan  # the one window covering (4, 4): padded rows and columns 4..6
+        np.testing.assert_allclose(out, expected, rtol=1e-6)
 
 
 def test_global_and_lp_pooling_and_pad_counting(ctx):

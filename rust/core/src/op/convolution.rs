@@ -1,15 +1,15 @@
 //! Convolution (1-D, 2-D, 3-D; NCW/NCHW/NCDHW) as im2col + GEMM per image and group, and its
 //! gradients: col2im of W^T g for the data, g col^T summed over the batch for the weight.
 //! Stride-1 float32 layers with enough channels take conv_shifted's direct kernels instead, and
-//! float32 depthwise layers (one channel per group) conv_depthwise's stencil.
+//! float32 depthwise layers (one channel per group) a stencil over stride-phased planes (stencil).
 //!
 //! Spatial work is done in three dimensions: 1-D and 2-D problems get leading axes of size one,
 //! so one set of loops serves every rank.
 
-use super::conv_depthwise;
 use super::conv_shifted::{Shifted, ShiftedBuffers, ShiftedLayout, Uses};
 use super::grad::{tuple_attr, Grad, InputGrads};
 use super::linalg::{matmul_into, Mat};
+use super::stencil;
 use super::{simd, sum_lanes, ExecContext, OpDef, Operator, Scratch, SendPtr, Tensor};
 use crate::base::{merge_partial, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
@@ -696,11 +696,11 @@ impl Operator for Convolution {
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let g = self.p.geometry("Convolution", &inputs[0].shape)?;
         let (x, out) = (&inputs[0], &outputs[0]);
-        if x.dtype == DType::F32 && conv_depthwise::suits(&g) {
+        if x.dtype == DType::F32 && stencil::suits_depthwise(&g) {
             // SAFETY: inputs are read-only here; the output is this op's alone.
             let (xv, wv, bias, outv) =
                 unsafe { (x.slice::<f32>(), inputs[1].slice::<f32>(), inputs.get(2).map(|b| b.slice::<f32>()), out.slice_mut::<f32>()) };
-            return conv_depthwise::correlate(&g, xv, wv, bias, outv);
+            return stencil::depthwise_correlate(&g, xv, wv, bias, outv);
         }
         let outs = g.output_size();
         let (products, plan) = ImageProducts::planned(&g, x.dtype, inputs[1].raw());

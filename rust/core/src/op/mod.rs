@@ -11,7 +11,6 @@ pub mod typed;
 mod activation;
 mod amp;
 mod broadcast;
-mod conv_depthwise;
 mod conv_shifted;
 mod convolution;
 mod creation;
@@ -46,6 +45,7 @@ mod sequence;
 mod shape_ops;
 mod simd;
 mod sorting;
+mod stencil;
 
 use std::sync::{Arc, OnceLock};
 

@@ -1,8 +1,10 @@
 //! Pooling (max, avg, sum, lp; 1-D to 3-D, channels first or last; valid/full/same conventions;
 //! global), parallel over (image, channel) planes, and its gradient. Channels-last planes are
 //! strided: each is gathered into a contiguous buffer, pooled, and its result scattered back.
+//! Float32 max pooling with overlapping windows runs as a stencil over stride-phased planes.
 
 use super::grad::{tuple_attr, Grad, InputGrads};
+use super::stencil::{self, Frame};
 use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
@@ -366,6 +368,14 @@ impl Operator for Pooling {
         let (plane, outs) = (w.input.iter().product::<usize>(), w.output.iter().product::<usize>());
         let (kind, include_pad) = (self.kind, self.include_pad());
         let tiled_max = kind == PoolType::Max && w.tiles();
+        if kind == PoolType::Max && !tiled_max && w.channels_last.is_none() && inputs[0].dtype == DType::F32 {
+            let frame = Frame { input: w.input, kernel: w.kernel, stride: w.stride, dilate: [1; 3], pad: w.pad, output: w.output };
+            if frame.windows_inside() {
+                // SAFETY: the input is read-only here; the output is this op's alone.
+                let (x, y) = unsafe { (inputs[0].slice::<f32>(), outputs[0].slice_mut::<f32>()) };
+                return stencil::max_pool(&frame, x, y);
+            }
+        }
         crate::dispatch_dtype!(inputs[0].dtype, T => {
             let (xp, op) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
             parallel_chunks(w.planes, ((1usize << 14) / plane.max(1)).max(1), |planes| {
