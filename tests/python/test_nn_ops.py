@@ -536,6 +536,11 @@ CONV_CASES = [
     # forward and (16-wide lines) data gradient, a partial last tile of filters in the second.
     ((1, 16, 14, 14), 32, (3, 3), (1, 1), (1, 1), (1, 1), 1, False),
     ((1, 16, 8, 16), 20, (3, 3), (1, 1), (1, 1), (1, 1), 1, True),
+    # 1x1, unit stride, no padding: one image's product reads the image itself (no column matrix),
+    # per group; several images a chunk copy as usual.
+    ((1, 8, 5, 6), 12, (1, 1), (1, 1), (0, 0), (1, 1), 1, False),
+    ((1, 8, 4, 4), 6, (1, 1), (1, 1), (0, 0), (1, 1), 2, True),
+    ((3, 8, 5, 6), 12, (1, 1), (1, 1), (0, 0), (1, 1), 1, False),
     # Depthwise (one channel per group): float32 takes the stencil over stride-phased planes
     # (op/stencil.rs); odd and even padding at stride 2, stride 3 with dilation, a channel
     # multiplier, 1-D and 3-D, and planes narrower than a vector.

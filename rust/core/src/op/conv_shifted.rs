@@ -30,6 +30,12 @@ const MIN_CHANNELS: usize = 16;
 /// included): 7x7 outputs, 61 positions in 96 computed at batch 1, ran 3.3 ms against im2col's 1.0
 /// (512 channels, 3x3) and at batch 32, 4 images a chunk, 35 ms against 22.5.
 const MAX_SPAN_RATIO: f64 = 1.3;
+/// Fewest output positions for which the shifted kernel, its filters split over the threads,
+/// beats im2col + a GEMM on all threads when a chunk holds one image; and it never does for 1x1
+/// kernels. Measured at batch 1, 2 threads (ms, shifted / im2col): 3x3 64 channels 56x56 0.72 /
+/// 0.80, 128 channels 28x28 0.73 / 0.75, 256 channels 14x14 1.01 / 0.73; 1x1 512 channels 14x14
+/// 0.89 / 0.30, 128 channels 56x56 0.76 / 0.61.
+const MIN_SPLIT_OUTPUTS: usize = 28 * 28;
 /// Positions a chunk aims for: small images are laid side by side up to this.
 const TARGET_POSITIONS: usize = 256;
 /// Every kernel shape's tile width (PV x W positions) divides this; padded rows are rounded up to
@@ -76,7 +82,11 @@ impl ShiftedLayout {
             }
         }
         let lanes = simd::f32_lanes();
-        let images = if g.batch < crate::engine::parallel::threads() {
+        let one_image = g.batch < crate::engine::parallel::threads();
+        if one_image && (g.kernel_size() == 1 || g.output_size() < MIN_SPLIT_OUTPUTS) {
+            return None;
+        }
+        let images = if one_image {
             // The chunks run in turn, each splitting its filters over the threads (see
             // `correlate_rows_split`), which needs one image a chunk.
             1

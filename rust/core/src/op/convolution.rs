@@ -392,8 +392,10 @@ impl<'a> ImageProducts<'a> {
         let fpg = self.g.filters / self.g.groups;
         // Single-image chunks multiply straight into the response; the backward products use
         // the staging block whatever the chunk.
-        let staging = if self.chunk() == 1 && !uses.scatter && !uses.weight_grad { 0 } else { fpg * columns };
-        Ok(ChunkBuffers::Columns { col: Scratch::zeroed(self.g.col_rows() * columns)?, staging: Scratch::zeroed(staging)? })
+        let forward_only = self.chunk() == 1 && !uses.scatter && !uses.weight_grad;
+        let staging = if forward_only { 0 } else { fpg * columns };
+        let col = if forward_only && self.reads_image_as_columns() { 0 } else { self.g.col_rows() * columns };
+        Ok(ChunkBuffers::Columns { col: Scratch::zeroed(col)?, staging: Scratch::zeroed(staging)? })
     }
 
     /// The shifted strategy's products; only called with buffers from [`Self::buffers`], which
@@ -401,6 +403,12 @@ impl<'a> ImageProducts<'a> {
     fn shifted_products(&self) -> Shifted<'_> {
         let layout = self.shifted.as_ref().expect("shifted buffers come only from a shifted layout");
         Shifted { g: self.g, layout, threads: self.threads }
+    }
+
+    /// Whether a column matrix would copy the image unchanged (1x1 kernel, unit stride, no
+    /// padding), so that a single image's forward product reads the image itself.
+    fn reads_image_as_columns(&self) -> bool {
+        self.g.kernel_size() == 1 && self.g.is_dense()
     }
 
     /// Fills the side-by-side column matrix of group `grp` for `images`.
@@ -445,11 +453,17 @@ impl<'a> ImageProducts<'a> {
             ChunkBuffers::Shifted(b) => return self.shifted_products().correlate(images, as_f32(image), self.weight, response as *mut f32, b),
             ChunkBuffers::Columns { col, staging } => (col.as_mut_slice(), staging.as_mut_slice()),
         };
+        let single = images.len() == 1;
         for grp in 0..g.groups {
-            self.columns(&images, grp, image, col);
+            // One image's column matrix of a dense 1x1 convolution is its group of channels.
+            let col_ptr = if single && self.reads_image_as_columns() {
+                image[(images.start * g.channels + grp * g.col_rows()) * outs..].as_ptr()
+            } else {
+                self.columns(&images, grp, image, col);
+                col.as_ptr()
+            };
             // One image's block of a group is laid out as the staging block: the product goes
             // straight into the response.
-            let single = images.len() == 1;
             let product = if single { response.add((images.start * g.filters + grp * fpg) * outs) } else { staging.as_mut_ptr() };
             matmul_into(
                 self.dtype,
@@ -457,7 +471,7 @@ impl<'a> ImageProducts<'a> {
                 false,
                 self.weight.add(grp * fpg * rows * es),
                 Mat::stored(fpg, rows, false),
-                col.as_ptr() as *const u8,
+                col_ptr as *const u8,
                 Mat::stored(rows, columns, false),
                 self.threads,
             );
