@@ -18,7 +18,8 @@ use crate::imperative;
 use crate::ndarray::NDArray;
 use crate::op::Attrs;
 use crate::pass::fuse::{fuse_elementwise, fusion_enabled};
-use crate::pass::{cse, gradient, infer, mirror};
+use crate::pass::gradient::{self, SymbolGradient};
+use crate::pass::{cse, infer, mirror};
 use crate::symbol::Symbol;
 
 /// The gradient graph of a bound symbol.
@@ -510,22 +511,12 @@ fn plan_backward(
     reqs: &[GradReq],
     shapes: &infer::Inferred<Shape>,
 ) -> Result<BackwardPlan> {
-    let head_grads: Vec<Arc<Node>> = (0..symbol.outputs.len()).map(|i| Node::variable(format!("head_grad{i}"), Attrs::new())).collect();
-    let head_entries: Vec<Entry> = head_grads.iter().map(|n| Entry::new(n.clone(), 0)).collect();
-    let wanted: Vec<usize> = (0..arg_nodes.len()).filter(|&i| reqs[i] != GradReq::Null).collect();
-    let xs: Vec<Entry> = wanted.iter().map(|&i| Entry::new(arg_nodes[i].clone(), 0)).collect();
-    let (found, by_node) = gradient::gradient_by_node(&symbol.outputs, &head_entries, &xs, &|e: &Entry| shapes.get(&e.key()).cloned())?;
-    let mut grads = vec![None; arg_nodes.len()];
-    for (&i, g) in wanted.iter().zip(found) {
-        grads[i] = g;
-    }
     let forward: AddressSet<usize> = forward_steps.iter().map(node_key).collect();
-    if mirror::enabled() {
-        grads = mirror::mirror(&grads, &forward);
-    }
-    // Visiting the last layer's gradients first makes the order follow backpropagation, so each
-    // layer's temporaries die before the next layer's are made.
-    let targets: Vec<Entry> = grads.iter().rev().flatten().cloned().collect();
+    let gradient = SymbolGradient::new(&symbol.outputs, arg_nodes, |i| reqs[i] != GradReq::Null, (&forward, mirror::enabled()), &|e: &Entry| {
+        shapes.get(&e.key()).cloned()
+    })?;
+    let targets = gradient.targets();
+    let SymbolGradient { head_grads, grads, by_node } = gradient;
     let steps = Schedule::new(
         topo_order(&targets, |n| forward.contains(&node_key(n)))
             .into_iter()

@@ -24,7 +24,8 @@ use crate::ndarray::NDArray;
 use crate::op::grad::{Grad, InputGrads};
 use crate::op::{Attrs, ExecContext, Operator, Tensor};
 use crate::pass::fuse::{fuse_elementwise, fusion_enabled};
-use crate::pass::{cse, gradient, infer, mirror};
+use crate::pass::gradient::SymbolGradient;
+use crate::pass::{cse, infer, mirror};
 use crate::symbol::Symbol;
 
 /// The graph's gradient with respect to each input, and the forward values it reads.
@@ -208,25 +209,11 @@ impl Graph {
             return Ok(plan.clone());
         }
         let symbol = &self.symbol;
-        let head_grads: Vec<Arc<Node>> = (0..symbol.outputs.len()).map(|i| Node::variable(format!("head_grad{i}"), Attrs::new())).collect();
-        let head_entries: Vec<Entry> = head_grads.iter().map(|n| Entry::new(n.clone(), 0)).collect();
-        let wanted: Vec<usize> = (0..needed.len()).filter(|&i| needed[i]).collect();
-        let xs: Vec<Entry> = wanted.iter().map(|&i| Entry::new(self.inputs[i].clone(), 0)).collect();
-        let found = gradient::gradient(&symbol.outputs, &head_entries, &xs, &|_| None)?;
-        let mut grads = vec![None; needed.len()];
-        for (&i, g) in wanted.iter().zip(found) {
-            grads[i] = g;
-        }
         let forward: AddressSet<usize> = symbol.nodes().iter().filter(|n| !n.is_variable()).map(node_key).collect();
-        if self.flags.mirror || mirror::enabled() {
-            grads = mirror::mirror(&grads, &forward);
-        }
-        let targets: Vec<Entry> = grads.iter().rev().flatten().cloned().collect();
-        let saved = topo_order(&targets, |n| forward.contains(&node_key(n)))
-            .into_iter()
-            .filter(|n| forward.contains(&node_key(n)))
-            .flat_map(|n| (0..n.num_outputs()).map(move |i| Entry::new(n.clone(), i)))
-            .collect();
+        let mirror = self.flags.mirror || mirror::enabled();
+        let gradient = SymbolGradient::new(&symbol.outputs, &self.inputs, |i| needed[i], (&forward, mirror), &|_| None)?;
+        let saved = gradient.saved(&forward);
+        let SymbolGradient { head_grads, grads, .. } = gradient;
         let plan = Arc::new(GradientPlan { head_grads, grads, saved });
         self.plans.lock().unwrap_or_else(|p| p.into_inner()).insert(needed.clone(), plan.clone());
         Ok(plan)

@@ -23,13 +23,14 @@ use super::{run, Source};
 use crate::autograd::{self, FlagsGuard};
 use crate::base::{merge_partial, Context, DType, PartialShape, Shape};
 use crate::error::Result;
-use crate::graph::{address, node_key, topo_order, AddressMap, AddressSet, Entry, Node};
+use crate::graph::{address, node_key, AddressMap, AddressSet, Entry, Node};
 use crate::imperative;
 use crate::ndarray::NDArray;
 use crate::op::grad::{Grad, InputGrads};
 use crate::op::params::{check_known, parse_value};
 use crate::op::{Attrs, ExecContext, Operator, Tensor};
-use crate::pass::{gradient, infer};
+use crate::pass::gradient::SymbolGradient;
+use crate::pass::infer;
 use crate::symbol::Symbol;
 
 /// The names of the operators this module defines.
@@ -118,17 +119,10 @@ impl Subgraph {
     }
 
     fn build_gradient(symbol: &Symbol, inputs: &[Arc<Node>]) -> Result<SubgraphGradient> {
-        let head_grads: Vec<Arc<Node>> = (0..symbol.outputs.len()).map(|i| Node::variable(format!("head_grad{i}"), Attrs::new())).collect();
-        let head_entries: Vec<Entry> = head_grads.iter().map(|n| Entry::new(n.clone(), 0)).collect();
-        let xs: Vec<Entry> = inputs.iter().map(|n| Entry::new(n.clone(), 0)).collect();
-        let grads = gradient::gradient(&symbol.outputs, &head_entries, &xs, &|_| None)?;
         let forward: AddressSet<usize> = symbol.nodes().iter().filter(|n| !n.is_variable()).map(node_key).collect();
-        let targets: Vec<Entry> = grads.iter().flatten().cloned().collect();
-        let saved = topo_order(&targets, |n| forward.contains(&node_key(n)))
-            .into_iter()
-            .filter(|n| forward.contains(&node_key(n)))
-            .flat_map(|n| (0..n.num_outputs()).map(move |i| Entry::new(n.clone(), i)))
-            .collect();
+        let gradient = SymbolGradient::new(&symbol.outputs, inputs, |_| true, (&forward, false), &|_| None)?;
+        let saved = gradient.saved(&forward);
+        let SymbolGradient { head_grads, grads, .. } = gradient;
         Ok(SubgraphGradient { head_grads, grads, saved })
     }
 

@@ -24,6 +24,63 @@ pub fn gradient(heads: &[Entry], head_grads: &[Entry], xs: &[Entry], shapes: &dy
     Ok(gradient_by_node(heads, head_grads, xs, shapes)?.0)
 }
 
+/// A symbol's gradient graph as every executor runs it: the variables that stand for its
+/// outputs' gradients, and each input's gradient entry in the graph.
+pub struct SymbolGradient {
+    /// One variable per output of the symbol (named `head_grad{i}`), bound to the output
+    /// gradients when the graph runs.
+    pub head_grads: Vec<Arc<Node>>,
+    /// Per input: its gradient, `None` where it was not asked for or the outputs do not depend
+    /// on it.
+    pub grads: Vec<Option<Entry>>,
+    /// The input gradients of every differentiated forward node, for monitors.
+    pub by_node: Vec<NodeGradients>,
+}
+
+impl SymbolGradient {
+    /// The gradients of `outputs` for the inputs `inputs[i]` with `wanted(i)`. With `mirror`,
+    /// cheap forward values are recomputed in the backward pass rather than kept (see
+    /// `pass::mirror`); `forward` holds the forward graph's operator nodes.
+    pub fn new(
+        outputs: &[Entry],
+        inputs: &[Arc<Node>],
+        wanted: impl Fn(usize) -> bool,
+        (forward, mirror): (&AddressSet<usize>, bool),
+        shapes: &dyn Fn(&Entry) -> Option<Shape>,
+    ) -> Result<SymbolGradient> {
+        let head_grads: Vec<Arc<Node>> = (0..outputs.len()).map(|i| Node::variable(format!("head_grad{i}"), Attrs::new())).collect();
+        let head_entries: Vec<Entry> = head_grads.iter().map(|n| Entry::new(n.clone(), 0)).collect();
+        let wanted: Vec<usize> = (0..inputs.len()).filter(|&i| wanted(i)).collect();
+        let xs: Vec<Entry> = wanted.iter().map(|&i| Entry::new(inputs[i].clone(), 0)).collect();
+        let (found, by_node) = gradient_by_node(outputs, &head_entries, &xs, shapes)?;
+        let mut grads = vec![None; inputs.len()];
+        for (&i, g) in wanted.iter().zip(found) {
+            grads[i] = g;
+        }
+        if mirror {
+            grads = super::mirror::mirror(&grads, forward);
+        }
+        Ok(SymbolGradient { head_grads, grads, by_node })
+    }
+
+    /// The gradients as targets, the last layer's first: visiting them in this order makes a
+    /// schedule follow backpropagation, so each layer's temporaries die before the next layer's
+    /// are made.
+    pub fn targets(&self) -> Vec<Entry> {
+        self.grads.iter().rev().flatten().cloned().collect()
+    }
+
+    /// Every output of the `forward` nodes that the gradient graph reads: the values a run
+    /// must keep from its forward pass for the backward one.
+    pub fn saved(&self, forward: &AddressSet<usize>) -> Vec<Entry> {
+        topo_order(&self.targets(), |n| forward.contains(&node_key(n)))
+            .into_iter()
+            .filter(|n| forward.contains(&node_key(n)))
+            .flat_map(|n| (0..n.num_outputs()).map(move |i| Entry::new(n.clone(), i)))
+            .collect()
+    }
+}
+
 /// The input gradients one forward operator node contributes (MXNet's backward node of it).
 pub struct NodeGradients {
     pub node: Arc<Node>,
