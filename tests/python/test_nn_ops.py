@@ -550,6 +550,11 @@ CONV_CASES = [
     ((1, 4, 9, 10), 8, (3, 3), (1, 1), (0, 0), (1, 1), 4, True),
     ((1, 3, 5, 6, 7), 6, (2, 3, 3), (2, 1, 2), (1, 1, 0), (1, 2, 1), 3, True),
     ((2, 16, 7, 7), 16, (3, 3), (1, 1), (1, 1), (1, 1), 16, False),
+    # Unit stride, one filter per channel: the gradients run on the stencil too (the data
+    # gradient a stencil of the output gradient with mirrored taps).
+    ((2, 6, 9, 11), 6, (3, 3), (1, 1), (2, 0), (2, 1), 6, True),
+    ((2, 5, 30), 5, (5,), (1,), (2,), (1,), 5, False),
+    ((1, 3, 4, 5, 6), 3, (2, 3, 3), (1, 1, 1), (1, 1, 0), (1, 2, 1), 3, False),
 ]
 
 

@@ -839,6 +839,17 @@ impl Operator for ConvolutionBackward {
         let (gt, x) = (&inputs[0], &inputs[1]);
         let g = self.p.geometry("Convolution", &x.shape)?;
         let (dx, dw, db) = (&outputs[0], &outputs[1], &outputs[2]);
+        if x.dtype == DType::F32 && stencil::suits_depthwise_backward(&g) {
+            // SAFETY: inputs are read-only here; each output is this op's alone.
+            let (gv, xv, wv) = unsafe { (gt.slice::<f32>(), x.slice::<f32>(), inputs[2].slice::<f32>()) };
+            let (dxv, dwv, dbv) = unsafe { (dx.slice_mut::<f32>(), dw.slice_mut::<f32>(), db.slice_mut::<f32>()) };
+            if !self.data_grad {
+                dxv.fill(0.0);
+            }
+            stencil::depthwise_backward(&g, xv, wv, gv, self.data_grad.then_some(dxv), dwv)?;
+            channel_sums(gv, g.filters, g.output_size(), dbv);
+            return Ok(());
+        }
         let (products, plan) = ImageProducts::planned(&g, x.dtype, inputs[2].raw());
         crate::dispatch_dtype!(x.dtype, T => {
             // SAFETY: inputs are read-only here; each output is this op's alone.

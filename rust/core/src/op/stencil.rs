@@ -300,3 +300,97 @@ pub(super) fn max_pool(frame: &Frame, planes: &[f32], pooled: &mut [f32]) -> Res
         layout.copy_out(frame, block, out);
     })
 }
+
+/// Whether the gradients of depthwise convolution `g` are taken by [`depthwise_backward`]:
+/// unit stride (a strided one scatters across phases) and one filter per channel.
+pub(super) fn suits_depthwise_backward(g: &Geometry) -> bool {
+    suits_depthwise(g) && g.stride == [1; 3] && g.filters == g.channels
+}
+
+/// The data gradient `dx` (when asked for) and weight gradient `dw` of a unit-stride depthwise
+/// convolution with one filter per channel, from the output gradient `dy`. Per plane: `dy` is
+/// laid out in the phase numbering of the padded input (zeros between output rows) behind a
+/// margin of the largest tap offset; the padded data gradient is then a stencil over it with the
+/// offsets mirrored (`margin - offset`), and the weight gradient of tap t the dot product of that
+/// layout with the padded input shifted by `offset[t]`. Tasks own runs of planes; their weight
+/// gradients are added in task order, so the sum does not depend on thread timing.
+pub(super) fn depthwise_backward(g: &Geometry, x: &[f32], weight: &[f32], dy: &[f32], dx: Option<&mut [f32]>, dw: &mut [f32]) -> Result<()> {
+    let frame = Frame::of_convolution(g);
+    let layout = PhaseLayout::new(&frame);
+    let (ins, outs, ks, channels) = (g.input_size(), g.output_size(), g.kernel_size(), g.channels);
+    let planes = g.batch * channels;
+    let margin = layout.offsets.iter().copied().max().unwrap_or(0);
+    let mirrored: Vec<usize> = layout.offsets.iter().map(|&o| margin - o).collect();
+    let tile = simd::f32_lanes() * tile_vectors();
+    let padded_len = layout.plane_len().div_ceil(tile) * tile;
+    let parts = if planes * (ins + outs) * ks < super::PARALLEL_GRAIN { 1 } else { crate::engine::parallel::threads().min(planes.max(1)) };
+    let dx_ptr = dx.map(|d| SendPtr(d.as_mut_ptr()));
+    let partials = crate::engine::parallel::map(parts, |part| -> Result<Scratch<f32>> {
+        let mut partial = Scratch::<f32>::zeroed(channels * ks)?;
+        let mut phased = Scratch::<f32>::zeroed(padded_len + margin + tile)?;
+        // dy behind its margin, then the padded data gradient's reads run up to a tile past it.
+        let mut dy_laid = Scratch::<f32>::zeroed(margin + padded_len + margin + tile)?;
+        let mut grad = Scratch::<f32>::zeroed(padded_len)?;
+        let ([_, oh, ow], [_, lh, lw]) = (g.output, layout.lens);
+        for p in part * planes / parts..(part + 1) * planes / parts {
+            let c = p % channels;
+            layout.fill(&frame, &x[p * ins..][..ins], phased.as_mut_slice());
+            let laid = dy_laid.as_mut_slice();
+            for (r, row) in dy[p * outs..][..outs].chunks_exact(ow.max(1)).enumerate() {
+                copy_short(&mut laid[margin + (r / oh * lh + r % oh) * lw..][..ow], row);
+            }
+            let (laid, phased_x) = (dy_laid.as_slice(), phased.as_slice());
+            let taps = &mut partial.as_mut_slice()[c * ks..][..ks];
+            let span = &laid[margin..][..layout.span];
+            for (sum, &offset) in taps.iter_mut().zip(&layout.offsets) {
+                *sum += simd::vectorized(
+                    #[inline(always)]
+                    || dot(span, &phased_x[offset..][..layout.span]),
+                );
+            }
+            let Some(dx_ptr) = dx_ptr else { continue };
+            let w = &weight[c * ks..][..ks];
+            let block = grad.as_mut_slice();
+            vectorized_tiles!(|W, PV, FUSED| tiles::<W, PV>(
+                laid,
+                (&mirrored, w),
+                block,
+                0.0,
+                #[inline(always)]
+                |w, v, a| if FUSED { w.mul_add(v, a) } else { a + w * v }
+            ));
+            // SAFETY: plane p of dx is written by the task owning plane p alone; planes are
+            // disjoint and lie inside dx, which holds planes * ins elements.
+            let dx_plane = unsafe { std::slice::from_raw_parts_mut(dx_ptr.get().add(p * ins), ins) };
+            let [_, hp, wp] = [0, 1, 2].map(|a| g.input[a] + 2 * g.pad[a]);
+            for (r, row) in dx_plane.chunks_exact_mut(g.input[2].max(1)).enumerate() {
+                let (z, y) = (r / g.input[1] + g.pad[0], r % g.input[1] + g.pad[1]);
+                copy_short(row, &block[(z * hp + y) * wp + g.pad[2]..][..g.input[2]]);
+            }
+        }
+        Ok(partial)
+    });
+    dw.fill(0.0);
+    for partial in partials {
+        for (total, &v) in dw.iter_mut().zip(partial?.as_slice()) {
+            *total += v;
+        }
+    }
+    Ok(())
+}
+
+/// The dot product of two equally long runs, summed in 16 lanes (a vector's worth that the
+/// compiler keeps in registers; one running sum would serialize on the add latency).
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 16];
+    let (a_blocks, a_tail) = a.as_chunks::<16>();
+    let (b_blocks, b_tail) = b.as_chunks::<16>();
+    for (x, y) in a_blocks.iter().zip(b_blocks) {
+        for ((l, &x), &y) in lanes.iter_mut().zip(x).zip(y) {
+            *l += x * y;
+        }
+    }
+    let tail: f32 = a_tail.iter().zip(b_tail).map(|(x, y)| x * y).sum();
+    lanes.iter().sum::<f32>() + tail
+}
