@@ -91,14 +91,12 @@ impl PhaseLayout {
     /// Copies `plane` (one input plane of `f`) into `phased`, whose padding stays as it is
     /// (every plane's interior lands at the same places).
     fn fill(&self, f: &Frame, plane: &[f32], phased: &mut [f32]) {
-        let ([sd, sh, sw], [_, lh, lw]) = (self.phases, self.lens);
-        let (iw, pw, volume) = (f.input[2], f.pad[2], self.lens.iter().product::<usize>());
+        let (iw, pw, sw, volume) = (f.input[2], f.pad[2], self.phases[2], self.lens.iter().product::<usize>());
         if iw == 0 {
             return;
         }
         for (row, values) in plane.chunks_exact(iw).enumerate() {
-            let (z, y) = (row / f.input[1] + f.pad[0], row % f.input[1] + f.pad[1]);
-            let row_start = ((z % sd * sh + y % sh) * sw * volume) + (z / sd * lh + y / sh) * lw;
+            let row_start = self.row_start(f, row);
             if sw == 1 {
                 copy_short(&mut phased[row_start + pw..][..iw], values);
                 continue;
@@ -125,6 +123,33 @@ impl PhaseLayout {
                 let dst = &mut phased[row_start + p * volume + (pw + skip) / sw..];
                 for (d, &v) in dst.iter_mut().zip(values.iter().skip(skip).step_by(sw)) {
                     *d = v;
+                }
+            }
+        }
+    }
+
+    /// Where input row `row` (depth-major) starts in its phase volumes: the place of its padded
+    /// column 0 in phase 0's row.
+    fn row_start(&self, f: &Frame, row: usize) -> usize {
+        let ([sd, sh, sw], [_, lh, lw]) = (self.phases, self.lens);
+        let (z, y) = (row / f.input[1] + f.pad[0], row % f.input[1] + f.pad[1]);
+        (z % sd * sh + y % sh) * sw * self.lens.iter().product::<usize>() + (z / sd * lh + y / sh) * lw
+    }
+
+    /// The inverse of [`Self::fill`]: the input plane's values read back out of `phased` (the
+    /// padding left behind).
+    fn unfill(&self, f: &Frame, phased: &[f32], plane: &mut [f32]) {
+        let (iw, pw, sw, volume) = (f.input[2], f.pad[2], self.phases[2], self.lens.iter().product::<usize>());
+        if iw == 0 {
+            return;
+        }
+        for (row, values) in plane.chunks_exact_mut(iw).enumerate() {
+            let row_start = self.row_start(f, row);
+            for p in 0..sw {
+                let skip = (p + sw - pw % sw) % sw;
+                let src = &phased[row_start + p * volume + (pw + skip) / sw..];
+                for (v, &s) in values.iter_mut().skip(skip).step_by(sw).zip(src) {
+                    *v = s;
                 }
             }
         }
@@ -301,19 +326,21 @@ pub(super) fn max_pool(frame: &Frame, planes: &[f32], pooled: &mut [f32]) -> Res
     })
 }
 
-/// Whether the gradients of depthwise convolution `g` are taken by [`depthwise_backward`]:
-/// unit stride (a strided one scatters across phases) and one filter per channel.
+/// Whether the gradients of depthwise convolution `g` are taken by [`depthwise_backward`]: one
+/// filter per channel.
 pub(super) fn suits_depthwise_backward(g: &Geometry) -> bool {
-    suits_depthwise(g) && g.stride == [1; 3] && g.filters == g.channels
+    suits_depthwise(g) && g.filters == g.channels
 }
 
-/// The data gradient `dx` (when asked for) and weight gradient `dw` of a unit-stride depthwise
-/// convolution with one filter per channel, from the output gradient `dy`. Per plane: `dy` is
-/// laid out in the phase numbering of the padded input (zeros between output rows) behind a
-/// margin of the largest tap offset; the padded data gradient is then a stencil over it with the
-/// offsets mirrored (`margin - offset`), and the weight gradient of tap t the dot product of that
-/// layout with the padded input shifted by `offset[t]`. Tasks own runs of planes; their weight
-/// gradients are added in task order, so the sum does not depend on thread timing.
+/// The data gradient `dx` (when asked for) and weight gradient `dw` of a depthwise convolution
+/// with one filter per channel, from the output gradient `dy`. Per plane: `dy` is laid out in
+/// phase numbering (zeros between output rows) behind a margin of the largest tap offset. As the
+/// forward pass reads `phased[q + offset[t]]` for output q, its adjoint adds `w[t] * dy[q]` to
+/// `phased_grad[q + offset[t]]`: the phased data gradient is a stencil over the laid-out `dy`
+/// with the offsets mirrored (`margin - offset`), read back out of its phases like the input was
+/// written into them; the weight gradient of tap t is the dot product of the laid-out `dy` with
+/// the phased input shifted by `offset[t]`. Tasks own runs of planes; their weight gradients
+/// are added in task order, so the sum does not depend on thread timing.
 pub(super) fn depthwise_backward(g: &Geometry, x: &[f32], weight: &[f32], dy: &[f32], dx: Option<&mut [f32]>, dw: &mut [f32]) -> Result<()> {
     let frame = Frame::of_convolution(g);
     let layout = PhaseLayout::new(&frame);
@@ -322,15 +349,15 @@ pub(super) fn depthwise_backward(g: &Geometry, x: &[f32], weight: &[f32], dy: &[
     let margin = layout.offsets.iter().copied().max().unwrap_or(0);
     let mirrored: Vec<usize> = layout.offsets.iter().map(|&o| margin - o).collect();
     let tile = simd::f32_lanes() * tile_vectors();
-    let padded_len = layout.plane_len().div_ceil(tile) * tile;
+    let phased_len = layout.plane_len().div_ceil(tile) * tile;
     let parts = if planes * (ins + outs) * ks < super::PARALLEL_GRAIN { 1 } else { crate::engine::parallel::threads().min(planes.max(1)) };
     let dx_ptr = dx.map(|d| SendPtr(d.as_mut_ptr()));
     let partials = crate::engine::parallel::map(parts, |part| -> Result<Scratch<f32>> {
         let mut partial = Scratch::<f32>::zeroed(channels * ks)?;
-        let mut phased = Scratch::<f32>::zeroed(padded_len + margin + tile)?;
-        // dy behind its margin, then the padded data gradient's reads run up to a tile past it.
-        let mut dy_laid = Scratch::<f32>::zeroed(margin + padded_len + margin + tile)?;
-        let mut grad = Scratch::<f32>::zeroed(padded_len)?;
+        let mut phased = Scratch::<f32>::zeroed(phased_len + margin + tile)?;
+        // dy behind its margin, then the phased data gradient's reads run up to a tile past it.
+        let mut dy_laid = Scratch::<f32>::zeroed(margin + phased_len + margin + tile)?;
+        let mut grad = Scratch::<f32>::zeroed(phased_len)?;
         let ([_, oh, ow], [_, lh, lw]) = (g.output, layout.lens);
         for p in part * planes / parts..(part + 1) * planes / parts {
             let c = p % channels;
@@ -362,11 +389,7 @@ pub(super) fn depthwise_backward(g: &Geometry, x: &[f32], weight: &[f32], dy: &[
             // SAFETY: plane p of dx is written by the task owning plane p alone; planes are
             // disjoint and lie inside dx, which holds planes * ins elements.
             let dx_plane = unsafe { std::slice::from_raw_parts_mut(dx_ptr.get().add(p * ins), ins) };
-            let [_, hp, wp] = [0, 1, 2].map(|a| g.input[a] + 2 * g.pad[a]);
-            for (r, row) in dx_plane.chunks_exact_mut(g.input[2].max(1)).enumerate() {
-                let (z, y) = (r / g.input[1] + g.pad[0], r % g.input[1] + g.pad[1]);
-                copy_short(row, &block[(z * hp + y) * wp + g.pad[2]..][..g.input[2]]);
-            }
+            layout.unfill(&frame, block, dx_plane);
         }
         Ok(partial)
     });
