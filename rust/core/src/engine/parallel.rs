@@ -32,13 +32,28 @@ pub fn map<R: Send>(tasks: usize, task: impl Fn(usize) -> R + Sync) -> Vec<R> {
 }
 
 /// `task(i, items[i])` for every item, each moved to the thread that runs its task (disjoint
-/// `&mut` pieces of one buffer, say), scheduled as by [`run`].
-pub fn for_each_owned<T: Send>(items: Vec<T>, task: impl Fn(usize, T) + Sync) {
+/// `&mut` pieces of one buffer, say), scheduled as by [`run`]; the results in item order.
+pub fn map_owned<T: Send, R: Send>(items: Vec<T>, task: impl Fn(usize, T) -> R + Sync) -> Vec<R> {
     if items.len() <= 1 || threads() <= 1 {
-        items.into_iter().enumerate().for_each(|(i, item)| task(i, item));
-        return;
+        return items.into_iter().enumerate().map(|(i, item)| task(i, item)).collect();
     }
-    super::pool::pool().install(|| items.into_par_iter().with_max_len(1).enumerate().for_each(|(i, item)| task(i, item)));
+    super::pool::pool().install(|| items.into_par_iter().with_max_len(1).enumerate().map(|(i, item)| task(i, item)).collect())
+}
+
+/// `data`, `items` items of `item_len` elements each, cut into `parts` runs of whole items
+/// whose counts differ by at most one: each run's item range and its elements, for
+/// [`map_owned`].
+pub fn split_runs<T>(data: &mut [T], item_len: usize, items: usize, parts: usize) -> Vec<(std::ops::Range<usize>, &mut [T])> {
+    let parts = parts.max(1);
+    let mut runs = Vec::with_capacity(parts);
+    let mut rest = &mut data[..items * item_len];
+    for part in 0..parts {
+        let run = part * items / parts..(part + 1) * items / parts;
+        let (elements, tail) = std::mem::take(&mut rest).split_at_mut(run.len() * item_len);
+        runs.push((run, elements));
+        rest = tail;
+    }
+    runs
 }
 
 #[cfg(test)]
@@ -65,7 +80,14 @@ mod tests {
         }
         assert_eq!(map(5, |i| i * i), vec![0, 1, 4, 9, 16]);
         let mut pieces = vec![0usize; 6];
-        for_each_owned(pieces.chunks_mut(2).collect(), |i, piece| piece.fill(i + 1));
+        let lengths = map_owned(pieces.chunks_mut(2).collect(), |i, piece: &mut [usize]| {
+            piece.fill(i + 1);
+            piece.len()
+        });
+        assert_eq!(lengths, vec![2, 2, 2]);
+        let mut items = vec![0usize; 7 * 3];
+        let runs: Vec<_> = split_runs(&mut items, 3, 7, 3).into_iter().map(|(run, elements)| (run, elements.len())).collect();
+        assert_eq!(runs, vec![(0..2, 6), (2..4, 6), (4..7, 9)]);
         assert_eq!(pieces, vec![1, 1, 2, 2, 3, 3]);
     }
 

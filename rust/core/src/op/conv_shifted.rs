@@ -619,7 +619,7 @@ fn correlate_rows_split(source: Rows, offsets: &[usize], (packed, block): (&[f32
         pieces.push((RowsMut { data: rows, stride: target.stride, count }, weights));
         (rows_left, weights_left) = (rest, weights_rest);
     }
-    crate::engine::parallel::for_each_owned(pieces, |_, (rows, weights)| correlate_rows(source, offsets, (weights, block), rows, spans));
+    crate::engine::parallel::map_owned(pieces, |_, (rows, weights)| correlate_rows(source, offsets, (weights, block), rows, spans));
 }
 
 /// For every target row o and span: `target[o][dst + j] = sum_k sum_i packed(o, i, k) *

@@ -17,7 +17,7 @@
 //! rows are copied out. Per-row bookkeeping cost more than the arithmetic on 7..14-wide planes.
 
 use super::convolution::{copy_short, Geometry};
-use super::{simd, Scratch, SendPtr};
+use super::{simd, Scratch};
 use crate::error::Result;
 
 /// The geometry of a per-plane stencil in three spatial dimensions (leading axes of size one
@@ -177,7 +177,6 @@ fn tile_vectors() -> usize {
 /// `ins` elements), with `phased` holding its phased copy (padding `pad_value`) and `out` its
 /// `out_len` elements of `response`; `block` is scratch for the span rounded up to whole tiles.
 /// Planes are spread over the thread pool in contiguous runs, each with buffers of its own.
-#[allow(clippy::too_many_arguments)]
 fn over_planes(
     f: &Frame,
     layout: &PhaseLayout,
@@ -192,8 +191,8 @@ fn over_planes(
         return Ok(());
     }
     let parts = if response.len() * taps < super::PARALLEL_GRAIN { 1 } else { crate::engine::parallel::threads().min(planes) };
-    let response_ptr = SendPtr(response.as_mut_ptr());
-    let results = crate::engine::parallel::map(parts, |part| -> Result<()> {
+    let runs = crate::engine::parallel::split_runs(response, out_len, planes, parts);
+    let results = crate::engine::parallel::map_owned(runs, |_, (run, outputs)| -> Result<()> {
         // The span rounded up to whole tiles, and as much slack after the phase volumes for the
         // last, partly junk, tile's reads.
         let tile = simd::f32_lanes() * tile_vectors();
@@ -202,11 +201,8 @@ fn over_planes(
             phased.as_mut_slice().fill(pad_value);
         }
         let mut block = Scratch::<f32>::zeroed(layout.span.div_ceil(tile) * tile)?;
-        for p in part * planes / parts..(part + 1) * planes / parts {
+        for (p, out) in run.zip(outputs.chunks_exact_mut(out_len)) {
             layout.fill(f, &image[p * ins..][..ins], phased.as_mut_slice());
-            // SAFETY: output block p is written by the task that owns plane p alone; blocks are
-            // disjoint and lie inside `response`, which holds planes * out_len elements.
-            let out = unsafe { std::slice::from_raw_parts_mut(response_ptr.get().add(p * out_len), out_len) };
             plane_task(p, phased.as_slice(), block.as_mut_slice(), out);
         }
         Ok(())
@@ -351,15 +347,19 @@ pub(super) fn depthwise_backward(g: &Geometry, x: &[f32], weight: &[f32], dy: &[
     let tile = simd::f32_lanes() * tile_vectors();
     let phased_len = layout.plane_len().div_ceil(tile) * tile;
     let parts = if planes * (ins + outs) * ks < super::PARALLEL_GRAIN { 1 } else { crate::engine::parallel::threads().min(planes.max(1)) };
-    let dx_ptr = dx.map(|d| SendPtr(d.as_mut_ptr()));
-    let partials = crate::engine::parallel::map(parts, |part| -> Result<Scratch<f32>> {
+    // Each task's planes of dx, or none when the data gradient is not asked for.
+    let runs: Vec<(std::ops::Range<usize>, Option<&mut [f32]>)> = match dx {
+        Some(dx) => crate::engine::parallel::split_runs(dx, ins, planes, parts).into_iter().map(|(run, d)| (run, Some(d))).collect(),
+        None => (0..parts).map(|part| (part * planes / parts..(part + 1) * planes / parts, None)).collect(),
+    };
+    let partials = crate::engine::parallel::map_owned(runs, |_, (run, mut dx_run)| -> Result<Scratch<f32>> {
         let mut partial = Scratch::<f32>::zeroed(channels * ks)?;
         let mut phased = Scratch::<f32>::zeroed(phased_len + margin + tile)?;
         // dy behind its margin, then the phased data gradient's reads run up to a tile past it.
         let mut dy_laid = Scratch::<f32>::zeroed(margin + phased_len + margin + tile)?;
         let mut grad = Scratch::<f32>::zeroed(phased_len)?;
         let ([_, oh, ow], [_, lh, lw]) = (g.output, layout.lens);
-        for p in part * planes / parts..(part + 1) * planes / parts {
+        for p in run.clone() {
             let c = p % channels;
             layout.fill(&frame, &x[p * ins..][..ins], phased.as_mut_slice());
             let laid = dy_laid.as_mut_slice();
@@ -375,7 +375,7 @@ pub(super) fn depthwise_backward(g: &Geometry, x: &[f32], weight: &[f32], dy: &[
                     || dot(span, &phased_x[offset..][..layout.span]),
                 );
             }
-            let Some(dx_ptr) = dx_ptr else { continue };
+            let Some(dx_run) = dx_run.as_deref_mut() else { continue };
             let w = &weight[c * ks..][..ks];
             let block = grad.as_mut_slice();
             vectorized_tiles!(|W, PV, FUSED| tiles::<W, PV>(
@@ -386,10 +386,7 @@ pub(super) fn depthwise_backward(g: &Geometry, x: &[f32], weight: &[f32], dy: &[
                 #[inline(always)]
                 |w, v, a| if FUSED { w.mul_add(v, a) } else { a + w * v }
             ));
-            // SAFETY: plane p of dx is written by the task owning plane p alone; planes are
-            // disjoint and lie inside dx, which holds planes * ins elements.
-            let dx_plane = unsafe { std::slice::from_raw_parts_mut(dx_ptr.get().add(p * ins), ins) };
-            layout.unfill(&frame, block, dx_plane);
+            layout.unfill(&frame, block, &mut dx_run[(p - run.start) * ins..][..ins]);
         }
         Ok(partial)
     });
