@@ -75,7 +75,9 @@ class Context(metaclass=_ContextClass):
         """Return the memory pooled for this device's freed arrays to the system now (arrays still
         alive, or still used by pending operations, keep theirs: call ``mx.nd.waitall()`` first).
         Host memory also goes back by itself after an idle time; see the README's Memory notes."""
-        if self.device_type != "gpu":
+        if self.device_type == "gpu":
+            _core.gpu_pool_release_all(self.device_id)
+        else:
             _core.cpu_pool_release_all()
 
 
@@ -94,6 +96,12 @@ def cpu_pinned(device_id=0):
 def current_context():
     """The context of ``with`` blocks on this thread (``cpu(0)`` outside any)."""
     return Context._from_tuple(_core.get_current_context())
+
+
+def gpu_memory_info(device_id=0):
+    """(free, total) bytes of GPU ``device_id``'s memory, as the CUDA driver reports them."""
+    cuda_libraries.preload()
+    return _core.gpu_memory_info(device_id)
 
 
 def num_gpus():

@@ -146,6 +146,10 @@ fn validate(operator: &dyn Operator, inputs: &[NDArray], default_ctx: Context) -
         None => operator.context().unwrap_or(default_ctx),
     };
     if !ctx.is_host() {
+        // The device must exist (and open) before work is queued for it.
+        #[cfg(feature = "cuda")]
+        crate::backend::cuda::gpu(ctx)?;
+        #[cfg(not(feature = "cuda"))]
         return Err(crate::backend::gpu_unavailable(ctx));
     }
     Ok(ctx)
@@ -158,6 +162,9 @@ fn allocate_outputs(operator: &dyn Operator, inputs: &[NDArray], out: Option<Vec
     let in_types: smallvec::SmallVec<[DType; 4]> = inputs.iter().map(NDArray::dtype).collect();
     let out_shapes = if operator.shape_depends_on_values() {
         operator.infer_shape(&in_shapes)?;
+        if !ctx.is_host() {
+            crate::bail!(Device, "operators whose output shape depends on input values run on cpu contexts only, not {ctx}");
+        }
         for a in inputs {
             a.wait_to_read()?;
         }
@@ -235,7 +242,11 @@ fn run_kernel(operator: &dyn Operator, exec: &ExecContext, inputs: &[NDArray], o
     for a in outputs {
         outs.push(a.tensor()?);
     }
-    operator.forward(exec, &ins, &outs)
+    match outputs.first().or(inputs.first()).map(NDArray::context) {
+        #[cfg(feature = "cuda")]
+        Some(ctx) if !ctx.is_host() => operator.forward_gpu(crate::backend::cuda::gpu(ctx)?, exec, &ins, &outs),
+        _ => operator.forward(exec, &ins, &outs),
+    }
 }
 
 /// Run the operator's kernel reading `inputs` and writing `targets` (and its mutated inputs,
@@ -302,36 +313,73 @@ pub fn invoke_operator_into(
     invoke_operator(name, operator, attrs, inputs, Some(out), ctx, None)
 }
 
-/// Push a copy of `src` into `dst` (same shape; dtypes may differ, in which case it casts).
+/// Push a copy of `src` into `dst` (same shape; dtypes may differ, in which case it casts), on
+/// one device or between devices.
 pub fn copy(src: &NDArray, dst: &NDArray, site: Site) -> Result<()> {
     if src.shape() != dst.shape() {
         crate::bail!(Shape, "copyto: source shape {} differs from destination shape {}", src.shape(), dst.shape());
     }
-    if !src.context().is_host() || !dst.context().is_host() {
-        let gpu = if src.context().is_host() { dst.context() } else { src.context() };
-        return Err(crate::backend::gpu_unavailable(gpu));
-    }
     if src.same_data(dst) && src.dtype() == dst.dtype() {
         return Ok(());
     }
-    if src.same_chunk(dst) {
-        // Overlapping views of one chunk: stage through a temporary so no copy reads what it wrote.
-        let staged = NDArray::empty(src.shape().clone(), src.dtype(), src.context())?;
+    // Host memory of every flavour (cpu, cpu_pinned, cpu(1)) is one space to the host kernels.
+    let one_space = src.context() == dst.context() || (src.context().is_host() && dst.context().is_host());
+    if src.same_chunk(dst) || (!one_space && src.dtype() != dst.dtype()) {
+        // Overlapping views of one chunk: stage through a temporary so no copy reads what it
+        // wrote. Between devices: cast where the data is, then move it.
+        let staged = NDArray::empty(src.shape().clone(), dst.dtype(), src.context())?;
         copy(src, &staged, site.clone())?;
         return copy(&staged, dst, site);
     }
-    let cast = |s: &NDArray, d: &NDArray| -> Result<()> {
-        op::cast_into(&s.tensor()?, &d.tensor()?);
-        Ok(())
-    };
+    let work = if one_space { cast_on_device } else { transfer };
     let small = dst.size() <= INLINE_MAX_ELEMENTS;
     let describe = || -> Box<dyn OpDescription> {
         Box::new(OpCall { name: "_copyto".into(), inputs: shapes_and_types(std::slice::from_ref(src)), site: pinned(&site) })
     };
-    if small && engine::run_if_free(|| cast(src, dst), &[src.var()], &[dst.var()], describe).is_ok() {
+    if small && engine::run_if_free(|| work(src, dst), &[src.var()], &[dst.var()], describe).is_ok() {
         return Ok(());
     }
     let (s, d) = (src.clone(), dst.clone());
-    engine::push(Box::new(move || cast(&s, &d)), &[src.var().clone()], &[dst.var().clone()], PushProps { inline_if_ready: small }, describe());
+    engine::push(Box::new(move || work(&s, &d)), &[src.var().clone()], &[dst.var().clone()], PushProps { inline_if_ready: small }, describe());
     Ok(())
+}
+
+/// `dst = src` converted to dst's dtype, both on one device; run by an op holding their vars.
+fn cast_on_device(src: &NDArray, dst: &NDArray) -> Result<()> {
+    let (s, d) = (src.tensor()?, dst.tensor()?);
+    match src.context() {
+        #[cfg(feature = "cuda")]
+        ctx if !ctx.is_host() => crate::backend::cuda::kernels::cast(crate::backend::cuda::gpu(ctx)?, &s, &d),
+        _ => {
+            op::cast_into(&s, &d);
+            Ok(())
+        }
+    }
+}
+
+/// `dst = src` between two devices, one dtype; run by an op holding their vars.
+#[cfg(feature = "cuda")]
+fn transfer(src: &NDArray, dst: &NDArray) -> Result<()> {
+    use crate::backend::cuda::gpu;
+    let (s, d) = (src.tensor()?, dst.tensor()?);
+    let bytes = src.nbytes();
+    match (src.context().is_host(), dst.context().is_host()) {
+        // SAFETY (all three): the op holds src's var for reading and dst's for writing, so both
+        // hold `bytes` bytes that nothing else writes meanwhile; host slices are host memory.
+        (true, false) => unsafe { gpu(dst.context())?.copy_from_host(d.raw(), std::slice::from_raw_parts(s.raw(), bytes)) },
+        (false, true) => unsafe { gpu(src.context())?.copy_to_host(std::slice::from_raw_parts_mut(d.raw(), bytes), s.raw()) },
+        _ => {
+            // Between two GPUs through the host: correct on any pair of devices, peer access
+            // or not.
+            let mut staging = vec![0u8; bytes];
+            unsafe { gpu(src.context())?.copy_to_host(&mut staging, s.raw())? };
+            unsafe { gpu(dst.context())?.copy_from_host(d.raw(), &staging) }
+        }
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn transfer(src: &NDArray, dst: &NDArray) -> Result<()> {
+    let gpu = if src.context().is_host() { dst.context() } else { src.context() };
+    Err(crate::backend::gpu_unavailable(gpu))
 }

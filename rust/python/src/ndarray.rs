@@ -255,6 +255,24 @@ fn cpu_pool_release_all() {
     oxnet::storage::cpu_pool().release_all()
 }
 
+/// Pool statistics of GPU `device_id`, as `cpu_pool_stats`.
+#[pyfunction]
+fn gpu_pool_stats(device_id: i32) -> PyResult<(u64, u64, u64, u64, u64)> {
+    let s = oxnet::backend::gpu_pool_stats(oxnet::base::Context::gpu(device_id)).py()?;
+    Ok((s.used_bytes, s.pooled_bytes, s.hits, s.misses, s.peak_used_bytes))
+}
+
+#[pyfunction]
+fn gpu_pool_release_all(py: Python<'_>, device_id: i32) -> PyResult<()> {
+    py.detach(|| oxnet::backend::gpu_release_cached(oxnet::base::Context::gpu(device_id))).py()
+}
+
+/// (free, total) bytes of GPU `device_id`'s memory.
+#[pyfunction]
+fn gpu_memory_info(device_id: i32) -> PyResult<(usize, usize)> {
+    oxnet::backend::gpu_memory_info(oxnet::base::Context::gpu(device_id)).py()
+}
+
 #[pyfunction]
 fn engine_info() -> (String, usize) {
     let kind = match oxnet::engine::kind() {
@@ -283,5 +301,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cpu_pool_stats, m)?)?;
     m.add_function(wrap_pyfunction!(cpu_pool_release_all, m)?)?;
     m.add_function(wrap_pyfunction!(engine_info, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu_pool_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu_pool_release_all, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu_memory_info, m)?)?;
     Ok(())
 }

@@ -28,3 +28,42 @@ pub fn gpu_unavailable(ctx: Context) -> Error {
         crate::err!(Device, "{ctx}: GPU kernels are not available in this build yet ({n} GPU(s) found)")
     }
 }
+
+/// The GPU of `ctx`, or the error for a GPU this build or machine cannot reach.
+#[cfg(feature = "cuda")]
+fn device(ctx: Context) -> Result<&'static cuda::Gpu, Error> {
+    cuda::gpu(ctx)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn device(ctx: Context) -> Result<std::convert::Infallible, Error> {
+    Err(gpu_unavailable(ctx))
+}
+
+/// Statistics of a GPU's memory pool (bytes held by live arrays, cached, hits, misses, peak).
+pub fn gpu_pool_stats(ctx: Context) -> Result<crate::storage::PoolStats, Error> {
+    #[cfg(feature = "cuda")]
+    return Ok(device(ctx)?.pool().stats());
+    #[cfg(not(feature = "cuda"))]
+    match device(ctx)? {}
+}
+
+/// Give a GPU's cached blocks back to the device (`mx.gpu(i).empty_cache()`).
+pub fn gpu_release_cached(ctx: Context) -> Result<(), Error> {
+    #[cfg(feature = "cuda")]
+    {
+        let gpu = device(ctx)?;
+        gpu.synchronize()?;
+        gpu.pool().release_all(gpu)
+    }
+    #[cfg(not(feature = "cuda"))]
+    match device(ctx)? {}
+}
+
+/// (free, total) bytes of a GPU's memory, as the driver reports them.
+pub fn gpu_memory_info(ctx: Context) -> Result<(usize, usize), Error> {
+    #[cfg(feature = "cuda")]
+    return device(ctx)?.memory_info();
+    #[cfg(not(feature = "cuda"))]
+    match device(ctx)? {}
+}

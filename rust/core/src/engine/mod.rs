@@ -572,7 +572,13 @@ pub fn wait_all() -> Result<()> {
         let error = cell.lock().unwrap().take();
         first = first.or(error);
     }
-    first.map_or(Ok(()), Err)
+    if let Some(error) = first {
+        return Err(error);
+    }
+    // GPU ops are done for the engine once enqueued: wait for the devices to run them too.
+    #[cfg(feature = "cuda")]
+    crate::backend::cuda::synchronize_all()?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -81,9 +81,15 @@ impl NDArray {
             crate::bail!(Value, "{} bytes given for an array of shape {shape} and dtype {dtype} ({expected} bytes)", bytes.len());
         }
         let arr = NDArray::empty(shape, dtype, ctx)?;
+        if !ctx.is_host() {
+            let address = arr.address()?;
+            // SAFETY: the array is brand new, so no engine op can be using its chunk, and its
+            // device buffer holds exactly `expected` bytes.
+            return device_copy(ctx, |gpu| unsafe { gpu.copy_from_host(address, bytes) }).map(|()| arr);
+        }
         // SAFETY: the array is brand new, so no engine op can be using its chunk, and the buffer
         // holds exactly `expected` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), arr.data_ptr()?, expected) };
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), arr.address()?, expected) };
         Ok(arr)
     }
 
@@ -136,17 +142,30 @@ impl NDArray {
     /// Address of the first element, allocating the chunk on first use (which fails only when
     /// the host is out of memory). Dereferencing it is only sound inside an engine op that was
     /// granted this array's var (or on a chunk no op can reach yet).
+    /// Host code can only read host memory: for an array on a GPU this is an error (copy it to
+    /// a cpu context first).
     pub fn data_ptr(&self) -> Result<*mut u8> {
+        if !self.context().is_host() {
+            crate::bail!(Device, "the host cannot address memory of an array on {}: copy it to a cpu context first", self.context());
+        }
+        self.address()
+    }
+
+    /// Address of the first element in the array's own memory space (device memory for a GPU
+    /// array), allocating the chunk on first use.
+    fn address(&self) -> Result<*mut u8> {
         let buffer = self.chunk.buffer()?;
-        // SAFETY: offset * size stays within the buffer: views are only created in-bounds.
+        // SAFETY: offset * size stays within the buffer: views are only created in-bounds (only
+        // the address is computed; device memory is never dereferenced here).
         Ok(unsafe { buffer.as_ptr().add(self.offset * self.dtype.size()) })
     }
 
-    /// The kernel's view of this array, for an op that holds its var.
+    /// The kernel's view of this array, for an op that holds its var; on a GPU the tensor holds a
+    /// device address, for GPU kernels only.
     pub fn tensor(&self) -> Result<Tensor> {
         // SAFETY: the pointer addresses shape.size() elements of dtype inside the chunk, which
         // the op's closure keeps alive by holding this NDArray.
-        Ok(unsafe { Tensor::new(self.data_ptr()?, self.shape.clone(), self.dtype) })
+        Ok(unsafe { Tensor::new(self.address()?, self.shape.clone(), self.dtype) })
     }
 
     /// A view with another shape of the same size (reshape without copy). Views start outside
@@ -190,13 +209,25 @@ impl NDArray {
     }
 
     /// Block until pending writes are done; return the error of the op that failed to write it.
+    /// (On a GPU: until the device has run them too.)
     pub fn wait_to_read(&self) -> Result<()> {
-        engine::wait_for_var(&self.chunk.var, false)
+        engine::wait_for_var(&self.chunk.var, false)?;
+        self.wait_for_device()
     }
 
     /// Block until pending reads and writes are done.
     pub fn wait_to_write(&self) -> Result<()> {
-        engine::wait_for_var(&self.chunk.var, true)
+        engine::wait_for_var(&self.chunk.var, true)?;
+        self.wait_for_device()
+    }
+
+    /// Engine ops on a GPU are done once their work is enqueued; this waits for the device to
+    /// run it (a sync point: a kernel's failure is reported here).
+    fn wait_for_device(&self) -> Result<()> {
+        if self.context().is_host() {
+            return Ok(());
+        }
+        device_copy(self.context(), |gpu| gpu.synchronize())
     }
 
     /// Copy the elements out (waits for pending writes first).
@@ -212,10 +243,16 @@ impl NDArray {
         if dst.len() != self.nbytes() {
             crate::bail!(Value, "destination holds {} bytes, the array {}", dst.len(), self.nbytes());
         }
-        self.wait_to_read()?;
-        // SAFETY: after wait_to_read no writer is pending on this chunk; a writer pushed later
-        // from another thread would race, exactly as with MXNet's SyncCopyToCPU.
-        unsafe { std::ptr::copy_nonoverlapping(self.data_ptr()?, dst.as_mut_ptr(), dst.len()) };
+        engine::wait_for_var(&self.chunk.var, false)?;
+        if !self.context().is_host() {
+            let address = self.address()?;
+            // SAFETY: no writer is pending on this chunk (see below) and its device memory holds
+            // the array's bytes; the copy waits for the stream, so earlier kernels have run.
+            return device_copy(self.context(), |gpu| unsafe { gpu.copy_to_host(dst, address) });
+        }
+        // SAFETY: after the wait no writer is pending on this chunk; a writer pushed later from
+        // another thread would race, exactly as with MXNet's SyncCopyToCPU.
+        unsafe { std::ptr::copy_nonoverlapping(self.address()?, dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 
@@ -224,9 +261,12 @@ impl NDArray {
         if T::DTYPE != self.dtype {
             crate::bail!(Type, "array has dtype {}, asked for {}", self.dtype, T::DTYPE);
         }
-        self.wait_to_read()?;
-        // SAFETY: dtype matches T; no writer is pending (see read_into).
-        Ok(unsafe { std::slice::from_raw_parts(self.data_ptr()? as *const T, self.size()) }.to_vec())
+        let mut values = vec![T::default(); self.size()];
+        // SAFETY: T is a plain-old-data element type of exactly dtype's size; its elements may be
+        // written as bytes.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr() as *mut u8, std::mem::size_of_val(values.as_slice())) };
+        self.read_into(bytes)?;
+        Ok(values)
     }
 
     /// Build an array from typed elements.
@@ -235,6 +275,17 @@ impl NDArray {
         let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) };
         NDArray::from_bytes(shape, T::DTYPE, ctx, bytes)
     }
+}
+
+/// Run `work` on the GPU of `ctx` (every non-host context is one).
+#[cfg(feature = "cuda")]
+fn device_copy(ctx: Context, work: impl FnOnce(&crate::backend::cuda::Gpu) -> Result<()>) -> Result<()> {
+    work(crate::backend::cuda::gpu(ctx)?)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn device_copy<F>(ctx: Context, _work: F) -> Result<()> {
+    Err(crate::backend::gpu_unavailable(ctx))
 }
 
 impl std::fmt::Debug for NDArray {

@@ -39,6 +39,8 @@ struct Create {
     dtype: DType,
     ctx: Option<Context>,
     value: Generator,
+    /// The value of every element, for zeros, ones and full (filled on the device directly).
+    constant: Option<f64>,
     random: bool,
     /// Invalid distribution parameters of a sampler. As in MXNet they are reported when the op
     /// runs, not when it is called: the pushed op fails and the error surfaces at the next sync
@@ -75,6 +77,25 @@ impl Operator for Create {
         let seed = ctx.seed;
         fill_tensor(&outputs[0], |i| (self.value)(seed, i));
         Ok(())
+    }
+    /// Constants are filled on the device. Samples and ranges are drawn on the host from the
+    /// same seed (so a GPU array holds exactly the numbers a CPU one would) and copied over.
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, ctx: &ExecContext, _inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        if let Some(error) = &self.invalid_params {
+            return Err(error.clone());
+        }
+        let out = &outputs[0];
+        if let Some(value) = self.constant {
+            return crate::backend::cuda::kernels::fill(gpu, out, value);
+        }
+        let host = crate::storage::cpu_pool().alloc(out.size() * out.dtype.size())?;
+        // SAFETY: `host` is a fresh block of out's byte size, used by no one else.
+        let staged = unsafe { Tensor::new(host.as_ptr(), out.shape.clone(), out.dtype) };
+        let seed = ctx.seed;
+        fill_tensor(&staged, |i| (self.value)(seed, i));
+        // SAFETY: the block holds out's bytes; out is device memory this op owns.
+        unsafe { gpu.copy_from_host(out.raw(), std::slice::from_raw_parts(host.as_ptr(), host.len())) }
     }
 }
 
@@ -239,7 +260,15 @@ fn sampler(
     invalid_params: Option<Error>,
     draw: impl Fn(u64, u64) -> f64 + Send + Sync + 'static,
 ) -> Result<Create> {
-    Ok(Create { shape: shape_from(name, shape)?, dtype, ctx, value: Arc::new(move |seed, i| draw(seed, i as u64)), random: true, invalid_params })
+    Ok(Create {
+        shape: shape_from(name, shape)?,
+        dtype,
+        ctx,
+        value: Arc::new(move |seed, i| draw(seed, i as u64)),
+        constant: None,
+        random: true,
+        invalid_params,
+    })
 }
 
 /// zeros_like / ones_like: the input's shape and dtype, filled with a constant.
@@ -256,6 +285,10 @@ impl Operator for FillLike {
         fill_tensor(&outputs[0], |_| v);
         Ok(())
     }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, _inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        crate::backend::cuda::kernels::fill(gpu, &outputs[0], self.value)
+    }
     fn gradient(&self, d: &mut super::grad::Grad) -> Result<super::grad::InputGrads> {
         super::zero_gradient(d)
     }
@@ -269,6 +302,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
                 dtype: p.dtype.unwrap_or(DType::F32),
                 ctx: p.ctx,
                 value: Arc::new(move |_, _| value),
+                constant: Some(value),
                 random: false,
                 invalid_params: None,
             })
@@ -283,6 +317,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             dtype: p.dtype.unwrap_or(DType::F32),
             ctx: p.ctx,
             value: Arc::new(move |_, _| value),
+            constant: Some(value),
             random: false,
             invalid_params: None,
         })
@@ -309,6 +344,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
                 dtype: p.dtype.unwrap_or(DType::F32),
                 ctx: p.ctx,
                 value: Arc::new(move |_, i| start + (i / repeat) as f64 * step),
+                constant: None,
                 random: false,
                 invalid_params: None,
             })
@@ -392,6 +428,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             dtype: p.dtype.unwrap_or(DType::F32),
             ctx: p.ctx,
             value: Arc::new(move |_, i| ((i % m.max(1)) as i64 - (i / m.max(1)) as i64 == k) as u8 as f64),
+            constant: None,
             random: false,
             invalid_params: None,
         })
@@ -405,6 +442,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             dtype: p.dtype.unwrap_or(DType::F32),
             ctx: p.ctx,
             value: Arc::new(move |_, i| start + i as f64 * step),
+            constant: None,
             random: false,
             invalid_params: None,
         })

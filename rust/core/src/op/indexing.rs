@@ -108,6 +108,14 @@ impl Operator for Slice {
         crate::dispatch_dtype!(x.dtype, T => strided_copy::<T>(&r.len, x.ptr::<T>(), base, &ss, outputs[0].ptr::<T>(), 0, &contiguous(&r.len)));
         Ok(())
     }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        use crate::backend::cuda::kernels::{strided_copy, Strided};
+        let x = &inputs[0];
+        let r = self.p.region("slice", &x.shape)?;
+        let (base, ss) = r.strides_in(&x.shape);
+        strided_copy(gpu, &r.len, Strided { tensor: x, base, strides: &ss }, Strided { tensor: &outputs[0], base: 0, strides: &contiguous(&r.len) })
+    }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
         let zeros = d.unary("zeros_like", &x)?;
@@ -140,6 +148,15 @@ impl Operator for SliceAssign {
         let (base, ds) = r.strides_in(&out.shape);
         crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&r.len, rhs.ptr::<T>(), 0, &contiguous(&r.len), out.ptr::<T>(), base, &ds));
         Ok(())
+    }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        use crate::backend::cuda::kernels::{copy_bytes, strided_copy, Strided};
+        let (lhs, rhs, out) = (&inputs[0], &inputs[1], &outputs[0]);
+        copy_bytes(gpu, lhs, out)?;
+        let r = self.p.region("_slice_assign", &out.shape)?;
+        let (base, ds) = r.strides_in(&out.shape);
+        strided_copy(gpu, &r.len, Strided { tensor: rhs, base: 0, strides: &contiguous(&r.len) }, Strided { tensor: out, base, strides: &ds })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let g = d.out_grad(0);
@@ -544,6 +561,10 @@ impl Operator for SliceAxis {
     fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         Slice { p: self.as_slice(&inputs[0].shape)? }.forward(ctx, inputs, outputs)
     }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        Slice { p: self.as_slice(&inputs[0].shape)? }.forward_gpu(gpu, ctx, inputs, outputs)
+    }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
         let attrs =
@@ -579,6 +600,15 @@ impl Operator for SliceAxisBackward {
         let (base, ds) = r.strides_in(&out.shape);
         crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&r.len, g.ptr::<T>(), 0, &contiguous(&r.len), out.ptr::<T>(), base, &ds));
         Ok(())
+    }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        use crate::backend::cuda::kernels::{fill, strided_copy, Strided};
+        let (g, out) = (&inputs[0], &outputs[0]);
+        fill(gpu, out, 0.0)?;
+        let r = self.slice.as_slice(&out.shape)?.region("_backward_slice_axis", &out.shape)?;
+        let (base, ds) = r.strides_in(&out.shape);
+        strided_copy(gpu, &r.len, Strided { tensor: g, base: 0, strides: &contiguous(&r.len) }, Strided { tensor: out, base, strides: &ds })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let g = d.out_grad(0);

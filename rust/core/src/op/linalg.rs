@@ -39,6 +39,27 @@ impl Mat {
             Mat { rows, cols, rs: cols as isize, cs: 1 }
         }
     }
+
+    /// Whether the matrix is read transposed from its storage.
+    #[cfg(feature = "cuda")]
+    fn transposed(&self) -> bool {
+        self.rs == 1 && self.cs != 1
+    }
+
+    /// The cuBLAS product `self * other`, `batch` times over consecutive matrices.
+    #[cfg(feature = "cuda")]
+    fn gemm(&self, other: &Mat, batch: usize) -> crate::backend::cuda::blas::Gemm {
+        crate::backend::cuda::blas::Gemm {
+            m: self.rows,
+            n: other.cols,
+            k: self.cols,
+            batch,
+            transpose_a: self.transposed(),
+            transpose_b: other.transposed(),
+            alpha: 1.0,
+            beta: 0.0,
+        }
+    }
 }
 
 /// `dst (m x n) = a (m x k) * b (k x n)`, overwriting dst.
@@ -467,6 +488,12 @@ impl Operator for Dot {
         unsafe { matmul(inputs[0].dtype, outputs[0].raw(), inputs[0].raw(), am, inputs[1].raw(), bm, threads) };
         Ok(())
     }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (am, bm, _) = self.operands(&inputs[0].shape, &inputs[1].shape)?;
+        let gemm = am.gemm(&bm, 1);
+        crate::backend::cuda::blas::gemm(gpu, &gemm, &inputs[0], &inputs[1], &outputs[0])
+    }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (a, b) = (d.input(0), d.input(1));
         if matches!((d.shape_of(&a), d.shape_of(&b)), (Some(x), Some(y)) if x.ndim() == 1 && y.ndim() == 1) {
@@ -586,6 +613,11 @@ impl Operator for BatchDot {
             }
         });
         Ok(())
+    }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (batch, am, bm) = self.operands(&inputs[0].shape, &inputs[1].shape)?;
+        crate::backend::cuda::blas::gemm(gpu, &am.gemm(&bm, batch), &inputs[0], &inputs[1], &outputs[0])
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         product_gradient(d, "batch_dot", self.p.transpose_a, self.p.transpose_b)
@@ -720,6 +752,17 @@ impl Operator for FullyConnected {
         };
         Ok(())
     }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let ((rows, features), _) = self.layout(&inputs[0].shape)?;
+        let hidden = self.p.num_hidden;
+        let gemm = Mat::stored(rows, features, false).gemm(&Mat::stored(hidden, features, true), 1);
+        crate::backend::cuda::blas::gemm(gpu, &gemm, &inputs[0], &inputs[1], &outputs[0])?;
+        match inputs.get(2) {
+            Some(bias) => crate::backend::cuda::kernels::add_to_rows(gpu, bias, &outputs[0], hidden),
+            None => Ok(()),
+        }
+    }
     /// One `_backward_FullyConnected` node: two GEMMs and a column sum, reading the input as
     /// a matrix in place (no flattened copy), and skipping the data gradient when no one needs it.
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
@@ -829,6 +872,30 @@ impl Operator for FullyConnectedBackward {
             super::reduce::sum_view(g, &[rows, hidden], &[true, false], db);
         }
         Ok(())
+    }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        use crate::backend::cuda::{blas, kernels};
+        let ((rows, features), _) = self.forward.layout(&inputs[1].shape)?;
+        let hidden = self.forward.p.num_hidden;
+        let (g, x, w) = (&inputs[0], &inputs[1], &inputs[2]);
+        if self.data_grad {
+            blas::gemm(gpu, &Mat::stored(rows, hidden, false).gemm(&Mat::stored(hidden, features, false), 1), g, w, &outputs[0])?;
+        } else {
+            kernels::fill(gpu, &outputs[0], 0.0)?;
+        }
+        blas::gemm(gpu, &Mat::stored(rows, hidden, true).gemm(&Mat::stored(rows, features, false), 1), g, x, &outputs[1])?;
+        match outputs.get(2) {
+            // SAFETY: g's rows x hidden elements viewed as that matrix (the layout it has).
+            Some(db) => kernels::reduce(
+                gpu,
+                &super::reduce::CUDA_SUM,
+                &[true, false],
+                &unsafe { Tensor::new(g.raw(), Shape::new(vec![rows, hidden]), g.dtype) },
+                db,
+            ),
+            None => Ok(()),
+        }
     }
     /// The backward pass is linear in each input: dx = g . W, dW = g^T . x, db = column sums of
     /// g (x and g as the matrices the forward layout gives). With heads hx, hW, hb on those, the

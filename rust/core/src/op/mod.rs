@@ -298,6 +298,16 @@ pub trait Operator: Send + Sync + 'static {
     }
     /// The kernel. Errors are reported on the outputs at the next sync point.
     fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()>;
+    /// The kernel on a GPU: enqueue the work on `gpu`'s stream over device tensors. An
+    /// element-wise operator has one generated from its [`Operator::elementwise`] expression;
+    /// other operators define their own, and one without a GPU kernel says so.
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        match (self.elementwise(), outputs) {
+            (Some(op), [output]) => crate::backend::cuda::kernels::elementwise(gpu, &op, inputs, output),
+            _ => crate::bail!(Device, "the operator has no GPU kernel yet (it runs on cpu contexts)"),
+        }
+    }
     /// Operators computed by calling back into the host language (`autograd.Function`) or by
     /// running a graph (a cached graph's gradient) take whole arrays instead of running a kernel:
     /// `Some` result means the runner used this. `into` may name arrays to compute outputs into

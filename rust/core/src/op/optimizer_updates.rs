@@ -92,12 +92,20 @@ struct Update<R> {
     /// The output is an update direction, not the new weight: the master weight is only read,
     /// and a multi-precision direction is float32.
     direction: bool,
+    /// The rule as CUDA C with its constants, for the GPU kernel (rules without one run on cpu
+    /// contexts only).
+    gpu_rule: Option<(&'static str, [f64; 4])>,
 }
 
 impl<R: Rule> Update<R> {
     fn new(name: &'static str, layout: Layout, hyper: Vec<Hyper>, rule: R) -> Update<R> {
         let (pairs, mutated) = (layout.inplace_pairs(), layout.mutated());
-        Update { name, layout, hyper, rule, pairs, mutated, direction: false }
+        Update { name, layout, hyper, rule, pairs, mutated, direction: false, gpu_rule: None }
+    }
+    /// The same rule as CUDA C (see `kernel_source::update_kernel`), `constants` as `c0..c3`.
+    fn on_gpu(mut self, rule: &'static str, constants: [f64; 4]) -> Self {
+        self.gpu_rule = Some((rule, constants));
+        self
     }
     /// An update whose output is a new array rather than the weight (LAMB's first phase
     /// returns the update direction and leaves the weight alone).
@@ -331,6 +339,36 @@ impl<R: Rule> Operator for Update<R> {
                     (false, _) => apply_rule::<W, W, W>(&self.rule, &h, &group[0], &group[1], states, master, write_master, out),
                 }
             }, other => crate::bail!(Type, "optimizer updates need floating-point weights, got {other}"));
+        }
+        Ok(())
+    }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let Some((rule, constants)) = self.gpu_rule else {
+            crate::bail!(Device, "{} has no GPU kernel yet (it runs on cpu contexts)", self.name);
+        };
+        if self.layout.rescale_input || self.layout.preloaded_rates {
+            crate::bail!(Device, "{}: rates or rescale factors held in arrays are not supported on GPUs yet", self.name);
+        }
+        if let Some(bad) = inputs.iter().find(|t| !t.dtype.is_float()) {
+            crate::bail!(Type, "optimizer updates need floating-point weights, got {}", bad.dtype);
+        }
+        let per = self.layout.per_weight();
+        for (i, out) in outputs.iter().enumerate() {
+            let group = &inputs[i * per..(i + 1) * per];
+            let (states, master) = if self.layout.master { (&group[2..per - 1], Some(&group[per - 1])) } else { (&group[2..], None) };
+            let h = self.hyper[i];
+            let arrays = crate::backend::cuda::kernels::UpdateArrays {
+                weight: &group[0],
+                grad: &group[1],
+                states,
+                master,
+                out,
+                lr: h.lr,
+                wd: h.wd,
+                rescale: h.rescale,
+            };
+            crate::backend::cuda::kernels::update(gpu, rule, constants, arrays, !self.direction)?;
         }
         Ok(())
     }
@@ -585,6 +623,16 @@ fn hyper(lr: f64, wd: f64, rescale: f64) -> Vec<Hyper> {
     vec![Hyper { lr, wd, rescale }]
 }
 
+/// [`sgd_rule`] in CUDA C; c0 is the clip bound.
+const SGD_CUDA: &str = "w_new = w - lr * (ox_rescaled(g, rescale, c0) + wd * w);";
+/// [`sgd_mom_rule`] in CUDA C; c0 is the momentum, c1 the clip bound.
+const SGD_MOM_CUDA: &str = "s0 = c0 * s0 - lr * wd * w - lr * ox_rescaled(g, rescale, c1); w_new = w + s0;";
+/// [`nag_mom_rule`] in CUDA C; c0 is the momentum, c1 the clip bound.
+const NAG_MOM_CUDA: &str = "double step = lr * (ox_rescaled(g, rescale, c1) + wd * w); s0 = c0 * s0 - step; w_new = w + c0 * s0 - step;";
+/// adam_update's rule in CUDA C; c0..c3 are beta1, beta2, epsilon and the clip bound.
+const ADAM_CUDA: &str = "double gr = g * rescale + wd * w; if (c3 >= 0) gr = fmin(fmax(gr, -c3), c3); \
+                         s0 = c0 * s0 + (1 - c0) * gr; s1 = c1 * s1 + (1 - c1) * gr * gr; w_new = w - lr * s0 / (sqrt(s1) + c2);";
+
 fn sgd_rule(clip: f64) -> impl Rule {
     move |h: &Hyper, w: f64, g: f64, _: &mut [f64]| w - h.lr * (rescaled(g, h.rescale, clip) + h.wd * w)
 }
@@ -634,17 +682,20 @@ fn preloaded(p: &PreloadedMultiSgdParams, states: &'static [&'static str], maste
 
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     add(OpDef::new("sgd_update", &[], "SGD: weight = weight - lr * (rescale_grad * grad (clipped) + wd * weight).", |p: SgdParams| {
-        Ok(Update::new("sgd_update", single(&[], false), hyper(p.lr, p.wd, p.rescale_grad), sgd_rule(p.clip_gradient)))
+        Ok(Update::new("sgd_update", single(&[], false), hyper(p.lr, p.wd, p.rescale_grad), sgd_rule(p.clip_gradient))
+            .on_gpu(SGD_CUDA, [p.clip_gradient, 0.0, 0.0, 0.0]))
     }));
     add(OpDef::new("mp_sgd_update", &[], "sgd_update on a float32 master copy (weight32) of a lower-precision weight.", |p: SgdParams| {
-        Ok(Update::new("mp_sgd_update", single(&[], true), hyper(p.lr, p.wd, p.rescale_grad), sgd_rule(p.clip_gradient)))
+        Ok(Update::new("mp_sgd_update", single(&[], true), hyper(p.lr, p.wd, p.rescale_grad), sgd_rule(p.clip_gradient))
+            .on_gpu(SGD_CUDA, [p.clip_gradient, 0.0, 0.0, 0.0]))
     }));
     add(OpDef::new(
         "sgd_mom_update",
         &[],
         "SGD with momentum: mom = momentum * mom - lr * (grad + wd * weight); weight += mom.",
         |p: SgdMomParams| {
-            Ok(Update::new("sgd_mom_update", single(&["mom"], false), hyper(p.lr, p.wd, p.rescale_grad), sgd_mom_rule(p.momentum, p.clip_gradient)))
+            Ok(Update::new("sgd_mom_update", single(&["mom"], false), hyper(p.lr, p.wd, p.rescale_grad), sgd_mom_rule(p.momentum, p.clip_gradient))
+                .on_gpu(SGD_MOM_CUDA, [p.momentum, p.clip_gradient, 0.0, 0.0]))
         },
     ));
     add(OpDef::new(
@@ -652,35 +703,40 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         &[],
         "sgd_mom_update on a float32 master copy (weight32) of a lower-precision weight.",
         |p: SgdMomParams| {
-            Ok(Update::new("mp_sgd_mom_update", single(&["mom"], true), hyper(p.lr, p.wd, p.rescale_grad), sgd_mom_rule(p.momentum, p.clip_gradient)))
+            Ok(Update::new("mp_sgd_mom_update", single(&["mom"], true), hyper(p.lr, p.wd, p.rescale_grad), sgd_mom_rule(p.momentum, p.clip_gradient))
+                .on_gpu(SGD_MOM_CUDA, [p.momentum, p.clip_gradient, 0.0, 0.0]))
         },
     ));
     add(OpDef::new("nag_mom_update", &[], "Nesterov accelerated gradient with momentum.", |p: SgdMomParams| {
-        Ok(Update::new("nag_mom_update", single(&["mom"], false), hyper(p.lr, p.wd, p.rescale_grad), nag_mom_rule(p.momentum, p.clip_gradient)))
+        Ok(Update::new("nag_mom_update", single(&["mom"], false), hyper(p.lr, p.wd, p.rescale_grad), nag_mom_rule(p.momentum, p.clip_gradient))
+            .on_gpu(NAG_MOM_CUDA, [p.momentum, p.clip_gradient, 0.0, 0.0]))
     }));
     add(OpDef::new(
         "mp_nag_mom_update",
         &[],
         "nag_mom_update on a float32 master copy (weight32) of a lower-precision weight.",
         |p: SgdMomParams| {
-            Ok(Update::new("mp_nag_mom_update", single(&["mom"], true), hyper(p.lr, p.wd, p.rescale_grad), nag_mom_rule(p.momentum, p.clip_gradient)))
+            Ok(Update::new("mp_nag_mom_update", single(&["mom"], true), hyper(p.lr, p.wd, p.rescale_grad), nag_mom_rule(p.momentum, p.clip_gradient))
+                .on_gpu(NAG_MOM_CUDA, [p.momentum, p.clip_gradient, 0.0, 0.0]))
         },
     ));
     add(OpDef::new("multi_sgd_update", &[], "sgd_update of num_weights (weight, grad) pairs, each with its own lr and wd.", |p: MultiSgdParams| {
         let (layout, hyper) = multi("multi_sgd_update", &p, &[], false)?;
-        Ok(Update::new("multi_sgd_update", layout, hyper, sgd_rule(p.clip_gradient)))
+        Ok(Update::new("multi_sgd_update", layout, hyper, sgd_rule(p.clip_gradient)).on_gpu(SGD_CUDA, [p.clip_gradient, 0.0, 0.0, 0.0]))
     }));
     add(OpDef::new("multi_mp_sgd_update", &[], "mp_sgd_update of num_weights (weight, grad, weight32) groups.", |p: MultiSgdParams| {
         let (layout, hyper) = multi("multi_mp_sgd_update", &p, &[], true)?;
-        Ok(Update::new("multi_mp_sgd_update", layout, hyper, sgd_rule(p.clip_gradient)))
+        Ok(Update::new("multi_mp_sgd_update", layout, hyper, sgd_rule(p.clip_gradient)).on_gpu(SGD_CUDA, [p.clip_gradient, 0.0, 0.0, 0.0]))
     }));
     add(OpDef::new("multi_sgd_mom_update", &[], "sgd_mom_update of num_weights (weight, grad, mom) groups.", |p: MultiSgdParams| {
         let (layout, hyper) = multi("multi_sgd_mom_update", &p, &["mom"], false)?;
-        Ok(Update::new("multi_sgd_mom_update", layout, hyper, sgd_mom_rule(p.momentum, p.clip_gradient)))
+        Ok(Update::new("multi_sgd_mom_update", layout, hyper, sgd_mom_rule(p.momentum, p.clip_gradient))
+            .on_gpu(SGD_MOM_CUDA, [p.momentum, p.clip_gradient, 0.0, 0.0]))
     }));
     add(OpDef::new("multi_mp_sgd_mom_update", &[], "mp_sgd_mom_update of num_weights (weight, grad, mom, weight32) groups.", |p: MultiSgdParams| {
         let (layout, hyper) = multi("multi_mp_sgd_mom_update", &p, &["mom"], true)?;
-        Ok(Update::new("multi_mp_sgd_mom_update", layout, hyper, sgd_mom_rule(p.momentum, p.clip_gradient)))
+        Ok(Update::new("multi_mp_sgd_mom_update", layout, hyper, sgd_mom_rule(p.momentum, p.clip_gradient))
+            .on_gpu(SGD_MOM_CUDA, [p.momentum, p.clip_gradient, 0.0, 0.0]))
     }));
     add(OpDef::new("adam_update", &[], "Adam: moving first and second moments; weight -= lr * mean / (sqrt(var) + epsilon).", |p: AdamParams| {
         let (beta1, beta2, epsilon, clip) = (p.beta1, p.beta2, p.epsilon, p.clip_gradient);
@@ -701,7 +757,8 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
                 s[1] = beta2 * s[1] + (1.0 - beta2) * g * g;
                 w - h.lr * s[0] / (s[1].sqrt() + epsilon)
             },
-        ))
+        )
+        .on_gpu(ADAM_CUDA, [beta1, beta2, epsilon, clip]))
     }));
     add(OpDef::new(
         "_contrib_adamw_update",
@@ -781,7 +838,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         "multi_sgd_update with the lrs and wds given as the last two input arrays.",
         |p: PreloadedMultiSgdParams| {
             let (layout, hyper) = preloaded(&p, &[], false);
-            Ok(Update::new("preloaded_multi_sgd_update", layout, hyper, sgd_rule(p.clip_gradient)))
+            Ok(Update::new("preloaded_multi_sgd_update", layout, hyper, sgd_rule(p.clip_gradient)).on_gpu(SGD_CUDA, [p.clip_gradient, 0.0, 0.0, 0.0]))
         },
     ));
     add(OpDef::new(
@@ -790,7 +847,8 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         "multi_mp_sgd_update with the lrs and wds given as the last two input arrays.",
         |p: PreloadedMultiSgdParams| {
             let (layout, hyper) = preloaded(&p, &[], true);
-            Ok(Update::new("preloaded_multi_mp_sgd_update", layout, hyper, sgd_rule(p.clip_gradient)))
+            Ok(Update::new("preloaded_multi_mp_sgd_update", layout, hyper, sgd_rule(p.clip_gradient))
+                .on_gpu(SGD_CUDA, [p.clip_gradient, 0.0, 0.0, 0.0]))
         },
     ));
     add(OpDef::new(
@@ -799,7 +857,8 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         "multi_sgd_mom_update with the lrs and wds given as the last two input arrays.",
         |p: PreloadedMultiSgdParams| {
             let (layout, hyper) = preloaded(&p, &["mom"], false);
-            Ok(Update::new("preloaded_multi_sgd_mom_update", layout, hyper, sgd_mom_rule(p.momentum, p.clip_gradient)))
+            Ok(Update::new("preloaded_multi_sgd_mom_update", layout, hyper, sgd_mom_rule(p.momentum, p.clip_gradient))
+                .on_gpu(SGD_MOM_CUDA, [p.momentum, p.clip_gradient, 0.0, 0.0]))
         },
     ));
     add(OpDef::new(
@@ -808,7 +867,8 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         "multi_mp_sgd_mom_update with the lrs and wds given as the last two input arrays.",
         |p: PreloadedMultiSgdParams| {
             let (layout, hyper) = preloaded(&p, &["mom"], true);
-            Ok(Update::new("preloaded_multi_mp_sgd_mom_update", layout, hyper, sgd_mom_rule(p.momentum, p.clip_gradient)))
+            Ok(Update::new("preloaded_multi_mp_sgd_mom_update", layout, hyper, sgd_mom_rule(p.momentum, p.clip_gradient))
+                .on_gpu(SGD_MOM_CUDA, [p.momentum, p.clip_gradient, 0.0, 0.0]))
         },
     ));
     add(OpDef::new(
@@ -1053,5 +1113,31 @@ impl Operator for MultiLars {
             .collect();
         super::normalization::write_f64(&outputs[0], &rates);
         Ok(())
+    }
+}
+
+#[cfg(all(test, feature = "cuda"))]
+mod gpu_rules {
+    use super::*;
+    use crate::backend::cuda::kernel_source::{update_kernel, UpdateTypes, PRELUDE};
+    use crate::backend::cuda::nvrtc;
+
+    /// Every rule's CUDA form, in plain and multi-precision layouts, compiles with NVRTC.
+    #[test]
+    fn every_gpu_rule_compiles() {
+        if let Err(e) = nvrtc::available() {
+            eprintln!("skipped, NVRTC not loadable here: {e}");
+            return;
+        }
+        let plain = UpdateTypes { weight: DType::F32, state: DType::F32, out: DType::F32 };
+        let mixed = UpdateTypes { weight: DType::F16, state: DType::F32, out: DType::F16 };
+        for (k, (rule, states)) in [(SGD_CUDA, 0), (SGD_MOM_CUDA, 1), (NAG_MOM_CUDA, 1), (ADAM_CUDA, 2)].into_iter().enumerate() {
+            for (types, master) in [(plain, false), (mixed, true)] {
+                let name = format!("ox_rule_{k}_{master}");
+                let source = format!("{PRELUDE}{}", update_kernel(&name, rule, types, states, master, true));
+                let ptx = nvrtc::compile_uncached(&name, &source).unwrap_or_else(|e| panic!("{e}"));
+                assert!(ptx.to_src().contains(&format!(".entry {name}(")));
+            }
+        }
     }
 }

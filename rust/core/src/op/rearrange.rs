@@ -41,6 +41,18 @@ impl Operator for Rearrange {
         crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&g.dims, inputs[0].ptr::<T>(), g.base, &g.strides, out.ptr::<T>(), 0, &dst_strides));
         Ok(())
     }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        use crate::backend::cuda::kernels::{strided_copy, Strided};
+        let (_, g) = (self.plan)(&inputs[0].shape)?;
+        let dst_strides = input_strides(&Shape::new(g.dims.clone()));
+        strided_copy(
+            gpu,
+            &g.dims,
+            Strided { tensor: &inputs[0], base: g.base, strides: &g.strides },
+            Strided { tensor: &outputs[0], base: 0, strides: &dst_strides },
+        )
+    }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         (self.grad)(d)
     }

@@ -45,7 +45,7 @@ pub trait Reducer: Send + Sync + 'static {
     const CUDA: Reduction;
 }
 
-const CUDA_SUM: Reduction = Reduction { init: "0", step: "acc + x", merge: "a + b", finish: "acc" };
+pub(crate) const CUDA_SUM: Reduction = Reduction { init: "0", step: "acc + x", merge: "a + b", finish: "acc" };
 const CUDA_PRODUCT: Reduction = Reduction { init: "1", step: "acc * x", merge: "a * b", finish: "acc" };
 
 /// Broadcasts reduced-shape gradients back to the input shape of one reduction.
@@ -426,6 +426,11 @@ impl<R: Reducer> Operator for Reduce<R> {
         crate::dispatch_dtype!(x.dtype, T => reduce_tensor::<T, R>(x, &outputs[0], &mask));
         Ok(())
     }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let mask = self.mask(inputs[0].shape.ndim())?;
+        crate::backend::cuda::kernels::reduce(gpu, &R::CUDA, &mask, &inputs[0], &outputs[0])
+    }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, y, g) = (d.input(0), d.output(0), d.out_grad(0));
         Ok(vec![Some(R::grad(d, &x, &y, &g, &Spread::new(&self.params))?)])
@@ -456,6 +461,10 @@ impl Operator for Norm {
     }
     fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         self.inner().forward(ctx, inputs, outputs)
+    }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        self.inner().forward_gpu(gpu, ctx, inputs, outputs)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         self.inner().gradient(d)
@@ -517,6 +526,11 @@ impl Operator for SumToLike {
         crate::dispatch_dtype!(x.dtype, T => reduce_tensor::<T, Sum>(x, &outputs[0], &mask));
         Ok(())
     }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let mask = SumToLike::mask(&inputs[0].shape, &inputs[1].shape)?;
+        crate::backend::cuda::kernels::reduce(gpu, &CUDA_SUM, &mask, &inputs[0], &outputs[0])
+    }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
         Ok(vec![Some(d.binary("broadcast_like", &g, &x)?), None])
@@ -572,6 +586,28 @@ impl Operator for BroadcastReducedLike {
                 let o = unsafe { out.slice_mut::<T>() };
                 o.iter_mut().for_each(|v| *v = T::from_f64(v.to_f64() / count as f64));
             });
+        }
+        Ok(())
+    }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        use crate::backend::cuda::kernels::{scale, strided_copy, Strided};
+        let (like, out) = (&inputs[1].shape, &outputs[0]);
+        let mask = self.reduce.mask(like.ndim())?;
+        let kept = Shape::new(like.dims().iter().zip(&mask).map(|(&d, &m)| if m { 1 } else { d }).collect::<Vec<_>>());
+        // Each output element reads the reduced value of its kept coordinates: stride 0 along
+        // the reduced axes.
+        let source: Vec<isize> = kept.strides().iter().zip(&mask).map(|(&s, &m)| if m { 0 } else { s as isize }).collect();
+        let target: Vec<isize> = out.shape.strides().iter().map(|&s| s as isize).collect();
+        strided_copy(
+            gpu,
+            out.shape.dims(),
+            Strided { tensor: &inputs[0], base: 0, strides: &source },
+            Strided { tensor: out, base: 0, strides: &target },
+        )?;
+        if self.divide_by_count {
+            let count = like.size() / kept.size().max(1);
+            scale(gpu, out, 1.0 / count as f64)?;
         }
         Ok(())
     }

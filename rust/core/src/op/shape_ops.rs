@@ -181,6 +181,20 @@ impl Operator for Transpose {
         crate::dispatch_dtype!(inputs[0].dtype, T => transpose_into::<T>(&inputs[0], &outputs[0], &perm));
         Ok(())
     }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        use crate::backend::cuda::kernels::{strided_copy, Strided};
+        let perm = self.perm(inputs[0].shape.ndim())?;
+        let xs = contiguous_strides(&inputs[0].shape);
+        let source: Vec<isize> = perm.iter().map(|&p| xs[p]).collect();
+        let (x, y) = (&inputs[0], &outputs[0]);
+        strided_copy(
+            gpu,
+            y.shape.dims(),
+            Strided { tensor: x, base: 0, strides: &source },
+            Strided { tensor: y, base: 0, strides: &contiguous_strides(&y.shape) },
+        )
+    }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let g = d.out_grad(0);
         if self.axes.is_empty() {
@@ -219,6 +233,10 @@ impl Operator for ReshapeLike {
         copy_bytes(&inputs[0], &outputs[0]);
         Ok(())
     }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        crate::backend::cuda::kernels::copy_bytes(gpu, &inputs[0], &outputs[0])
+    }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         Ok(vec![Some(reshape_back(d)?), None])
     }
@@ -251,6 +269,10 @@ impl Operator for IdentityLikeRhs {
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         copy_bytes(&inputs[0], &outputs[0]);
         Ok(())
+    }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        crate::backend::cuda::kernels::copy_bytes(gpu, &inputs[0], &outputs[0])
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         Ok(vec![Some(d.out_grad(0)), None])
@@ -383,6 +405,10 @@ impl Operator for Relayout {
         copy_bytes(&inputs[0], &outputs[0]);
         Ok(())
     }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        crate::backend::cuda::kernels::copy_bytes(gpu, &inputs[0], &outputs[0])
+    }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         Ok(vec![Some(reshape_back(d)?)])
     }
@@ -463,6 +489,28 @@ impl Operator for Concat {
             let block = x.shape[axis] * inner;
             copy_blocks(x.raw(), block, out.raw(), out_block, offset, outer);
             offset += block;
+        }
+        Ok(())
+    }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        use crate::backend::cuda::kernels::{strided_copy, Strided};
+        let out = &outputs[0];
+        let axis = normalize_axis(self.dim, out.shape.ndim())?;
+        let outer: usize = out.shape.dims()[..axis].iter().product();
+        let inner: usize = out.shape.dims()[axis + 1..].iter().product();
+        let out_row = (out.shape[axis] * inner) as isize;
+        let mut offset = 0;
+        for x in inputs {
+            let row = x.shape[axis] * inner;
+            let dims = [outer, row];
+            strided_copy(
+                gpu,
+                &dims,
+                Strided { tensor: x, base: 0, strides: &[row as isize, 1] },
+                Strided { tensor: out, base: offset, strides: &[out_row, 1] },
+            )?;
+            offset += row as isize;
         }
         Ok(())
     }
@@ -699,6 +747,10 @@ impl Operator for Cast {
         cast_into(&inputs[0], &outputs[0]);
         Ok(())
     }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        crate::backend::cuda::kernels::cast(gpu, &inputs[0], &outputs[0])
+    }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
         Ok(vec![Some(d.binary("_cast_like", &g, &x)?)])
@@ -721,6 +773,10 @@ impl Operator for CastLike {
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         cast_into(&inputs[0], &outputs[0]);
         Ok(())
+    }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        crate::backend::cuda::kernels::cast(gpu, &inputs[0], &outputs[0])
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));

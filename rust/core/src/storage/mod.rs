@@ -591,6 +591,9 @@ enum Owner {
     /// Memory that belongs to someone else (a NumPy array shared without a copy): dropping the
     /// owner releases it.
     External { _keeps_alive: Box<dyn Send + Sync> },
+    /// A block of a GPU's pool; the address is device memory, never dereferenced by the host.
+    #[cfg(feature = "cuda")]
+    Device { class: usize, pool: &'static crate::backend::cuda::GpuPool },
 }
 
 // SAFETY: a Buffer is the unique owner of its allocation; concurrent access to the bytes is
@@ -608,6 +611,15 @@ impl Buffer {
     pub unsafe fn external(ptr: NonNull<u8>, bytes: usize, owner: Box<dyn Send + Sync>) -> Buffer {
         Buffer { ptr, bytes, owner: Owner::External { _keeps_alive: owner } }
     }
+    /// A block of device memory that `pool` takes back when the buffer is dropped.
+    ///
+    /// # Safety
+    /// `ptr` must be a block of at least `bytes` bytes that `pool` handed out with size class
+    /// `class` and that nothing else owns.
+    #[cfg(feature = "cuda")]
+    pub(crate) unsafe fn device(ptr: NonNull<u8>, bytes: usize, class: usize, pool: &'static crate::backend::cuda::GpuPool) -> Buffer {
+        Buffer { ptr, bytes, owner: Owner::Device { class, pool } }
+    }
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
@@ -621,8 +633,11 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        if let Owner::Pool { class, pool } = self.owner {
-            pool.release(self.ptr, class);
+        match self.owner {
+            Owner::Pool { class, pool } => pool.release(self.ptr, class),
+            #[cfg(feature = "cuda")]
+            Owner::Device { class, pool } => pool.release(self.ptr, class),
+            Owner::External { .. } => {}
         }
         // An external owner is dropped with the buffer, which releases the memory it keeps alive.
     }
@@ -638,6 +653,12 @@ pub fn cpu_pool() -> &'static CpuPool {
 pub fn alloc(ctx: Context, bytes: usize) -> Result<Buffer> {
     match ctx.device_type {
         DeviceType::Cpu | DeviceType::CpuPinned | DeviceType::CpuShared => cpu_pool().alloc(bytes),
+        #[cfg(feature = "cuda")]
+        DeviceType::Gpu => {
+            let gpu = crate::backend::cuda::gpu(ctx)?;
+            gpu.pool().alloc(gpu, bytes)
+        }
+        #[cfg(not(feature = "cuda"))]
         DeviceType::Gpu => Err(crate::backend::gpu_unavailable(ctx)),
     }
 }

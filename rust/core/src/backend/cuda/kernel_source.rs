@@ -260,6 +260,120 @@ pub fn reduce_kernel(name: &str, reduction: &Reduction, dtype: DType) -> String 
     )
 }
 
+/// `out[i] = value` over `n` elements, the value (a `double`) converted to the dtype once.
+pub fn fill_kernel(name: &str, dtype: DType) -> String {
+    let storage = storage_type(dtype);
+    let params = [format!("{storage}* out_ptr"), "unsigned long long n".to_string(), "double value".to_string()];
+    let setup = format!("    {storage} stored;\n    ox_store(&stored, value);\n");
+    grid_stride_kernel_storing(name, &params, &setup, "", "out_ptr[i] = stored;")
+}
+
+/// `out[i] = in[i]` converted from one storage dtype to another (through the source's compute
+/// type, as the CPU's cast does).
+pub fn cast_kernel(name: &str, from: DType, to: DType) -> String {
+    let params = [format!("const {}* in0_ptr", storage_type(from)), format!("{}* out_ptr", storage_type(to)), "unsigned long long n".to_string()];
+    grid_stride_kernel(name, &params, "", "", "ox_load(in0_ptr[i])")
+}
+
+/// `out[i] += row[i % cols]` over `n` elements: a bias added to every row of a matrix.
+pub fn add_row_kernel(name: &str, dtype: DType) -> String {
+    let storage = storage_type(dtype);
+    let compute = compute_type(dtype, true);
+    let params = [
+        format!("const {storage}* row_ptr"),
+        format!("{storage}* out_ptr"),
+        "unsigned long long n".to_string(),
+        "unsigned long long cols".to_string(),
+    ];
+    grid_stride_kernel(name, &params, "", "", &format!("({compute})ox_load(out_ptr[i]) + ({compute})ox_load(row_ptr[i % cols])"))
+}
+
+/// A strided copy over an index space of up to `OX_MAX_DIMS` dims (`ox_strided`, by value):
+/// element `i` of the space goes from `src_base + sum(idx * src_strides)` to `dst_base + sum(idx
+/// * dst_strides)`. Elements move as unsigned integers of their width, so one kernel per element
+/// size serves every dtype.
+pub fn strided_copy_kernel(name: &str, element_bytes: usize) -> String {
+    let word = match element_bytes {
+        1 => "unsigned char",
+        2 => "unsigned short",
+        4 => "unsigned int",
+        _ => "unsigned long long",
+    };
+    format!(
+        r#"struct ox_strided {{
+    long long dims[OX_MAX_DIMS];
+    long long src_strides[OX_MAX_DIMS];
+    long long dst_strides[OX_MAX_DIMS];
+    long long src_base;
+    long long dst_base;
+    int ndim;
+}};
+extern "C" __global__ void {name}(const {word}* src, {word}* dst, unsigned long long n, ox_strided s) {{
+    const unsigned long long stride = (unsigned long long)blockDim.x * gridDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {{
+        dst[s.dst_base + ox_offset(i, s.dims, s.dst_strides, s.ndim)] = src[s.src_base + ox_offset(i, s.dims, s.src_strides, s.ndim)];
+    }}
+}}
+"#
+    )
+}
+
+/// The storage types of an optimizer update: weight (and gradient), states (and master copy), output.
+#[derive(Clone, Copy, Debug)]
+pub struct UpdateTypes {
+    pub weight: DType,
+    pub state: DType,
+    pub out: DType,
+}
+
+/// An optimizer update over `n` elements: `rule` is CUDA C over doubles that reads the weight `w`
+/// (from the master copy when there is one), the raw gradient `g`, states `s0..s2` (which it may
+/// update), `lr`, `wd`, `rescale` and the rule's constants `c0..c3`, and assigns `w_new`.
+/// Parameters: weight, grad, the three state pointers (unused ones may be null), master, out,
+/// `n`, `lr`, `wd`, `rescale`, `c0..c3`.
+pub fn update_kernel(name: &str, rule: &str, types: UpdateTypes, num_states: usize, master: bool, write_master: bool) -> String {
+    let (w, s, o) = (storage_type(types.weight), storage_type(types.state), storage_type(types.out));
+    let load_weight = if master { "ox_load(master_ptr[i])" } else { "ox_load(weight_ptr[i])" };
+    let mut loads = String::new();
+    let mut stores = String::new();
+    for k in 0..3 {
+        if k < num_states {
+            loads.push_str(&format!("        double s{k} = (double)ox_load(s{k}_ptr[i]);\n"));
+            stores.push_str(&format!("        ox_store(s{k}_ptr + i, s{k});\n"));
+        } else {
+            loads.push_str(&format!("        double s{k} = 0;\n"));
+        }
+    }
+    if master && write_master {
+        stores.push_str("        ox_store(master_ptr + i, w_new);\n");
+    }
+    format!(
+        r#"__device__ __forceinline__ double ox_rescaled(double g, double rescale, double clip) {{
+    g *= rescale;
+    return clip >= 0 ? fmin(fmax(g, -clip), clip) : g;
+}}
+extern "C" __global__ void {name}(const {w}* weight_ptr, const {w}* grad_ptr, {s}* s0_ptr, {s}* s1_ptr, {s}* s2_ptr, {s}* master_ptr, {o}* out_ptr,
+        unsigned long long n, double lr, double wd, double rescale, double c0, double c1, double c2, double c3) {{
+    const unsigned long long stride = (unsigned long long)blockDim.x * gridDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {{
+        const double w = (double){load_weight};
+        const double g = (double)ox_load(grad_ptr[i]);
+{loads}        double w_new;
+        {{ {rule} }}
+{stores}        ox_store(out_ptr + i, w_new);
+    }}
+}}
+"#
+    )
+}
+
+/// `out[i] *= factor` over `n` elements, in double as the CPU kernel does (an integer scaled by
+/// 1/count must not see the factor truncated to 0).
+pub fn scale_kernel(name: &str, dtype: DType) -> String {
+    let params = [format!("{}* out_ptr", storage_type(dtype)), "unsigned long long n".to_string(), "double factor".to_string()];
+    grid_stride_kernel(name, &params, "", "", "(double)ox_load(out_ptr[i]) * factor")
+}
+
 /// A fused chain over float32 inputs `in0..`: the fusion pass's whole expression (`FusedOp`'s
 /// `cuda_expr`) in one kernel.
 pub fn fused_kernel(name: &str, num_inputs: usize, cuda_expr: &str) -> String {
@@ -271,10 +385,14 @@ pub fn fused_kernel(name: &str, num_inputs: usize, cuda_expr: &str) -> String {
 }
 
 fn grid_stride_kernel(name: &str, params: &[String], setup: &str, loads: &str, expr: &str) -> String {
+    grid_stride_kernel_storing(name, params, setup, loads, &format!("ox_store(out_ptr + i, {expr});"))
+}
+
+fn grid_stride_kernel_storing(name: &str, params: &[String], setup: &str, loads: &str, store: &str) -> String {
     format!(
         "extern \"C\" __global__ void {name}({}) {{\n{setup}    const unsigned long long stride = (unsigned long long)blockDim.x * gridDim.x;\n    \
          for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {{\n{loads}        \
-         ox_store(out_ptr + i, {expr});\n    }}\n}}\n",
+         {store}\n    }}\n}}\n",
         params.join(", ")
     )
 }

@@ -3,10 +3,17 @@
 
 use std::sync::OnceLock;
 
+pub mod blas;
+mod device;
 pub mod kernel_source;
+pub mod kernels;
 pub mod nvrtc;
+mod pool;
 #[cfg(test)]
 mod tests;
+
+pub use device::{gpu, synchronize_all, Gpu};
+pub use pool::GpuPool;
 
 /// Devices the driver reports, probed once. cudarc panics when a library is missing, so the
 /// library's presence is checked before any call into it.

@@ -2,7 +2,10 @@
 //! wherever libnvrtc loads (CI installs pip's nvidia-cuda-nvrtc), so a syntax error in a
 //! generated kernel never waits for a GPU machine.
 
-use super::kernel_source::{broadcast_kernel, elementwise_kernel, fused_kernel, kernel_name, reduce_kernel, PRELUDE};
+use super::kernel_source::{
+    add_row_kernel, broadcast_kernel, cast_kernel, elementwise_kernel, fill_kernel, fused_kernel, kernel_name, reduce_kernel, scale_kernel,
+    strided_copy_kernel, PRELUDE,
+};
 use super::nvrtc;
 use crate::base::{DType, Shape};
 use crate::graph::topo_order;
@@ -144,4 +147,36 @@ fn compile_errors_name_the_kernel_and_quote_the_log() {
     }
     let err = nvrtc::compile_uncached("ox_broken", "extern \"C\" __global__ void ox_broken() { undefined_name; }").unwrap_err();
     assert!(err.message.contains("ox_broken") && err.message.contains("undefined_name"), "{}", err.message);
+}
+
+#[test]
+fn data_movement_kernels_compile_for_every_dtype() {
+    if let Err(e) = nvrtc::available() {
+        eprintln!("skipped, NVRTC not loadable here: {e}");
+        return;
+    }
+    let mut source = PRELUDE.to_string();
+    let mut names = Vec::new();
+    for dtype in DType::ALL {
+        names.push(format!("ox_fill_{}", dtype.name()));
+        source.push_str(&fill_kernel(names.last().unwrap(), dtype));
+        names.push(format!("ox_scale_{}", dtype.name()));
+        source.push_str(&scale_kernel(names.last().unwrap(), dtype));
+        names.push(format!("ox_add_row_{}", dtype.name()));
+        source.push_str(&add_row_kernel(names.last().unwrap(), dtype));
+        for to in DType::ALL.into_iter().filter(|&to| to != dtype) {
+            names.push(format!("ox_cast_{}_{}", dtype.name(), to.name()));
+            source.push_str(&cast_kernel(names.last().unwrap(), dtype, to));
+        }
+    }
+    let ptx = nvrtc::compile_uncached("data_movement", &source).unwrap_or_else(|e| panic!("{e}"));
+    for name in &names {
+        assert!(ptx.to_src().contains(&format!(".entry {name}(")), "{name} missing from the PTX");
+    }
+    // Each strided copy defines its parameter struct, so each compiles alone.
+    for bytes in [1, 2, 4, 8] {
+        let name = format!("ox_strided_copy_{bytes}");
+        let ptx = nvrtc::compile_uncached(&name, &format!("{PRELUDE}{}", strided_copy_kernel(&name, bytes))).unwrap_or_else(|e| panic!("{e}"));
+        assert!(ptx.to_src().contains(&format!(".entry {name}(")));
+    }
 }
