@@ -137,12 +137,11 @@ fn from_buffer(py: Python<'_>, src: &Bound<'_, PyAny>, shape: Vec<usize>, dtype:
         return Err(pyo3::exceptions::PyValueError::new_err("from_buffer needs a C-contiguous buffer"));
     }
     let (dtype, ctx) = (dtype_from(dtype)?, context_from(ctx)?);
-    if !ctx.is_host() {
-        return Err(crate::errors::to_py(oxnet::backend::gpu_unavailable(ctx)));
-    }
     // SAFETY: the exported buffer is alive and unmoved while `buf` lives (through this call).
     let bytes = unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) };
-    wrap(py, NDArray::from_bytes(Shape::new(shape), dtype, ctx, bytes).py()?)
+    // A copy to a GPU waits for the device's queued work: without the GIL.
+    let array = py.detach(|| NDArray::from_bytes(Shape::new(shape), dtype, ctx, bytes)).py()?;
+    wrap(py, array)
 }
 
 /// An array over the memory of a C-contiguous buffer, without a copy (`mx.nd.from_numpy`): the

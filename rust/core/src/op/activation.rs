@@ -552,6 +552,16 @@ impl Operator for Softmax {
         });
         Ok(())
     }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        if self.use_length {
+            crate::bail!(Device, "softmax with use_length has no GPU kernel yet (it runs on cpu contexts)");
+        }
+        let (_, outer, n, inner) = self.layout(&inputs[0].shape)?;
+        let scale = if self.kind == SoftmaxKind::Softmin { -1.0 } else { 1.0 } / self.temperature;
+        let lanes = crate::backend::cuda::kernels::Lanes { outer, n, inner };
+        crate::backend::cuda::kernels::softmax(gpu, lanes, scale, self.kind == SoftmaxKind::LogSoftmax, &inputs[0], &outputs[0])
+    }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (y, g) = (d.output(0), d.out_grad(0));
         let keep = if self.per_instance {
@@ -682,6 +692,14 @@ impl Operator for SoftmaxBackward {
             });
         });
         Ok(())
+    }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let shape = &inputs[0].shape;
+        let axis = normalize_axis(self.axis, shape.ndim())?;
+        let d = shape.dims();
+        let lanes = crate::backend::cuda::kernels::Lanes { outer: d[..axis].iter().product(), n: d[axis], inner: d[axis + 1..].iter().product() };
+        crate::backend::cuda::kernels::softmax_backward(gpu, lanes, self.log, &inputs[0], &inputs[1], &outputs[0])
     }
     /// Second-order gradients from the head gradient h: log-softmax gives
     /// `(h - sum(h e), -h e sum(g))` with e = exp(y); softmax gives

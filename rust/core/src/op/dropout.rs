@@ -68,6 +68,22 @@ impl Operator for Dropout {
         });
         Ok(())
     }
+    /// The same draws as on the host (the generator is counter-based), made on the device.
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        use crate::backend::cuda::kernels;
+        let (x, out, mask) = (&inputs[0], &outputs[0], &outputs[1]);
+        if !((ctx.is_train || self.always) && self.p > 0.0) {
+            kernels::fill(gpu, mask, 1.0)?;
+            return kernels::copy_bytes(gpu, x, out);
+        }
+        let mut shared = x.shape.dims().to_vec();
+        for &a in &self.axes {
+            shared[normalize_axis(a, x.shape.ndim())?] = 1;
+        }
+        let keep_scale = if self.p >= 1.0 { 0.0 } else { 1.0 / (1.0 - self.p) };
+        kernels::dropout(gpu, ctx.seed, self.p, keep_scale, &Shape::new(shared), x, out, mask)
+    }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (g, mask) = (d.out_grad(0), d.output(1));
         Ok(vec![Some(d.mul(&g, &mask)?)])

@@ -75,6 +75,17 @@ impl Pick {
         vec![("axis", axis), ("keepdims", if self.p.keepdims { "True" } else { "False" }.to_string()), ("mode", self.p.mode.clone())]
     }
 
+    /// Whether indices wrap on a GPU (else they are clipped); 'raise' cannot stop a kernel.
+    #[cfg(feature = "cuda")]
+    fn wraps_on_gpu(&self) -> Result<bool> {
+        match self.p.mode.as_str() {
+            "raise" => {
+                crate::bail!(Device, "pick: mode='raise' has no GPU kernel (out-of-range indices are found on cpu contexts); use 'clip' or 'wrap'")
+            }
+            mode => Ok(mode == "wrap"),
+        }
+    }
+
     fn positions(&self, index: &Tensor, n: usize) -> Result<Vec<usize>> {
         read_indices(index).into_iter().map(|i| resolve_index("pick", i, n, &self.p.mode)).collect()
     }
@@ -123,6 +134,11 @@ impl Operator for Pick {
         });
         Ok(())
     }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let ((_, n, inner), _) = self.layout(&inputs[0].shape)?;
+        crate::backend::cuda::kernels::pick(gpu, n, inner, self.wraps_on_gpu()?, false, &inputs[0], &inputs[1], &outputs[0])
+    }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, idx, g) = (d.input(0), d.input(1), d.out_grad(0));
         Ok(vec![Some(d.op("_backward_pick", &self.attrs(), &[&g, &idx, &x])?), None])
@@ -145,6 +161,10 @@ impl Operator for BatchTake {
     }
     fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         self.0.forward(ctx, inputs, outputs)
+    }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        self.0.forward_gpu(gpu, ctx, inputs, outputs)
     }
 }
 
@@ -188,6 +208,13 @@ impl Operator for PickBackward {
             }
         });
         Ok(())
+    }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let out = &outputs[0];
+        let ((_, n, inner), _) = self.pick.layout(&out.shape)?;
+        crate::backend::cuda::kernels::fill(gpu, out, 0.0)?;
+        crate::backend::cuda::kernels::pick(gpu, n, inner, self.pick.wraps_on_gpu()?, true, &inputs[0], &inputs[1], out)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (idx, g) = (d.input(1), d.out_grad(0));

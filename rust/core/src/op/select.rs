@@ -145,6 +145,23 @@ impl Operator for AddN {
         }
         Ok(())
     }
+    /// Pairwise element-wise additions into the output, as on the CPU.
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let out = &outputs[0];
+        let add = super::lookup("elemwise_add")?.instantiate("elemwise_add", &Default::default())?;
+        match inputs {
+            [] => crate::bail!(Value, "add_n needs at least one input"),
+            [only] => crate::backend::cuda::kernels::copy_bytes(gpu, only, out),
+            [first, second, rest @ ..] => {
+                add.forward_gpu(gpu, ctx, &[first.clone(), second.clone()], std::slice::from_ref(out))?;
+                for x in rest {
+                    add.forward_gpu(gpu, ctx, &[out.clone(), x.clone()], std::slice::from_ref(out))?;
+                }
+                Ok(())
+            }
+        }
+    }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let g = d.out_grad(0);
         Ok(vec![Some(g); self.num_args])

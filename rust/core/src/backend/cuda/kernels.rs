@@ -85,9 +85,9 @@ pub fn elementwise(gpu: &Gpu, op: &Elementwise, inputs: &[Tensor], output: &Tens
         params.push(param(&mut scalar));
     }
     let identity = (&op.cuda_expr, op.scalar.is_some(), inputs.len());
-    let blocks = gpu.blocks_for(n, THREADS);
     match shape.as_mut() {
         None => {
+            let blocks = gpu.blocks_for(n.div_ceil(kernel_source::ELEMENTS_PER_THREAD), THREADS);
             let name = kernel_name("map", identity, dtype);
             // SAFETY: the parameters follow `elementwise_kernel`'s signature (input and output
             // addresses, element count, the scalar where the operator has one); the engine
@@ -95,6 +95,7 @@ pub fn elementwise(gpu: &Gpu, op: &Elementwise, inputs: &[Tensor], output: &Tens
             unsafe { gpu.launch(&name, || elementwise_kernel(&name, op, inputs.len(), dtype), blocks, THREADS, &mut params) }
         }
         Some(shape) => {
+            let blocks = gpu.blocks_for(n, THREADS);
             params.push(param(shape));
             let name = kernel_name("broadcast", identity, dtype);
             // SAFETY: as above, with the `ox_broadcast` struct last, as `broadcast_kernel` takes it.
@@ -356,4 +357,101 @@ pub fn update(gpu: &Gpu, rule: &str, constants: [f64; 4], arrays: UpdateArrays<'
             &mut params,
         )
     }
+}
+
+/// Where softmax-like kernels work: `lanes` lanes of `n` elements at stride `inner` (see
+/// [`kernel_source::softmax_kernel`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Lanes {
+    pub outer: usize,
+    pub n: usize,
+    pub inner: usize,
+}
+
+impl Lanes {
+    fn count(&self) -> usize {
+        self.outer * self.inner
+    }
+}
+
+/// Softmax or log-softmax of `input` along `lanes`, the input scaled by `scale` first.
+pub fn softmax(gpu: &Gpu, lanes: Lanes, scale: f64, log: bool, input: &Tensor, output: &Tensor) -> Result<()> {
+    if lanes.count() == 0 || lanes.n == 0 {
+        return Ok(());
+    }
+    let dtype = input.dtype;
+    let (mut source, mut target) = (input.raw() as u64, output.raw() as u64);
+    let (mut count, mut n, mut inner, mut scale) = (lanes.count() as u64, lanes.n as u64, lanes.inner as u64, scale);
+    let mut params = [param(&mut source), param(&mut target), param(&mut count), param(&mut n), param(&mut inner), param(&mut scale)];
+    let name = format!("ox_{}softmax_{}", if log { "log_" } else { "" }, dtype.name());
+    // SAFETY: the parameters follow `softmax_kernel`'s signature; the lanes lie inside both
+    // arrays (the operator derived them from the input's shape, which the output shares); the
+    // block size is the REDUCE_THREADS its reductions assume.
+    unsafe {
+        gpu.launch(&name, || kernel_source::softmax_kernel(&name, dtype, log), lanes.count().min(65_535) as u32, REDUCE_THREADS as u32, &mut params)
+    }
+}
+
+/// The softmax (or log-softmax) gradient along `lanes` from the output gradient and output.
+pub fn softmax_backward(gpu: &Gpu, lanes: Lanes, log: bool, grad: &Tensor, output: &Tensor, input_grad: &Tensor) -> Result<()> {
+    if lanes.count() == 0 || lanes.n == 0 {
+        return Ok(());
+    }
+    let dtype = grad.dtype;
+    let (mut g, mut y, mut dx) = (grad.raw() as u64, output.raw() as u64, input_grad.raw() as u64);
+    let (mut count, mut n, mut inner) = (lanes.count() as u64, lanes.n as u64, lanes.inner as u64);
+    let mut params = [param(&mut g), param(&mut y), param(&mut dx), param(&mut count), param(&mut n), param(&mut inner)];
+    let name = format!("ox_{}softmax_backward_{}", if log { "log_" } else { "" }, dtype.name());
+    // SAFETY: as for `softmax`, with `softmax_backward_kernel`'s signature.
+    unsafe {
+        gpu.launch(
+            &name,
+            || kernel_source::softmax_backward_kernel(&name, dtype, log),
+            lanes.count().min(65_535) as u32,
+            REDUCE_THREADS as u32,
+            &mut params,
+        )
+    }
+}
+
+/// pick (or, `backward`, its gradient scattered into `dst`, which the caller zeroed) along the
+/// middle axis of the (outer, n, inner) layout; `wrap` wraps indices, else they are clipped.
+pub fn pick(gpu: &Gpu, n: usize, inner: usize, wrap: bool, backward: bool, src: &Tensor, index: &Tensor, dst: &Tensor) -> Result<()> {
+    let cells = index.size();
+    if cells == 0 {
+        return Ok(());
+    }
+    if n == 0 {
+        crate::bail!(Index, "pick: indices cannot address an axis of size 0");
+    }
+    let dtype = dst.dtype;
+    let (mut from, mut at, mut to) = (src.raw() as u64, index.raw() as u64, dst.raw() as u64);
+    let (mut count, mut len, mut width, mut wrap) = (cells as u64, n as u64, inner.max(1) as u64, i32::from(wrap));
+    let mut params = [param(&mut from), param(&mut at), param(&mut to), param(&mut count), param(&mut len), param(&mut width), param(&mut wrap)];
+    let name = format!("ox_pick{}_{}_{}", if backward { "_backward" } else { "" }, dtype.name(), index.dtype.name());
+    // SAFETY: the parameters follow `pick_kernel`'s signature; every clipped or wrapped position
+    // lies inside the full array, which the (outer, n, inner) layout describes; the engine holds
+    // the three arrays' vars.
+    unsafe {
+        gpu.launch(&name, || kernel_source::pick_kernel(&name, dtype, index.dtype, backward), gpu.blocks_for(cells, THREADS), THREADS, &mut params)
+    }
+}
+
+/// Dropout while active (see [`kernel_source::dropout_kernel`]): one draw per element of
+/// `shared` (the input's shape with size 1 along the axes that share a mask value).
+pub fn dropout(gpu: &Gpu, seed: u64, p: f64, scale: f64, shared: &Shape, input: &Tensor, output: &Tensor, mask: &Tensor) -> Result<()> {
+    let n = input.size();
+    if n == 0 {
+        return Ok(());
+    }
+    let mut shape = broadcast_shape(shared, shared, &input.shape)?;
+    let dtype = input.dtype;
+    let (mut x, mut out, mut m) = (input.raw() as u64, output.raw() as u64, mask.raw() as u64);
+    let (mut count, mut seed, mut p, mut scale) = (n as u64, seed, p, scale);
+    let mut params =
+        [param(&mut x), param(&mut out), param(&mut m), param(&mut count), param(&mut seed), param(&mut p), param(&mut scale), param(&mut shape)];
+    let name = format!("ox_dropout_{}", dtype.name());
+    // SAFETY: the parameters follow `dropout_kernel`'s signature; input, output and mask hold n
+    // elements each and the engine holds their vars.
+    unsafe { gpu.launch(&name, || kernel_source::dropout_kernel(&name, dtype), gpu.blocks_for(n, THREADS), THREADS, &mut params) }
 }

@@ -3,8 +3,8 @@
 //! generated kernel never waits for a GPU machine.
 
 use super::kernel_source::{
-    add_row_kernel, broadcast_kernel, cast_kernel, elementwise_kernel, fill_kernel, fused_kernel, kernel_name, reduce_kernel, scale_kernel,
-    strided_copy_kernel, PRELUDE,
+    add_row_kernel, broadcast_kernel, cast_kernel, dropout_kernel, elementwise_kernel, fill_kernel, fused_kernel, kernel_name, pick_kernel,
+    reduce_kernel, scale_kernel, softmax_backward_kernel, softmax_kernel, strided_copy_kernel, PRELUDE,
 };
 use super::nvrtc;
 use crate::base::{DType, Shape};
@@ -42,16 +42,20 @@ fn kernel_for(op_name: &str, dtype: DType) -> String {
 #[test]
 fn kernels_compute_in_the_cpu_kernels_types() {
     let reverse_minus = kernel_for("_rminus_scalar", DType::F32);
-    assert!(reverse_minus.contains("double scalar") && reverse_minus.contains("ox_store(out_ptr + i, s - v0);"), "{reverse_minus}");
+    assert!(reverse_minus.contains("double scalar") && reverse_minus.contains("ox_store(out_ptr + i3, s - v0_3);"), "{reverse_minus}");
     // Integer binary math runs in long long, with the scalar cast to the dtype first.
     let plus = kernel_for("_plus_scalar", DType::I32);
-    assert!(plus.contains("int scalar_stored;") && plus.contains("const long long v0 = (long long)ox_load(in0_ptr[i]);"), "{plus}");
+    assert!(plus.contains("int scalar_stored;") && plus.contains("const long long v0_0 = i0 < n ? (long long)ox_load(in0_ptr[i0])"), "{plus}");
     // Integer unary math runs in double; 16-bit floats in float.
-    assert!(kernel_for("sqrt", DType::U8).contains("const double v0"));
+    assert!(kernel_for("sqrt", DType::U8).contains("const double v0_0"));
     let half = kernel_for("elemwise_mul", DType::F16);
-    assert!(half.contains("const ox_half* in1_ptr") && half.contains("const float v1 = (float)ox_load(in1_ptr[i]);"), "{half}");
+    assert!(half.contains("const ox_half* in1_ptr") && half.contains("const float v1_2 = i2 < n ? (float)ox_load(in1_ptr[i2])"), "{half}");
     // Operands that are not plain names keep their precedence.
-    assert!(kernel_for("square", DType::F64).contains("v0 * v0"));
+    assert!(kernel_for("square", DType::F64).contains("v0_1 * v0_1"));
+    // Every load of a pass comes before its first store (in-place operators read each element
+    // in the thread that writes it).
+    let load = plus.rfind("ox_load(in0_ptr").unwrap();
+    assert!(load < plus.find("ox_store(out_ptr").unwrap(), "{plus}");
     let (_, _, add) = elementwise_operators().into_iter().find(|(name, ..)| *name == "broadcast_add").unwrap();
     let broadcast = broadcast_kernel("ox_broadcast_add_int64", &add, DType::I64);
     assert!(broadcast.contains("ox_broadcast shape)") && broadcast.contains("ox_load(in1_ptr[rhs])"), "{broadcast}");
@@ -160,6 +164,18 @@ fn data_movement_kernels_compile_for_every_dtype() {
     for dtype in DType::ALL {
         names.push(format!("ox_fill_{}", dtype.name()));
         source.push_str(&fill_kernel(names.last().unwrap(), dtype));
+        for log in [false, true] {
+            names.push(format!("ox_softmax_{log}_{}", dtype.name()));
+            source.push_str(&softmax_kernel(names.last().unwrap(), dtype, log));
+            names.push(format!("ox_softmax_backward_{log}_{}", dtype.name()));
+            source.push_str(&softmax_backward_kernel(names.last().unwrap(), dtype, log));
+        }
+        for (index, backward) in [(DType::F32, false), (DType::I64, true)] {
+            names.push(format!("ox_pick_{backward}_{}", dtype.name()));
+            source.push_str(&pick_kernel(names.last().unwrap(), dtype, index, backward));
+        }
+        names.push(format!("ox_dropout_{}", dtype.name()));
+        source.push_str(&dropout_kernel(names.last().unwrap(), dtype));
         names.push(format!("ox_scale_{}", dtype.name()));
         source.push_str(&scale_kernel(names.last().unwrap(), dtype));
         names.push(format!("ox_add_row_{}", dtype.name()));
