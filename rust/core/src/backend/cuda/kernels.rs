@@ -6,7 +6,7 @@ use std::ffi::c_void;
 use std::hash::{Hash, Hasher};
 
 use super::device::Gpu;
-use super::kernel_source::{self, broadcast_kernel, elementwise_kernel, reduce_kernel, REDUCE_THREADS};
+use super::kernel_source::{self, broadcast_kernel, elementwise_kernel, elementwise_vector_kernel, reduce_kernel, REDUCE_THREADS};
 use crate::base::{DType, Shape};
 use crate::error::Result;
 use crate::op::{Elementwise, Reduction, Tensor};
@@ -86,6 +86,13 @@ pub fn elementwise(gpu: &Gpu, op: &Elementwise, inputs: &[Tensor], output: &Tens
     }
     let identity = (&op.cuda_expr, op.scalar.is_some(), inputs.len());
     match shape.as_mut() {
+        None if addresses.iter().all(|&a| a % (4 * dtype.size() as u64) == 0) => {
+            let blocks = gpu.blocks_for(n.div_ceil(4), THREADS);
+            let name = kernel_name("map4", identity, dtype);
+            // SAFETY: as below, and every address is aligned to the four-element accesses of
+            // `elementwise_vector_kernel`, which reads and writes only below n.
+            unsafe { gpu.launch(&name, || elementwise_vector_kernel(&name, op, inputs.len(), dtype), blocks, THREADS, &mut params) }
+        }
         None => {
             let blocks = gpu.blocks_for(n.div_ceil(kernel_source::ELEMENTS_PER_THREAD), THREADS);
             let name = kernel_name("map", identity, dtype);

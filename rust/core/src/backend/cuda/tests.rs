@@ -3,8 +3,8 @@
 //! generated kernel never waits for a GPU machine.
 
 use super::kernel_source::{
-    add_row_kernel, broadcast_kernel, cast_kernel, dropout_kernel, elementwise_kernel, fill_kernel, fused_kernel, kernel_name, pick_kernel,
-    reduce_kernel, scale_kernel, softmax_backward_kernel, softmax_kernel, strided_copy_kernel, PRELUDE,
+    add_row_kernel, broadcast_kernel, cast_kernel, dropout_kernel, elementwise_kernel, elementwise_vector_kernel, fill_kernel, fused_kernel,
+    kernel_name, pick_kernel, reduce_kernel, scale_kernel, softmax_backward_kernel, softmax_kernel, strided_copy_kernel, PRELUDE,
 };
 use super::nvrtc;
 use crate::base::{DType, Shape};
@@ -120,6 +120,8 @@ fn every_generated_kernel_compiles_with_nvrtc() {
         for (name, inputs, elementwise) in &operators {
             names.push(kernel_name(name, dtype));
             source.push_str(&elementwise_kernel(names.last().unwrap(), elementwise, *inputs, dtype));
+            names.push(kernel_name(&format!("{name}_vector"), dtype));
+            source.push_str(&elementwise_vector_kernel(names.last().unwrap(), elementwise, *inputs, dtype));
             if name.starts_with("broadcast_") {
                 names.push(kernel_name(&format!("{name}_strided"), dtype));
                 source.push_str(&broadcast_kernel(names.last().unwrap(), elementwise, dtype));
