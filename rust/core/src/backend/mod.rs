@@ -7,6 +7,28 @@ use crate::error::Error;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 
+/// A build without the CUDA backend has no GPU: this type has no values, so host code that
+/// hands work to a GPU compiles in both builds and is unreachable in this one.
+#[cfg(not(feature = "cuda"))]
+pub enum Gpu {}
+
+#[cfg(not(feature = "cuda"))]
+impl Gpu {
+    /// # Safety
+    /// Never callable: no `Gpu` exists in this build.
+    pub unsafe fn copy_from_host(&self, _dst: *mut u8, _bytes: &[u8]) -> Result<(), Error> {
+        match *self {}
+    }
+    /// # Safety
+    /// Never callable: no `Gpu` exists in this build.
+    pub unsafe fn copy_to_host(&self, _dst: &mut [u8], _src: *const u8) -> Result<(), Error> {
+        match *self {}
+    }
+    pub fn synchronize(&self) -> Result<(), Error> {
+        match *self {}
+    }
+}
+
 /// Number of usable CUDA devices; 0 when the driver library is absent or reports none.
 pub fn num_gpus() -> usize {
     #[cfg(feature = "cuda")]

@@ -284,7 +284,7 @@ fn device_copy(ctx: Context, work: impl FnOnce(&crate::backend::cuda::Gpu) -> Re
 }
 
 #[cfg(not(feature = "cuda"))]
-fn device_copy<F>(ctx: Context, _work: F) -> Result<()> {
+fn device_copy(ctx: Context, _work: impl FnOnce(&crate::backend::Gpu) -> Result<()>) -> Result<()> {
     Err(crate::backend::gpu_unavailable(ctx))
 }
 

@@ -39,7 +39,9 @@ struct Create {
     dtype: DType,
     ctx: Option<Context>,
     value: Generator,
-    /// The value of every element, for zeros, ones and full (filled on the device directly).
+    /// The value of every element, for zeros, ones and full (filled on the device directly;
+    /// read by GPU kernels only).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     constant: Option<f64>,
     random: bool,
     /// Invalid distribution parameters of a sampler. As in MXNet they are reported when the op

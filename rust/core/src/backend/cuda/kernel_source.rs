@@ -356,9 +356,9 @@ pub fn add_row_kernel(name: &str, dtype: DType) -> String {
 }
 
 /// A strided copy over an index space of up to `OX_MAX_DIMS` dims (`ox_strided`, by value):
-/// element `i` of the space goes from `src_base + sum(idx * src_strides)` to `dst_base + sum(idx
-/// * dst_strides)`. Elements move as unsigned integers of their width, so one kernel per element
-/// size serves every dtype.
+/// element `i` of the space goes from `src_base + sum(idx * src_strides)` to
+/// `dst_base + sum(idx * dst_strides)`. Elements move as unsigned integers of their width, so one
+/// kernel per element size serves every dtype.
 pub fn strided_copy_kernel(name: &str, element_bytes: usize) -> String {
     let word = match element_bytes {
         1 => "unsigned char",

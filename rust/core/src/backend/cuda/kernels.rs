@@ -227,7 +227,7 @@ pub fn add_to_rows(gpu: &Gpu, row: &Tensor, output: &Tensor, cols: usize) -> Res
     if n == 0 || cols == 0 {
         return Ok(());
     }
-    if row.dtype != output.dtype || row.size() != cols || n % cols != 0 {
+    if row.dtype != output.dtype || row.size() != cols || !n.is_multiple_of(cols) {
         crate::bail!(Shape, "cannot add a row of {} {} to the rows of {} {} with {cols} columns", row.shape, row.dtype, output.shape, output.dtype);
     }
     let dtype = output.dtype;
