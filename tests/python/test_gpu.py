@@ -195,3 +195,32 @@ def test_gluon_training_on_the_gpu_matches_the_cpu():
         histories.append(losses)
     assert histories[0][-1] < histories[0][0]
     assert_almost_equal(np.array(histories[1]), np.array(histories[0]), rtol=1e-4, atol=1e-5)
+
+
+def test_cnn_training_with_convolution_and_pooling_on_the_gpu_matches_the_cpu():
+    from oxnet import autograd, gluon
+
+    rng = np.random.RandomState(5)
+    images, labels = rng.randn(12, 3, 12, 12).astype(np.float32), (np.arange(12) % 5).astype(np.float32)
+    histories = []
+    for ctx in (mx.cpu(), mx.gpu(0)):
+        mx.random.seed(8)
+        net = gluon.nn.HybridSequential()
+        net.add(gluon.nn.Conv2D(8, kernel_size=3, padding=1, activation="relu"), gluon.nn.MaxPool2D(pool_size=2),
+                gluon.nn.Conv2D(12, kernel_size=3, strides=2, groups=4, use_bias=False), gluon.nn.AvgPool2D(pool_size=2, strides=1),
+                gluon.nn.Flatten(), gluon.nn.Dense(5))
+        net.initialize(mx.init.Xavier(), ctx=ctx)
+        net.hybridize()
+        trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": 0.01})
+        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+        x, y = mx.nd.array(images, ctx=ctx), mx.nd.array(labels, ctx=ctx)
+        losses = []
+        for _ in range(4):
+            with autograd.record():
+                loss = loss_fn(net(x), y)
+            loss.backward()
+            trainer.step(12)
+            losses.append(loss.mean().asscalar())
+        histories.append(losses)
+    assert histories[0][-1] < histories[0][0]
+    assert_almost_equal(np.array(histories[1]), np.array(histories[0]), rtol=1e-4, atol=1e-5)

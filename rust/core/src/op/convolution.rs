@@ -733,6 +733,42 @@ impl Operator for Convolution {
         });
         Ok(())
     }
+    /// im2col of a chunk of images per group, then one strided-batched GEMM per group and
+    /// chunk (the group's weight shared by the batch), then the bias.
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        use crate::backend::cuda::kernels::{add_bias, columns, elements_from, Columns};
+        let g = self.p.geometry("Convolution", &inputs[0].shape)?;
+        let (x, w, out) = (&inputs[0], &inputs[1], &outputs[0]);
+        let gpu_geometry = g.on_gpu();
+        let columns_buffer = GpuColumns::new(gpu, &g, x.dtype)?;
+        let (fg, rows, outs) = (g.filters / g.groups, g.col_rows(), g.output_size());
+        for images in columns_buffer.chunks(g.batch) {
+            // SAFETY (the views below): offsets of whole images and groups inside x, w and out.
+            let first = unsafe { elements_from(x, images.start * g.channels * g.input_size()) };
+            for group in 0..g.groups {
+                columns(gpu, Columns::FromImages, &gpu_geometry, group * g.channels / g.groups, images.len(), &first, &columns_buffer.tensor)?;
+                let product = crate::backend::cuda::blas::Gemm {
+                    m: fg,
+                    n: outs,
+                    k: rows,
+                    batch: images.len(),
+                    transpose_a: false,
+                    transpose_b: false,
+                    alpha: 1.0,
+                    beta: 0.0,
+                    strides: Some([0, rows * outs, g.filters * outs]),
+                };
+                let (weight, response) =
+                    unsafe { (elements_from(w, group * fg * rows), elements_from(out, (images.start * g.filters + group * fg) * outs)) };
+                crate::backend::cuda::blas::gemm(gpu, &product, &weight, &columns_buffer.tensor, &response)?;
+            }
+        }
+        match inputs.get(2) {
+            Some(bias) => add_bias(gpu, bias, out, g.filters, outs),
+            None => Ok(()),
+        }
+    }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, w, g) = (d.input(0), d.input(1), d.out_grad(0));
         let mut attrs = self.p.attrs();
@@ -866,6 +902,109 @@ impl Operator for ConvolutionBackward {
             channel_sums(gv, g.filters, g.output_size(), dbv);
         });
         Ok(())
+    }
+    /// Per chunk and group: im2col of x, the weight gradient image by image (accumulated by
+    /// cuBLAS with beta = 1), then the column gradient W^T dy as one batched GEMM and its
+    /// adjoint im2col into dx. The bias gradient is a reduction of dy.
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        use crate::backend::cuda::blas::{gemm, Gemm};
+        use crate::backend::cuda::kernels::{columns, elements_from, fill, reduce, Columns};
+        let (dy, x, w) = (&inputs[0], &inputs[1], &inputs[2]);
+        let g = self.p.geometry("Convolution", &x.shape)?;
+        let (dx, dw, db) = (&outputs[0], &outputs[1], &outputs[2]);
+        let gpu_geometry = g.on_gpu();
+        let buffer = GpuColumns::new(gpu, &g, x.dtype)?;
+        let (fg, rows, outs) = (g.filters / g.groups, g.col_rows(), g.output_size());
+        if g.batch == 0 {
+            fill(gpu, dw, 0.0)?;
+        }
+        if !self.data_grad {
+            fill(gpu, dx, 0.0)?;
+        }
+        let plain = Gemm { m: 0, n: 0, k: 0, batch: 1, transpose_a: false, transpose_b: false, alpha: 1.0, beta: 0.0, strides: None };
+        for images in buffer.chunks(g.batch) {
+            // SAFETY (the views below): offsets of whole images, groups and matrices inside x,
+            // dx, dy, w, dw and the column buffer.
+            let (x_first, dx_first) = unsafe {
+                (elements_from(x, images.start * g.channels * g.input_size()), elements_from(dx, images.start * g.channels * g.input_size()))
+            };
+            for group in 0..g.groups {
+                let first_channel = group * g.channels / g.groups;
+                columns(gpu, Columns::FromImages, &gpu_geometry, first_channel, images.len(), &x_first, &buffer.tensor)?;
+                let weight_grad = unsafe { elements_from(dw, group * fg * rows) };
+                for (i, image) in images.clone().enumerate() {
+                    let product = Gemm { m: fg, n: rows, k: outs, transpose_b: true, beta: if image == 0 { 0.0 } else { 1.0 }, ..plain };
+                    let (grad, col) =
+                        unsafe { (elements_from(dy, (image * g.filters + group * fg) * outs), elements_from(&buffer.tensor, i * rows * outs)) };
+                    gemm(gpu, &product, &grad, &col, &weight_grad)?;
+                }
+                if self.data_grad {
+                    let product = Gemm {
+                        m: rows,
+                        n: outs,
+                        k: fg,
+                        batch: images.len(),
+                        transpose_a: true,
+                        strides: Some([0, g.filters * outs, rows * outs]),
+                        ..plain
+                    };
+                    let (weight, grad) =
+                        unsafe { (elements_from(w, group * fg * rows), elements_from(dy, (images.start * g.filters + group * fg) * outs)) };
+                    gemm(gpu, &product, &weight, &grad, &buffer.tensor)?;
+                    columns(gpu, Columns::IntoImages, &gpu_geometry, first_channel, images.len(), &dx_first, &buffer.tensor)?;
+                }
+            }
+        }
+        // SAFETY: dy viewed as (batch, filters, outputs), the layout it has.
+        let grad = unsafe { Tensor::new(dy.raw(), Shape::new(vec![g.batch, g.filters, outs]), dy.dtype) };
+        reduce(gpu, &super::reduce::CUDA_SUM, &[true, false, true], &grad, db)
+    }
+}
+
+/// The column matrices of a chunk of images in device memory, sized to stay within a budget.
+#[cfg(feature = "cuda")]
+struct GpuColumns {
+    /// Kept alive while the stream may still use it: the pool reuses a block only for work
+    /// enqueued later on the same stream, so dropping it after enqueueing is safe.
+    _block: crate::storage::Buffer,
+    tensor: Tensor,
+    images_per_chunk: usize,
+}
+
+#[cfg(feature = "cuda")]
+impl GpuColumns {
+    /// Column memory of at most this many bytes (or one image's, if larger).
+    const BUDGET_BYTES: usize = 256 << 20;
+
+    fn new(gpu: &crate::backend::cuda::Gpu, g: &Geometry, dtype: DType) -> Result<GpuColumns> {
+        let per_image = (g.col_rows() * g.output_size()).max(1);
+        let images_per_chunk = (Self::BUDGET_BYTES / (per_image * dtype.size())).clamp(1, g.batch.max(1));
+        let elements = per_image * images_per_chunk;
+        let block = crate::storage::alloc(gpu.context(), elements * dtype.size())?;
+        // SAFETY: the block holds `elements` elements of dtype and lives as long as the tensor.
+        let tensor = unsafe { Tensor::new(block.as_ptr(), Shape::new(vec![elements]), dtype) };
+        Ok(GpuColumns { _block: block, tensor, images_per_chunk })
+    }
+
+    fn chunks(&self, batch: usize) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+        (0..batch).step_by(self.images_per_chunk).map(move |start| start..(start + self.images_per_chunk).min(batch))
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl Geometry {
+    fn on_gpu(&self) -> crate::backend::cuda::kernels::ConvGeometry {
+        crate::backend::cuda::kernels::ConvGeometry {
+            input: self.input,
+            kernel: self.kernel,
+            stride: self.stride,
+            dilate: self.dilate,
+            pad: self.pad,
+            output: self.output,
+            channels: self.channels,
+            group_channels: self.channels / self.groups,
+        }
     }
 }
 

@@ -58,6 +58,7 @@ impl Mat {
             transpose_b: other.transposed(),
             alpha: 1.0,
             beta: 0.0,
+            strides: None,
         }
     }
 }
@@ -759,7 +760,7 @@ impl Operator for FullyConnected {
         let gemm = Mat::stored(rows, features, false).gemm(&Mat::stored(hidden, features, true), 1);
         crate::backend::cuda::blas::gemm(gpu, &gemm, &inputs[0], &inputs[1], &outputs[0])?;
         match inputs.get(2) {
-            Some(bias) => crate::backend::cuda::kernels::add_to_rows(gpu, bias, &outputs[0], hidden),
+            Some(bias) => crate::backend::cuda::kernels::add_bias(gpu, bias, &outputs[0], hidden, 1),
             None => Ok(()),
         }
     }

@@ -407,6 +407,11 @@ impl Operator for Pooling {
         });
         Ok(())
     }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (geometry, kind) = self.on_gpu(&inputs[0].shape)?;
+        crate::backend::cuda::kernels::pool(gpu, &geometry, kind, &inputs[0], &outputs[0])
+    }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, y, g) = (d.input(0), d.output(0), d.out_grad(0));
         Ok(vec![Some(d.op("_backward_Pooling", &self.attrs(), &[&g, &x, &y])?)])
@@ -447,6 +452,23 @@ fn pool_plane<T: Elem>(w: &Window, kind: PoolType, include_pad: bool, x: &[T], y
 }
 
 impl Pooling {
+    /// The window and reduction as the GPU kernels take them (channels-first layouts only).
+    #[cfg(feature = "cuda")]
+    fn on_gpu(&self, data: &Shape) -> Result<(crate::backend::cuda::kernels::PoolGeometry, crate::backend::cuda::kernels::PoolKind)> {
+        use crate::backend::cuda::kernels::{PoolGeometry, PoolKind};
+        let w = self.window(data)?;
+        if w.channels_last.is_some() {
+            crate::bail!(Device, "Pooling: channels-last layouts have no GPU kernel yet (use NCHW-style layouts on GPUs)");
+        }
+        let kind = match self.kind {
+            PoolType::Max => PoolKind::Max,
+            PoolType::Avg => PoolKind::Avg { include_pad: self.include_pad() },
+            PoolType::Sum => PoolKind::Sum,
+            PoolType::Lp(p) => PoolKind::Lp(p),
+        };
+        Ok((PoolGeometry { input: w.input, kernel: w.kernel, stride: w.stride, pad: w.pad, output: w.output }, kind))
+    }
+
     fn attrs(&self) -> Vec<(&'static str, String)> {
         let p = &self.p;
         let flag = |b: bool| if b { "True" } else { "False" }.to_string();
@@ -531,6 +553,11 @@ impl Operator for PoolingBackward {
             });
         });
         Ok(())
+    }
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        let (geometry, kind) = self.pool.on_gpu(&inputs[1].shape)?;
+        crate::backend::cuda::kernels::pool_backward(gpu, &geometry, kind, &inputs[0], &inputs[1], &inputs[2], &outputs[0])
     }
 }
 

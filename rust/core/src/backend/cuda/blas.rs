@@ -61,7 +61,7 @@ fn handle(gpu: &Gpu) -> Result<MutexGuard<'_, Blas>> {
 }
 
 /// `c[b] = alpha * op(a[b]) * op(b[b]) + beta * c[b]` for `batch` row-major matrices: `op(a)` is
-/// `m x k`, `op(b)` is `k x n`, `c` is `m x n`; each operand's matrices follow one another.
+/// `m x k`, `op(b)` is `k x n`, `c` is `m x n`.
 #[derive(Clone, Copy, Debug)]
 pub struct Gemm {
     pub m: usize,
@@ -72,6 +72,9 @@ pub struct Gemm {
     pub transpose_b: bool,
     pub alpha: f64,
     pub beta: f64,
+    /// Elements between consecutive matrices of a, b and c (None: packed one after another; a
+    /// stride of 0 uses one matrix for the whole batch).
+    pub strides: Option<[usize; 3]>,
 }
 
 fn allow_tf32() -> bool {
@@ -86,7 +89,9 @@ pub fn gemm(gpu: &Gpu, gemm: &Gemm, a: &Tensor, b: &Tensor, c: &Tensor) -> Resul
         crate::bail!(Type, "a GPU matrix product needs operands of one dtype, got {}, {} and {}", a.dtype, b.dtype, dtype);
     }
     let Gemm { m, n, k, batch, .. } = *gemm;
-    if a.size() < batch * m * k || b.size() < batch * k * n || c.size() < batch * m * n {
+    let [stride_a, stride_b, stride_c] = gemm.strides.unwrap_or([m * k, k * n, m * n]);
+    let needed = |stride: usize, matrix: usize| if batch == 0 { 0 } else { stride * (batch - 1) + matrix };
+    if a.size() < needed(stride_a, m * k) || b.size() < needed(stride_b, k * n) || c.size() < needed(stride_c, m * n) {
         crate::bail!(
             Shape,
             "GPU matrix product of {batch} x ({m} x {k}) by ({k} x {n}): operands of {}, {} and {} elements are too small",
@@ -121,8 +126,8 @@ pub fn gemm(gpu: &Gpu, gemm: &Gemm, a: &Tensor, b: &Tensor, c: &Tensor) -> Resul
     let ld_b = if gemm.transpose_b { k } else { n };
     let blas = handle(gpu)?;
     gpu.bind()?;
-    // SAFETY: the three addresses are device arrays of at least batch * (m*k, k*n, m*n)
-    // elements of `dtype` (checked above), held by the calling engine op until the stream has
+    // SAFETY: the three addresses are device arrays that hold every matrix of the batch at
+    // its stride, of `dtype` (checked above), held by the calling engine op until the stream has
     // run the product; the scalars outlive the call, which reads them before returning (host
     // pointer mode).
     unsafe {
@@ -137,16 +142,16 @@ pub fn gemm(gpu: &Gpu, gemm: &Gemm, a: &Tensor, b: &Tensor, c: &Tensor) -> Resul
             b.raw() as *const c_void,
             data_type,
             int(ld_b)?,
-            (k * n) as i64,
+            stride_b as i64,
             a.raw() as *const c_void,
             data_type,
             int(ld_a)?,
-            (m * k) as i64,
+            stride_a as i64,
             beta_ptr,
             c.raw() as *mut c_void,
             data_type,
             int(n)?,
-            (m * n) as i64,
+            stride_c as i64,
             int(batch)?,
             compute,
             sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,

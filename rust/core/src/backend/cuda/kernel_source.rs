@@ -342,17 +342,19 @@ pub fn cast_kernel(name: &str, from: DType, to: DType) -> String {
     grid_stride_kernel(name, &params, "", "", "ox_load(in0_ptr[i])")
 }
 
-/// `out[i] += row[i % cols]` over `n` elements: a bias added to every row of a matrix.
-pub fn add_row_kernel(name: &str, dtype: DType) -> String {
+/// `out[i] += bias[(i / inner) % channels]` over `n` elements: a bias per channel, for outputs
+/// laid out (..., channels, inner) (FullyConnected: inner = 1; convolution: the spatial size).
+pub fn add_bias_kernel(name: &str, dtype: DType) -> String {
     let storage = storage_type(dtype);
     let compute = compute_type(dtype, true);
     let params = [
-        format!("const {storage}* row_ptr"),
+        format!("const {storage}* bias_ptr"),
         format!("{storage}* out_ptr"),
         "unsigned long long n".to_string(),
-        "unsigned long long cols".to_string(),
+        "unsigned long long channels".to_string(),
+        "unsigned long long inner".to_string(),
     ];
-    grid_stride_kernel(name, &params, "", "", &format!("({compute})ox_load(out_ptr[i]) + ({compute})ox_load(row_ptr[i % cols])"))
+    grid_stride_kernel(name, &params, "", "", &format!("({compute})ox_load(out_ptr[i]) + ({compute})ox_load(bias_ptr[(i / inner) % channels])"))
 }
 
 /// A strided copy over an index space of up to `OX_MAX_DIMS` dims (`ox_strided`, by value):
@@ -578,6 +580,233 @@ pub fn dropout_kernel(name: &str, dtype: DType) -> String {
         const unsigned long long draw = (unsigned long long)ox_offset(i, shape.dims, shape.lhs_strides, shape.ndim);
         ox_store(mask + i, ox_uniform(seed, draw) >= p ? scale : 0.0);
         ox_store(out + i, (double)ox_load(x[i]) * (double)ox_load(mask[i]));
+    }}
+}}
+"#
+    )
+}
+
+/// The prelude of the pooling kernels: the window geometry (three spatial axes, leading ones of
+/// size 1 for 1-D and 2-D pooling), the kind (0 max, 1 avg, 2 sum, 3 lp) and the clipped window
+/// of an output position along one axis (as the CPU's `span`).
+const POOL_PRELUDE: &str = r#"
+struct ox_pool {
+    long long input[3];
+    long long kernel[3];
+    long long stride[3];
+    long long pad[3];
+    long long output[3];
+    int kind;
+    int include_pad;
+    int p;
+};
+__device__ __forceinline__ void ox_span(long long o, int a, const ox_pool& w, long long* s, long long* e, long long* padded) {
+    const long long start = o * w.stride[a] - w.pad[a];
+    const long long end = min(start + w.kernel[a], w.input[a] + w.pad[a]);
+    *padded = max(end - start, 0LL);
+    const long long first = max(start, 0LL);
+    *s = first;
+    *e = max(min(max(end, 0LL), w.input[a]), first);
+}
+"#;
+
+/// Pooling forward (NCHW-like layouts): one thread per output element, each reducing its
+/// window in double as the CPU does (max keeps NaN, avg divides by the padded or the clipped
+/// window size, lp is (sum |x|^p)^(1/p)). Parameters: x, y, outputs, `ox_pool` by value.
+pub fn pool_kernel(name: &str, dtype: DType) -> String {
+    let storage = storage_type(dtype);
+    format!(
+        r#"{POOL_PRELUDE}
+extern "C" __global__ void {name}(const {storage}* x, {storage}* y, unsigned long long total, ox_pool w) {{
+    const long long outs = w.output[0] * w.output[1] * w.output[2];
+    const long long plane = w.input[0] * w.input[1] * w.input[2];
+    const unsigned long long stride = (unsigned long long)blockDim.x * gridDim.x;
+    for (unsigned long long idx = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {{
+        const long long pl = (long long)idx / outs, o = (long long)idx % outs;
+        const long long ow = o % w.output[2], oh = (o / w.output[2]) % w.output[1], od = o / (w.output[2] * w.output[1]);
+        long long d0, d1, dn, h0, h1, hn, w0, w1, wn;
+        ox_span(od, 0, w, &d0, &d1, &dn);
+        ox_span(oh, 1, w, &h0, &h1, &hn);
+        ox_span(ow, 2, w, &w0, &w1, &wn);
+        const {storage}* xp = x + pl * plane;
+        double acc = w.kind == 0 ? -__longlong_as_double(0x7ff0000000000000LL) : 0.0;
+        for (long long d = d0; d < d1; ++d)
+            for (long long h = h0; h < h1; ++h)
+                for (long long c = w0; c < w1; ++c) {{
+                    const double v = (double)ox_load(xp[(d * w.input[1] + h) * w.input[2] + c]);
+                    if (w.kind == 0) {{
+                        if (v > acc || isnan(v)) acc = v;
+                    }} else if (w.kind == 3) {{
+                        acc += pow(fabs(v), (double)w.p);
+                    }} else {{
+                        acc += v;
+                    }}
+                }}
+        if (w.kind == 1) {{
+            const long long count = w.include_pad ? dn * hn * wn : (d1 - d0) * (h1 - h0) * (w1 - w0);
+            acc /= (double)max(count, 1LL);
+        }} else if (w.kind == 3) {{
+            acc = pow(acc, 1.0 / w.p);
+        }}
+        ox_store(y + idx, acc);
+    }}
+}}
+"#
+    )
+}
+
+/// Pooling backward without atomics: one thread per input element gathers the gradient of
+/// every window that covers it (max: only where it is the window's first maximum, as on the
+/// CPU). Parameters: g, x, y, dx, inputs, `ox_pool` by value.
+pub fn pool_backward_kernel(name: &str, dtype: DType) -> String {
+    let storage = storage_type(dtype);
+    format!(
+        r#"{POOL_PRELUDE}
+__device__ __forceinline__ void ox_covering(long long c, int a, const ox_pool& w, long long* lo, long long* hi) {{
+    const long long low = c + w.pad[a] - w.kernel[a];
+    *lo = low < 0 ? 0 : low / w.stride[a] + 1;
+    *hi = min((c + w.pad[a]) / w.stride[a], w.output[a] - 1);
+}}
+extern "C" __global__ void {name}(const {storage}* g, const {storage}* x, const {storage}* y, {storage}* dx, unsigned long long total, ox_pool w) {{
+    const long long outs = w.output[0] * w.output[1] * w.output[2];
+    const long long plane = w.input[0] * w.input[1] * w.input[2];
+    const unsigned long long stride = (unsigned long long)blockDim.x * gridDim.x;
+    for (unsigned long long idx = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {{
+        const long long pl = (long long)idx / plane, i = (long long)idx % plane;
+        const long long xw = i % w.input[2], xh = (i / w.input[2]) % w.input[1], xd = i / (w.input[2] * w.input[1]);
+        const {storage}* xp = x + pl * plane;
+        const double xi = (double)ox_load(xp[i]);
+        long long od0, od1, oh0, oh1, ow0, ow1;
+        ox_covering(xd, 0, w, &od0, &od1);
+        ox_covering(xh, 1, w, &oh0, &oh1);
+        ox_covering(xw, 2, w, &ow0, &ow1);
+        double acc = 0.0;
+        for (long long od = od0; od <= od1; ++od)
+            for (long long oh = oh0; oh <= oh1; ++oh)
+                for (long long ow = ow0; ow <= ow1; ++ow) {{
+                    const long long o = pl * outs + (od * w.output[1] + oh) * w.output[2] + ow;
+                    const double go = (double)ox_load(g[o]), yo = (double)ox_load(y[o]);
+                    long long d0, d1, dn, h0, h1, hn, w0, w1, wn;
+                    ox_span(od, 0, w, &d0, &d1, &dn);
+                    ox_span(oh, 1, w, &h0, &h1, &hn);
+                    ox_span(ow, 2, w, &w0, &w1, &wn);
+                    if (w.kind == 0) {{
+                        long long first = -1;
+                        for (long long d = d0; d < d1 && first < 0; ++d)
+                            for (long long h = h0; h < h1 && first < 0; ++h)
+                                for (long long c = w0; c < w1; ++c) {{
+                                    const long long at = (d * w.input[1] + h) * w.input[2] + c;
+                                    const double v = (double)ox_load(xp[at]);
+                                    if (v == yo || (isnan(v) && isnan(yo))) {{
+                                        first = at;
+                                        break;
+                                    }}
+                                }}
+                        if (first == i) acc += go;
+                    }} else if (w.kind == 2) {{
+                        acc += go;
+                    }} else if (w.kind == 1) {{
+                        const long long count = w.include_pad ? dn * hn * wn : (d1 - d0) * (h1 - h0) * (w1 - w0);
+                        acc += go / (double)max(count, 1LL);
+                    }} else if (yo != 0.0) {{
+                        acc += go * pow(fabs(xi) / yo, (double)(w.p - 1)) * copysign(1.0, xi);
+                    }}
+                }}
+        ox_store(dx + idx, acc);
+    }}
+}}
+"#
+    )
+}
+
+/// The prelude of the convolution kernels: the geometry over three spatial axes (leading ones of
+/// size 1 for 1-D and 2-D convolution), the input's channel count, the channels of one group and
+/// the group's first channel.
+const CONV_PRELUDE: &str = r#"
+struct ox_conv {
+    long long input[3];
+    long long kernel[3];
+    long long stride[3];
+    long long dilate[3];
+    long long pad[3];
+    long long output[3];
+    long long channels;
+    long long group_channels;
+    long long first_channel;
+};
+"#;
+
+/// im2col of one group for `images` consecutive images: column matrix row `c * K + k` (channel
+/// `c` of the group, kernel offset `k`), column `o` (output position) holds the input element
+/// that offset `k` of output `o`'s window reads, 0 in the padding. The images' matrices follow
+/// one another. Parameters: x (the first image), col, images, `ox_conv` by value.
+pub fn im2col_kernel(name: &str, dtype: DType) -> String {
+    let storage = storage_type(dtype);
+    format!(
+        r#"{CONV_PRELUDE}
+extern "C" __global__ void {name}(const {storage}* x, {storage}* col, unsigned long long images, ox_conv g) {{
+    const long long K = g.kernel[0] * g.kernel[1] * g.kernel[2];
+    const long long outs = g.output[0] * g.output[1] * g.output[2];
+    const long long plane = g.input[0] * g.input[1] * g.input[2];
+    const unsigned long long total = images * (unsigned long long)(g.group_channels * K * outs);
+    const unsigned long long stride = (unsigned long long)blockDim.x * gridDim.x;
+    for (unsigned long long idx = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {{
+        const long long o = (long long)(idx % (unsigned long long)outs);
+        const long long row = (long long)((idx / (unsigned long long)outs) % (unsigned long long)(g.group_channels * K));
+        const long long b = (long long)(idx / (unsigned long long)(g.group_channels * K * outs));
+        const long long c = row / K, k = row % K;
+        const long long kw = k % g.kernel[2], kh = (k / g.kernel[2]) % g.kernel[1], kd = k / (g.kernel[2] * g.kernel[1]);
+        const long long ow = o % g.output[2], oh = (o / g.output[2]) % g.output[1], od = o / (g.output[2] * g.output[1]);
+        const long long id = od * g.stride[0] - g.pad[0] + kd * g.dilate[0];
+        const long long ih = oh * g.stride[1] - g.pad[1] + kh * g.dilate[1];
+        const long long iw = ow * g.stride[2] - g.pad[2] + kw * g.dilate[2];
+        const bool inside = id >= 0 && id < g.input[0] && ih >= 0 && ih < g.input[1] && iw >= 0 && iw < g.input[2];
+        if (inside) {{
+            col[idx] = x[(b * g.channels + g.first_channel + c) * plane + (id * g.input[1] + ih) * g.input[2] + iw];
+        }} else {{
+            ox_store(col + idx, 0.0);
+        }}
+    }}
+}}
+"#
+    )
+}
+
+/// The adjoint of [`im2col_kernel`] without atomics: each input element of the group sums the
+/// column entries that read it, in double, and is written (not accumulated). Parameters: col,
+/// dx (the first image), images, `ox_conv` by value.
+pub fn col2im_kernel(name: &str, dtype: DType) -> String {
+    let storage = storage_type(dtype);
+    format!(
+        r#"{CONV_PRELUDE}
+extern "C" __global__ void {name}(const {storage}* col, {storage}* dx, unsigned long long images, ox_conv g) {{
+    const long long K = g.kernel[0] * g.kernel[1] * g.kernel[2];
+    const long long outs = g.output[0] * g.output[1] * g.output[2];
+    const long long plane = g.input[0] * g.input[1] * g.input[2];
+    const unsigned long long total = images * (unsigned long long)(g.group_channels * plane);
+    const unsigned long long stride = (unsigned long long)blockDim.x * gridDim.x;
+    for (unsigned long long idx = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {{
+        const long long i = (long long)(idx % (unsigned long long)plane);
+        const long long c = (long long)((idx / (unsigned long long)plane) % (unsigned long long)g.group_channels);
+        const long long b = (long long)(idx / (unsigned long long)(g.group_channels * plane));
+        const long long iw = i % g.input[2], ih = (i / g.input[2]) % g.input[1], id = i / (g.input[2] * g.input[1]);
+        double acc = 0.0;
+        for (long long kd = 0; kd < g.kernel[0]; ++kd) {{
+            const long long nd = id + g.pad[0] - kd * g.dilate[0];
+            if (nd < 0 || nd % g.stride[0] != 0 || nd / g.stride[0] >= g.output[0]) continue;
+            for (long long kh = 0; kh < g.kernel[1]; ++kh) {{
+                const long long nh = ih + g.pad[1] - kh * g.dilate[1];
+                if (nh < 0 || nh % g.stride[1] != 0 || nh / g.stride[1] >= g.output[1]) continue;
+                for (long long kw = 0; kw < g.kernel[2]; ++kw) {{
+                    const long long nw = iw + g.pad[2] - kw * g.dilate[2];
+                    if (nw < 0 || nw % g.stride[2] != 0 || nw / g.stride[2] >= g.output[2]) continue;
+                    const long long k = (kd * g.kernel[1] + kh) * g.kernel[2] + kw;
+                    const long long o = (nd / g.stride[0] * g.output[1] + nh / g.stride[1]) * g.output[2] + nw / g.stride[2];
+                    acc += (double)ox_load(col[((b * g.group_channels + c) * K + k) * outs + o]);
+                }}
+            }}
+        }}
+        ox_store(dx + (b * g.channels + g.first_channel + c) * plane + i, acc);
     }}
 }}
 "#

@@ -221,22 +221,30 @@ pub fn cast(gpu: &Gpu, input: &Tensor, output: &Tensor) -> Result<()> {
     unsafe { gpu.launch(&name, || kernel_source::cast_kernel(&name, input.dtype, output.dtype), gpu.blocks_for(n, THREADS), THREADS, &mut params) }
 }
 
-/// Add the `cols` elements of `row` to every row of `output` (a matrix of that many columns).
-pub fn add_to_rows(gpu: &Gpu, row: &Tensor, output: &Tensor, cols: usize) -> Result<()> {
+/// Add `bias[c]` to every element of channel `c` of `output`, laid out (..., channels, inner).
+pub fn add_bias(gpu: &Gpu, bias: &Tensor, output: &Tensor, channels: usize, inner: usize) -> Result<()> {
     let n = output.size();
-    if n == 0 || cols == 0 {
+    if n == 0 || channels == 0 || inner == 0 {
         return Ok(());
     }
-    if row.dtype != output.dtype || row.size() != cols || !n.is_multiple_of(cols) {
-        crate::bail!(Shape, "cannot add a row of {} {} to the rows of {} {} with {cols} columns", row.shape, row.dtype, output.shape, output.dtype);
+    if bias.dtype != output.dtype || bias.size() != channels || !n.is_multiple_of(channels * inner) {
+        crate::bail!(
+            Shape,
+            "cannot add a bias of {} {} per channel to {} {} ({channels} channels of {inner})",
+            bias.shape,
+            bias.dtype,
+            output.shape,
+            output.dtype
+        );
     }
     let dtype = output.dtype;
-    let (mut source, mut target, mut count, mut width) = (row.raw() as u64, output.raw() as u64, n as u64, cols as u64);
-    let mut params = [param(&mut source), param(&mut target), param(&mut count), param(&mut width)];
-    let name = format!("ox_add_row_{}", dtype.name());
-    // SAFETY: the parameters follow `add_row_kernel`'s signature; sizes were checked above and
+    let (mut source, mut target, mut count, mut width, mut stride) =
+        (bias.raw() as u64, output.raw() as u64, n as u64, channels as u64, inner as u64);
+    let mut params = [param(&mut source), param(&mut target), param(&mut count), param(&mut width), param(&mut stride)];
+    let name = format!("ox_add_bias_{}", dtype.name());
+    // SAFETY: the parameters follow `add_bias_kernel`'s signature; sizes were checked above and
     // the engine holds both arrays' vars.
-    unsafe { gpu.launch(&name, || kernel_source::add_row_kernel(&name, dtype), gpu.blocks_for(n, THREADS), THREADS, &mut params) }
+    unsafe { gpu.launch(&name, || kernel_source::add_bias_kernel(&name, dtype), gpu.blocks_for(n, THREADS), THREADS, &mut params) }
 }
 
 /// `ox_strided` of [`kernel_source::strided_copy_kernel`] (same field order and C layout).
@@ -461,4 +469,202 @@ pub fn dropout(gpu: &Gpu, seed: u64, p: f64, scale: f64, shared: &Shape, input: 
     // SAFETY: the parameters follow `dropout_kernel`'s signature; input, output and mask hold n
     // elements each and the engine holds their vars.
     unsafe { gpu.launch(&name, || kernel_source::dropout_kernel(&name, dtype), gpu.blocks_for(n, THREADS), THREADS, &mut params) }
+}
+
+/// How a pooling window is reduced (the kind codes of [`kernel_source::pool_kernel`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolKind {
+    Max,
+    Avg { include_pad: bool },
+    Sum,
+    Lp(i32),
+}
+
+/// A pooling problem over planes of three spatial axes (leading axes of size 1 for 1-D and 2-D
+/// pooling).
+#[derive(Clone, Copy, Debug)]
+pub struct PoolGeometry {
+    pub input: [usize; 3],
+    pub kernel: [usize; 3],
+    pub stride: [usize; 3],
+    pub pad: [usize; 3],
+    pub output: [usize; 3],
+}
+
+/// `ox_pool` of the pooling kernels (same field order and C layout).
+#[repr(C)]
+struct PoolShape {
+    input: [i64; 3],
+    kernel: [i64; 3],
+    stride: [i64; 3],
+    pad: [i64; 3],
+    output: [i64; 3],
+    kind: i32,
+    include_pad: i32,
+    p: i32,
+}
+
+impl PoolShape {
+    fn new(g: &PoolGeometry, kind: PoolKind) -> PoolShape {
+        let wide = |v: [usize; 3]| v.map(|x| x as i64);
+        let (code, include_pad, p) = match kind {
+            PoolKind::Max => (0, 0, 0),
+            PoolKind::Avg { include_pad } => (1, i32::from(include_pad), 0),
+            PoolKind::Sum => (2, 0, 0),
+            PoolKind::Lp(p) => (3, 0, p),
+        };
+        PoolShape {
+            input: wide(g.input),
+            kernel: wide(g.kernel),
+            stride: wide(g.stride),
+            pad: wide(g.pad),
+            output: wide(g.output),
+            kind: code,
+            include_pad,
+            p,
+        }
+    }
+}
+
+/// Pool every plane of `x` (planes of `geometry.input` elements, one after another) into `y`.
+pub fn pool(gpu: &Gpu, geometry: &PoolGeometry, kind: PoolKind, x: &Tensor, y: &Tensor) -> Result<()> {
+    let total = y.size();
+    if total == 0 {
+        return Ok(());
+    }
+    let mut shape = PoolShape::new(geometry, kind);
+    let dtype = x.dtype;
+    let (mut source, mut target, mut count) = (x.raw() as u64, y.raw() as u64, total as u64);
+    let mut params = [param(&mut source), param(&mut target), param(&mut count), param(&mut shape)];
+    let name = format!("ox_pool_{}", dtype.name());
+    // SAFETY: the parameters follow `pool_kernel`'s signature; x holds planes of the input
+    // geometry and y the same planes of the output geometry (the operator's shape inference
+    // derived both); the engine holds both vars.
+    unsafe { gpu.launch(&name, || kernel_source::pool_kernel(&name, dtype), gpu.blocks_for(total, THREADS), THREADS, &mut params) }
+}
+
+/// The pooling gradient into `dx` from the output gradient `g`, the input `x` and output `y`.
+pub fn pool_backward(gpu: &Gpu, geometry: &PoolGeometry, kind: PoolKind, g: &Tensor, x: &Tensor, y: &Tensor, dx: &Tensor) -> Result<()> {
+    let total = dx.size();
+    if total == 0 {
+        return Ok(());
+    }
+    let mut shape = PoolShape::new(geometry, kind);
+    let dtype = x.dtype;
+    let (mut grad, mut data, mut out, mut target, mut count) = (g.raw() as u64, x.raw() as u64, y.raw() as u64, dx.raw() as u64, total as u64);
+    let mut params = [param(&mut grad), param(&mut data), param(&mut out), param(&mut target), param(&mut count), param(&mut shape)];
+    let name = format!("ox_pool_backward_{}", dtype.name());
+    // SAFETY: as for `pool`, with `pool_backward_kernel`'s signature; g and y have the output's
+    // planes, x and dx the input's.
+    unsafe { gpu.launch(&name, || kernel_source::pool_backward_kernel(&name, dtype), gpu.blocks_for(total, THREADS), THREADS, &mut params) }
+}
+
+/// A convolution's geometry as the GPU kernels take it: three spatial axes (leading ones of size
+/// 1), the input's channels and the channels of one group.
+#[derive(Clone, Copy, Debug)]
+pub struct ConvGeometry {
+    pub input: [usize; 3],
+    pub kernel: [usize; 3],
+    pub stride: [usize; 3],
+    pub dilate: [usize; 3],
+    pub pad: [usize; 3],
+    pub output: [usize; 3],
+    pub channels: usize,
+    pub group_channels: usize,
+}
+
+/// `ox_conv` of the convolution kernels (same field order and C layout).
+#[repr(C)]
+struct ConvShape {
+    input: [i64; 3],
+    kernel: [i64; 3],
+    stride: [i64; 3],
+    dilate: [i64; 3],
+    pad: [i64; 3],
+    output: [i64; 3],
+    channels: i64,
+    group_channels: i64,
+    first_channel: i64,
+}
+
+impl ConvShape {
+    fn new(g: &ConvGeometry, first_channel: usize) -> ConvShape {
+        let wide = |v: [usize; 3]| v.map(|x| x as i64);
+        ConvShape {
+            input: wide(g.input),
+            kernel: wide(g.kernel),
+            stride: wide(g.stride),
+            dilate: wide(g.dilate),
+            pad: wide(g.pad),
+            output: wide(g.output),
+            channels: g.channels as i64,
+            group_channels: g.group_channels as i64,
+            first_channel: first_channel as i64,
+        }
+    }
+}
+
+/// Which of the two column-matrix kernels runs: im2col (x to col) or its adjoint (col to dx).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Columns {
+    FromImages,
+    IntoImages,
+}
+
+/// im2col (or col2im) of the group starting at `first_channel`, for `images` images starting
+/// at `images_at` (the first image of the chunk) and `col` holding their column matrices.
+pub fn columns(
+    gpu: &Gpu,
+    direction: Columns,
+    geometry: &ConvGeometry,
+    first_channel: usize,
+    images: usize,
+    images_at: &Tensor,
+    col: &Tensor,
+) -> Result<()> {
+    let per_image = geometry.group_channels * geometry.kernel.iter().product::<usize>() * geometry.output.iter().product::<usize>();
+    let plane: usize = geometry.input.iter().product();
+    if images == 0 || per_image == 0 || plane == 0 {
+        return Ok(());
+    }
+    if col.size() < images * per_image || images_at.size() < images * geometry.channels * plane || col.dtype != images_at.dtype {
+        crate::bail!(
+            Shape,
+            "convolution columns: {images} images do not fit {} {} and {} {}",
+            images_at.shape,
+            images_at.dtype,
+            col.shape,
+            col.dtype
+        );
+    }
+    let mut shape = ConvShape::new(geometry, first_channel);
+    let dtype = col.dtype;
+    let (mut from, mut to) = match direction {
+        Columns::FromImages => (images_at.raw() as u64, col.raw() as u64),
+        Columns::IntoImages => (col.raw() as u64, images_at.raw() as u64),
+    };
+    let mut count = images as u64;
+    let mut params = [param(&mut from), param(&mut to), param(&mut count), param(&mut shape)];
+    let (family, threads_over) = match direction {
+        Columns::FromImages => ("im2col", images * per_image),
+        Columns::IntoImages => ("col2im", images * geometry.group_channels * plane),
+    };
+    let name = format!("ox_{family}_{}", dtype.name());
+    let source = || match direction {
+        Columns::FromImages => kernel_source::im2col_kernel(&name, dtype),
+        Columns::IntoImages => kernel_source::col2im_kernel(&name, dtype),
+    };
+    // SAFETY: the parameters follow the kernel's signature; both arrays hold the images'
+    // elements (checked above) and the calling op holds their vars.
+    unsafe { gpu.launch(&name, source, gpu.blocks_for(threads_over, THREADS), THREADS, &mut params) }
+}
+
+/// The elements of `t` from element `offset` on, as a tensor of their own.
+///
+/// # Safety
+/// `offset` must not exceed `t.size()`; the view is valid as long as `t`'s memory is.
+pub unsafe fn elements_from(t: &Tensor, offset: usize) -> Tensor {
+    debug_assert!(offset <= t.size());
+    // SAFETY: the caller's contract keeps the address inside (or one past) t's memory.
+    unsafe { Tensor::new(t.raw().add(offset * t.dtype.size()), Shape::new(vec![t.size() - offset]), t.dtype) }
 }

@@ -3,8 +3,9 @@
 //! generated kernel never waits for a GPU machine.
 
 use super::kernel_source::{
-    add_row_kernel, broadcast_kernel, cast_kernel, dropout_kernel, elementwise_kernel, elementwise_vector_kernel, fill_kernel, fused_kernel,
-    kernel_name, pick_kernel, reduce_kernel, scale_kernel, softmax_backward_kernel, softmax_kernel, strided_copy_kernel, PRELUDE,
+    add_bias_kernel, broadcast_kernel, cast_kernel, col2im_kernel, dropout_kernel, elementwise_kernel, elementwise_vector_kernel, fill_kernel,
+    fused_kernel, im2col_kernel, kernel_name, pick_kernel, pool_backward_kernel, pool_kernel, reduce_kernel, scale_kernel, softmax_backward_kernel,
+    softmax_kernel, strided_copy_kernel, PRELUDE,
 };
 use super::nvrtc;
 use crate::base::{DType, Shape};
@@ -180,8 +181,8 @@ fn data_movement_kernels_compile_for_every_dtype() {
         source.push_str(&dropout_kernel(names.last().unwrap(), dtype));
         names.push(format!("ox_scale_{}", dtype.name()));
         source.push_str(&scale_kernel(names.last().unwrap(), dtype));
-        names.push(format!("ox_add_row_{}", dtype.name()));
-        source.push_str(&add_row_kernel(names.last().unwrap(), dtype));
+        names.push(format!("ox_add_bias_{}", dtype.name()));
+        source.push_str(&add_bias_kernel(names.last().unwrap(), dtype));
         for to in DType::ALL.into_iter().filter(|&to| to != dtype) {
             names.push(format!("ox_cast_{}_{}", dtype.name(), to.name()));
             source.push_str(&cast_kernel(names.last().unwrap(), dtype, to));
@@ -196,5 +197,25 @@ fn data_movement_kernels_compile_for_every_dtype() {
         let name = format!("ox_strided_copy_{bytes}");
         let ptx = nvrtc::compile_uncached(&name, &format!("{PRELUDE}{}", strided_copy_kernel(&name, bytes))).unwrap_or_else(|e| panic!("{e}"));
         assert!(ptx.to_src().contains(&format!(".entry {name}(")));
+    }
+}
+
+#[test]
+fn pooling_and_convolution_kernels_compile_for_every_dtype() {
+    if let Err(e) = nvrtc::available() {
+        eprintln!("skipped, NVRTC not loadable here: {e}");
+        return;
+    }
+    // Each of these kernels carries its own geometry struct, so each compiles alone.
+    for dtype in DType::ALL {
+        for (name, source) in [
+            ("ox_pool", pool_kernel("ox_pool", dtype)),
+            ("ox_pool_backward", pool_backward_kernel("ox_pool_backward", dtype)),
+            ("ox_im2col", im2col_kernel("ox_im2col", dtype)),
+            ("ox_col2im", col2im_kernel("ox_col2im", dtype)),
+        ] {
+            let ptx = nvrtc::compile_uncached(name, &format!("{PRELUDE}{source}")).unwrap_or_else(|e| panic!("{e}"));
+            assert!(ptx.to_src().contains(&format!(".entry {name}(")));
+        }
     }
 }
