@@ -170,57 +170,54 @@ def test_dropout_draws_the_cpu_mask_on_the_gpu():
     assert (cpu[1] == cpu[1][:1]).all(), "axes=(0,) shares one mask row"
 
 
-def test_gluon_training_on_the_gpu_matches_the_cpu():
+def _train_on_cpu_and_gpu(layers, optimizer, options, features, labels, steps):
+    """The mean loss after each of `steps` Gluon steps of the network `layers()` builds, trained
+    from the same seed on the CPU and on the GPU: (cpu losses, gpu losses)."""
     from oxnet import autograd, gluon
 
-    rng = np.random.RandomState(0)
-    features, labels = rng.randn(32, 8).astype(np.float32), (np.arange(32) % 4).astype(np.float32)
     histories = []
     for ctx in (mx.cpu(), mx.gpu(0)):
         mx.random.seed(3)
         net = gluon.nn.HybridSequential()
-        net.add(gluon.nn.Dense(16, activation="relu"), gluon.nn.Dropout(0.3), gluon.nn.Dense(4))
+        net.add(*layers())
         net.initialize(mx.init.Xavier(), ctx=ctx)
         net.hybridize()
-        trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9})
+        trainer = gluon.Trainer(net.collect_params(), optimizer, options)
         loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
         x, y = mx.nd.array(features, ctx=ctx), mx.nd.array(labels, ctx=ctx)
         losses = []
-        for _ in range(5):
+        for _ in range(steps):
             with autograd.record():
                 loss = loss_fn(net(x), y)
             loss.backward()
-            trainer.step(32)
+            trainer.step(len(features))
             losses.append(loss.mean().asscalar())
-        histories.append(losses)
-    assert histories[0][-1] < histories[0][0]
-    assert_almost_equal(np.array(histories[1]), np.array(histories[0]), rtol=1e-4, atol=1e-5)
+        histories.append(np.array(losses))
+    return histories
+
+
+def test_gluon_training_on_the_gpu_matches_the_cpu():
+    from oxnet.gluon import nn
+
+    rng = np.random.RandomState(0)
+    features, labels = rng.randn(32, 8).astype(np.float32), (np.arange(32) % 4).astype(np.float32)
+    cpu, gpu = _train_on_cpu_and_gpu(lambda: [nn.Dense(16, activation="relu"), nn.Dropout(0.3), nn.Dense(4)],
+                                     "sgd", {"learning_rate": 0.1, "momentum": 0.9}, features, labels, steps=5)
+    assert cpu[-1] < cpu[0]
+    assert_almost_equal(gpu, cpu, rtol=1e-4, atol=1e-5)
 
 
 def test_cnn_training_with_convolution_and_pooling_on_the_gpu_matches_the_cpu():
-    from oxnet import autograd, gluon
+    from oxnet.gluon import nn
 
     rng = np.random.RandomState(5)
     images, labels = rng.randn(12, 3, 12, 12).astype(np.float32), (np.arange(12) % 5).astype(np.float32)
-    histories = []
-    for ctx in (mx.cpu(), mx.gpu(0)):
-        mx.random.seed(8)
-        net = gluon.nn.HybridSequential()
-        net.add(gluon.nn.Conv2D(8, kernel_size=3, padding=1, activation="relu"), gluon.nn.MaxPool2D(pool_size=2),
-                gluon.nn.Conv2D(12, kernel_size=3, strides=2, groups=4, use_bias=False), gluon.nn.AvgPool2D(pool_size=2, strides=1),
-                gluon.nn.Flatten(), gluon.nn.Dense(5))
-        net.initialize(mx.init.Xavier(), ctx=ctx)
-        net.hybridize()
-        trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": 0.01})
-        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-        x, y = mx.nd.array(images, ctx=ctx), mx.nd.array(labels, ctx=ctx)
-        losses = []
-        for _ in range(4):
-            with autograd.record():
-                loss = loss_fn(net(x), y)
-            loss.backward()
-            trainer.step(12)
-            losses.append(loss.mean().asscalar())
-        histories.append(losses)
-    assert histories[0][-1] < histories[0][0]
-    assert_almost_equal(np.array(histories[1]), np.array(histories[0]), rtol=1e-4, atol=1e-5)
+
+    def layers():
+        return [nn.Conv2D(8, kernel_size=3, padding=1, activation="relu"), nn.MaxPool2D(pool_size=2),
+                nn.Conv2D(12, kernel_size=3, strides=2, groups=4, use_bias=False), nn.AvgPool2D(pool_size=2, strides=1),
+                nn.Flatten(), nn.Dense(5)]
+
+    cpu, gpu = _train_on_cpu_and_gpu(layers, "adam", {"learning_rate": 0.01}, images, labels, steps=4)
+    assert cpu[-1] < cpu[0]
+    assert_almost_equal(gpu, cpu, rtol=1e-4, atol=1e-5)
