@@ -145,13 +145,8 @@ fn validate(operator: &dyn Operator, inputs: &[NDArray], default_ctx: Context) -
         }
         None => operator.context().unwrap_or(default_ctx),
     };
-    if !ctx.is_host() {
-        // The device must exist (and open) before work is queued for it.
-        #[cfg(feature = "cuda")]
-        crate::backend::cuda::gpu(ctx)?;
-        #[cfg(not(feature = "cuda"))]
-        return Err(crate::backend::gpu_unavailable(ctx));
-    }
+    // The device must exist (and open) before work is queued for it.
+    crate::backend::check_device(ctx)?;
     Ok(ctx)
 }
 
@@ -322,6 +317,8 @@ pub fn copy(src: &NDArray, dst: &NDArray, site: Site) -> Result<()> {
     if src.same_data(dst) && src.dtype() == dst.dtype() {
         return Ok(());
     }
+    crate::backend::check_device(src.context())?;
+    crate::backend::check_device(dst.context())?;
     // Host memory of every flavour (cpu, cpu_pinned, cpu(1)) is one space to the host kernels.
     let one_space = src.context() == dst.context() || (src.context().is_host() && dst.context().is_host());
     if src.same_chunk(dst) || (!one_space && src.dtype() != dst.dtype()) {

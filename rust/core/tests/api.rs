@@ -265,3 +265,25 @@ fn example_predict_digits_reaches_the_python_models_accuracy() -> Result<()> {
     assert!(accuracy >= 0.97, "accuracy {accuracy}");
     Ok(())
 }
+
+/// Written once for every device: on a machine without a GPU the GPU half reports why it skips,
+/// and asking for a GPU array is a Device error rather than a crash.
+#[test]
+fn arrays_move_between_devices_and_compute_on_each() -> Result<()> {
+    let host = NDArray::from_slice(&[1f32, -2., 3., -4., 5., -6.], [2, 3], cpu())?;
+    let gpu = Context::gpu(0);
+    if oxnet::backend::num_gpus() == 0 {
+        let e = host.to_context(gpu).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Device);
+        assert!(e.message.contains("gpu(0)") && e.message.contains("no GPU"), "{}", e.message);
+        eprintln!("skipped the GPU half: no GPU");
+        return Ok(());
+    }
+    let on_gpu = host.to_context(gpu)?;
+    assert_eq!(on_gpu.context(), gpu);
+    let row = NDArray::from_slice(&[10f32, 20., 30.], [3], gpu)?;
+    let y = ((&on_gpu * &row)? + 1.0)?.sum_all()?;
+    assert_eq!(y.context(), gpu);
+    assert_eq!(y.to_context(cpu())?.to_vec::<f32>()?, [(10. - 40. + 90. - 40. + 100. - 180.) + 6.]);
+    Ok(())
+}

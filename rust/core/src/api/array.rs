@@ -68,6 +68,24 @@ impl NDArray {
         call1("_copy", &[self], &crate::op::params::NoParams)
     }
 
+    /// The array on `ctx` (MXNet's `as_in_context`): itself when it is there already, else a copy
+    /// that the engine orders after pending writes of this array.
+    ///
+    /// ```
+    /// # use oxnet::{Context, NDArray};
+    /// let x = NDArray::from_slice(&[1f32, 2.], [2], Context::cpu(0))?;
+    /// assert_eq!(x.to_context(Context::cpu(0))?.to_vec::<f32>()?, [1., 2.]);
+    /// # Ok::<(), oxnet::Error>(())
+    /// ```
+    pub fn to_context(&self, ctx: Context) -> Result<NDArray> {
+        if self.context() == ctx {
+            return Ok(self.clone());
+        }
+        let copy = NDArray::empty(self.shape().clone(), self.dtype(), ctx)?;
+        crate::imperative::copy(self, &copy, None)?;
+        Ok(copy)
+    }
+
     /// The same elements seen with another shape of the same size, sharing memory (writes
     /// through either are seen by both). Under [`crate::record`] the view is recorded, so
     /// gradients flow through it.

@@ -62,6 +62,14 @@ fn device(ctx: Context) -> Result<std::convert::Infallible, Error> {
     Err(gpu_unavailable(ctx))
 }
 
+/// Ok when work can be placed on `ctx`: host memory always, a GPU when it exists and opens.
+pub fn check_device(ctx: Context) -> Result<(), Error> {
+    if ctx.is_host() {
+        return Ok(());
+    }
+    device(ctx).map(|_| ())
+}
+
 /// Statistics of a GPU's memory pool (bytes held by live arrays, cached, hits, misses, peak).
 pub fn gpu_pool_stats(ctx: Context) -> Result<crate::storage::PoolStats, Error> {
     #[cfg(feature = "cuda")]
