@@ -635,8 +635,19 @@ fn layer_norm_matches_reference() {
     assert_close("LayerNorm", &read(&got), &want, 1e-5);
 }
 
+/// The generator is process-wide and tests in this binary run on parallel threads: a test
+/// that seeds it and expects reproducible draws holds this lock, as does every test that draws,
+/// so that no draw lands between its seed and its samples.
+static GLOBAL_GENERATOR: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn hold_generator() -> std::sync::MutexGuard<'static, ()> {
+    // A test that failed while holding the lock poisons it; the generator itself is still sound.
+    GLOBAL_GENERATOR.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[test]
 fn dropout_is_the_identity_for_inference_and_scales_kept_values_in_training() {
+    let _generator = hold_generator();
     let x = NDArray::ones([100, 100], DType::F32, cpu()).unwrap();
     assert_close("Dropout inference", &read(&nn::dropout(&x, DropoutParams::new()).unwrap()), &[1.0; 10_000], 0.0);
     let dropped = {
@@ -758,6 +769,7 @@ fn creation_and_sampling() {
     assert_eq!(NDArray::full([2], 2.5, DType::F32, cpu()).unwrap().to_vec::<f32>().unwrap(), [2.5; 2]);
     assert_close("arange", &read(&ops::arange(ArangeParams::new(1.0).stop(Some(3.0)).step(0.5)).unwrap()), &[1.0, 1.5, 2.0, 2.5], 0.0);
 
+    let _generator = hold_generator();
     oxnet::random::seed(3);
     let shape = vec![20_000i64];
     let uniform = read(&ops::random_uniform(UniformParams::new().low(-1.0).high(3.0).shape(shape.clone())).unwrap());
