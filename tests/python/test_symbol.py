@@ -474,3 +474,83 @@ def test_broadcast_like_along_chosen_axes():
     like = mx.sym.broadcast_like(lhs, mx.sym.var("rhs"), lhs_axes=(0,), rhs_axes=(1,))
     out = like.eval(lhs=mx.nd.array([[1.0, 2.0]]), rhs=mx.nd.zeros((4, 3)))[0]
     np.testing.assert_allclose(out.asnumpy(), [[1.0, 2.0]] * 3)
+
+
+def _conv_bn_relu(data, layers):
+    """Convolution -> BatchNorm -> relu layers (kwargs of each convolution), as model zoos write them."""
+    h = data
+    for i, conv in enumerate(layers):
+        h = mx.sym.Convolution(h, name="conv%d" % i, **conv)
+        h = mx.sym.BatchNorm(h, fix_gamma=False, eps=1e-5, name="bn%d" % i)
+        h = mx.sym.Activation(h, act_type="relu", name="relu%d" % i)
+    return h
+
+
+_FOLDED_CHAINS = [
+    # (layers, data shape): the im2col, shifted, 1x1 and depthwise strategies, with and without
+    # bias, one image (the products on all threads) and a batch (images spread over threads).
+    ([dict(kernel=(3, 3), num_filter=8, pad=(1, 1), stride=(2, 2))], (1, 3, 15, 15)),
+    ([dict(kernel=(3, 3), num_filter=32, pad=(1, 1), no_bias=True),
+      dict(kernel=(1, 1), num_filter=16)], (5, 32, 12, 12)),
+    ([dict(kernel=(3, 3), num_filter=16, num_group=16, pad=(1, 1), no_bias=True),
+      dict(kernel=(3, 3), num_filter=16, num_group=16, stride=(2, 2))], (3, 16, 10, 10)),
+    ([dict(kernel=(3,), num_filter=4, pad=(1,))], (4, 2, 9)),
+]
+
+
+def _bind_with_values(sym, shape, grad_req="null"):
+    rng = np.random.RandomState(0)
+    exe = sym.simple_bind(mx.cpu(), grad_req=grad_req, data=shape)
+    for name, array in list(exe.arg_dict.items()) + list(exe.aux_dict.items()):
+        low = 0.5 if "var" in name or "gamma" in name else -1.0
+        array[:] = rng.uniform(low, 1.5, array.shape)
+    return exe
+
+
+@pytest.mark.parametrize("layers,shape", _FOLDED_CHAINS)
+def test_convolution_batchnorm_relu_fold_at_inference(monkeypatch, layers, shape):
+    """An inference executor folds each Convolution -> BatchNorm -> relu chain into the
+    convolution: the values are those of the three operators run one by one."""
+    sym = _conv_bn_relu(mx.sym.var("data"), layers)
+    folded = _bind_with_values(sym, shape)
+    folded.forward(is_train=False)
+    monkeypatch.setenv("MXNET_USE_FUSION", "0")
+    plain = _bind_with_values(sym, shape)
+    plain.forward(is_train=False)
+    np.testing.assert_allclose(folded.outputs[0].asnumpy(), plain.outputs[0].asnumpy(), rtol=1e-5, atol=1e-5)
+    assert (folded.outputs[0].asnumpy() == 0).any(), "the relu clipped something"
+    # Only the chain's output is planned: the convolution's and BatchNorm's values never exist.
+    assert folded.planned_bytes < plain.planned_bytes
+
+
+def test_folded_convolution_in_training_mode_keeps_batchnorm_semantics(monkeypatch):
+    """forward(is_train=True) on an inference executor: batch statistics and moving statistics
+    updated, exactly as the unfolded operators."""
+    sym = _conv_bn_relu(mx.sym.var("data"), [dict(kernel=(3, 3), num_filter=6, pad=(1, 1))])
+    runs = []
+    for fusion in ("1", "0"):
+        monkeypatch.setenv("MXNET_USE_FUSION", fusion)
+        exe = _bind_with_values(sym, (4, 3, 8, 8))
+        exe.forward(is_train=True)
+        runs.append((exe.outputs[0].asnumpy(), exe.aux_dict["bn0_moving_mean"].asnumpy(), exe.aux_dict["bn0_moving_var"].asnumpy()))
+    for folded, plain in zip(*runs):
+        np.testing.assert_allclose(folded, plain, rtol=1e-5, atol=1e-6)
+
+
+def test_hybridized_inference_folds_and_matches_imperative():
+    """A hybridized Gluon network at inference (the model-zoo layout: conv, BN, relu, a residual
+    add) gives the imperative network's values; recording gradients runs the unfolded graph."""
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Conv2D(8, 3, padding=1, use_bias=False), mx.gluon.nn.BatchNorm(), mx.gluon.nn.Activation("relu"),
+            mx.gluon.nn.Conv2D(8, 3, padding=1), mx.gluon.nn.BatchNorm(), mx.gluon.nn.GlobalAvgPool2D())
+    net.initialize(mx.init.Xavier())
+    x = mx.nd.array(np.random.RandomState(1).uniform(-1, 1, (2, 4, 9, 9)))
+    with mx.autograd.record():
+        net(x)  # moves the moving statistics away from their initial values
+    eager = net(x).asnumpy()
+    net.hybridize(static_alloc=True, static_shape=True)
+    np.testing.assert_allclose(net(x).asnumpy(), eager, rtol=1e-5, atol=1e-6)
+    with mx.autograd.record():
+        y = net(x)
+    y.backward()
+    assert net[0].weight.grad().abs().sum().asscalar() > 0

@@ -17,8 +17,9 @@ use crate::graph::{address, node_key, topo_order, AddressMap, AddressSet, Entry,
 use crate::imperative;
 use crate::ndarray::NDArray;
 use crate::op::Attrs;
-use crate::pass::fuse::{fuse_elementwise, fusion_enabled};
+use crate::pass::fuse::fusion_enabled;
 use crate::pass::gradient::{self, SymbolGradient};
+use crate::pass::inference_graph;
 use crate::pass::{cse, infer, mirror};
 use crate::symbol::Symbol;
 
@@ -122,10 +123,12 @@ impl BoundExecutor {
         } else {
             None
         };
-        // An inference-only executor runs element-wise chains fused (a training one keeps the
-        // chain's values, which its gradients read).
+        // An inference-only executor runs convolution and element-wise chains fused (a training
+        // one keeps the chains' values, which its gradients read); convolutions fold only where
+        // every node runs on the host.
+        let fold_convolutions = ctx.is_host() && group2ctx.is_empty();
         let forward_outputs = match &plan {
-            None if fusion_enabled() => fuse_elementwise(&symbol.outputs, &forward_shapes, &forward_types),
+            None if fusion_enabled() => inference_graph(&symbol.outputs, &forward_shapes, &forward_types, fold_convolutions)?,
             _ => symbol.outputs.clone(),
         };
         let forward_steps: Vec<Arc<Node>> = topo_order(&forward_outputs, |_| false).into_iter().filter(|n| !n.is_variable()).collect();

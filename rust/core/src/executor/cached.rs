@@ -23,8 +23,9 @@ use crate::graph::{address, node_key, topo_order, AddressMap, AddressSet, Entry,
 use crate::ndarray::NDArray;
 use crate::op::grad::{Grad, InputGrads};
 use crate::op::{Attrs, ExecContext, Operator, Tensor};
-use crate::pass::fuse::{fuse_elementwise, fusion_enabled};
+use crate::pass::fuse::fusion_enabled;
 use crate::pass::gradient::SymbolGradient;
+use crate::pass::inference_graph;
 use crate::pass::{cse, infer, mirror};
 use crate::symbol::Symbol;
 
@@ -239,7 +240,7 @@ impl Graph {
         let outputs = &self.symbol.outputs;
         let forward_shapes = infer::infer_shapes(outputs, &|n: &Node| given.get(&address(n)).map(|g| g.0.clone()))?;
         let forward_types = infer::infer_types(outputs, &|n: &Node| given.get(&address(n)).map(|g| g.1))?;
-        let mut targets = if key.fused { fuse_elementwise(outputs, &forward_shapes, &forward_types) } else { outputs.clone() };
+        let mut targets = if key.fused { inference_graph(outputs, &forward_shapes, &forward_types, key.ctx.is_host())? } else { outputs.clone() };
         let visible: AddressSet<EntryKey> = targets.iter().map(Entry::key).collect();
         let forward_nodes: Vec<Arc<Node>> = topo_order(&targets, |_| false).into_iter().filter(|n| !n.is_variable()).collect();
 

@@ -6,6 +6,7 @@
 //! Spatial work is done in three dimensions: 1-D and 2-D problems get leading axes of size one,
 //! so one set of loops serves every rank.
 
+use super::conv_epilogue::Epilogue;
 use super::conv_shifted::{Shifted, ShiftedBuffers, ShiftedLayout, Uses};
 use super::grad::{tuple_attr, Grad, InputGrads};
 use super::linalg::{matmul_into, Mat};
@@ -614,6 +615,56 @@ pub(super) fn channel_sums<T: Elem>(images: &[T], channels: usize, plane: usize,
     sums.iter_mut().zip(&acc).for_each(|(v, &a)| *v = T::from_f64(a));
 }
 
+/// `Convolution`'s parameters' shapes for data of geometry `g`: (data, weight, bias if any).
+pub(super) fn check_parameter_shapes(g: &Geometry, inputs: &[Shape]) -> Result<()> {
+    let weight = g.weight_shape();
+    if inputs[1] != weight {
+        crate::bail!(Shape, "Convolution: weight has shape {}, expected {weight} for data {}", inputs[1], inputs[0]);
+    }
+    if let Some(bias) = inputs.get(2) {
+        if bias.ndim() != 1 || bias[0] != g.filters {
+            crate::bail!(Shape, "Convolution: bias has shape {bias}, expected ({},)", g.filters);
+        }
+    }
+    Ok(())
+}
+
+/// `out = weight * x` for geometry `g`, with `epilogue` applied to each chunk of images as it
+/// is done (float32 only; any other dtype takes the identity).
+pub(super) fn convolve(g: &Geometry, x: &Tensor, weight: &Tensor, out: &Tensor, epilogue: &Epilogue) -> Result<()> {
+    if x.dtype != DType::F32 && !epilogue.is_identity() {
+        crate::bail!(Type, "Convolution: a fused epilogue needs float32 data, got {:?}", x.dtype);
+    }
+    if x.dtype == DType::F32 && stencil::suits_depthwise(g) {
+        // SAFETY: inputs are read-only here; the output is this op's alone.
+        let (xv, wv, outv) = unsafe { (x.slice::<f32>(), weight.slice::<f32>(), out.slice_mut::<f32>()) };
+        return stencil::depthwise_correlate(g, xv, wv, epilogue, outv);
+    }
+    let outs = g.output_size();
+    let (products, plan) = ImageProducts::planned(g, x.dtype, weight.raw());
+    crate::dispatch_dtype!(x.dtype, T => {
+        // SAFETY: the input is read-only here; chunks write disjoint images of the output.
+        let xv = unsafe { x.slice::<T>() };
+        let op = SendPtr(out.raw());
+        plan.run(|mine| {
+            let mut buf = products.buffers::<T>(Uses { correlate: true, scatter: false, weight_grad: false })?;
+            for images in mine.iter().cloned() {
+                let response = op.get() as *mut T;
+                // SAFETY: this chunk's images of the output are written by this task alone.
+                unsafe { products.correlate(images.clone(), xv, response, &mut buf) };
+                if x.dtype == DType::F32 {
+                    let block = images.len() * g.filters * outs;
+                    // SAFETY: as above; the dtype is float32.
+                    let region = unsafe { std::slice::from_raw_parts_mut(response.add(images.start * g.filters * outs) as *mut f32, block) };
+                    epilogue.apply_images(region, g.filters, outs, products.threads);
+                }
+            }
+            Ok(())
+        })?;
+    });
+    Ok(())
+}
+
 struct Convolution {
     p: ConvolutionParams,
 }
@@ -689,48 +740,21 @@ impl Operator for Convolution {
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         let g = self.p.geometry("Convolution", &inputs[0])?;
-        let weight = g.weight_shape();
-        if inputs[1] != weight {
-            crate::bail!(Shape, "Convolution: weight has shape {}, expected {weight} for data {}", inputs[1], inputs[0]);
-        }
-        if let Some(bias) = inputs.get(2) {
-            if bias.ndim() != 1 || bias[0] != g.filters {
-                crate::bail!(Shape, "Convolution: bias has shape {bias}, expected ({},)", g.filters);
-            }
-        }
+        check_parameter_shapes(&g, inputs)?;
         Ok(vec![g.output_shape()])
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let g = self.p.geometry("Convolution", &inputs[0].shape)?;
-        let (x, out) = (&inputs[0], &outputs[0]);
-        if x.dtype == DType::F32 && stencil::suits_depthwise(&g) {
-            // SAFETY: inputs are read-only here; the output is this op's alone.
-            let (xv, wv, bias, outv) =
-                unsafe { (x.slice::<f32>(), inputs[1].slice::<f32>(), inputs.get(2).map(|b| b.slice::<f32>()), out.slice_mut::<f32>()) };
-            return stencil::depthwise_correlate(&g, xv, wv, bias, outv);
+        if inputs[0].dtype == DType::F32 {
+            return convolve(&g, &inputs[0], &inputs[1], &outputs[0], &Epilogue::with_bias(inputs.get(2))?);
         }
-        let outs = g.output_size();
-        let (products, plan) = ImageProducts::planned(&g, x.dtype, inputs[1].raw());
-        crate::dispatch_dtype!(x.dtype, T => {
-            // SAFETY: the input is read-only here; chunks write disjoint images of the output.
-            let xv = unsafe { x.slice::<T>() };
-            let op = SendPtr(out.raw());
-            let bias = inputs.get(2).map(|b| unsafe { b.slice::<T>() });
-            plan.run(|mine| {
-                let mut buf = products.buffers::<T>(Uses { correlate: true, scatter: false, weight_grad: false })?;
-                for images in mine.iter().cloned() {
-                    let response = op.get() as *mut T;
-                    // SAFETY: this chunk's images of the output are written by this task alone.
-                    unsafe { products.correlate(images.clone(), xv, response, &mut buf) };
-                    if let Some(bias) = bias {
-                        let block = images.len() * g.filters * outs;
-                        let region = unsafe { std::slice::from_raw_parts_mut(response.add(images.start * g.filters * outs), block) };
-                        add_channel_bias(region, bias, outs);
-                    }
-                }
-                Ok(())
-            })?;
-        });
+        convolve(&g, &inputs[0], &inputs[1], &outputs[0], &Epilogue::default())?;
+        if let Some(bias) = inputs.get(2) {
+            crate::dispatch_dtype!(outputs[0].dtype, T => {
+                // SAFETY: the bias is read-only here; the output is this op's alone.
+                add_channel_bias(unsafe { outputs[0].slice_mut::<T>() }, unsafe { bias.slice::<T>() }, g.output_size());
+            });
+        }
         Ok(())
     }
     /// im2col of a chunk of images per group, then one strided-batched GEMM per group and

@@ -11,6 +11,7 @@ pub mod typed;
 mod activation;
 mod amp;
 mod broadcast;
+mod conv_epilogue;
 mod conv_shifted;
 mod convolution;
 mod creation;
@@ -51,6 +52,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::base::{Context, DType, PartialShape, Shape};
 use crate::error::Result;
+pub(crate) use conv_epilogue::convolution_with_epilogue;
 pub use fused::FusedOp;
 pub use params::{Attrs, ParamSpec, Params};
 pub(crate) use shape_ops::cast_into;

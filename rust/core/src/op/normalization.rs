@@ -68,11 +68,14 @@ pub(super) fn write_f64(t: &Tensor, values: &[f64]) {
     });
 }
 
-struct BatchNorm {
+pub(super) struct BatchNorm {
     p: BatchNormParams,
 }
 
 impl BatchNorm {
+    pub fn new(p: BatchNormParams) -> BatchNorm {
+        BatchNorm { p }
+    }
     fn batch_stats(&self, ctx: &ExecContext) -> bool {
         ctx.is_train && !self.p.use_global_stats
     }

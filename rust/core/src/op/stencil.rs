@@ -16,6 +16,7 @@
 //! rows (a phase row is a little longer than an output row) are computed and dropped when the
 //! rows are copied out. Per-row bookkeeping cost more than the arithmetic on 7..14-wide planes.
 
+use super::conv_epilogue::Epilogue;
 use super::convolution::{copy_short, Geometry};
 use super::{simd, Scratch};
 use crate::error::Result;
@@ -276,27 +277,29 @@ macro_rules! vectorized_tiles {
     };
 }
 
-/// `response = W * image (+ bias)` for a depthwise convolution over the whole batch: `image` is
-/// (batch, channels, input positions), `weight` (filters, 1, kernel), `response` (batch,
-/// filters, output positions); each input plane serves its channel's `filters / channels`
-/// filters.
-pub(super) fn depthwise_correlate(g: &Geometry, image: &[f32], weight: &[f32], bias: Option<&[f32]>, response: &mut [f32]) -> Result<()> {
+/// `response = W * image`, then `epilogue`, for a depthwise convolution over the whole batch:
+/// `image` is (batch, channels, input positions), `weight` (filters, 1, kernel), `response`
+/// (batch, filters, output positions); each input plane serves its channel's `filters /
+/// channels` filters.
+pub(super) fn depthwise_correlate(g: &Geometry, image: &[f32], weight: &[f32], epilogue: &Epilogue, response: &mut [f32]) -> Result<()> {
     let (frame, multiplier, ks) = (Frame::of_convolution(g), g.filters / g.groups.max(1), g.kernel_size());
     let layout = PhaseLayout::new(&frame);
     let (layout, frame) = (&layout, &frame);
     over_planes(frame, layout, 0.0, (image, g.input_size()), (response, multiplier * g.output_size()), ks, |p, phased, block, out| {
         let c = p % g.channels;
         for (m, out_plane) in out.chunks_exact_mut(g.output_size()).enumerate() {
-            let (w, b) = (&weight[(c * multiplier + m) * ks..][..ks], bias.map_or(0.0, |b| b[c * multiplier + m]));
+            let filter = c * multiplier + m;
+            let w = &weight[filter * ks..][..ks];
             vectorized_tiles!(|W, PV, FUSED| tiles::<W, PV>(
                 phased,
                 (&layout.offsets, w),
                 block,
-                b,
+                0.0,
                 #[inline(always)]
                 |w, x, a| if FUSED { w.mul_add(x, a) } else { a + w * x }
             ));
             layout.copy_out(frame, block, out_plane);
+            epilogue.apply_plane(filter, out_plane);
         }
     })
 }

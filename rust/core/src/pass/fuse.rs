@@ -12,6 +12,7 @@ use crate::graph::{node_key, topo_order, AddressMap, AddressSet, Entry, Node, No
 use crate::op::fused::{FusedStep, Operand};
 use crate::op::{Attrs, FusedOp};
 use crate::pass::infer::Inferred;
+use crate::pass::Rewrite;
 
 /// Whether fusion is enabled (`MXNET_USE_FUSION`, default on).
 pub fn fusion_enabled() -> bool {
@@ -64,34 +65,20 @@ pub fn fuse_elementwise(outputs: &[Entry], shapes: &Inferred<Shape>, types: &Inf
         groups.insert(root, size);
     }
 
-    let mut rebuilt: AddressMap<usize, Arc<Node>> = AddressMap::default();
-    let map = |rebuilt: &AddressMap<usize, Arc<Node>>, e: &Entry| match rebuilt.get(&node_key(&e.node)) {
-        Some(n) => Entry::new(n.clone(), e.index),
-        None => e.clone(),
-    };
-    for node in &order {
+    super::rewrite(outputs, &order, |node, map| {
         let key = node_key(node);
-        let grouped = root_of.get(&key).filter(|&&root| groups[&root] > 1);
-        match grouped {
+        match root_of.get(&key).filter(|&&root| groups[&root] > 1) {
             Some(&root) if root == key => {
                 let fused = build_fused(node, &root_of, root);
-                let inputs = fused.1.iter().map(|e| map(&rebuilt, e)).collect();
+                let inputs = fused.1.iter().map(map).collect();
                 let attrs: Attrs = [("expr".to_string(), fused.0.cuda_expr.clone())].into_iter().collect();
                 let op = NodeOp { name: "_FusedOp".into(), attrs, operator: Arc::new(fused.0) };
-                rebuilt.insert(key, Node::with_operator(op, inputs, node.name.clone(), crate::graph::Recorded::Nothing));
+                Rewrite::Replace(Node::with_operator(op, inputs, node.name.clone(), crate::graph::Recorded::Nothing))
             }
-            Some(_) => {}
-            None => {
-                if node.inputs.iter().any(|e| rebuilt.contains_key(&node_key(&e.node))) {
-                    let op = node.op.as_ref().expect("variables have no inputs");
-                    let copy = NodeOp { name: op.name.clone(), attrs: op.attrs.clone(), operator: op.operator.clone() };
-                    let inputs = node.inputs.iter().map(|e| map(&rebuilt, e)).collect();
-                    rebuilt.insert(key, Node::annotated(copy, inputs, node.name.clone(), node.annotations().clone()));
-                }
-            }
+            Some(_) => Rewrite::Skip,
+            None => Rewrite::Keep,
         }
-    }
-    outputs.iter().map(|e| map(&rebuilt, e)).collect()
+    })
 }
 
 /// The fused operator of the group rooted at `root_node`, and its external input entries.
