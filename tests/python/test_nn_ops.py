@@ -518,6 +518,10 @@ CONV_CASES = [
     ((1, 2, 9, 9), 2, (3, 3), (1, 2), (2, 1), (2, 2), 1, True),
     ((2, 3, 10), 5, (4,), (2,), (1,), (1,), 1, False),
     ((1, 2, 5, 4, 6), 3, (2, 3, 2), (1, 1, 2), (1, 0, 1), (1, 1, 1), 1, False),
+    # Strided columns are gathered from the rows split into stride phases: a stem-like 7x7
+    # stride 2 over one image (channels filled by the threads) and stride 3 over odd widths.
+    ((1, 3, 15, 17), 4, (7, 7), (2, 2), (3, 3), (1, 1), 1, False),
+    ((3, 2, 8, 13), 4, (3, 4), (1, 3), (1, 2), (1, 2), 1, True),
     # Stride 1 with 16+ channels per group: float32 takes the padded-image kernel (conv_shifted),
     # checked against the reference and, through check_gradient, against float64's im2col path.
     ((3, 16, 6, 5), 20, (3, 3), (1, 1), (1, 1), (1, 1), 1, False),
