@@ -476,12 +476,12 @@ def test_broadcast_like_along_chosen_axes():
     np.testing.assert_allclose(out.asnumpy(), [[1.0, 2.0]] * 3)
 
 
-def _conv_bn_relu(data, layers):
+def _conv_bn_relu(data, layers, fix_gamma=False):
     """Convolution -> BatchNorm -> relu layers (kwargs of each convolution), as model zoos write them."""
     h = data
     for i, conv in enumerate(layers):
         h = mx.sym.Convolution(h, name="conv%d" % i, **conv)
-        h = mx.sym.BatchNorm(h, fix_gamma=False, eps=1e-5, name="bn%d" % i)
+        h = mx.sym.BatchNorm(h, fix_gamma=fix_gamma, eps=1e-5, name="bn%d" % i)
         h = mx.sym.Activation(h, act_type="relu", name="relu%d" % i)
     return h
 
@@ -507,11 +507,12 @@ def _bind_with_values(sym, shape, grad_req="null"):
     return exe
 
 
-@pytest.mark.parametrize("layers,shape", _FOLDED_CHAINS)
-def test_convolution_batchnorm_relu_fold_at_inference(monkeypatch, layers, shape):
+@pytest.mark.parametrize("layers,shape,fix_gamma", [c + (False,) for c in _FOLDED_CHAINS] + [_FOLDED_CHAINS[1] + (True,)])
+def test_convolution_batchnorm_relu_fold_at_inference(monkeypatch, layers, shape, fix_gamma):
     """An inference executor folds each Convolution -> BatchNorm -> relu chain into the
-    convolution: the values are those of the three operators run one by one."""
-    sym = _conv_bn_relu(mx.sym.var("data"), layers)
+    convolution: the values are those of the three operators run one by one (gamma read as 1
+    under fix_gamma, whatever its value)."""
+    sym = _conv_bn_relu(mx.sym.var("data"), layers, fix_gamma)
     folded = _bind_with_values(sym, shape)
     folded.forward(is_train=False)
     monkeypatch.setenv("MXNET_USE_FUSION", "0")
