@@ -28,9 +28,9 @@ pub(super) struct Epilogue {
 
 impl Epilogue {
     /// Adds `bias` (one value per filter), if any.
-    pub fn with_bias(bias: Option<&Tensor>) -> Result<Epilogue> {
+    pub fn with_bias(bias: Option<&Tensor>) -> Epilogue {
         let shift = bias.map(|b| super::normalization::to_f64(b).into_iter().map(|v| v as f32).collect());
-        Ok(Epilogue { scale: None, shift, relu: false })
+        Epilogue { scale: None, shift, relu: false }
     }
 
     pub fn is_identity(&self) -> bool {
@@ -103,8 +103,8 @@ impl ConvolutionWithEpilogue {
 
     /// The epilogue at inference: the bias, the BatchNorm's moving statistics folded into a
     /// scale and shift (in float64, as BatchNorm computes them), the relu.
-    fn inference_epilogue(&self, inputs: &[Tensor]) -> Result<Epilogue> {
-        let mut epilogue = Epilogue::with_bias(inputs.get(2).filter(|_| !self.conv.no_bias))?;
+    fn inference_epilogue(&self, inputs: &[Tensor]) -> Epilogue {
+        let mut epilogue = Epilogue::with_bias(inputs.get(2).filter(|_| !self.conv.no_bias));
         if let Some(bn) = &self.batch_norm {
             let n = self.conv_inputs();
             let read = |i: usize| super::normalization::to_f64(&inputs[n + i]);
@@ -116,7 +116,7 @@ impl ConvolutionWithEpilogue {
             epilogue.scale = Some(scale.iter().map(|&s| s as f32).collect());
         }
         epilogue.relu = self.relu;
-        Ok(epilogue)
+        epilogue
     }
 
     /// Training with batch statistics: the convolution into a scratch array, then BatchNorm's
@@ -136,7 +136,7 @@ impl ConvolutionWithEpilogue {
                 Tensor::new(var.as_mut_slice().as_mut_ptr() as *mut u8, channels, DType::F32),
             )
         };
-        convolve(&g, &inputs[0], &inputs[1], &conv_out, &Epilogue::with_bias(inputs.get(2).filter(|_| !self.conv.no_bias))?)?;
+        convolve(&g, &inputs[0], &inputs[1], &conv_out, &Epilogue::with_bias(inputs.get(2).filter(|_| !self.conv.no_bias)))?;
         let norm_inputs = [conv_out, inputs[n].clone(), inputs[n + 1].clone(), inputs[n + 2].clone(), inputs[n + 3].clone()];
         BatchNorm::new(bn.clone()).forward(ctx, &norm_inputs, &[out.clone(), mean, var])?;
         let relu = Epilogue { relu: self.relu, ..Epilogue::default() };
@@ -186,7 +186,7 @@ impl Operator for ConvolutionWithEpilogue {
             Some(bn) if ctx.is_train && !bn.use_global_stats => self.forward_training(bn, ctx, inputs, &outputs[0]),
             _ => {
                 let g = self.conv.geometry("Convolution", &inputs[0].shape)?;
-                convolve(&g, &inputs[0], &inputs[1], &outputs[0], &self.inference_epilogue(inputs)?)
+                convolve(&g, &inputs[0], &inputs[1], &outputs[0], &self.inference_epilogue(inputs))
             }
         }
     }

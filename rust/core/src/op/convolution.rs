@@ -697,7 +697,7 @@ pub(super) fn convolve(g: &Geometry, x: &Tensor, weight: &Tensor, out: &Tensor, 
                 if x.dtype == DType::F32 {
                     let block = images.len() * g.filters * outs;
                     // SAFETY: as above; the dtype is float32.
-                    let region = unsafe { std::slice::from_raw_parts_mut(response.add(images.start * g.filters * outs) as *mut f32, block) };
+                    let region = unsafe { std::slice::from_raw_parts_mut(response.add(images.start * g.filters * outs).cast::<f32>(), block) };
                     epilogue.apply_images(region, g.filters, outs, products.threads);
                 }
             }
@@ -788,7 +788,7 @@ impl Operator for Convolution {
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let g = self.p.geometry("Convolution", &inputs[0].shape)?;
         if inputs[0].dtype == DType::F32 {
-            return convolve(&g, &inputs[0], &inputs[1], &outputs[0], &Epilogue::with_bias(inputs.get(2))?);
+            return convolve(&g, &inputs[0], &inputs[1], &outputs[0], &Epilogue::with_bias(inputs.get(2)));
         }
         convolve(&g, &inputs[0], &inputs[1], &outputs[0], &Epilogue::default())?;
         if let Some(bias) = inputs.get(2) {
