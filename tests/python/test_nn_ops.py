@@ -522,6 +522,9 @@ CONV_CASES = [
     # stride 2 over one image (channels filled by the threads) and stride 3 over odd widths.
     ((1, 3, 15, 17), 4, (7, 7), (2, 2), (3, 3), (1, 1), 1, False),
     ((3, 2, 8, 13), 4, (3, 4), (1, 3), (1, 2), (1, 2), 1, True),
+    # Rows narrower than the stride, and taps that read only padding on a line.
+    ((2, 2, 1), 3, (1,), (3,), (0,), (1,), 1, False),
+    ((1, 2, 5, 2), 3, (7, 7), (2, 2), (3, 3), (1, 1), 1, True),
     # Stride 1 with 16+ channels per group: float32 takes the padded-image kernel (conv_shifted),
     # checked against the reference and, through check_gradient, against float64's im2col path.
     ((3, 16, 6, 5), 20, (3, 3), (1, 1), (1, 1), (1, 1), 1, False),

@@ -299,7 +299,7 @@ fn im2col<T: Elem>(image: &[T], g: &Geometry, c0: usize, cs: usize, col: &mut [T
     // line one contiguous run; each input element is read about kernel / stride^2 times (12 in
     // ResNet's 7x7 stride-2 stem), so the split costs a fraction of the gathers it saves.
     let phase_len = iw.div_ceil(sw as usize);
-    let phased = if sw > 1 { Scratch::<T>::zeroed(base.len() / iw.max(1) * sw as usize * phase_len).ok() } else { None };
+    let phased = if sw > 1 && iw > 0 { Scratch::<T>::zeroed(base.len() / iw * sw as usize * phase_len).ok() } else { None };
     let phased = phased.map(|mut buffer| {
         split_phases(base, iw, sw as usize, phase_len, buffer.as_mut_slice());
         buffer
@@ -312,6 +312,10 @@ fn im2col<T: Elem>(image: &[T], g: &Geometry, c0: usize, cs: usize, col: &mut [T
         };
         dst[..w.start].fill(T::default());
         dst[w.end..].fill(T::default());
+        if w.is_empty() {
+            // The tap reads only padding on this line (its first column would lie before the row).
+            return;
+        }
         let column = (w.start as isize * sw + w_off) as usize;
         let first = column + src;
         if sw == 1 {
@@ -347,7 +351,8 @@ fn split_phases<T: Elem>(rows: &[T], width: usize, stride: usize, phase_len: usi
             continue;
         }
         for (p, phase) in out.chunks_exact_mut(phase_len).enumerate() {
-            for (d, &v) in phase.iter_mut().zip(row[p..].iter().step_by(stride)) {
+            // A phase past the row's end (width < stride) stays empty.
+            for (d, &v) in phase.iter_mut().zip(row.iter().skip(p).step_by(stride)) {
                 *d = v;
             }
         }
