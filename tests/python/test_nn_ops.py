@@ -36,6 +36,20 @@ def test_fully_connected(flatten, no_bias, ctx):
         nd.FullyConnected(nd.ones((4, 15), ctx=ctx), nd.ones((6, 14), ctx=ctx), num_hidden=6, no_bias=True)
 
 
+@pytest.mark.parametrize("batch", [1, 7, 37, 300])
+def test_fully_connected_with_large_weights(batch, ctx):
+    """Weights of over a MiB take the packed GEMM path (x * W^T): ragged row, column and k
+    blocks, several k slices, bias added on top, and dot's transposed forms on the same data."""
+    rng = np.random.RandomState(1)
+    x, w, b = rng.randn(batch, 600), rng.randn(530, 600), rng.randn(530)
+    out = nd.FullyConnected(nd.array(x, ctx=ctx), nd.array(w, ctx=ctx), nd.array(b, ctx=ctx), num_hidden=530)
+    assert_almost_equal(out.asnumpy(), x @ w.T + b, rtol=1e-4, atol=1e-3)
+    for transpose_a in (False, True):
+        lhs = x.T.copy() if transpose_a else x
+        got = nd.dot(nd.array(lhs, ctx=ctx), nd.array(w, ctx=ctx), transpose_a=transpose_a, transpose_b=True)
+        assert_almost_equal(got.asnumpy(), x @ w.T, rtol=1e-4, atol=1e-3)
+
+
 ACTIVATIONS = {
     "relu": lambda x: np.maximum(x, 0), "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "tanh": np.tanh,
     "softrelu": lambda x: np.log1p(np.exp(x)), "softsign": lambda x: x / (1 + np.abs(x)),

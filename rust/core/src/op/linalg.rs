@@ -92,6 +92,29 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
     if dtype == DType::BF16 && m * n * k >= BF16_VIA_F32_FLOPS && bf16_via_f32(dst, accumulate, a, am, b, bm, threads) {
         return;
     }
+    // A large right operand read transposed (`x * W^T`, FullyConnected's form) goes to the
+    // packing kernel: the gemm crate packs a transposed operand by gathering one element per
+    // row (on Zen 5 256x1024x1024 ran at 341 GFLOP/s with the operand transposed into scratch
+    // first, against 438 on a plain one; the packing kernel: 362). An operand of up to a MiB
+    // gathers from cache, where the crate stays ahead (128x256x784: 217 against 204 on one core).
+    #[cfg(target_arch = "x86_64")]
+    if bm.rs == 1 && bm.cs != 1 && dtype == DType::F32 && n * k >= 1 << 18 && super::packed_gemm::available() {
+        use super::packed_gemm::{sgemm, Operand};
+        // SAFETY: the operands address m x k and k x n elements through their strides; dst holds
+        // the contiguous m x n product; the CPU feature was checked just above.
+        sgemm(
+            m,
+            n,
+            k,
+            Operand { ptr: a as *const f32, rs: am.rs, cs: am.cs },
+            Operand { ptr: b as *const f32, rs: bm.rs, cs: bm.cs },
+            dst as *mut f32,
+            n,
+            accumulate,
+            threads,
+        );
+        return;
+    }
     let parts = crate::engine::parallel::threads().min(threads.max(1));
     // Other dtypes run a reference loop that is parallel over rows itself.
     let blocked = matches!(dtype, DType::F32 | DType::F64 | DType::F16);
@@ -100,20 +123,6 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
         return matmul_part(dtype, dst, n, accumulate, a, am, b, bm, gemm::Parallelism::None);
     }
     let b_transposed = bm.rs == 1 && bm.cs != 1;
-    // A large right operand read transposed (`x * W^T`, FullyConnected's form) is transposed
-    // into scratch first where the product has rows enough to pay for it: the gemm crate packs a
-    // transposed operand by gathering one element per row, which on Zen 4 ran 256x1024x1024 at
-    // 141 GFLOP/s and 64x1024x1024 at 64, against 210 and 206 for the same products on a plain
-    // operand, and the tiled transpose costs a fraction of that difference. An operand of up to
-    // a MiB gathers from cache: there the extra pass and its scratch cost more than they save.
-    if b_transposed && dtype == DType::F32 && bm.cs == k as isize && m >= 32 && n * k >= 1 << 18 {
-        if let Ok(mut plain) = super::Scratch::<f32>::zeroed(k * n) {
-            // SAFETY: b is the stored n x k matrix (row stride k, checked above).
-            transpose_f32(std::slice::from_raw_parts(b as *const f32, n * k), n, k, plain.as_mut_slice());
-            let plain_ptr = plain.as_mut_slice().as_ptr() as *const u8;
-            return matmul_into(dtype, dst, accumulate, a, am, plain_ptr, Mat::stored(k, n, false), threads);
-        }
-    }
     // Each thread computes a band of dst with the gemm crate's single-threaded kernel, a band of
     // rows when there are enough (every band then packs all of b), else (and for a transposed b)
     // a band of columns. One fork-join region per product keeps the threads' hand-off at a few

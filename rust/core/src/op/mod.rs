@@ -34,6 +34,8 @@ mod losses;
 mod normalization;
 mod optimizer_updates;
 mod output_layers;
+#[cfg(target_arch = "x86_64")]
+mod packed_gemm;
 mod pad;
 mod pooling;
 mod rearrange;
