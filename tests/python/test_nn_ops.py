@@ -36,10 +36,11 @@ def test_fully_connected(flatten, no_bias, ctx):
         nd.FullyConnected(nd.ones((4, 15), ctx=ctx), nd.ones((6, 14), ctx=ctx), num_hidden=6, no_bias=True)
 
 
-@pytest.mark.parametrize("batch", [1, 7, 37, 300])
+@pytest.mark.parametrize("batch", [1, 2, 7, 37, 300])
 def test_fully_connected_with_large_weights(batch, ctx):
-    """Weights of over a MiB take the packed GEMM path (x * W^T): ragged row, column and k
-    blocks, several k slices, bias added on top, and dot's transposed forms on the same data."""
+    """Weights of over a MiB take the row-dot kernels (small batches) or the packed GEMM
+    (x * W^T): ragged row, column and k blocks, several k slices, bias added on top, and dot's
+    transposed forms on the same data."""
     rng = np.random.RandomState(1)
     x, w, b = rng.randn(batch, 600), rng.randn(530, 600), rng.randn(530)
     out = nd.FullyConnected(nd.array(x, ctx=ctx), nd.array(w, ctx=ctx), nd.array(b, ctx=ctx), num_hidden=530)

@@ -364,9 +364,17 @@ fn list_ops() -> Vec<(String, Vec<String>, String, bool, Vec<(String, String, Op
         .collect()
 }
 
+/// The float32 multiply-add peak of `threads` cores in GFLOP/s, measured for ~0.1 s (None
+/// without AVX-512): what GEMM benchmarks quote their percentage of peak against.
+#[pyfunction]
+fn cpu_peak_gflops(py: Python<'_>, threads: usize) -> Option<f64> {
+    py.detach(|| oxnet::op::cpu_peak_gflops(threads))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_register_python, m)?)?;
     m.add_function(wrap_pyfunction!(invoke, m)?)?;
     m.add_function(wrap_pyfunction!(list_ops, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu_peak_gflops, m)?)?;
     Ok(())
 }

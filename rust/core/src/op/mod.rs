@@ -60,6 +60,18 @@ pub use params::{Attrs, ParamSpec, Params};
 pub(crate) use shape_ops::cast_into;
 pub use shape_ops::infer_reshape;
 
+/// The float32 multiply-add peak of `threads` cores in GFLOP/s, measured (see
+/// `packed_gemm::peak_gflops`); None on CPUs without AVX-512, where no probe exists yet.
+pub fn cpu_peak_gflops(threads: usize) -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    return packed_gemm::peak_gflops(threads);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = threads;
+        None
+    }
+}
+
 /// A float32 element-wise kernel over one block of values: `out[i] = f(inputs[0][i], ...)`.
 pub type BlockKernel = Arc<dyn Fn(&mut [f32], &[&[f32]]) + Send + Sync>;
 

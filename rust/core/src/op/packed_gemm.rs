@@ -107,6 +107,43 @@ pub(super) unsafe fn sgemm(m: usize, n: usize, k: usize, a: Operand, b: Operand,
     });
 }
 
+/// The float32 multiply-add throughput of `threads` cores at once in GFLOP/s: the micro-kernel
+/// run on cached panels for about 0.1 s on each thread together, so the figure is the clock the
+/// cores hold under this load, not a nominal one; the best of three runs, as a shared machine
+/// may lend a run fewer cycles. The ceiling that GEMM benchmarks quote their
+/// figures against. None without AVX-512.
+pub fn peak_gflops(threads: usize) -> Option<f64> {
+    if !available() {
+        return None;
+    }
+    let threads = threads.clamp(1, crate::engine::parallel::threads().max(1));
+    // SAFETY: the CPU feature was checked above.
+    let run = || crate::engine::parallel::map(threads, |_| unsafe { kernel_rate(std::time::Duration::from_millis(100)) }).iter().sum::<f64>();
+    Some((0..3).map(|_| run()).fold(0.0, f64::max))
+}
+
+/// GFLOP/s of the MR x NR kernel over KC on one thread, run for `duration`.
+///
+/// # Safety
+/// [`available`] is true.
+#[target_feature(enable = "avx512f")]
+unsafe fn kernel_rate(duration: std::time::Duration) -> f64 {
+    let mut buffers = PackBuffers::default();
+    let (a, b) = (buffers.a.floats(KC * MR).as_ptr(), buffers.b.floats(KC * NR).as_ptr());
+    let mut c = [0f32; MR * NR];
+    let start = std::time::Instant::now();
+    let mut calls = 0usize;
+    while start.elapsed() < duration {
+        for _ in 0..64 {
+            // SAFETY: the panels hold KC x MR and KC x NR floats, c holds the MR x NR tile.
+            unsafe { kernel::<MR>(KC, a, b, c.as_mut_ptr(), NR, MR, column_masks(NR), false) };
+        }
+        calls += 64;
+    }
+    std::hint::black_box(&c);
+    (2 * KC * MR * NR * calls) as f64 / start.elapsed().as_secs_f64() / 1e9
+}
+
 /// The packing buffers of one thread: an A block (MC x KC) and a B panel (KC x NR).
 #[derive(Default)]
 struct PackBuffers {

@@ -1,0 +1,144 @@
+"""Float32 GEMM throughput: square `dot` products 256..4096 and FullyConnected's skinny shapes
+(batch 1..256 times weights of 1k..8k, `x * W^T + b`), two threads, for oxnet, MXNet 1.9.1
+(oneDNN) or PyTorch, with NumPy's `x @ W.T` (its BLAS) on the same shapes in the same process.
+
+    python benches/bench_gemm.py --framework oxnet|mxnet|torch [--quick]
+    MXV=... TORCHV=... bash benches/run_side_by_side.sh benches/bench_gemm.py
+
+oxnet's row also gives the cores' measured float32 peak (`peak_GFLOPs`: its micro-kernel on cached
+panels on both threads at once, so the clock under load) and each of its figures as a percentage of
+it (`*_pct_peak`); the other rows' percentages follow from the same peak. Prints one JSON row of
+GFLOP/s (median of the timed repeats after a warm-up), with the CPU model and its vector features.
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+
+THREADS = 2
+for var in ("OXNET_CPU_WORKER_NTHREADS", "MXNET_CPU_WORKER_NTHREADS", "OMP_NUM_THREADS",
+            "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(var, str(THREADS))
+
+import numpy as np  # noqa: E402
+
+SQUARE = [256, 512, 1024, 2048, 4096]
+# (batch, num_hidden, features): FullyConnected's x (batch x features) times W^T.
+SKINNY = [(b, n, f) for b in (1, 16, 64, 256) for (n, f) in ((1024, 1024), (4096, 1024), (1024, 4096), (8192, 2048))]
+
+
+def cpu_description():
+    model, flags = platform.processor(), set()
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name") and model in ("", "x86_64"):
+                    model = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+    return model, [f for f in wanted if f in flags]
+
+
+def gflops(flops, run, sync, seconds):
+    """Median GFLOP/s of timed batches of calls, each batch about `seconds` long."""
+    run()
+    sync()
+    start = time.perf_counter()
+    run()
+    sync()
+    calls = max(1, int(seconds / max(time.perf_counter() - start, 1e-6)))
+    rates = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            run()
+        sync()
+        rates.append(flops * calls / (time.perf_counter() - start) / 1e9)
+    return statistics.median(rates)
+
+
+def cases(quick):
+    square = SQUARE[:3] if quick else SQUARE
+    skinny = SKINNY[::3] if quick else SKINNY
+    return square, skinny
+
+
+def measure(framework, quick):
+    rng = np.random.RandomState(0)
+    seconds = 0.05 if quick else 0.25
+    square, skinny = cases(quick)
+    row = {}
+    if framework == "torch":
+        import torch
+        torch.set_num_threads(THREADS)
+        fn = torch.nn.functional
+
+        def dot(a, b):
+            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+            return (lambda: torch.mm(ta, tb)), (lambda: None)
+
+        def dense(x, w, bias):
+            tx, tw, tbias = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias)
+            return (lambda: fn.linear(tx, tw, tbias)), (lambda: None)
+        context = torch.inference_mode
+    else:
+        if framework == "mxnet":
+            import mxnet as mx
+        else:
+            import oxnet as mx
+        nd = mx.nd
+
+        def dot(a, b):
+            xa, xb = nd.array(a), nd.array(b)
+            return (lambda: nd.dot(xa, xb)), nd.waitall
+
+        def dense(x, w, bias):
+            xx, xw, xbias = nd.array(x), nd.array(w), nd.array(bias)
+            return (lambda: nd.FullyConnected(xx, xw, xbias, num_hidden=w.shape[0])), nd.waitall
+
+        import contextlib
+        context = contextlib.nullcontext
+    with context():
+        for size in square:
+            a, b = rng.rand(size, size).astype(np.float32), rng.rand(size, size).astype(np.float32)
+            run, sync = dot(a, b)
+            row[f"dot{size}"] = gflops(2 * size ** 3, run, sync, seconds)
+            row[f"numpy_dot{size}"] = gflops(2 * size ** 3, lambda: a @ b, lambda: None, seconds)
+        for batch, hidden, features in skinny:
+            x = rng.rand(batch, features).astype(np.float32)
+            w = rng.rand(hidden, features).astype(np.float32)
+            bias = rng.rand(hidden).astype(np.float32)
+            run, sync = dense(x, w, bias)
+            name = f"fc_b{batch}_{hidden}x{features}"
+            flops = 2 * batch * hidden * features
+            row[name] = gflops(flops, run, sync, seconds)
+            row["numpy_" + name] = gflops(flops, lambda: x @ w.T + bias, lambda: None, seconds)
+    if framework == "oxnet":
+        from oxnet import _core
+        peak = _core.cpu_peak_gflops(THREADS)
+        if peak:
+            row["peak_GFLOPs"] = peak
+            for key in [k for k in row if not k.startswith(("numpy_", "peak"))]:
+                row[key + "_pct_peak"] = 100 * row[key] / peak
+    return row
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--framework", choices=["oxnet", "mxnet", "torch"], default="oxnet")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    model, features = cpu_description()
+    row = {"framework": args.framework, "cpu": model, "cpu_features": features, "threads": THREADS}
+    row.update({k: round(v, 1) for k, v in measure(args.framework, args.quick).items()})
+    print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
