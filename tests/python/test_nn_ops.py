@@ -51,6 +51,29 @@ def test_fully_connected_with_large_weights(batch, ctx):
         assert_almost_equal(got.asnumpy(), x @ w.T, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("batch", [3, 64])
+def test_bfloat16_products_match_float32_within_bfloat16_rounding(batch, ctx):
+    """bfloat16 dot and FullyConnected (the AVX512-BF16 kernel where the CPU has it) accumulate in
+    float32: against a float64 product of the same bfloat16 values, only the final rounding of
+    the output to bfloat16 (2^-8 relative) may differ. Odd k leaves a half-filled pair."""
+    rng = np.random.RandomState(2)
+    x = nd.array(rng.randn(batch, 601), ctx=ctx).astype("bfloat16")
+    w = nd.array(rng.randn(520, 601), ctx=ctx).astype("bfloat16")
+    b = nd.array(rng.randn(520), ctx=ctx).astype("bfloat16")
+    xs, ws, bs = (v.astype("float32").asnumpy().astype(np.float64) for v in (x, w, b))
+    cases = [
+        (nd.FullyConnected(x, w, b, num_hidden=520), xs @ ws.T + bs),
+        (nd.dot(x, w, transpose_b=True), xs @ ws.T),
+        (nd.dot(w, x, transpose_b=True), ws @ xs.T),
+        (nd.dot(x.T, x), xs.T @ xs),
+    ]
+    for got, want in cases:
+        assert got.dtype == x.dtype
+        got = got.astype("float32").asnumpy()
+        scale = np.abs(want).max()
+        assert np.abs(got - want).max() <= 2 ** -8 * scale, np.abs(got - want).max() / scale
+
+
 ACTIVATIONS = {
     "relu": lambda x: np.maximum(x, 0), "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "tanh": np.tanh,
     "softrelu": lambda x: np.log1p(np.exp(x)), "softsign": lambda x: x / (1 + np.abs(x)),

@@ -364,11 +364,13 @@ fn list_ops() -> Vec<(String, Vec<String>, String, bool, Vec<(String, String, Op
         .collect()
 }
 
-/// The float32 multiply-add peak of `threads` cores in GFLOP/s, measured for ~0.1 s (None
-/// without AVX-512): what GEMM benchmarks quote their percentage of peak against.
+/// The float32 (or bfloat16) multiply-add peak of `threads` cores in GFLOP/s, measured for
+/// ~0.3 s (None without the kernel's CPU features): what GEMM benchmarks quote their
+/// percentage of peak against.
 #[pyfunction]
-fn cpu_peak_gflops(py: Python<'_>, threads: usize) -> Option<f64> {
-    py.detach(|| oxnet::op::cpu_peak_gflops(threads))
+#[pyo3(signature = (threads, bf16 = false))]
+fn cpu_peak_gflops(py: Python<'_>, threads: usize, bf16: bool) -> Option<f64> {
+    py.detach(|| oxnet::op::cpu_peak_gflops(threads, bf16))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

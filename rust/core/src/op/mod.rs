@@ -60,14 +60,15 @@ pub use params::{Attrs, ParamSpec, Params};
 pub(crate) use shape_ops::cast_into;
 pub use shape_ops::infer_reshape;
 
-/// The float32 multiply-add peak of `threads` cores in GFLOP/s, measured (see
-/// `packed_gemm::peak_gflops`); None on CPUs without AVX-512, where no probe exists yet.
-pub fn cpu_peak_gflops(threads: usize) -> Option<f64> {
+/// The float32 (or, with `bf16`, bfloat16) multiply-add peak of `threads` cores in GFLOP/s,
+/// measured (see `packed_gemm::peak_gflops`); None on CPUs without the kernel (AVX-512, and
+/// AVX512-BF16 for bfloat16), where no probe exists yet.
+pub fn cpu_peak_gflops(threads: usize, bf16: bool) -> Option<f64> {
     #[cfg(target_arch = "x86_64")]
-    return packed_gemm::peak_gflops(threads);
+    return packed_gemm::peak_gflops(threads, bf16);
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = threads;
+        let _ = (threads, bf16);
         None
     }
 }

@@ -1,4 +1,5 @@
-//! Float32 GEMM for AVX-512 CPUs: `C (+)= A * B` with any strides on A and B.
+//! GEMM for AVX-512 CPUs: `C (+)= A * B` with any strides on A and B, float32, or bfloat16
+//! operands with float32 accumulation where the CPU has AVX512-BF16.
 //!
 //! The `gemm` crate serves the other dtypes and CPUs. This kernel exists for the operand layouts
 //! it handles slowly: FullyConnected multiplies by the transposed weight (`x * W^T`), and the
@@ -13,6 +14,11 @@
 //! On plain operands the crate stays ahead (it reads them in place, packing nothing): measured
 //! on Zen 5, one thread, 1024^3 223 against 247 GFLOP/s, so only products with a transposed B
 //! come here (see `linalg::matmul_into`).
+//!
+//! bfloat16 runs the same loops with the same 32-bit packed slots, each holding two neighbours
+//! along k: `vdpbf16ps` multiplies both pairs and adds them to a float32 lane, twice the
+//! multiply-adds of a float32 FMA per instruction. Where the operands run along k (FullyConnected's
+//! `x * W^T`), a pair is one 32-bit word of the source, so packing is the float32 transpose.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -35,20 +41,21 @@ const MC: usize = 24 * MR;
 /// 14% of its time).
 const NC: usize = 2048;
 
-/// A float32 matrix read through its row and column strides (in elements).
+/// A matrix of float32 (or, with `T = u16`, bfloat16 bits) read through its row and column
+/// strides (in elements).
 #[derive(Clone, Copy)]
-pub(super) struct Operand {
-    pub ptr: *const f32,
+pub(super) struct Operand<T = f32> {
+    pub ptr: *const T,
     pub rs: isize,
     pub cs: isize,
 }
 
-impl Operand {
+impl<T> Operand<T> {
     /// The address of element (r, c).
     ///
     /// # Safety
     /// (r, c) addresses an element inside the operand's allocation.
-    unsafe fn at(&self, r: usize, c: usize) -> *const f32 {
+    unsafe fn at(&self, r: usize, c: usize) -> *const T {
         self.ptr.offset(r as isize * self.rs + c as isize * self.cs)
     }
 
@@ -56,32 +63,75 @@ impl Operand {
     ///
     /// # Safety
     /// As [`Operand::at`].
-    unsafe fn from(&self, r: usize, c: usize) -> Operand {
-        Operand { ptr: self.at(r, c), ..*self }
+    unsafe fn from(&self, r: usize, c: usize) -> Operand<T> {
+        Operand { ptr: self.at(r, c), rs: self.rs, cs: self.cs }
     }
 }
 
 // SAFETY: an Operand only reads, and the op that owns the matrix keeps it alive and unwritten
 // for the whole product, so bands on other threads may read it at once.
-unsafe impl Send for Operand {}
-unsafe impl Sync for Operand {}
+unsafe impl<T> Send for Operand<T> {}
+unsafe impl<T> Sync for Operand<T> {}
 
-/// Whether this CPU runs the kernel (it needs AVX-512F).
+/// Whether this CPU runs the float32 kernel (it needs AVX-512F).
 pub(super) fn available() -> bool {
     std::arch::is_x86_feature_detected!("avx512f")
+}
+
+/// Whether this CPU runs the bfloat16 kernel (AVX512-BF16, and AVX512-BW for packing).
+pub(super) fn bf16_available() -> bool {
+    available() && std::arch::is_x86_feature_detected!("avx512bf16") && std::arch::is_x86_feature_detected!("avx512bw")
 }
 
 /// Products below this many multiply-adds run on one thread: splitting costs more than it saves.
 const PARALLEL_FLOPS: usize = 64 * 64 * 64;
 
-/// `c (m x n, row stride ldc) (+)= a (m x k) * b (k x n)`, adding to c when `accumulate`, on up
-/// to `threads` threads in bands of C columns (or rows).
+/// `c (m x n, row stride ldc) (+)= a (m x k) * b (k x n)` in float32, adding to c when
+/// `accumulate`, on up to `threads` threads in bands of C columns (or rows).
 ///
 /// # Safety
 /// The operands address m x k and k x n elements inside their allocations, `c` holds the m x n
 /// product with row stride ldc and overlaps neither operand, and [`available`] is true.
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn sgemm(m: usize, n: usize, k: usize, a: Operand, b: Operand, c: *mut f32, ldc: usize, accumulate: bool, threads: usize) {
+    gemm::<F32>(m, n, k, a, b, c, ldc, accumulate, threads)
+}
+
+/// [`sgemm`] for bfloat16 operands (their bits as u16), accumulating in float32 into a float32 c.
+///
+/// # Safety
+/// As [`sgemm`], with [`bf16_available`] true.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn bf16_gemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Operand<u16>,
+    b: Operand<u16>,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    threads: usize,
+) {
+    gemm::<Bf16>(m, n, k, a, b, c, ldc, accumulate, threads)
+}
+
+/// [`sgemm`] in precision P.
+///
+/// # Safety
+/// As [`sgemm`], with P's CPU features present.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm<P: Precision>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Operand<P::Elem>,
+    b: Operand<P::Elem>,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    threads: usize,
+) {
     if m == 0 || n == 0 {
         return;
     }
@@ -99,35 +149,46 @@ pub(super) unsafe fn sgemm(m: usize, n: usize, k: usize, a: Operand, b: Operand,
         // its own part of c.
         unsafe {
             if by_columns {
-                serial(m, end - start, k, a, b.from(0, start), c.get().add(start), ldc, accumulate);
+                serial::<P>(m, end - start, k, a, b.from(0, start), c.get().add(start), ldc, accumulate);
             } else {
-                serial(end - start, n, k, a.from(start, 0), b, c.get().add(start * ldc), ldc, accumulate);
+                serial::<P>(end - start, n, k, a.from(start, 0), b, c.get().add(start * ldc), ldc, accumulate);
             }
         }
     });
 }
 
-/// The float32 multiply-add throughput of `threads` cores at once in GFLOP/s: the micro-kernel
-/// run on cached panels for about 0.1 s on each thread together, so the figure is the clock the
-/// cores hold under this load, not a nominal one; the best of three runs, as a shared machine
-/// may lend a run fewer cycles. The ceiling that GEMM benchmarks quote their
-/// figures against. None without AVX-512.
-pub fn peak_gflops(threads: usize) -> Option<f64> {
-    if !available() {
+/// The multiply-add throughput of `threads` cores at once in GFLOP/s, float32 (or bfloat16
+/// when `bf16`): the micro-kernel run on cached panels for about 0.1 s on each thread together,
+/// so the figure is the clock the cores hold under this load, not a nominal one; the best of
+/// three runs, as a shared machine may lend a run fewer cycles. The ceiling that GEMM
+/// benchmarks quote their figures against. None without the kernel's CPU features.
+pub fn peak_gflops(threads: usize, bf16: bool) -> Option<f64> {
+    if !(if bf16 { bf16_available() } else { available() }) {
         return None;
     }
     let threads = threads.clamp(1, crate::engine::parallel::threads().max(1));
-    // SAFETY: the CPU feature was checked above.
-    let run = || crate::engine::parallel::map(threads, |_| unsafe { kernel_rate(std::time::Duration::from_millis(100)) }).iter().sum::<f64>();
+    let period = std::time::Duration::from_millis(100);
+    let run = || {
+        let rates = crate::engine::parallel::map(threads, |_| {
+            // SAFETY: the CPU features were checked above.
+            unsafe {
+                if bf16 {
+                    kernel_rate::<Bf16>(period)
+                } else {
+                    kernel_rate::<F32>(period)
+                }
+            }
+        });
+        rates.iter().sum::<f64>()
+    };
     Some((0..3).map(|_| run()).fold(0.0, f64::max))
 }
 
-/// GFLOP/s of the MR x NR kernel over KC on one thread, run for `duration`.
+/// GFLOP/s of P's MR x NR kernel over KC units on one thread, run for `duration`.
 ///
 /// # Safety
-/// [`available`] is true.
-#[target_feature(enable = "avx512f")]
-unsafe fn kernel_rate(duration: std::time::Duration) -> f64 {
+/// P's CPU features are present.
+unsafe fn kernel_rate<P: Precision>(duration: std::time::Duration) -> f64 {
     let mut buffers = PackBuffers::default();
     let (a, b) = (buffers.a.floats(KC * MR).as_ptr(), buffers.b.floats(KC * NR).as_ptr());
     let mut c = [0f32; MR * NR];
@@ -135,13 +196,14 @@ unsafe fn kernel_rate(duration: std::time::Duration) -> f64 {
     let mut calls = 0usize;
     while start.elapsed() < duration {
         for _ in 0..64 {
-            // SAFETY: the panels hold KC x MR and KC x NR floats, c holds the MR x NR tile.
-            unsafe { kernel::<MR>(KC, a, b, c.as_mut_ptr(), NR, MR, column_masks(NR), false) };
+            let tile = Tile { c: c.as_mut_ptr(), ldc: NR, rows: MR, masks: column_masks(NR), add: false };
+            // SAFETY: the panels hold KC x MR and KC x NR units, c holds the MR x NR tile.
+            unsafe { P::kernel::<MR>(KC, a, b, tile) };
         }
         calls += 64;
     }
     std::hint::black_box(&c);
-    (2 * KC * MR * NR * calls) as f64 / start.elapsed().as_secs_f64() / 1e9
+    (2 * KC * P::PER_UNIT * MR * NR * calls) as f64 / start.elapsed().as_secs_f64() / 1e9
 }
 
 /// The packing buffers of one thread: an A block (MC x KC) and a B panel (KC x NR).
@@ -185,24 +247,34 @@ thread_local! {
 /// # Safety
 /// As [`sgemm`].
 #[allow(clippy::too_many_arguments)]
-unsafe fn serial(m: usize, n: usize, k: usize, a: Operand, b: Operand, c: *mut f32, ldc: usize, accumulate: bool) {
+unsafe fn serial<P: Precision>(m: usize, n: usize, k: usize, a: Operand<P::Elem>, b: Operand<P::Elem>, c: *mut f32, ldc: usize, accumulate: bool) {
     PACK_BUFFERS.with(|buffers| match buffers.try_borrow_mut() {
         // SAFETY: forwarded from the caller.
-        Ok(mut buffers) => unsafe { blocked(m, n, k, a, b, c, ldc, accumulate, &mut buffers) },
+        Ok(mut buffers) => unsafe { blocked::<P>(m, n, k, a, b, c, ldc, accumulate, &mut buffers) },
         // Only if a product ever ran inside another on this thread: use buffers of its own.
         // SAFETY: forwarded from the caller.
-        Err(_) => unsafe { blocked(m, n, k, a, b, c, ldc, accumulate, &mut PackBuffers::default()) },
+        Err(_) => unsafe { blocked::<P>(m, n, k, a, b, c, ldc, accumulate, &mut PackBuffers::default()) },
     })
 }
 
 /// The blocked loops: B blocks packed once per k slice, A blocks once per B block, a register
 /// block of C per (A panel, B panel) pair, A panels innermost so that one B panel stays in L1.
+/// Panels hold 32-bit units, KC of them per k slice (P::PER_UNIT k elements each).
 ///
 /// # Safety
-/// As [`sgemm`].
+/// As [`sgemm`], with P's CPU features present.
 #[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx512f")]
-unsafe fn blocked(m: usize, n: usize, k: usize, a: Operand, b: Operand, c: *mut f32, ldc: usize, accumulate: bool, buffers: &mut PackBuffers) {
+unsafe fn blocked<P: Precision>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Operand<P::Elem>,
+    b: Operand<P::Elem>,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    buffers: &mut PackBuffers,
+) {
     if k == 0 {
         if !accumulate {
             for i in 0..m {
@@ -212,44 +284,119 @@ unsafe fn blocked(m: usize, n: usize, k: usize, a: Operand, b: Operand, c: *mut 
         }
         return;
     }
-    let packed_a = buffers.a.floats(MC.min(m.div_ceil(MR) * MR) * KC.min(k));
-    let packed_b = buffers.b.floats(KC.min(k) * NC.min(n.div_ceil(NR) * NR));
+    let slice = KC * P::PER_UNIT;
+    let units = |kc: usize| kc.div_ceil(P::PER_UNIT);
+    let packed_a = buffers.a.floats(MC.min(m.div_ceil(MR) * MR) * units(slice.min(k)));
+    let packed_b = buffers.b.floats(units(slice.min(k)) * NC.min(n.div_ceil(NR) * NR));
     for j0 in (0..n).step_by(NC) {
         let nc = NC.min(n - j0);
-        for p0 in (0..k).step_by(KC) {
-            let kc = KC.min(k - p0);
+        for p0 in (0..k).step_by(slice) {
+            let kc = slice.min(k - p0);
+            let ku = units(kc);
             let add = accumulate || p0 > 0;
             for q0 in (0..nc).step_by(NR) {
                 // SAFETY: rows p0..p0+kc and columns j0+q0.. of the block lie inside b.
-                unsafe { pack_b(b.from(p0, j0 + q0), kc, NR.min(nc - q0), &mut packed_b[q0 * kc..]) };
+                unsafe { P::pack_b(b.from(p0, j0 + q0), kc, NR.min(nc - q0), &mut packed_b[q0 * ku..]) };
             }
             for i0 in (0..m).step_by(MC) {
                 let mc = MC.min(m - i0);
                 // SAFETY: rows i0..i0+mc and columns p0..p0+kc lie inside a.
-                unsafe { pack_a(a.from(i0, p0), mc, kc, packed_a) };
+                unsafe { P::pack_a(a.from(i0, p0), mc, kc, packed_a) };
                 for q0 in (0..nc).step_by(NR) {
                     let masks = column_masks(NR.min(nc - q0));
-                    let panel_b = packed_b[q0 * kc..].as_ptr();
+                    let panel_b = packed_b[q0 * ku..].as_ptr();
                     for r0 in (0..mc).step_by(MR) {
                         let rows = MR.min(mc - r0);
-                        let panel = packed_a[r0 * kc..].as_ptr();
-                        // SAFETY: the packed panels hold MR x kc and kc x NR elements (zero
-                        // past the block's rows and columns); C's block at (i0 + r0, j0 + q0)
+                        let panel = packed_a[r0 * ku..].as_ptr();
+                        // SAFETY: the packed panels hold MR x ku and ku x NR units (zero past
+                        // the block's rows, columns and k); C's block at (i0 + r0, j0 + q0)
                         // has `rows` rows, as wide as `masks` allow, inside c.
                         unsafe {
-                            let tile = c.add((i0 + r0) * ldc + j0 + q0);
+                            let tile = Tile { c: c.add((i0 + r0) * ldc + j0 + q0), ldc, rows, masks, add };
                             match rows {
-                                1 => kernel::<1>(kc, panel, panel_b, tile, ldc, rows, masks, add),
-                                2 => kernel::<2>(kc, panel, panel_b, tile, ldc, rows, masks, add),
-                                3 | 4 => kernel::<4>(kc, panel, panel_b, tile, ldc, rows, masks, add),
-                                5..=8 => kernel::<8>(kc, panel, panel_b, tile, ldc, rows, masks, add),
-                                _ => kernel::<MR>(kc, panel, panel_b, tile, ldc, rows, masks, add),
+                                1 => P::kernel::<1>(ku, panel, panel_b, tile),
+                                2 => P::kernel::<2>(ku, panel, panel_b, tile),
+                                3 | 4 => P::kernel::<4>(ku, panel, panel_b, tile),
+                                5..=8 => P::kernel::<8>(ku, panel, panel_b, tile),
+                                _ => P::kernel::<MR>(ku, panel, panel_b, tile),
                             }
                         }
                     }
                 }
             }
         }
+    }
+}
+
+/// Where a register block goes: its first `rows` rows of C from `c` (row stride ldc), as wide as
+/// `masks` allow, stored or (when `add`) added to what is there.
+#[derive(Clone, Copy)]
+struct Tile {
+    c: *mut f32,
+    ldc: usize,
+    rows: usize,
+    masks: [__mmask16; V],
+    add: bool,
+}
+
+/// What the blocked loops multiply: the packing of each operand into 32-bit units and the
+/// micro-kernel over them.
+trait Precision {
+    /// The operands' element type.
+    type Elem: Copy;
+    /// k elements per packed unit.
+    const PER_UNIT: usize;
+    /// Packs `rows` x `kc` of `a` into panels of MR rows, unit (r, u) of a panel at `u * MR + r`;
+    /// rows and k past the end of the block are zeros.
+    ///
+    /// # Safety
+    /// `a` addresses rows x kc elements; `out` holds rows (rounded up to MR) x units(kc).
+    unsafe fn pack_a(a: Operand<Self::Elem>, rows: usize, kc: usize, out: &mut [f32]);
+    /// Packs `kc` x `columns` of `b` into one panel, unit (u, j) at `u * NR + j`; columns and k
+    /// past the end are zeros.
+    ///
+    /// # Safety
+    /// `b` addresses kc x columns elements; `out` holds units(kc) x NR.
+    unsafe fn pack_b(b: Operand<Self::Elem>, kc: usize, columns: usize, out: &mut [f32]);
+    /// One register block of `R` rows over `units` packed units.
+    ///
+    /// # Safety
+    /// `a` holds units x MR and `b` units x NR packed units; the tile lies inside C, `rows <= R`.
+    unsafe fn kernel<const R: usize>(units: usize, a: *const f32, b: *const f32, tile: Tile);
+}
+
+/// float32 operands.
+struct F32;
+
+impl Precision for F32 {
+    type Elem = f32;
+    const PER_UNIT: usize = 1;
+    unsafe fn pack_a(a: Operand, rows: usize, kc: usize, out: &mut [f32]) {
+        pack_a(a, rows, kc, out)
+    }
+    unsafe fn pack_b(b: Operand, kc: usize, columns: usize, out: &mut [f32]) {
+        pack_b(b, kc, columns, out)
+    }
+    unsafe fn kernel<const R: usize>(units: usize, a: *const f32, b: *const f32, tile: Tile) {
+        kernel::<R>(units, a, b, tile)
+    }
+}
+
+/// bfloat16 operands, two neighbours along k per unit (the lower address in the low half, as
+/// `vdpbf16ps` pairs them).
+struct Bf16;
+
+impl Precision for Bf16 {
+    type Elem = u16;
+    const PER_UNIT: usize = 2;
+    unsafe fn pack_a(a: Operand<u16>, rows: usize, kc: usize, out: &mut [f32]) {
+        pack_a_bf16(a, rows, kc, out)
+    }
+    unsafe fn pack_b(b: Operand<u16>, kc: usize, columns: usize, out: &mut [f32]) {
+        pack_b_bf16(b, kc, columns, out)
+    }
+    unsafe fn kernel<const R: usize>(units: usize, a: *const f32, b: *const f32, tile: Tile) {
+        kernel_bf16::<R>(units, a, b, tile)
     }
 }
 
@@ -324,6 +471,98 @@ unsafe fn pack_b(b: Operand, kc: usize, columns: usize, out: &mut [f32]) {
     }
 }
 
+/// A packed bfloat16 unit: `low` (the element at the lower k) and `high`, as float32 bits.
+fn pair(low: u16, high: u16) -> f32 {
+    f32::from_bits(low as u32 | (high as u32) << 16)
+}
+
+/// [`Precision::pack_a`] for bfloat16.
+///
+/// # Safety
+/// As [`Precision::pack_a`], with AVX512-BW present.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn pack_a_bf16(a: Operand<u16>, rows: usize, kc: usize, out: &mut [f32]) {
+    let units = kc.div_ceil(2);
+    for r0 in (0..rows).step_by(MR) {
+        let panel = &mut out[r0 * units..(r0 + MR) * units];
+        let valid = MR.min(rows - r0);
+        // SAFETY (every read below): (r0 + r, p) lies inside the block for r < valid, p < kc.
+        let element = |r: usize, p: usize| if r < valid && p < kc { unsafe { *a.at(r0 + r, p) } } else { 0 };
+        if a.cs == 1 {
+            // Rows run along k: each unit is one 32-bit word of a row, so the float32 transpose
+            // packs the even part; an odd k leaves a last unit with a zero high half.
+            let mut starts = [std::ptr::null(); MR];
+            for (r, start) in starts.iter_mut().enumerate().take(valid) {
+                *start = unsafe { a.at(r0 + r, 0) } as *const f32;
+            }
+            // SAFETY: each of the `valid` rows holds kc / 2 whole words; the panel holds units x MR.
+            unsafe { interleave(&starts[..valid], MR, kc / 2, panel) };
+            if kc % 2 == 1 {
+                for r in 0..MR {
+                    panel[(units - 1) * MR + r] = pair(element(r, kc - 1), 0);
+                }
+            }
+        } else {
+            for u in 0..units {
+                for r in 0..MR {
+                    panel[u * MR + r] = pair(element(r, 2 * u), element(r, 2 * u + 1));
+                }
+            }
+        }
+    }
+}
+
+/// [`Precision::pack_b`] for bfloat16.
+///
+/// # Safety
+/// As [`Precision::pack_b`], with AVX512-BW present.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn pack_b_bf16(b: Operand<u16>, kc: usize, columns: usize, out: &mut [f32]) {
+    let units = kc.div_ceil(2);
+    let out = &mut out[..units * NR];
+    // SAFETY (every read below): (p, j) lies inside the block for p < kc, j < columns.
+    let element = |p: usize, j: usize| if p < kc && j < columns { unsafe { *b.at(p, j) } } else { 0 };
+    if b.rs == 1 {
+        // Columns run along k (a transposed row-major weight): words of the columns, transposed.
+        let mut starts = [std::ptr::null(); NR];
+        for (j, start) in starts.iter_mut().enumerate().take(columns) {
+            *start = unsafe { b.at(0, j) } as *const f32;
+        }
+        // SAFETY: each of the `columns` columns holds kc / 2 whole words; out holds units x NR.
+        unsafe { interleave(&starts[..columns], NR, kc / 2, out) };
+        if kc % 2 == 1 {
+            for j in 0..NR {
+                out[(units - 1) * NR + j] = pair(element(kc - 1, j), 0);
+            }
+        }
+    } else if b.cs == 1 {
+        // Rows run along n: interleave the 16-bit elements of rows 2u and 2u + 1. The unpacks
+        // work within 128-bit lanes (columns 0-3 and 4-7 of each eight in `low` and `high`); the
+        // permutes put the lanes back in column order.
+        let mask: __mmask32 = if columns >= 32 { !0 } else { (1u32 << columns) - 1 };
+        let first = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+        let second = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+        for u in 0..units {
+            // SAFETY: rows 2u (and 2u + 1 when inside the block) hold `columns` elements, the
+            // masked-off lanes are not read; the unit row u * NR.. holds NR floats of out.
+            unsafe {
+                let even = _mm512_maskz_loadu_epi16(mask, b.at(2 * u, 0) as *const i16);
+                let odd = if 2 * u + 1 < kc { _mm512_maskz_loadu_epi16(mask, b.at(2 * u + 1, 0) as *const i16) } else { _mm512_setzero_si512() };
+                let (low, high) = (_mm512_unpacklo_epi16(even, odd), _mm512_unpackhi_epi16(even, odd));
+                let dst = out.as_mut_ptr().add(u * NR) as *mut __m512i;
+                _mm512_storeu_si512(dst, _mm512_permutex2var_epi64(low, first, high));
+                _mm512_storeu_si512(dst.add(1), _mm512_permutex2var_epi64(low, second, high));
+            }
+        }
+    } else {
+        for u in 0..units {
+            for j in 0..NR {
+                out[u * NR + j] = pair(element(2 * u, j), element(2 * u + 1, j));
+            }
+        }
+    }
+}
+
 /// `out[p * width + r] = lines[r][p]` for p < kc, zeros for `lines.len() <= r < width`: lines
 /// that run along p become a panel that runs across them, 16 x 16 blocks at a time transposed in
 /// registers (a scalar copy here cost up to 70% of a skinny product's time).
@@ -393,17 +632,14 @@ fn transpose16(v: &mut [__m512; 16]) {
 }
 
 /// One register block: `R` packed A rows (panel stride MR; rows past the block are zeros)
-/// times a packed B panel over kc, stored to (or added to, when `add`) the first `rows` rows of
-/// the C tile, masked to its columns. Alone on cached panels it runs at the core's peak (258
-/// GFLOP/s on one Zen 5 core): 24 accumulators, two B loads and 12 broadcasts per k step.
+/// times a packed B panel over kc, into the tile. Alone on cached panels it runs at the core's
+/// peak (258 GFLOP/s on one Zen 5 core): 24 accumulators, two B loads and 12 broadcasts per k
+/// step.
 ///
 /// # Safety
-/// `a` holds kc x MR and `b` kc x NR packed elements; the tile has `rows` <= R rows of row stride
-/// ldc, each as wide as `masks` allow.
-#[inline]
+/// `a` holds kc x MR and `b` kc x NR packed elements; the tile lies inside C, `rows <= R`.
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn kernel<const R: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, rows: usize, masks: [__mmask16; V], add: bool) {
+unsafe fn kernel<const R: usize>(kc: usize, a: *const f32, b: *const f32, tile: Tile) {
     let mut acc = [[_mm512_setzero_ps(); V]; R];
     for p in 0..kc {
         let bv: [__m512; V] = std::array::from_fn(|h| _mm512_loadu_ps(b.add(p * NR + 16 * h)));
@@ -414,10 +650,42 @@ unsafe fn kernel<const R: usize>(kc: usize, a: *const f32, b: *const f32, c: *mu
             }
         }
     }
-    for (i, row) in acc.iter().enumerate().take(rows) {
-        for (half, &mask) in masks.iter().enumerate() {
-            let dst = c.add(i * ldc + 16 * half);
-            let value = if add { _mm512_add_ps(row[half], _mm512_maskz_loadu_ps(mask, dst)) } else { row[half] };
+    store(&acc, tile);
+}
+
+/// [`kernel`] for bfloat16 pairs: each unit of A (two k neighbours of one row) broadcast against
+/// the B panel's pairs, `vdpbf16ps` adding both products into the float32 accumulators.
+///
+/// # Safety
+/// As [`kernel`], over `units` packed pairs, with AVX512-BF16 present.
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn kernel_bf16<const R: usize>(units: usize, a: *const f32, b: *const f32, tile: Tile) {
+    let mut acc = [[_mm512_setzero_ps(); V]; R];
+    for u in 0..units {
+        // SAFETY (both transmutes): __m512 and __m512bh are the same 64 bytes; the bits pass
+        // through unchanged (a broadcast and a load do no arithmetic).
+        let bv: [__m512bh; V] = std::array::from_fn(|h| unsafe { std::mem::transmute(_mm512_loadu_ps(b.add(u * NR + 16 * h))) });
+        for (i, row) in acc.iter_mut().enumerate() {
+            let pair: __m512bh = unsafe { std::mem::transmute(_mm512_set1_ps(*a.add(u * MR + i))) };
+            for (lane_block, &b_pairs) in row.iter_mut().zip(&bv) {
+                *lane_block = _mm512_dpbf16_ps(*lane_block, pair, b_pairs);
+            }
+        }
+    }
+    store(&acc, tile);
+}
+
+/// Writes a register block's first `tile.rows` rows to C, masked to its columns.
+///
+/// # Safety
+/// The tile lies inside C.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn store<const R: usize>(acc: &[[__m512; V]; R], tile: Tile) {
+    for (i, row) in acc.iter().enumerate().take(tile.rows) {
+        for (half, &mask) in tile.masks.iter().enumerate() {
+            let dst = tile.c.add(i * tile.ldc + 16 * half);
+            let value = if tile.add { _mm512_add_ps(row[half], _mm512_maskz_loadu_ps(mask, dst)) } else { row[half] };
             _mm512_mask_storeu_ps(dst, mask, value);
         }
     }
@@ -433,25 +701,25 @@ mod tests {
         Operand { ptr: values.as_ptr(), rs, cs }
     }
 
-    #[test]
-    fn matches_a_float64_reference_on_ragged_shapes_and_layouts() {
-        if !available() {
-            eprintln!("skipped: no AVX-512F on this CPU");
-            return;
-        }
-        let shapes = [(1, 1, 1), (1, 37, 300), (13, 33, 257), (29, 65, 5), (300, 70, 520), (50, 700, 40), (7, 2, 3), (3, 2100, 17)];
+    /// Values exact in bfloat16 (eighths up to +-6), so both precisions have one exact answer.
+    fn values(len: usize, seed: usize) -> Vec<f32> {
+        (0..len).map(|v| ((v * seed % 13) as f32 - 6.0) / 8.0).collect()
+    }
+
+    /// Runs `product` on every layout, thread count and accumulate flag over ragged shapes (k
+    /// across slices, m across A blocks, n across B blocks, odd k) and checks C, and that C's
+    /// padding columns stay untouched, against a float64 reference.
+    fn check_layouts(product: impl Fn(usize, usize, usize, (bool, bool), &[f32], &[f32], &mut [f32], usize, bool, usize)) {
+        let shapes = [(1, 1, 1), (1, 37, 300), (13, 33, 257), (29, 65, 5), (300, 70, 520), (50, 700, 40), (7, 2, 3), (3, 2100, 17), (5, 40, 1023)];
         for &(m, n, k) in &shapes {
-            let a: Vec<f32> = (0..m * k).map(|v| ((v * 7 % 13) as f32 - 6.0) / 8.0).collect();
-            let b: Vec<f32> = (0..k * n).map(|v| ((v * 5 % 11) as f32 - 5.0) / 4.0).collect();
+            let (a, b) = (values(m * k, 7), values(k * n, 5));
             for (ta, tb, threads) in [(false, false, 1), (false, true, 2), (true, false, 2), (true, true, 3)] {
                 let (oa, ob) = (operand(&a, m, k, ta), operand(&b, k, n, tb));
                 let read = |o: &Operand, r: usize, c: usize| unsafe { *o.at(r, c) } as f64;
                 for accumulate in [false, true] {
                     let ldc = n + 3;
                     let mut c = vec![1f32; m * ldc];
-                    // SAFETY: the operands address m x k and k x n elements of their vectors; c
-                    // holds m rows of stride ldc.
-                    unsafe { sgemm(m, n, k, oa, ob, c.as_mut_ptr(), ldc, accumulate, threads) };
+                    product(m, n, k, (ta, tb), &a, &b, &mut c, ldc, accumulate, threads);
                     for i in 0..m {
                         for j in 0..ldc {
                             let got = c[i * ldc + j] as f64;
@@ -469,5 +737,34 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn matches_a_float64_reference_on_ragged_shapes_and_layouts() {
+        if !available() {
+            eprintln!("skipped: no AVX-512F on this CPU");
+            return;
+        }
+        check_layouts(|m, n, k, (ta, tb), a, b, c, ldc, accumulate, threads| {
+            // SAFETY: the operands address m x k and k x n elements of their vectors; c holds m
+            // rows of stride ldc; the CPU has AVX-512F.
+            unsafe { sgemm(m, n, k, operand(a, m, k, ta), operand(b, k, n, tb), c.as_mut_ptr(), ldc, accumulate, threads) }
+        });
+    }
+
+    #[test]
+    fn bfloat16_matches_the_float64_reference_on_ragged_shapes_and_layouts() {
+        if !bf16_available() {
+            eprintln!("skipped: no AVX512-BF16 on this CPU");
+            return;
+        }
+        let bits = |values: &[f32]| values.iter().map(|v| half::bf16::from_f32(*v).to_bits()).collect::<Vec<u16>>();
+        check_layouts(|m, n, k, (ta, tb), a, b, c, ldc, accumulate, threads| {
+            let (a16, b16) = (bits(a), bits(b));
+            let as16 = |o: Operand, values: &[u16]| Operand { ptr: values.as_ptr(), rs: o.rs, cs: o.cs };
+            let (oa, ob) = (as16(operand(a, m, k, ta), &a16), as16(operand(b, k, n, tb), &b16));
+            // SAFETY: as above, on the bfloat16 copies; the CPU has AVX512-BF16.
+            unsafe { bf16_gemm(m, n, k, oa, ob, c.as_mut_ptr(), ldc, accumulate, threads) }
+        });
     }
 }
