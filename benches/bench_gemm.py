@@ -19,8 +19,9 @@ import statistics
 import time
 
 THREADS = 2
-for var in ("OXNET_CPU_WORKER_NTHREADS", "MXNET_CPU_WORKER_NTHREADS", "OMP_NUM_THREADS",
-            "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+# Not MXNET_CPU_WORKER_NTHREADS: with it set to 2, MXNet 1.9.1 hung in its first `dot` here
+# (its oneDNN kernels take their threads from OMP_NUM_THREADS).
+for var in ("OXNET_CPU_WORKER_NTHREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(var, str(THREADS))
 
 import numpy as np  # noqa: E402
