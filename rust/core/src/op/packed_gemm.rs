@@ -476,6 +476,31 @@ fn pair(low: u16, high: u16) -> f32 {
     f32::from_bits(low as u32 | (high as u32) << 16)
 }
 
+/// Packs `lines` bfloat16 lines that run along k (rows of A, columns of B; line i starts at
+/// `start(i)`) into units `width` wide, unit (u, i) at `u * width + i`: each unit is one 32-bit
+/// word of a line, so the float32 transpose packs the even part; an odd k leaves a last unit
+/// with a zero high half. Lines past `lines` are zeros.
+///
+/// # Safety
+/// Each of the `lines` (<= NR) lines holds kc elements; `out` holds kc.div_ceil(2) x width.
+#[target_feature(enable = "avx512f")]
+unsafe fn interleave_pairs(lines: usize, start: impl Fn(usize) -> *const u16, width: usize, kc: usize, out: &mut [f32]) {
+    let mut words = [std::ptr::null(); NR];
+    for (i, word) in words.iter_mut().enumerate().take(lines) {
+        *word = start(i) as *const f32;
+    }
+    // SAFETY: each line holds kc / 2 whole words; out holds at least that many units.
+    unsafe { interleave(&words[..lines], width, kc / 2, out) };
+    if kc % 2 == 1 {
+        let last = kc / 2;
+        for i in 0..width {
+            // SAFETY: element kc - 1 is the last of line i < lines.
+            let low = if i < lines { unsafe { *start(i).add(kc - 1) } } else { 0 };
+            out[last * width + i] = pair(low, 0);
+        }
+    }
+}
+
 /// [`Precision::pack_a`] for bfloat16.
 ///
 /// # Safety
@@ -489,19 +514,8 @@ unsafe fn pack_a_bf16(a: Operand<u16>, rows: usize, kc: usize, out: &mut [f32]) 
         // SAFETY (every read below): (r0 + r, p) lies inside the block for r < valid, p < kc.
         let element = |r: usize, p: usize| if r < valid && p < kc { unsafe { *a.at(r0 + r, p) } } else { 0 };
         if a.cs == 1 {
-            // Rows run along k: each unit is one 32-bit word of a row, so the float32 transpose
-            // packs the even part; an odd k leaves a last unit with a zero high half.
-            let mut starts = [std::ptr::null(); MR];
-            for (r, start) in starts.iter_mut().enumerate().take(valid) {
-                *start = unsafe { a.at(r0 + r, 0) } as *const f32;
-            }
-            // SAFETY: each of the `valid` rows holds kc / 2 whole words; the panel holds units x MR.
-            unsafe { interleave(&starts[..valid], MR, kc / 2, panel) };
-            if kc % 2 == 1 {
-                for r in 0..MR {
-                    panel[(units - 1) * MR + r] = pair(element(r, kc - 1), 0);
-                }
-            }
+            // SAFETY: each of the `valid` rows holds kc elements; the panel holds units x MR.
+            unsafe { interleave_pairs(valid, |r| a.at(r0 + r, 0), MR, kc, panel) };
         } else {
             for u in 0..units {
                 for r in 0..MR {
@@ -523,18 +537,9 @@ unsafe fn pack_b_bf16(b: Operand<u16>, kc: usize, columns: usize, out: &mut [f32
     // SAFETY (every read below): (p, j) lies inside the block for p < kc, j < columns.
     let element = |p: usize, j: usize| if p < kc && j < columns { unsafe { *b.at(p, j) } } else { 0 };
     if b.rs == 1 {
-        // Columns run along k (a transposed row-major weight): words of the columns, transposed.
-        let mut starts = [std::ptr::null(); NR];
-        for (j, start) in starts.iter_mut().enumerate().take(columns) {
-            *start = unsafe { b.at(0, j) } as *const f32;
-        }
-        // SAFETY: each of the `columns` columns holds kc / 2 whole words; out holds units x NR.
-        unsafe { interleave(&starts[..columns], NR, kc / 2, out) };
-        if kc % 2 == 1 {
-            for j in 0..NR {
-                out[(units - 1) * NR + j] = pair(element(kc - 1, j), 0);
-            }
-        }
+        // Columns run along k (a transposed row-major weight).
+        // SAFETY: each of the `columns` columns holds kc elements; out holds units x NR.
+        unsafe { interleave_pairs(columns, |j| b.at(0, j), NR, kc, out) };
     } else if b.cs == 1 {
         // Rows run along n: interleave the 16-bit elements of rows 2u and 2u + 1. The unpacks
         // work within 128-bit lanes (columns 0-3 and 4-7 of each eight in `low` and `high`); the
