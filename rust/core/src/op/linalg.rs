@@ -95,7 +95,7 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
     // A large right operand read transposed (`x * W^T`, FullyConnected's form) goes to the
     // packing kernel: the gemm crate packs a transposed operand by gathering one element per
     // row (on Zen 5 256x1024x1024 ran at 341 GFLOP/s with the operand transposed into scratch
-    // first, against 438 on a plain one; the packing kernel: 362). An operand of up to a MiB
+    // first, against 438 on a plain one; the packing kernel: 396-446). An operand of up to a MiB
     // gathers from cache, where the crate stays ahead (128x256x784: 217 against 204 on one core).
     #[cfg(target_arch = "x86_64")]
     if bm.rs == 1 && bm.cs != 1 && dtype == DType::F32 && n * k >= 1 << 18 && super::packed_gemm::available() {

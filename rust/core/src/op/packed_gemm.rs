@@ -206,7 +206,7 @@ unsafe fn kernel_rate<P: Precision>(duration: std::time::Duration) -> f64 {
     (2 * KC * P::PER_UNIT * MR * NR * calls) as f64 / start.elapsed().as_secs_f64() / 1e9
 }
 
-/// The packing buffers of one thread: an A block (MC x KC) and a B panel (KC x NR).
+/// The packing buffers of one thread: an A block (MC x KC) and a B block (KC x NC).
 #[derive(Default)]
 struct PackBuffers {
     a: AlignedBuffer,
@@ -238,7 +238,8 @@ impl AlignedBuffer {
 
 thread_local! {
     /// Kept per thread across products: packing writes every element it reads back, so the
-    /// buffers never need clearing, and allocating 300 KB per product would cost page faults.
+    /// buffers never need clearing, and allocating up to 2.3 MB per product would cost page faults
+    /// (the price: that much memory stays with every thread that ran a product).
     static PACK_BUFFERS: RefCell<PackBuffers> = RefCell::new(PackBuffers::default());
 }
 
