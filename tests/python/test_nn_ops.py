@@ -563,6 +563,12 @@ CONV_CASES = [
     # Rows narrower than the stride, and taps that read only padding on a line.
     ((2, 2, 1), 3, (1,), (3,), (0,), (1,), 1, False),
     ((1, 2, 5, 2), 3, (7, 7), (2, 2), (3, 3), (1, 1), 1, True),
+    # im2col reads lines of a padded, stride-phased copy: small outputs put several images in a
+    # chunk (grouped, padded, strided), lines of whole vectors plus a masked rest (19 wide), and
+    # 3-D phases along depth with dilation.
+    ((6, 4, 5, 5), 10, (3, 3), (2, 2), (1, 1), (1, 1), 2, False),
+    ((2, 3, 9, 40), 4, (3, 5), (1, 2), (2, 1), (1, 1), 1, True),
+    ((2, 3, 5, 6, 9), 4, (3, 2, 3), (2, 1, 2), (1, 0, 1), (1, 1, 2), 1, False),
     # Stride 1 with 16+ channels per group: float32 takes the padded-image kernel (conv_shifted),
     # checked against the reference and, through check_gradient, against float64's im2col path.
     ((3, 16, 6, 5), 20, (3, 3), (1, 1), (1, 1), (1, 1), 1, False),

@@ -283,77 +283,125 @@ fn add_short<T: Elem>(dst: &mut [T], src: &[T]) {
     zip_short(dst, src, |d, s| *d = T::from_f64(d.to_f64() + s.to_f64()));
 }
 
-/// im2col of one image's channels `c0..c0+cs` into the column matrix (rows = channel x kernel
-/// position, columns = output positions, rows `row_stride` apart so that several images sit side
-/// by side): contiguous runs are copied, padding is zero.
-fn im2col<T: Elem>(image: &[T], g: &Geometry, c0: usize, cs: usize, col: &mut [T], row_stride: usize) {
-    let (plane, ow, sw) = (g.input_size(), g.output[2], g.stride[2] as isize);
-    let base = &image[c0 * plane..(c0 + cs) * plane];
-    if g.is_dense() {
-        for_each_dense_line(g, cs, row_stride, |line, src| copy_short(&mut col[line..line + ow], &base[src..src + ow]));
-        return;
-    }
-    let iw = g.input[2];
-    // A strided line reads every sw-th input element, which compiles to one scalar load each.
-    // The image's rows split once into their sw phases (columns j with j % sw == p) make every
-    // line one contiguous run; each input element is read about kernel / stride^2 times (12 in
-    // ResNet's 7x7 stride-2 stem), so the split costs a fraction of the gathers it saves.
-    let phase_len = iw.div_ceil(sw as usize);
-    let phased = if sw > 1 && iw > 0 { Scratch::<T>::zeroed(base.len() / iw * sw as usize * phase_len).ok() } else { None };
-    let phased = phased.map(|mut buffer| {
-        split_phases(base, iw, sw as usize, phase_len, buffer.as_mut_slice());
-        buffer
-    });
-    for_each_line(g, cs, row_stride, |start, _c, src, w, w_off| {
-        let dst = &mut col[start..start + ow];
-        let Some(src) = src else {
-            dst.fill(T::default());
-            return;
-        };
-        dst[..w.start].fill(T::default());
-        dst[w.end..].fill(T::default());
-        if w.is_empty() {
-            // The tap reads only padding on this line (its first column would lie before the row).
-            return;
-        }
-        let column = (w.start as isize * sw + w_off) as usize;
-        let first = column + src;
-        if sw == 1 {
-            copy_short(&mut dst[w.clone()], &base[first..first + w.len()]);
-        } else if let Some(phased) = &phased {
-            let (row, phase) = (src / iw, column % sw as usize);
-            let run = (row * sw as usize + phase) * phase_len + column / sw as usize;
-            copy_short(&mut dst[w.clone()], &phased.as_slice()[run..run + w.len()]);
-        } else {
-            for (d, &v) in dst[w.clone()].iter_mut().zip(base[first..].iter().step_by(sw as usize)) {
-                *d = v;
-            }
-        }
-    });
+/// Where im2col reads its lines: a padded, stride-phased copy of the image's channels in the
+/// stencils' phase layout, where every line of the column matrix (one kernel tap, one output
+/// row) is one contiguous run, or the image itself where that layout is the image's own (no
+/// padding, unit stride). Reading lines of a padded copy replaced a per-line walk that computed
+/// each line's valid range and zero-filled around it: ResNet-18's batch-32 column matrices (512
+/// channels at 7x7, the 7x7 stride-2 stem) took 3.9 and 7.7 ms, 7.4 and 30 GB/s.
+struct ColumnSource {
+    frame: stencil::Frame,
+    phases: stencil::PhaseLayout,
+    copy: LineCopy,
 }
 
-/// Rows of `width` elements of `rows` split into their `stride` phases: phase p of row r (the
-/// elements at columns p, p + stride, ...) starts at `(r * stride + p) * phase_len` of `phased`.
-fn split_phases<T: Elem>(rows: &[T], width: usize, stride: usize, phase_len: usize, phased: &mut [T]) {
-    for (r, row) in rows.chunks_exact(width).enumerate() {
-        let out = &mut phased[r * stride * phase_len..(r + 1) * stride * phase_len];
-        if stride == 2 {
-            // Pairs of columns: compiles to vector deinterleaving shuffles.
-            let (even, odd) = out.split_at_mut(phase_len);
-            let (pairs, last) = row.as_chunks::<2>();
-            for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(pairs) {
-                *e = pair[0];
-                *o = pair[1];
-            }
-            if let [v] = last {
-                even[pairs.len()] = *v;
-            }
-            continue;
+impl ColumnSource {
+    fn new(g: &Geometry) -> ColumnSource {
+        let frame = stencil::Frame::of_convolution(g);
+        let phases = stencil::PhaseLayout::new(&frame);
+        ColumnSource { frame, phases, copy: LineCopy::for_cpu() }
+    }
+
+    /// Whether lines are read from the image as it is.
+    fn in_place(&self) -> bool {
+        self.frame.pad == [0; 3] && self.frame.stride == [1; 3]
+    }
+
+    /// Scratch elements for the phased copies of `channels` channels (none when reading in place).
+    fn phased_len(&self, channels: usize) -> usize {
+        if self.in_place() {
+            0
+        } else {
+            channels * self.phases.plane_len()
         }
-        for (p, phase) in out.chunks_exact_mut(phase_len).enumerate() {
-            // A phase past the row's end (width < stride) stays empty.
-            for (d, &v) in phase.iter_mut().zip(row.iter().skip(p).step_by(stride)) {
-                *d = v;
+    }
+
+    /// im2col of one image's channels `c0..c0+cs` into the column matrix (rows = channel x
+    /// kernel tap, columns = output positions, rows `row_stride` apart so that several images sit
+    /// side by side). `phased` holds [`Self::phased_len`] elements whose padding is zero; each
+    /// call rewrites the same interior places, so the padding stays zero from call to call.
+    fn im2col<T: Elem>(&self, image: &[T], c0: usize, cs: usize, col: &mut [T], row_stride: usize, phased: &mut [T]) {
+        let ([od, oh, ow], [_, lh, lw]) = (self.frame.output, self.phases.lens);
+        if od * oh * ow == 0 || cs == 0 {
+            return;
+        }
+        let plane = self.frame.input.iter().product::<usize>();
+        let channels = &image[c0 * plane..(c0 + cs) * plane];
+        let (source, channel_len) = if self.in_place() {
+            (channels, plane)
+        } else {
+            let len = self.phases.plane_len();
+            for (values, copy) in channels.chunks_exact(plane).zip(phased.chunks_exact_mut(len)) {
+                self.phases.fill(&self.frame, values, copy);
+            }
+            (&phased[..cs * len], len)
+        };
+        let taps = self.phases.offsets.len();
+        for c in 0..cs {
+            for (t, &offset) in self.phases.offsets.iter().enumerate() {
+                let row = &mut col[(c * taps + t) * row_stride..];
+                let from = &source[c * channel_len + offset..];
+                for o_d in 0..od {
+                    self.copy.lines(&mut row[o_d * oh * ow..], ow, &from[o_d * lh * lw..], lw, oh, ow);
+                }
+            }
+        }
+    }
+}
+
+/// Copies runs of elements; with AVX-512, runs of 4-byte elements go by whole and masked vectors
+/// (7x7 outputs are lines of 7, which plain copies move one element at a time).
+#[derive(Clone, Copy)]
+struct LineCopy {
+    avx512: bool,
+}
+
+impl LineCopy {
+    fn for_cpu() -> LineCopy {
+        LineCopy { avx512: cfg!(target_arch = "x86_64") && simd::f32_lanes() == 16 }
+    }
+
+    /// Copies `lines` runs of `len` elements, `src_step` apart in `src`, to runs `dst_step`
+    /// apart in `dst`. Panics if a run would lie outside its slice.
+    fn lines<T: Copy>(self, dst: &mut [T], dst_step: usize, src: &[T], src_step: usize, lines: usize, len: usize) {
+        if lines == 0 || len == 0 {
+            return;
+        }
+        assert!((lines - 1) * dst_step + len <= dst.len() && (lines - 1) * src_step + len <= src.len(), "line copy out of bounds");
+        #[cfg(target_arch = "x86_64")]
+        if self.avx512 && std::mem::size_of::<T>() == 4 {
+            // SAFETY: `avx512` is only set where the CPU has AVX-512 F; every run lies inside its
+            // slice (asserted above) and T is 4 bytes, so the runs are whole u32 elements.
+            unsafe { copy_lines_avx512(dst.as_mut_ptr().cast(), dst_step, src.as_ptr().cast(), src_step, lines, len) };
+            return;
+        }
+        for l in 0..lines {
+            copy_short(&mut dst[l * dst_step..][..len], &src[l * src_step..][..len]);
+        }
+    }
+}
+
+/// [`LineCopy::lines`] for 4-byte elements: whole vectors, then one masked vector per run.
+///
+/// # Safety
+/// The CPU has AVX-512 F; run l reads `src[l * src_step..][..len]` and writes
+/// `dst[l * dst_step..][..len]`, which lie inside their allocations.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn copy_lines_avx512(dst: *mut u32, dst_step: usize, src: *const u32, src_step: usize, lines: usize, len: usize) {
+    use std::arch::x86_64::*;
+    let (whole, rest) = (len / 16, len % 16);
+    let mask = ((1u32 << rest) - 1) as __mmask16;
+    for l in 0..lines {
+        // SAFETY: per the contract, each vector's lanes (the masked ones excepted, which neither
+        // load nor store) lie inside run l.
+        unsafe {
+            let (d, s) = (dst.add(l * dst_step), src.add(l * src_step));
+            for v in 0..whole {
+                _mm512_storeu_si512(d.add(16 * v).cast(), _mm512_loadu_si512(s.add(16 * v).cast()));
+            }
+            if rest > 0 {
+                _mm512_mask_storeu_epi32(d.add(16 * whole).cast(), mask, _mm512_maskz_loadu_epi32(mask, s.add(16 * whole).cast()));
             }
         }
     }
@@ -391,6 +439,8 @@ pub(super) struct ImageProducts<'a> {
     pub threads: usize,
     /// Stride-1 geometries with enough channels skip the column matrix (see conv_shifted).
     shifted: Option<ShiftedLayout>,
+    /// Where the column matrix is read from (unused by the shifted strategy).
+    source: ColumnSource,
 }
 
 // SAFETY: the weight pointer is only read, and the weight stays alive and unwritten for the whole
@@ -400,15 +450,22 @@ unsafe impl Sync for ImageProducts<'_> {}
 /// Column-matrix elements per chunk: enough output columns to amortize GEMM packing, few enough
 /// that the chunk's columns stay in cache.
 const CHUNK_ELEMENTS: usize = 1 << 18;
+/// Fewest output columns per chunk where the batch allows, whatever the column matrix's size:
+/// every GEMM packs the whole weight, which small outputs cannot amortize. ResNet-18's 3x3
+/// 512-channel layer at 7x7 (49 columns an image, a 9.4 MB weight), batch 32, 2 threads: 21.1 ms
+/// with one image a chunk, 18.5-19.1 with two or three.
+const MIN_CHUNK_COLUMNS: usize = 128;
 
 /// Per-chunk buffers of the strategy in use.
 // One value per chunk being computed: boxing the larger variant would buy nothing.
 #[allow(clippy::large_enum_variant)]
 pub(super) enum ChunkBuffers<T> {
-    /// The side-by-side column matrices and one group's response block.
+    /// The side-by-side column matrices, one group's response block and the phased copy of an
+    /// image's group of channels that the column matrix is read from.
     Columns {
         col: Scratch<T>,
         staging: Scratch<T>,
+        phased: Scratch<T>,
     },
     Shifted(ShiftedBuffers),
 }
@@ -417,7 +474,7 @@ impl<'a> ImageProducts<'a> {
     /// The products for `g` with the plan that spreads its batch over the thread pool (GEMM gets
     /// the threads the plan leaves it).
     pub fn planned(g: &'a Geometry, dtype: DType, weight: *const u8) -> (Self, ChunkPlan) {
-        let mut products = ImageProducts { g, dtype, weight, threads: 1, shifted: ShiftedLayout::for_geometry(g, dtype) };
+        let mut products = ImageProducts { g, dtype, weight, threads: 1, shifted: ShiftedLayout::for_geometry(g, dtype), source: ColumnSource::new(g) };
         let plan = ChunkPlan::new(g.batch, products.chunk());
         products.threads = plan.gemm_threads;
         (products, plan)
@@ -429,7 +486,7 @@ impl<'a> ImageProducts<'a> {
             return layout.images;
         }
         let per_image = (self.g.col_rows() * self.g.output_size()).max(1);
-        (CHUNK_ELEMENTS / per_image).clamp(1, self.g.batch.max(1))
+        (CHUNK_ELEMENTS / per_image).max(MIN_CHUNK_COLUMNS.div_ceil(self.g.output_size().max(1))).clamp(1, self.g.batch.max(1))
     }
     /// Scratch for one task running the products in `uses`.
     pub fn buffers<T: Elem>(&self, uses: Uses) -> Result<ChunkBuffers<T>> {
@@ -443,7 +500,8 @@ impl<'a> ImageProducts<'a> {
         let forward_only = self.chunk() == 1 && !uses.scatter && !uses.weight_grad;
         let staging = if forward_only { 0 } else { fpg * columns };
         let col = if forward_only && self.reads_image_as_columns() { 0 } else { self.g.col_rows() * columns };
-        Ok(ChunkBuffers::Columns { col: Scratch::zeroed(col)?, staging: Scratch::zeroed(staging)? })
+        let phased = if col == 0 { 0 } else { self.source.phased_len(self.g.channels / self.g.groups) };
+        Ok(ChunkBuffers::Columns { col: Scratch::zeroed(col)?, staging: Scratch::zeroed(staging)?, phased: Scratch::zeroed(phased)? })
     }
 
     /// The shifted strategy's products; only called with buffers from [`Self::buffers`], which
@@ -460,7 +518,7 @@ impl<'a> ImageProducts<'a> {
     }
 
     /// Fills the side-by-side column matrix of group `grp` for `images`.
-    fn columns<T: Elem>(&self, images: &Range<usize>, grp: usize, image: &[T], col: &mut [T]) {
+    fn columns<T: Elem>(&self, images: &Range<usize>, grp: usize, image: &[T], col: &mut [T], phased: &mut [T]) {
         let g = self.g;
         let (plane, outs, cpg) = (g.channels * g.input_size(), g.output_size(), g.channels / g.groups);
         let stride = images.len() * outs;
@@ -469,14 +527,17 @@ impl<'a> ImageProducts<'a> {
             // contiguous runs. The 3-channel 7x7 stride-2 stem of ResNet spent 1.1 of its 1.7 ms
             // here on one thread.
             let image = &image[images.start * plane..][..plane];
-            let runs = crate::engine::parallel::split_runs(col, g.kernel_size() * stride, cpg, self.threads.min(cpg));
-            crate::engine::parallel::map_owned(runs, |_, (channels, rows)| {
-                im2col(image, g, grp * cpg + channels.start, channels.len(), rows, stride)
+            let parts = self.threads.min(cpg);
+            let rows = crate::engine::parallel::split_runs(col, g.kernel_size() * stride, cpg, parts);
+            let copies = crate::engine::parallel::split_runs(phased, self.source.phased_len(1), cpg, parts);
+            let runs = rows.into_iter().zip(copies).map(|((channels, rows), (_, copies))| (channels, rows, copies)).collect();
+            crate::engine::parallel::map_owned(runs, |_, (channels, rows, copies): (Range<usize>, &mut [T], &mut [T])| {
+                self.source.im2col(image, grp * cpg + channels.start, channels.len(), rows, stride, copies)
             });
             return;
         }
         for (k, n) in images.clone().enumerate() {
-            im2col(&image[n * plane..][..plane], g, grp * cpg, cpg, &mut col[k * outs..], stride);
+            self.source.im2col(&image[n * plane..][..plane], grp * cpg, cpg, &mut col[k * outs..], stride, phased);
         }
     }
 
@@ -490,9 +551,9 @@ impl<'a> ImageProducts<'a> {
         let (outs, rows, es) = (g.output_size(), g.col_rows(), self.dtype.size());
         let fpg = g.filters / g.groups;
         let columns = images.len() * outs;
-        let (col, staging) = match buf {
+        let (col, staging, phased) = match buf {
             ChunkBuffers::Shifted(b) => return self.shifted_products().correlate(images, as_f32(image), self.weight, response as *mut f32, b),
-            ChunkBuffers::Columns { col, staging } => (col.as_mut_slice(), staging.as_mut_slice()),
+            ChunkBuffers::Columns { col, staging, phased } => (col.as_mut_slice(), staging.as_mut_slice(), phased.as_mut_slice()),
         };
         let single = images.len() == 1;
         for grp in 0..g.groups {
@@ -500,7 +561,7 @@ impl<'a> ImageProducts<'a> {
             let col_ptr = if single && self.reads_image_as_columns() {
                 image[(images.start * g.channels + grp * g.col_rows()) * outs..].as_ptr()
             } else {
-                self.columns(&images, grp, image, col);
+                self.columns(&images, grp, image, col, phased);
                 col.as_ptr()
             };
             // One image's block of a group is laid out as the staging block: the product goes
@@ -551,7 +612,7 @@ impl<'a> ImageProducts<'a> {
         let columns = images.len() * outs;
         let (col, staging) = match buf {
             ChunkBuffers::Shifted(b) => return self.shifted_products().scatter(images, as_f32(response), self.weight, image as *mut f32, b),
-            ChunkBuffers::Columns { col, staging } => (col.as_mut_slice(), staging.as_mut_slice()),
+            ChunkBuffers::Columns { col, staging, .. } => (col.as_mut_slice(), staging.as_mut_slice()),
         };
         // col2im adds, so the chunk's images start from zero.
         std::slice::from_raw_parts_mut(image.add(images.start * plane), images.len() * plane).fill(T::default());
@@ -591,12 +652,12 @@ impl<'a> ImageProducts<'a> {
         let (outs, rows, es) = (g.output_size(), g.col_rows(), self.dtype.size());
         let fpg = g.filters / g.groups;
         let columns = images.len() * outs;
-        let (col, staging) = match buf {
+        let (col, staging, phased) = match buf {
             ChunkBuffers::Shifted(b) => return self.shifted_products().accumulate_weight_grad(images, as_f32(image), as_f32(response), b),
-            ChunkBuffers::Columns { col, staging } => (col.as_mut_slice(), staging.as_mut_slice()),
+            ChunkBuffers::Columns { col, staging, phased } => (col.as_mut_slice(), staging.as_mut_slice(), phased.as_mut_slice()),
         };
         for grp in 0..g.groups {
-            self.columns(&images, grp, image, col);
+            self.columns(&images, grp, image, col, phased);
             self.gather(&images, grp, response, staging);
             matmul_into(
                 self.dtype,

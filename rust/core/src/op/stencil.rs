@@ -33,7 +33,7 @@ pub(super) struct Frame {
 }
 
 impl Frame {
-    fn of_convolution(g: &Geometry) -> Frame {
+    pub(super) fn of_convolution(g: &Geometry) -> Frame {
         Frame { input: g.input, kernel: g.kernel, stride: g.stride, dilate: g.dilate, pad: g.pad, output: g.output }
     }
 
@@ -51,20 +51,21 @@ pub(super) fn suits_depthwise(g: &Geometry) -> bool {
     g.groups > 0 && g.channels == g.groups
 }
 
-/// Where a plane's phase volumes and outputs are, for one frame.
-struct PhaseLayout {
+/// Where a plane's phase volumes and outputs are, for one frame. im2col reads its lines from
+/// the same layout (convolution).
+pub(super) struct PhaseLayout {
     /// Stride per axis: phase volumes per axis.
     phases: [usize; 3],
     /// Extents of one phase volume: padded extents divided by the stride, rounded up.
-    lens: [usize; 3],
+    pub lens: [usize; 3],
     /// Distance from an output position to its input, per kernel tap (row-major kernel order).
-    offsets: Vec<usize>,
+    pub offsets: Vec<usize>,
     /// Output positions from the first to the last one, in phase-volume numbering.
     span: usize,
 }
 
 impl PhaseLayout {
-    fn new(f: &Frame) -> PhaseLayout {
+    pub(super) fn new(f: &Frame) -> PhaseLayout {
         let phases = f.stride.map(|s| s.max(1));
         let lens: [usize; 3] = std::array::from_fn(|a| (f.input[a] + 2 * f.pad[a]).div_ceil(phases[a]));
         let volume = lens.iter().product::<usize>();
@@ -85,13 +86,13 @@ impl PhaseLayout {
     }
 
     /// Elements of all phase volumes.
-    fn plane_len(&self) -> usize {
+    pub(super) fn plane_len(&self) -> usize {
         self.phases.iter().product::<usize>() * self.lens.iter().product::<usize>()
     }
 
     /// Copies `plane` (one input plane of `f`) into `phased`, whose padding stays as it is
     /// (every plane's interior lands at the same places).
-    fn fill(&self, f: &Frame, plane: &[f32], phased: &mut [f32]) {
+    pub(super) fn fill<T: Copy>(&self, f: &Frame, plane: &[T], phased: &mut [T]) {
         let (iw, pw, sw, volume) = (f.input[2], f.pad[2], self.phases[2], self.lens.iter().product::<usize>());
         if iw == 0 {
             return;
