@@ -157,61 +157,59 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
 const BF16_BLOCKED_FLOPS: usize = 16 * 16 * 16;
 
 /// `matmul_into` for bfloat16 operands, accumulating in float32 and rounding the product to
-/// bfloat16 once at the end (as bfloat16 hardware does). False (nothing done) when the scratch
-/// memory cannot be had.
+/// bfloat16 once at the end (as bfloat16 hardware does). Where the CPU has AVX512-BF16 the packed
+/// kernel multiplies them directly (`vdpbf16ps`: twice the products of a float32 FMA per
+/// instruction) and rounds each register block into dst as it leaves the last k slice, with
+/// float32 partial sums only where the product has several k slices or adds to dst (a weight
+/// gradient's 1024x128x1024 product ran at 331 GFLOP/s through a zeroed float32 copy and a
+/// rounding pass). Elsewhere the operands are widened to float32 (exactly) for the float32
+/// kernels (on the project machine a 64x256x128 product took 0.06 ms so, 4.6 ms in the
+/// reference loop). False (nothing done) when the scratch memory cannot be had.
 ///
 /// # Safety
 /// As `matmul_into` with bfloat16 operands: dst holds the contiguous m x n product.
 unsafe fn bf16_product(dst: *mut u8, accumulate: bool, a: *const u8, am: Mat, b: *const u8, bm: Mat, threads: usize) -> bool {
-    let (m, n) = (am.rows, bm.cols);
-    let Ok(mut d32) = super::Scratch::<f32>::zeroed(m * n) else {
+    let (m, k, n) = (am.rows, am.cols, bm.cols);
+    let scratch = |len: usize| super::Scratch::<f32>::zeroed(len);
+    #[cfg(target_arch = "x86_64")]
+    if super::packed_gemm::bf16_available() {
+        use super::packed_gemm::{bf16_gemm, Operand, BF16_SLICE};
+        let mut partial = None;
+        if accumulate || k > BF16_SLICE {
+            let Ok(mut sums) = scratch(m * n) else {
+                return false;
+            };
+            if accumulate {
+                widen_bf16(dst as *const bf16, Mat::stored(m, n, false), sums.as_mut_slice());
+            }
+            partial = Some(sums);
+        }
+        let sums = partial.as_mut().map_or(std::ptr::null_mut(), |sums| sums.as_mut_slice().as_mut_ptr());
+        let operand = |ptr: *const u8, mat: Mat| Operand { ptr: ptr as *const u16, rs: mat.rs, cs: mat.cs };
+        // SAFETY: the operands address m x k and k x n bfloat16 elements through their strides;
+        // dst holds the m x n product and the partial sums (where needed) m x n floats; the CPU
+        // features were checked just above.
+        bf16_gemm(m, n, k, operand(a, am), operand(b, bm), sums, dst as *mut u16, n, accumulate, threads);
+        return true;
+    }
+    let (Ok(mut d32), Ok(mut a32), Ok(mut b32)) = (scratch(m * n), scratch(m * k), scratch(k * n)) else {
         return false;
     };
-    let dst = SendPtr(dst as *mut bf16);
     let product = d32.as_mut_slice();
     if accumulate {
-        widen_bf16(dst.get(), Mat::stored(m, n, false), product);
+        widen_bf16(dst as *const bf16, Mat::stored(m, n, false), product);
     }
-    if !float32_product_of_bf16(product, accumulate, a, am, b, bm, threads) {
-        return false;
-    }
-    let product = SendPtr(product.as_mut_ptr());
+    widen_bf16(a as *const bf16, am, a32.as_mut_slice());
+    widen_bf16(b as *const bf16, bm, b32.as_mut_slice());
+    let (a32, b32) = (a32.as_mut_slice().as_ptr() as *const u8, b32.as_mut_slice().as_ptr() as *const u8);
+    matmul_into(DType::F32, product.as_mut_ptr() as *mut u8, accumulate, a32, Mat::stored(m, k, false), b32, Mat::stored(k, n, false), threads);
+    let (dst, product) = (SendPtr(dst as *mut bf16), SendPtr(product.as_mut_ptr()));
     super::parallel_chunks(m * n, super::PARALLEL_GRAIN, |range| {
         for i in range {
             // SAFETY: i < m * n, inside both the float32 product and dst; each chunk writes its own range.
             unsafe { *dst.get().add(i) = bf16::from_f32(*product.get().add(i)) };
         }
     });
-    true
-}
-
-/// `product (+)= a * b` in float32 for bfloat16 operands. Where the CPU has AVX512-BF16 the
-/// packed kernel multiplies them directly (`vdpbf16ps`: twice the products of a float32 FMA per
-/// instruction); elsewhere they are widened to float32 (exactly) for the float32 kernels (on the
-/// project machine a 64x256x128 product took 0.06 ms so, 4.6 ms in the reference loop). False
-/// when the scratch memory for the widened copies cannot be had.
-///
-/// # Safety
-/// As `matmul_into`; `product` holds the m x n float32 product.
-unsafe fn float32_product_of_bf16(product: &mut [f32], accumulate: bool, a: *const u8, am: Mat, b: *const u8, bm: Mat, threads: usize) -> bool {
-    let (m, k, n) = (am.rows, am.cols, bm.cols);
-    #[cfg(target_arch = "x86_64")]
-    if super::packed_gemm::bf16_available() {
-        use super::packed_gemm::{bf16_gemm, Operand};
-        let operand = |ptr: *const u8, mat: Mat| Operand { ptr: ptr as *const u16, rs: mat.rs, cs: mat.cs };
-        // SAFETY: the operands address m x k and k x n bfloat16 elements through their strides;
-        // the product holds m x n floats; the CPU features were checked just above.
-        bf16_gemm(m, n, k, operand(a, am), operand(b, bm), product.as_mut_ptr(), n, accumulate, threads);
-        return true;
-    }
-    let scratch = |len: usize| super::Scratch::<f32>::zeroed(len);
-    let (Ok(mut a32), Ok(mut b32)) = (scratch(m * k), scratch(k * n)) else {
-        return false;
-    };
-    widen_bf16(a as *const bf16, am, a32.as_mut_slice());
-    widen_bf16(b as *const bf16, bm, b32.as_mut_slice());
-    let (a32, b32) = (a32.as_mut_slice().as_ptr() as *const u8, b32.as_mut_slice().as_ptr() as *const u8);
-    matmul_into(DType::F32, product.as_mut_ptr() as *mut u8, accumulate, a32, Mat::stored(m, k, false), b32, Mat::stored(k, n, false), threads);
     true
 }
 

@@ -23,8 +23,6 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::SendPtr;
-
 /// Rows of C per register block: 12 rows x 2 vectors = 24 accumulators, two B vectors and a
 /// broadcast A element fill 27 of the 32 vector registers.
 const MR: usize = 12;
@@ -78,9 +76,12 @@ pub(super) fn available() -> bool {
     std::arch::is_x86_feature_detected!("avx512f")
 }
 
-/// Whether this CPU runs the bfloat16 kernel (AVX512-BF16, and AVX512-BW for packing).
+/// Whether this CPU runs the bfloat16 kernel (AVX512-BF16, and AVX512-BW and VL for packing).
 pub(super) fn bf16_available() -> bool {
-    available() && std::arch::is_x86_feature_detected!("avx512bf16") && std::arch::is_x86_feature_detected!("avx512bw")
+    available()
+        && std::arch::is_x86_feature_detected!("avx512bf16")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vl")
 }
 
 /// Products below this many multiply-adds run on one thread: splitting costs more than it saves.
@@ -94,13 +95,21 @@ const PARALLEL_FLOPS: usize = 64 * 64 * 64;
 /// product with row stride ldc and overlaps neither operand, and [`available`] is true.
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn sgemm(m: usize, n: usize, k: usize, a: Operand, b: Operand, c: *mut f32, ldc: usize, accumulate: bool, threads: usize) {
-    gemm::<F32>(m, n, k, a, b, c, ldc, accumulate, threads)
+    gemm::<F32>(m, n, k, a, b, Dest { partial: c, out: std::ptr::null_mut(), ldc }, accumulate, threads)
 }
 
-/// [`sgemm`] for bfloat16 operands (their bits as u16), accumulating in float32 into a float32 c.
+/// k elements of bfloat16 operands per slice: a product with at most this many needs no
+/// float32 partial sums (see [`bf16_gemm`]).
+pub(super) const BF16_SLICE: usize = KC * 2;
+
+/// `out (m x n bfloat16, row stride ldc) = a * b (+ partial when accumulate)` for bfloat16
+/// operands (their bits as u16), summed in float32 and rounded to bfloat16 once, as each
+/// register block leaves the last k slice. `partial` (m x n float32, row stride ldc) holds the
+/// sums between k slices; it may be null when k <= [`BF16_SLICE`] and not `accumulate`. With
+/// `accumulate` it must hold the float32 values to add to (out widened, say).
 ///
 /// # Safety
-/// As [`sgemm`], with [`bf16_available`] true.
+/// As [`sgemm`] for `out` and `partial` (where not null), with [`bf16_available`] true.
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn bf16_gemm(
     m: usize,
@@ -108,12 +117,35 @@ pub(super) unsafe fn bf16_gemm(
     k: usize,
     a: Operand<u16>,
     b: Operand<u16>,
-    c: *mut f32,
+    partial: *mut f32,
+    out: *mut u16,
     ldc: usize,
     accumulate: bool,
     threads: usize,
 ) {
-    gemm::<Bf16>(m, n, k, a, b, c, ldc, accumulate, threads)
+    gemm::<Bf16>(m, n, k, a, b, Dest { partial, out, ldc }, accumulate, threads)
+}
+
+/// Where a product goes: float32 C (`partial`, `out` null), or bfloat16 `out` with the float32
+/// sums between k slices in `partial` (null when a product has one k slice and adds to
+/// nothing). Both have row stride `ldc`.
+#[derive(Clone, Copy)]
+struct Dest {
+    partial: *mut f32,
+    out: *mut u16,
+    ldc: usize,
+}
+
+// SAFETY: bands on different threads write disjoint blocks of the destination.
+unsafe impl Send for Dest {}
+unsafe impl Sync for Dest {}
+
+impl Dest {
+    /// The destination from element (r, c) on (wrapping: a null `partial` stays unused).
+    fn from(self, r: usize, c: usize) -> Dest {
+        let at = r * self.ldc + c;
+        Dest { partial: self.partial.wrapping_add(at), out: if self.out.is_null() { self.out } else { self.out.wrapping_add(at) }, ldc: self.ldc }
+    }
 }
 
 /// [`sgemm`] in precision P.
@@ -121,17 +153,7 @@ pub(super) unsafe fn bf16_gemm(
 /// # Safety
 /// As [`sgemm`], with P's CPU features present.
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemm<P: Precision>(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: Operand<P::Elem>,
-    b: Operand<P::Elem>,
-    c: *mut f32,
-    ldc: usize,
-    accumulate: bool,
-    threads: usize,
-) {
+unsafe fn gemm<P: Precision>(m: usize, n: usize, k: usize, a: Operand<P::Elem>, b: Operand<P::Elem>, dest: Dest, accumulate: bool, threads: usize) {
     if m == 0 || n == 0 {
         return;
     }
@@ -142,16 +164,15 @@ unsafe fn gemm<P: Precision>(
     let by_columns = (m <= n && n >= NR * parts) || m < MR * parts;
     let (len, unit) = if by_columns { (n, NR) } else { (m, MR) };
     let width = len.div_ceil(parts).div_ceil(unit) * unit;
-    let c = SendPtr(c);
     crate::engine::parallel::run(len.div_ceil(width), &|band| {
         let (start, end) = (band * width, ((band + 1) * width).min(len));
-        // SAFETY: the band's columns (or rows) lie inside b (or a) and c; each band writes only
-        // its own part of c.
+        // SAFETY: the band's columns (or rows) lie inside b (or a) and the destination; each
+        // band writes only its own part of it.
         unsafe {
             if by_columns {
-                serial::<P>(m, end - start, k, a, b.from(0, start), c.get().add(start), ldc, accumulate);
+                serial::<P>(m, end - start, k, a, b.from(0, start), dest.from(0, start), accumulate);
             } else {
-                serial::<P>(end - start, n, k, a.from(start, 0), b, c.get().add(start * ldc), ldc, accumulate);
+                serial::<P>(end - start, n, k, a.from(start, 0), b, dest.from(start, 0), accumulate);
             }
         }
     });
@@ -196,7 +217,7 @@ unsafe fn kernel_rate<P: Precision>(duration: std::time::Duration) -> f64 {
     let mut calls = 0usize;
     while start.elapsed() < duration {
         for _ in 0..64 {
-            let tile = Tile { c: c.as_mut_ptr(), ldc: NR, rows: MR, masks: column_masks(NR), add: false };
+            let tile = Tile { c: c.as_mut_ptr(), narrow: std::ptr::null_mut(), ldc: NR, rows: MR, masks: column_masks(NR), add: false };
             // SAFETY: the panels hold KC x MR and KC x NR units, c holds the MR x NR tile.
             unsafe { P::kernel::<MR>(KC, a, b, tile) };
         }
@@ -248,13 +269,13 @@ thread_local! {
 /// # Safety
 /// As [`sgemm`].
 #[allow(clippy::too_many_arguments)]
-unsafe fn serial<P: Precision>(m: usize, n: usize, k: usize, a: Operand<P::Elem>, b: Operand<P::Elem>, c: *mut f32, ldc: usize, accumulate: bool) {
+unsafe fn serial<P: Precision>(m: usize, n: usize, k: usize, a: Operand<P::Elem>, b: Operand<P::Elem>, dest: Dest, accumulate: bool) {
     PACK_BUFFERS.with(|buffers| match buffers.try_borrow_mut() {
         // SAFETY: forwarded from the caller.
-        Ok(mut buffers) => unsafe { blocked::<P>(m, n, k, a, b, c, ldc, accumulate, &mut buffers) },
+        Ok(mut buffers) => unsafe { blocked::<P>(m, n, k, a, b, dest, accumulate, &mut buffers) },
         // Only if a product ever ran inside another on this thread: use buffers of its own.
         // SAFETY: forwarded from the caller.
-        Err(_) => unsafe { blocked::<P>(m, n, k, a, b, c, ldc, accumulate, &mut PackBuffers::default()) },
+        Err(_) => unsafe { blocked::<P>(m, n, k, a, b, dest, accumulate, &mut PackBuffers::default()) },
     })
 }
 
@@ -271,16 +292,26 @@ unsafe fn blocked<P: Precision>(
     k: usize,
     a: Operand<P::Elem>,
     b: Operand<P::Elem>,
-    c: *mut f32,
-    ldc: usize,
+    dest: Dest,
     accumulate: bool,
     buffers: &mut PackBuffers,
 ) {
     if k == 0 {
-        if !accumulate {
-            for i in 0..m {
-                // SAFETY: row i of c holds n elements.
-                unsafe { std::ptr::write_bytes(c.add(i * ldc), 0, n) };
+        for i in 0..m {
+            let row = dest.from(i, 0);
+            // SAFETY: row i of the destination holds n elements; a bfloat16 product adding to
+            // its partial sums rounds them into `out` (the partial sums stay as they were).
+            unsafe {
+                if row.out.is_null() {
+                    if !accumulate {
+                        std::ptr::write_bytes(row.partial, 0, n);
+                    }
+                } else {
+                    for j in 0..n {
+                        let value = if accumulate { *row.partial.add(j) } else { 0.0 };
+                        *row.out.add(j) = half::bf16::from_f32(value).to_bits();
+                    }
+                }
             }
         }
         return;
@@ -295,6 +326,8 @@ unsafe fn blocked<P: Precision>(
             let kc = slice.min(k - p0);
             let ku = units(kc);
             let add = accumulate || p0 > 0;
+            // The last k slice rounds a bfloat16 product into `out` (null otherwise).
+            let narrow = if p0 + kc == k { dest.out } else { std::ptr::null_mut() };
             for q0 in (0..nc).step_by(NR) {
                 // SAFETY: rows p0..p0+kc and columns j0+q0.. of the block lie inside b.
                 unsafe { P::pack_b(b.from(p0, j0 + q0), kc, NR.min(nc - q0), &mut packed_b[q0 * ku..]) };
@@ -313,7 +346,9 @@ unsafe fn blocked<P: Precision>(
                         // the block's rows, columns and k); C's block at (i0 + r0, j0 + q0)
                         // has `rows` rows, as wide as `masks` allow, inside c.
                         unsafe {
-                            let tile = Tile { c: c.add((i0 + r0) * ldc + j0 + q0), ldc, rows, masks, add };
+                            let at = dest.from(i0 + r0, j0 + q0);
+                            let narrow = if narrow.is_null() { narrow } else { at.out };
+                            let tile = Tile { c: at.partial, narrow, ldc: dest.ldc, rows, masks, add };
                             match rows {
                                 1 => P::kernel::<1>(ku, panel, panel_b, tile),
                                 2 => P::kernel::<2>(ku, panel, panel_b, tile),
@@ -330,10 +365,13 @@ unsafe fn blocked<P: Precision>(
 }
 
 /// Where a register block goes: its first `rows` rows of C from `c` (row stride ldc), as wide as
-/// `masks` allow, stored or (when `add`) added to what is there.
+/// `masks` allow, stored or (when `add`) added to what is there; rounded to bfloat16 and stored
+/// from `narrow` instead where that is not null (only in bfloat16 products, whose CPU features
+/// the rounding store needs).
 #[derive(Clone, Copy)]
 struct Tile {
     c: *mut f32,
+    narrow: *mut u16,
     ldc: usize,
     rows: usize,
     masks: [__mmask16; V],
@@ -506,7 +544,7 @@ unsafe fn interleave_pairs(lines: usize, start: impl Fn(usize) -> *const u16, wi
 ///
 /// # Safety
 /// As [`Precision::pack_a`], with AVX512-BW present.
-#[target_feature(enable = "avx512f,avx512bw")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 unsafe fn pack_a_bf16(a: Operand<u16>, rows: usize, kc: usize, out: &mut [f32]) {
     let units = kc.div_ceil(2);
     for r0 in (0..rows).step_by(MR) {
@@ -517,6 +555,25 @@ unsafe fn pack_a_bf16(a: Operand<u16>, rows: usize, kc: usize, out: &mut [f32]) 
         if a.cs == 1 {
             // SAFETY: each of the `valid` rows holds kc elements; the panel holds units x MR.
             unsafe { interleave_pairs(valid, |r| a.at(r0 + r, 0), MR, kc, panel) };
+        } else if a.rs == 1 {
+            // Columns run along the rows (a transposed operand: the weight gradient's dY^T).
+            // Columns 2u and 2u + 1 widen into the low and high halves of the panel's unit row
+            // u (element by element, this packing took half of a 1024x128x1024 product's time).
+            let rows_mask = ((1u32 << valid) - 1) as __mmask16;
+            let column = |p: usize| {
+                if p < kc {
+                    // SAFETY: column p holds `valid` elements from row r0; masked-off lanes
+                    // are not read.
+                    unsafe { _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(rows_mask, a.at(r0, p) as *const i16)) }
+                } else {
+                    _mm512_setzero_si512()
+                }
+            };
+            for u in 0..units {
+                let unit_row = _mm512_or_si512(column(2 * u), _mm512_slli_epi32::<16>(column(2 * u + 1)));
+                // SAFETY: unit row u of the panel holds MR floats (u < units).
+                unsafe { _mm512_mask_storeu_epi32(panel.as_mut_ptr().add(u * MR) as *mut i32, ((1u32 << MR) - 1) as __mmask16, unit_row) };
+            }
         } else {
             for u in 0..units {
                 for r in 0..MR {
@@ -688,11 +745,34 @@ unsafe fn kernel_bf16<const R: usize>(units: usize, a: *const f32, b: *const f32
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn store<const R: usize>(acc: &[[__m512; V]; R], tile: Tile) {
+    if !tile.narrow.is_null() {
+        // SAFETY: `narrow` is set only in bfloat16 products, which run where the CPU has
+        // AVX512-BF16, BW and VL; the tile lies inside both destinations.
+        return unsafe { store_narrowed(acc, tile) };
+    }
     for (i, row) in acc.iter().enumerate().take(tile.rows) {
         for (half, &mask) in tile.masks.iter().enumerate() {
             let dst = tile.c.add(i * tile.ldc + 16 * half);
             let value = if tile.add { _mm512_add_ps(row[half], _mm512_maskz_loadu_ps(mask, dst)) } else { row[half] };
             _mm512_mask_storeu_ps(dst, mask, value);
+        }
+    }
+}
+
+/// [`store`] rounding to bfloat16 (to nearest even, as `half::bf16::from_f32`) into `narrow`.
+///
+/// # Safety
+/// The tile lies inside `narrow` (and inside `c` when `add`); the CPU has the features enabled.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
+unsafe fn store_narrowed<const R: usize>(acc: &[[__m512; V]; R], tile: Tile) {
+    for (i, row) in acc.iter().enumerate().take(tile.rows) {
+        for (half, &mask) in tile.masks.iter().enumerate() {
+            let at = i * tile.ldc + 16 * half;
+            let value = if tile.add { _mm512_add_ps(row[half], _mm512_maskz_loadu_ps(mask, tile.c.add(at))) } else { row[half] };
+            // SAFETY: __m256bh and __m256i are the same 32 bytes; the store moves the bits.
+            let rounded: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(value));
+            _mm256_mask_storeu_epi16(tile.narrow.add(at) as *mut i16, mask, rounded);
         }
     }
 }
@@ -715,7 +795,7 @@ mod tests {
     /// Runs `product` on every layout, thread count and accumulate flag over ragged shapes (k
     /// across slices, m across A blocks, n across B blocks, odd k) and checks C, and that C's
     /// padding columns stay untouched, against a float64 reference.
-    fn check_layouts(product: impl Fn(usize, usize, usize, (bool, bool), &[f32], &[f32], &mut [f32], usize, bool, usize)) {
+    fn check_layouts(tolerance: f64, product: impl Fn(usize, usize, usize, (bool, bool), &[f32], &[f32], &mut [f32], usize, bool, usize)) {
         let shapes = [(1, 1, 1), (1, 37, 300), (13, 33, 257), (29, 65, 5), (300, 70, 520), (50, 700, 40), (7, 2, 3), (3, 2100, 17), (5, 40, 1023)];
         for &(m, n, k) in &shapes {
             let (a, b) = (values(m * k, 7), values(k * n, 5));
@@ -735,7 +815,7 @@ mod tests {
                                 (0..k).map(|p| read(&oa, i, p) * read(&ob, p, j)).sum::<f64>() + if accumulate { 1.0 } else { 0.0 }
                             };
                             assert!(
-                                (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+                                (got - want).abs() <= tolerance * want.abs().max(1.0),
                                 "{m}x{n}x{k} ta={ta} tb={tb}: c[{i}][{j}] = {got}, want {want}"
                             );
                         }
@@ -751,7 +831,7 @@ mod tests {
             eprintln!("skipped: no AVX-512F on this CPU");
             return;
         }
-        check_layouts(|m, n, k, (ta, tb), a, b, c, ldc, accumulate, threads| {
+        check_layouts(1e-4, |m, n, k, (ta, tb), a, b, c, ldc, accumulate, threads| {
             // SAFETY: the operands address m x k and k x n elements of their vectors; c holds m
             // rows of stride ldc; the CPU has AVX-512F.
             unsafe { sgemm(m, n, k, operand(a, m, k, ta), operand(b, k, n, tb), c.as_mut_ptr(), ldc, accumulate, threads) }
@@ -765,12 +845,21 @@ mod tests {
             return;
         }
         let bits = |values: &[f32]| values.iter().map(|v| half::bf16::from_f32(*v).to_bits()).collect::<Vec<u16>>();
-        check_layouts(|m, n, k, (ta, tb), a, b, c, ldc, accumulate, threads| {
+        // The product is rounded to bfloat16 once: within half a unit in the last of its 8 bits.
+        check_layouts(1.0 / 256.0, |m, n, k, (ta, tb), a, b, c, ldc, accumulate, threads| {
             let (a16, b16) = (bits(a), bits(b));
             let as16 = |o: Operand, values: &[u16]| Operand { ptr: values.as_ptr(), rs: o.rs, cs: o.cs };
             let (oa, ob) = (as16(operand(a, m, k, ta), &a16), as16(operand(b, k, n, tb), &b16));
-            // SAFETY: as above, on the bfloat16 copies; the CPU has AVX512-BF16.
-            unsafe { bf16_gemm(m, n, k, oa, ob, c.as_mut_ptr(), ldc, accumulate, threads) }
+            // C's values go in as the bfloat16 output (and as the float32 sums to add to); the
+            // partial sums are left out where the product allows it.
+            let mut out = bits(c);
+            let partial = if accumulate || k > BF16_SLICE { c.as_mut_ptr() } else { std::ptr::null_mut() };
+            // SAFETY: as above, on the bfloat16 copies; out (and partial where not null) hold m
+            // rows of stride ldc; the CPU has AVX512-BF16.
+            unsafe { bf16_gemm(m, n, k, oa, ob, partial, out.as_mut_ptr(), ldc, accumulate, threads) };
+            for (value, &rounded) in c.iter_mut().zip(&out) {
+                *value = half::bf16::from_bits(rounded).to_f32();
+            }
         });
     }
 }

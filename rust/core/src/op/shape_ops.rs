@@ -725,6 +725,18 @@ pub(crate) fn cast_into(x: &Tensor, y: &Tensor) {
         copy_bytes(x, y);
         return;
     }
+    // Between float32 and the 16-bit floats, through float32 rather than float64: the same values
+    // (float32 holds every 16-bit float exactly, and rounding a float32 to 16 bits directly
+    // equals rounding it through float64), with conversions that vectorize. AMP casts every
+    // weight and gradient each step; float32 -> bfloat16 of 1M elements took 0.44 ms through f64.
+    use half::{bf16, f16};
+    match (x.dtype, y.dtype) {
+        (DType::F32, DType::BF16) => return super::broadcast::map1(x, y, bf16::from_f32),
+        (DType::BF16, DType::F32) => return super::broadcast::map1(x, y, bf16::to_f32),
+        (DType::F32, DType::F16) => return super::broadcast::map1(x, y, f16::from_f32),
+        (DType::F16, DType::F32) => return super::broadcast::map1(x, y, f16::to_f32),
+        _ => {}
+    }
     crate::dispatch_dtype!(x.dtype, A => crate::dispatch_dtype!(y.dtype, B => super::broadcast::map1(x, y, convert::<A, B>)));
 }
 
