@@ -221,6 +221,23 @@ unsafe fn widen_bf16(src: *const bf16, mat: Mat, out: &mut [f32]) {
     let (cols, src) = (mat.cols, SendPtr(src as *mut bf16));
     let out = SendPtr(out.as_mut_ptr());
     super::parallel_chunks(mat.rows, (super::PARALLEL_GRAIN / cols.max(1)).max(1), |rows| {
+        if mat.cs == 1 {
+            for r in rows {
+                // SAFETY: row r holds cols elements from src + r * rs; row r of out belongs to
+                // this chunk.
+                let (from, to) = unsafe {
+                    (
+                        std::slice::from_raw_parts(src.get().offset(r as isize * mat.rs), cols),
+                        std::slice::from_raw_parts_mut(out.get().add(r * cols), cols),
+                    )
+                };
+                super::simd::vectorized(
+                    #[inline(always)]
+                    || to.iter_mut().zip(from).for_each(|(t, f)| *t = f.to_f32()),
+                );
+            }
+            return;
+        }
         for r in rows {
             for c in 0..cols {
                 // SAFETY: (r, c) is inside the matrix; row r of out belongs to this chunk.

@@ -831,9 +831,16 @@ fn reduce_blocks<T: Elem, R: Reducer>(x: *const T, out: *mut T, outer: usize, r:
         for k in 0..rows.len() {
             // SAFETY: row_ptr(k) addresses cols.len() elements of the input.
             let row = unsafe { std::slice::from_raw_parts(row_ptr(k), cols.len()) };
-            for (a, &v) in acc.iter_mut().zip(row) {
-                *a = R::step(*a, v.to_f64());
-            }
+            // Compiled for the CPU's vectors: a bfloat16 bias gradient's 128 x 1024 column sums
+            // took 0.11 ms in baseline code, 8x float32's.
+            super::simd::vectorized(
+                #[inline(always)]
+                || {
+                    for (a, &v) in acc.iter_mut().zip(row) {
+                        *a = R::step(*a, v.to_f64());
+                    }
+                },
+            );
         }
         acc
     };
