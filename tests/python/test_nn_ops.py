@@ -626,6 +626,14 @@ def test_convolution(case, ctx):
     check_precisions(lambda *a: nd.Convolution(*a, **kwargs), [x, w] + ([] if no_bias else [b]), ctx, dtypes=["float32"])
 
 
+def test_convolution_of_empty_images_reads_only_padding(ctx):
+    w = nd.ones((4, 2, 1, 1), ctx=ctx)
+    for shape in [(1, 2, 3, 0), (2, 2, 0, 0)]:
+        out = nd.Convolution(nd.ones(shape, ctx=ctx), w, kernel=(1, 1), pad=(1, 1), num_filter=4, no_bias=True)
+        assert out.shape == (shape[0], 4, shape[2] + 2, shape[3] + 2)
+        assert not out.asnumpy().any()
+
+
 def test_convolution_errors(ctx):
     x = nd.ones((1, 3, 5, 5), ctx=ctx)
     with pytest.raises(mx.MXNetError, match="weight has shape"):

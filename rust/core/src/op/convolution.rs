@@ -331,8 +331,11 @@ impl ColumnSource {
             (channels, plane)
         } else {
             let len = self.phases.plane_len();
-            for (values, copy) in channels.chunks_exact(plane).zip(phased.chunks_exact_mut(len)) {
-                self.phases.fill(&self.frame, values, copy);
+            // An empty image is all padding: the copies stay zero.
+            if plane > 0 {
+                for (values, copy) in channels.chunks_exact(plane).zip(phased.chunks_exact_mut(len)) {
+                    self.phases.fill(&self.frame, values, copy);
+                }
             }
             (&phased[..cs * len], len)
         };
