@@ -268,7 +268,6 @@ thread_local! {
 ///
 /// # Safety
 /// As [`sgemm`].
-#[allow(clippy::too_many_arguments)]
 unsafe fn serial<P: Precision>(m: usize, n: usize, k: usize, a: Operand<P::Elem>, b: Operand<P::Elem>, dest: Dest, accumulate: bool) {
     PACK_BUFFERS.with(|buffers| match buffers.try_borrow_mut() {
         // SAFETY: forwarded from the caller.
