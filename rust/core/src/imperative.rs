@@ -170,7 +170,14 @@ fn allocate_outputs(operator: &dyn Operator, inputs: &[NDArray], out: Option<Vec
     };
     let out_types = operator.infer_type(&in_types)?;
     let Some(given) = out else {
-        return out_shapes.iter().zip(&out_types).map(|(s, &d)| NDArray::empty(s.clone(), d, ctx)).collect();
+        let kept_for_backward = if autograd::should_record(inputs) { 0 } else { operator.backward_only_outputs() };
+        let needed = out_shapes.len().saturating_sub(kept_for_backward);
+        return out_shapes
+            .iter()
+            .zip(&out_types)
+            .enumerate()
+            .map(|(i, (s, &d))| NDArray::empty(if i < needed { s.clone() } else { Shape::new(vec![0]) }, d, ctx))
+            .collect();
     };
     if autograd::is_recording() && given.iter().any(autograd::is_marked_variable) {
         crate::bail!(
@@ -189,8 +196,11 @@ fn allocate_outputs(operator: &dyn Operator, inputs: &[NDArray], out: Option<Vec
     if given.len() != visible && given.len() != out_shapes.len() {
         crate::bail!(Value, "has {visible} output(s), {} given as out", given.len());
     }
+    // A backward-only output may be given empty: the caller's plan has no gradient to keep it for.
+    let backward_only = out_shapes.len().saturating_sub(operator.backward_only_outputs());
     for (i, g) in given.iter().enumerate() {
-        if g.shape() != &out_shapes[i] || g.dtype() != out_types[i] {
+        let emptied = i >= backward_only && g.size() == 0;
+        if (g.shape() != &out_shapes[i] && !emptied) || g.dtype() != out_types[i] {
             crate::bail!(
                 Shape,
                 "out[{i}] has shape {} and dtype {}, but the result has shape {} and dtype {}",

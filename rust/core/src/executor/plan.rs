@@ -177,6 +177,23 @@ pub struct LayoutRequest<'a> {
     pub context: &'a dyn Fn(&Node) -> Context,
 }
 
+/// Hidden outputs that only a gradient reads (RNN's reserve space, see
+/// [`Operator::backward_only_outputs`]) and that no step of the run reads and nothing keeps: a run
+/// without that gradient (inference) plans them empty, and the operator keeps nothing in them.
+fn unread_backward_only_outputs(request: &LayoutRequest<'_>) -> AddressSet<EntryKey> {
+    let read: AddressSet<EntryKey> = request.steps.iter().flat_map(|node| node.inputs.iter().map(Entry::key)).collect();
+    request
+        .steps
+        .iter()
+        .flat_map(|node| {
+            let count = node.num_outputs();
+            let backward_only = node.op.as_ref().map_or(0, |op| op.operator.backward_only_outputs()).min(count);
+            (count - backward_only..count).map(move |index| (node_key(node), index))
+        })
+        .filter(|key| !read.contains(key) && !request.pinned.contains(key) && !request.external.contains(key))
+        .collect()
+}
+
 /// Where every planned value of a run lives: storage blocks and a typed view into one per value.
 pub struct Layout {
     memory: MemoryPlan,
@@ -187,7 +204,12 @@ pub struct Layout {
 impl Layout {
     /// The static plan for a run (in place unless `MXNET_EXEC_ENABLE_INPLACE=0`).
     pub fn plan(request: &LayoutRequest<'_>) -> Layout {
-        let bytes = |e: &Entry| Some(request.shapes.get(&e.key())?.size() * request.types.get(&e.key())?.size());
+        let emptied = unread_backward_only_outputs(request);
+        let shape_of = |key: &EntryKey| if emptied.contains(key) { Shape::new(vec![0]) } else { request.shapes[key].clone() };
+        let bytes = |e: &Entry| {
+            let size = if emptied.contains(&e.key()) { 0 } else { request.shapes.get(&e.key())?.size() };
+            Some(size * request.types.get(&e.key())?.size())
+        };
         let memory = plan_memory(&PlanRequest {
             steps: request.steps,
             bytes: &bytes,
@@ -197,7 +219,7 @@ impl Layout {
             context: request.context,
         });
         let mut views: Vec<(EntryKey, usize, Shape, DType)> =
-            memory.assignment.iter().map(|(key, &block)| (*key, block, request.shapes[key].clone(), request.types[key])).collect();
+            memory.assignment.iter().map(|(key, &block)| (*key, block, shape_of(key), request.types[key])).collect();
         views.sort_by_key(|view| view.1);
         Layout { memory, views }
     }

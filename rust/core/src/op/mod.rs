@@ -226,6 +226,12 @@ pub trait Operator: Send + Sync + 'static {
     fn num_visible_outputs(&self) -> usize {
         self.num_outputs()
     }
+    /// How many of the last hidden outputs only the gradient reads (RNN's reserve space). An
+    /// imperative call that is not recorded gets them empty (shape `(0,)`), and the kernel
+    /// then keeps nothing for a backward pass that cannot follow.
+    fn backward_only_outputs(&self) -> usize {
+        0
+    }
     /// Inputs the kernel updates in place (optimizer states such as momentum): the engine
     /// orders them as writes.
     fn mutated_inputs(&self) -> &[usize] {
