@@ -390,3 +390,59 @@ def test_lstmp_layer_equals_lstmp_cells_unrolled():
     assert_almost_equal(fused.asnumpy(), unrolled.asnumpy(), rtol=1e-4, atol=1e-5)
     for kind, fused_state in enumerate(fused_states):  # h (projected) then c, per layer and direction
         assert_almost_equal(fused_state.asnumpy(), nd.stack(*states[kind::2], axis=0).asnumpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_relu", "lstmp"])
+def test_unfused_layer_shares_parameters_and_computes_the_same(kind):
+    """``_unfuse()`` gives the layer as cells over the same Parameter objects (initialized after
+    unfusing, as MXNet's test does), with dropout cells between layers."""
+    options = dict(num_layers=3, bidirectional=True, dropout=0.2)
+    layer = {"lstm": lambda: rnn.LSTM(4, **options), "gru": lambda: rnn.GRU(4, **options),
+             "rnn_relu": lambda: rnn.RNN(4, activation="relu", **options),
+             "lstmp": lambda: rnn.LSTM(4, projection_size=3, **options)}[kind]()
+    cells = layer._unfuse()
+    assert sum(isinstance(c, rnn.DropoutCell) for c in cells._children.values()) == 2
+    layer.initialize(mx.init.Uniform(0.5))
+    x = nd.random.normal(shape=(5, 2, 3))
+    fused = layer(x)
+    assert set(cells.collect_params()) == set(layer.collect_params())
+    assert all(cells.collect_params()[name] is param for name, param in layer.collect_params().items())
+    unrolled, _ = cells.unroll(5, x, layout="TNC", merge_outputs=True)
+    assert_almost_equal(fused.asnumpy(), unrolled.asnumpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_unfusing_a_clipped_layer_is_refused():
+    with pytest.raises(AssertionError, match="clipping"):
+        rnn.LSTM(4, lstm_state_clip_min=-1, lstm_state_clip_max=1)._unfuse()
+
+
+@pytest.mark.parametrize("drop_states", [0.0, 0.5])
+def test_variational_dropout_reuses_one_mask_along_time(drop_states):
+    """In training every step drops the same input and output units (one mask per sequence);
+    at inference the cell is its base cell; valid_length zeroes the padding steps."""
+    mx.random.seed(1)
+    cell = gluon.contrib.rnn.VariationalDropoutCell(rnn.RNNCell(6), drop_inputs=0.5, drop_states=drop_states,
+                                                    drop_outputs=0.5)
+    cell.initialize(mx.init.Uniform(1.0))
+    x = nd.random.uniform(0.5, 1.0, shape=(3, 8, 5))  # NTC
+    with autograd.train_mode():
+        outs, _ = cell.unroll(8, x, layout="NTC", merge_outputs=True)
+    # tanh of these values is never exactly 0: zeros are dropped output units, the same at
+    # every step of a sequence, different between sequences.
+    dropped = outs.asnumpy() == 0
+    assert dropped.any() and not dropped.all()
+    assert (dropped == dropped[:, :1, :]).all()
+    inference, _ = cell.unroll(8, x, layout="NTC", merge_outputs=True)
+    cell.base_cell._modified = False
+    reference, _ = cell.base_cell.unroll(8, x, layout="NTC", merge_outputs=True)
+    cell.base_cell._modified = True
+    assert_almost_equal(inference.asnumpy(), reference.asnumpy())
+    lengths = nd.array([2, 8, 5])
+    masked, _ = cell.unroll(8, x, layout="NTC", valid_length=lengths)
+    assert (masked.asnumpy()[0, 2:] == 0).all() and (masked.asnumpy()[2, 5:] == 0).all()
+
+
+def test_variational_state_dropout_of_a_bidirectional_cell_is_refused():
+    with pytest.raises(AssertionError, match="bidirectional"):
+        gluon.contrib.rnn.VariationalDropoutCell(rnn.BidirectionalCell(rnn.GRUCell(2), rnn.GRUCell(2)),
+                                                 drop_states=0.5)

@@ -92,6 +92,40 @@ class _RNNLayer(HybridBlock):
                                                                               features)
             features = self._state_width() * self._dir
 
+    def _unfuse(self):
+        """The same stack as recurrent cells (a ``HybridSequentialRNNCell`` of one cell, or one
+        ``BidirectionalCell``, per layer, with a ``DropoutCell`` between layers), sharing this
+        layer's parameters: what the fused operator computes, step by step (MXNet 1.x's
+        ``_unfuse``; also for LSTMP layers, which MXNet's refuses)."""
+        from . import rnn_cell
+        from ..contrib.rnn import LSTMPCell
+
+        if self._lstm_state_clip_min is not None or self._lstm_state_clip_max is not None:
+            raise AssertionError("%s._unfuse: the recurrent cells have no state clipping" % self.__class__.__name__)
+
+        def cell(prefix, input_size):
+            if self._projection_size:
+                return LSTMPCell(self._hidden_size, self._projection_size, input_size=input_size, prefix=prefix)
+            if self._mode == "lstm":
+                return rnn_cell.LSTMCell(self._hidden_size, input_size=input_size, prefix=prefix)
+            if self._mode == "gru":
+                return rnn_cell.GRUCell(self._hidden_size, input_size=input_size, prefix=prefix)
+            return rnn_cell.RNNCell(self._hidden_size, activation=self._mode[len("rnn_"):], input_size=input_size,
+                                    prefix=prefix)
+
+        stack = rnn_cell.HybridSequentialRNNCell(prefix=self.prefix, params=self.params)
+        with stack.name_scope():
+            width = self._input_size
+            for layer in range(self._num_layers):
+                if self._dir == 2:
+                    stack.add(rnn_cell.BidirectionalCell(cell("l%d_" % layer, width), cell("r%d_" % layer, width)))
+                else:
+                    stack.add(cell("l%d_" % layer, width))
+                if self._dropout and layer + 1 < self._num_layers:
+                    stack.add(rnn_cell.DropoutCell(self._dropout))
+                width = self._state_width() * self._dir
+        return stack
+
     def _collect_params_with_prefix(self, prefix=""):
         # MXNet 1.x saves fused layers under the names of the cells they replaced
         # (`_unfused.0.l_cell.i2h_weight`), so files stay interchangeable with it.

@@ -1,8 +1,9 @@
 """Recurrent cells beyond those of ``gluon.rnn``."""
 
-from ...rnn.rnn_cell import LSTMCell, _GatedCell
+from ...rnn.rnn_cell import (BidirectionalCell, LSTMCell, ModifierCell, SequentialRNNCell, _begin_state_for,
+                              _format_sequence, _GatedCell, _mask_variable_length)
 
-__all__ = ["LSTMPCell"]
+__all__ = ["LSTMPCell", "VariationalDropoutCell"]
 
 
 class LSTMPCell(LSTMCell):
@@ -39,3 +40,68 @@ class LSTMPCell(LSTMCell):
         next_r = F.FullyConnected(data=hidden, weight=h2r_weight, no_bias=True, num_hidden=self._projection_size,
                                   name="t%d_r" % self._counter)
         return next_r, [next_r, next_c]
+
+
+class VariationalDropoutCell(ModifierCell):
+    """Variational dropout (Gal and Ghahramani, 2016) around ``base_cell``: one dropout mask per
+    sequence for the inputs (``drop_inputs``), the first state (``drop_states``) and the outputs
+    (``drop_outputs``), reused at every step instead of drawn anew. Masks are drawn at the first
+    step and kept until ``reset()``, which ``unroll`` calls; a caller stepping the cell by hand
+    calls it between sequences. Without state dropout ``unroll`` drops inputs and outputs of the
+    whole sequence at once (one Dropout over every step, its mask shared along time)."""
+
+    def __init__(self, base_cell, drop_inputs=0.0, drop_states=0.0, drop_outputs=0.0):
+        if drop_states and (isinstance(base_cell, BidirectionalCell)
+                            or isinstance(base_cell, SequentialRNNCell)
+                            and any(isinstance(c, BidirectionalCell) for c in base_cell._children.values())):
+            raise AssertionError("A bidirectional cell has no single recurrent state for variational state "
+                                 "dropout; wrap the cells underneath in VariationalDropoutCell instead.")
+        super().__init__(base_cell)
+        self.drop_inputs, self.drop_states, self.drop_outputs = drop_inputs, drop_states, drop_outputs
+        self._masks = {}
+
+    def __repr__(self):
+        return "%s(p_in=%s, p_state=%s, p_out=%s, %s)" % (self.__class__.__name__, self.drop_inputs,
+                                                          self.drop_states, self.drop_outputs, self.base_cell)
+
+    def _alias(self):
+        return "vardrop"
+
+    def reset(self):
+        super().reset()
+        self._masks = {}
+
+    def _dropped(self, F, what, rate, value):
+        """``value`` times this sequence's mask for ``what`` (drawn on first use)."""
+        if not rate:
+            return value
+        if what not in self._masks:
+            self._masks[what] = F.Dropout(F.ones_like(value), p=rate)
+        return value * self._masks[what]
+
+    def hybrid_forward(self, F, inputs, states):
+        states = list(states)
+        if states:
+            # Only the first state (h) is fed back through the recurrent weights.
+            states[0] = self._dropped(F, "states", self.drop_states, states[0])
+        output, next_states = self.base_cell(self._dropped(F, "inputs", self.drop_inputs, inputs), states)
+        return self._dropped(F, "outputs", self.drop_outputs, output), next_states
+
+    def unroll(self, length, inputs, begin_state=None, layout="NTC", merge_outputs=None, valid_length=None):
+        if self.drop_states:
+            return super().unroll(length, inputs, begin_state, layout, merge_outputs, valid_length=valid_length)
+        self.reset()
+        inputs, axis, F, batch_size = _format_sequence(length, inputs, layout, True)
+        states = _begin_state_for(self, F, begin_state, inputs, batch_size)
+        if self.drop_inputs:
+            inputs = F.Dropout(inputs, p=self.drop_inputs, axes=(axis,))
+        outputs, states = self.base_cell.unroll(length, inputs, states, layout, merge_outputs=True,
+                                                valid_length=valid_length)
+        if self.drop_outputs:
+            outputs = F.Dropout(outputs, p=self.drop_outputs, axes=(axis,))
+        # The base cell's outputs come merged: None keeps them so.
+        merge = True if merge_outputs is None else merge_outputs
+        outputs, _, _, _ = _format_sequence(length, outputs, layout, merge)
+        if valid_length is not None:
+            outputs = _mask_variable_length(F, outputs, length, valid_length, axis, merge)
+        return outputs, states
