@@ -6,8 +6,8 @@ expected values, consistency of a symbol across contexts and dtypes (``check_con
 statistical checks of random generators, and small utilities for environment variables,
 stderr and downloads.
 
-oxnet has dense storage only: the helpers that build sparse (``csr``/``row_sparse``) arrays raise
-``NotImplementedError``.
+The sparse helpers (``rand_sparse_ndarray``, ``create_sparse_array``...) build oxnet's CSR and
+row-sparse arrays; gradient and optimizer checks with sparse storage raise ``NotImplementedError``.
 """
 
 import bz2
@@ -199,39 +199,111 @@ def rand_coord_2d(x_low, x_high, y_low, y_high):
 
 def _no_sparse(stype):
     return NotImplementedError(
-        "storage type %r is not supported: oxnet arrays have dense ('default') storage only" % (stype,))
+        "storage type %r is not supported here: oxnet's sparse arrays have no gradients or optimizer "
+        "updates yet" % (stype,))
 
 
 def rand_ndarray(shape, stype="default", density=None, dtype=None, modifier_func=None,
                  shuffle_csr_indices=False, distribution=None, ctx=None):
-    """A dense NDArray of standard-normal values (float32 unless ``dtype``) on ``ctx`` (default
-    context). Other storage types raise NotImplementedError."""
-    if stype != "default":
-        raise _no_sparse(stype)
-    return array(random_arrays(shape), ctx=ctx or default_context(), dtype=dtype)
+    """A random array of storage type ``stype``: dense standard-normal values (float32 unless
+    ``dtype``), or a sparse array from ``rand_sparse_ndarray``, on ``ctx`` (default context)."""
+    if stype == "default":
+        return array(random_arrays(shape), ctx=ctx or default_context(), dtype=dtype)
+    return rand_sparse_ndarray(shape, stype, density=density, dtype=dtype, distribution=distribution,
+                               modifier_func=modifier_func, shuffle_csr_indices=shuffle_csr_indices, ctx=ctx)[0]
+
+
+def _sparse_values(values, data_init, modifier_func):
+    if data_init is not None:
+        values[:] = data_init
+    if modifier_func is not None:
+        values = assign_each(values, modifier_func).astype(values.dtype)
+    return values
+
+
+def _powerlaw_csr(rows, cols, density, dtype):
+    """A CSR matrix whose row ``i`` holds about twice the nonzeros of row ``i - 1`` (capped by the
+    columns), until ``density`` of the matrix is filled: a power-law distribution over rows."""
+    budget = max(1, int(round(density * rows * cols)))
+    counts = np.zeros(rows, dtype=np.int64)
+    per_row = 1
+    for r in range(rows):
+        take = min(per_row, cols, budget)
+        counts[r], budget, per_row = take, budget - take, per_row * 2
+        if budget == 0:
+            break
+    indices = np.concatenate([np.sort(np.random.choice(cols, n, replace=False)) for n in counts] or [[]])
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    return np.random.uniform(size=len(indices)).astype(dtype), indices.astype(np.int64), indptr
 
 
 def rand_sparse_ndarray(shape, stype, density=None, dtype=None, distribution=None, data_init=None,
                         rsp_indices=None, modifier_func=None, shuffle_csr_indices=False, ctx=None):
-    """Sparse arrays do not exist in oxnet: always raises NotImplementedError."""
-    raise _no_sparse(stype)
+    """A random sparse array and its components as NumPy arrays: ``(csr, (data, indices,
+    indptr))`` or ``(row_sparse, (data, indices))``. ``density`` (random when None) is the share
+    of nonzero values (csr) or stored rows (row_sparse); ``rsp_indices`` fixes the stored rows;
+    ``data_init`` fills every stored value; ``modifier_func`` maps each one;
+    ``distribution`` 'uniform' (default) or 'powerlaw' (csr); ``shuffle_csr_indices`` leaves each
+    row's column indices unsorted."""
+    from .ndarray import sparse
+    density = rnd.rand() if density is None else density
+    dtype = np.dtype(default_dtype() if dtype is None else dtype)
+    ctx = ctx or default_context()
+    if stype == "row_sparse":
+        if distribution not in (None, "uniform"):
+            raise ValueError("rand_sparse_ndarray: row_sparse arrays have the uniform distribution only, got %r"
+                             % (distribution,))
+        if rsp_indices is not None:
+            indices = np.sort(np.asarray(rsp_indices, dtype=np.int64))
+        else:
+            indices = np.nonzero(np.random.rand(shape[0]) < density)[0].astype(np.int64)
+        values = np.random.uniform(size=(len(indices),) + tuple(shape[1:])).astype(dtype)
+        values = _sparse_values(values, data_init, modifier_func)
+        return sparse.row_sparse_array((values, indices), shape=shape, ctx=ctx, dtype=dtype), (values, indices)
+    if stype == "csr":
+        if len(shape) != 2:
+            raise ValueError("rand_sparse_ndarray: csr arrays are 2-D, got shape %s" % (shape,))
+        if distribution in (None, "uniform"):
+            mask = np.random.rand(*shape) < density
+            rows, cols = np.nonzero(mask)
+            values = np.random.uniform(size=len(rows)).astype(dtype)
+            indices = cols.astype(np.int64)
+            indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=shape[0]))]).astype(np.int64)
+        elif distribution == "powerlaw":
+            values, indices, indptr = _powerlaw_csr(shape[0], shape[1], density, dtype)
+        else:
+            raise ValueError("rand_sparse_ndarray: unknown distribution %r" % (distribution,))
+        values = _sparse_values(values, data_init, modifier_func)
+        if shuffle_csr_indices:
+            for r in range(shape[0]):
+                np.random.shuffle(indices[indptr[r]:indptr[r + 1]])
+        result = sparse.csr_matrix((values, indices, indptr), shape=shape, ctx=ctx, dtype=dtype)
+        return result, (values, indices, indptr)
+    raise ValueError("rand_sparse_ndarray: unknown storage type %r" % (stype,))
 
 
 def create_sparse_array(shape, stype, data_init=None, rsp_indices=None, dtype=None,
                         modifier_func=None, density=.5, shuffle_csr_indices=False):
-    """Sparse arrays do not exist in oxnet: always raises NotImplementedError."""
-    raise _no_sparse(stype)
+    """A random sparse array (``rand_sparse_ndarray`` without its components)."""
+    return rand_sparse_ndarray(shape, stype, density=density, dtype=dtype, data_init=data_init,
+                               rsp_indices=rsp_indices, modifier_func=modifier_func,
+                               shuffle_csr_indices=shuffle_csr_indices)[0]
 
 
 def create_sparse_array_zd(shape, stype, density, data_init=None, rsp_indices=None, dtype=None,
                            modifier_func=None, shuffle_csr_indices=False):
-    """Sparse arrays do not exist in oxnet: always raises NotImplementedError."""
-    raise _no_sparse(stype)
+    """``create_sparse_array`` where density 0 is allowed (row_sparse: no stored rows)."""
+    if stype == "row_sparse" and density == 0:
+        rsp_indices = []
+    return create_sparse_array(shape, stype, data_init=data_init, rsp_indices=rsp_indices, dtype=dtype,
+                               modifier_func=modifier_func, density=density,
+                               shuffle_csr_indices=shuffle_csr_indices)
 
 
 def shuffle_csr_column_indices(csr):
-    """Sparse arrays do not exist in oxnet: always raises NotImplementedError."""
-    raise _no_sparse("csr")
+    """Shuffle the column indices within each row of a SciPy CSR matrix, in place."""
+    for r in range(len(csr.indptr) - 1):
+        np.random.shuffle(csr.indices[csr.indptr[r]:csr.indptr[r + 1]])
 
 
 def assign_each(the_input, function):

@@ -243,3 +243,88 @@ def test_interval_sampler():
     assert list(contrib_data.IntervalSampler(7, 3)) == [0, 3, 6, 1, 4, 2, 5]
     no_rollover = contrib_data.IntervalSampler(7, 3, rollover=False)
     assert list(no_rollover) == [0, 3, 6] and len(no_rollover) == 3
+
+
+def _conv1d(x, w, b, pad, dilate):
+    """(N, C, W) * (F, C, K) -> (N, F, W') at stride 1, NumPy reference."""
+    x = np.pad(x, ((0, 0), (0, 0), (pad, pad)))
+    k = w.shape[2]
+    width = x.shape[2] - dilate * (k - 1)
+    taps = np.stack([x[:, :, t * dilate:t * dilate + width] for t in range(k)], axis=-1)  # N C W' K
+    return np.einsum("ncwk,fck->nfw", taps, w) + b[None, :, None]
+
+
+@pytest.mark.parametrize("kind", ["RNN", "LSTM", "GRU"])
+def test_conv_rnn_cells_match_numpy_for_two_steps(kind):
+    """Conv1D cells: the dense cells' gates over convolutions (i2h with padding and dilation,
+    h2h keeping the state's width), two steps against a NumPy reference."""
+    from oxnet.gluon.contrib import rnn as contrib_rnn
+
+    sigmoid = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    cell = getattr(contrib_rnn, "Conv1D%sCell" % kind)((3, 9), 4, 3, 3, i2h_pad=(1,), i2h_dilate=(2,),
+                                                      h2h_dilate=(2,))
+    cell.initialize(mx.init.Uniform(0.5))
+    rng = np.random.RandomState(0)
+    x = rng.uniform(-1, 1, (2, 2, 3, 9))  # steps, batch, channels, width
+    outs, states = cell.unroll(2, mx.nd.array(x), layout="TNC", merge_outputs=True)
+    w = {name[len(cell.prefix):]: p.data().asnumpy() for name, p in cell.collect_params().items()}
+    assert w["i2h_weight"].shape[2:] == (3,) and w["h2h_weight"].shape[1] == 4
+    h = np.zeros((2, 4, 7))
+    c = np.zeros_like(h)
+    for t in range(2):
+        i2h = _conv1d(x[t], w["i2h_weight"], w["i2h_bias"], 1, 2)
+        h2h = _conv1d(h, w["h2h_weight"], w["h2h_bias"], 2, 2)
+        if kind == "RNN":
+            h = np.tanh(i2h + h2h)
+        elif kind == "LSTM":
+            i, f, g, o = np.split(i2h + h2h, 4, axis=1)
+            c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+            h = sigmoid(o) * np.tanh(c)
+        else:
+            (xr, xz, xn), (hr, hz, hn) = np.split(i2h, 3, axis=1), np.split(h2h, 3, axis=1)
+            r, z = sigmoid(xr + hr), sigmoid(xz + hz)
+            h = (1 - z) * np.tanh(xn + r * hn) + z * h
+        np.testing.assert_allclose(outs.asnumpy()[t], h, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(states[0].asnumpy(), h, rtol=1e-4, atol=1e-5)
+
+
+def test_conv_rnn_cell_arguments_are_checked():
+    from oxnet.gluon.contrib import rnn as contrib_rnn
+
+    with pytest.raises(ValueError, match="odd"):
+        contrib_rnn.Conv2DLSTMCell((3, 8, 8), 4, 3, (2, 3))
+    with pytest.raises(ValueError, match="channels first"):
+        contrib_rnn.Conv2DGRUCell((8, 8, 3), 4, 3, 3, conv_layout="NHWC")
+    with pytest.raises(ValueError, match="input_shape"):
+        contrib_rnn.Conv3DRNNCell((3, 8, 8), 4, 3, 3)
+
+
+@pytest.mark.parametrize("layout", ["TNC", "NTC"])
+def test_dynamic_unroll_matches_unroll_with_valid_length(layout):
+    """dynamic_unroll (one foreach node) gives unroll's outputs and each sequence's states at its
+    last valid step, imperatively and hybridized."""
+    from oxnet.gluon.contrib.rnn.rnn_cell import dynamic_unroll
+
+    class Layer(gluon.HybridBlock):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            with self.name_scope():
+                self.cell = gluon.rnn.LSTMCell(5, prefix="cell_")
+
+        def hybrid_forward(self, F, data, h, c, lengths):
+            return dynamic_unroll(self.cell, data, [h, c], layout=layout, valid_length=lengths)
+
+    layer = Layer()
+    layer.initialize(mx.init.Uniform(0.5))
+    shape = (6, 3, 4) if layout == "TNC" else (3, 6, 4)
+    data = mx.nd.random.normal(shape=shape)
+    h, c = mx.nd.random.normal(shape=(3, 5)), mx.nd.random.normal(shape=(3, 5))
+    lengths = mx.nd.array([6, 2, 4])
+    want_out, want_states = layer.cell.unroll(6, data, [h, c], layout=layout, merge_outputs=True, valid_length=lengths)
+    for hybridize in (False, True):
+        if hybridize:
+            layer.hybridize()
+        out, states = layer(data, h, c, lengths)
+        np.testing.assert_allclose(out.asnumpy(), want_out.asnumpy(), rtol=1e-5, atol=1e-6)
+        for got, want in zip(states, want_states):
+            np.testing.assert_allclose(got.asnumpy(), want.asnumpy(), rtol=1e-5, atol=1e-6)

@@ -413,7 +413,7 @@ def test_unfused_layer_shares_parameters_and_computes_the_same(kind):
 
 def test_unfusing_a_clipped_layer_is_refused():
     with pytest.raises(AssertionError, match="clipping"):
-        rnn.LSTM(4, lstm_state_clip_min=-1, lstm_state_clip_max=1)._unfuse()
+        rnn.LSTM(4, state_clip_min=-1, state_clip_max=1)._unfuse()
 
 
 @pytest.mark.parametrize("drop_states", [0.0, 0.5])

@@ -245,5 +245,6 @@ def test_two_scalar_helpers_and_dense_stype():
     assert mx.nd.power(0.9, 2) == pytest.approx(0.81)
     assert mx.nd.maximum(1, 3) == 3
     assert mx.nd.zeros((2,), stype="default").shape == (2,)
-    with pytest.raises(mx.MXNetError):
-        mx.nd.zeros((2,), stype="row_sparse")
+    assert mx.nd.zeros((2,), stype="row_sparse").stype == "row_sparse"
+    with pytest.raises(mx.MXNetError, match="unknown storage type"):
+        mx.nd.zeros((2,), stype="coo")

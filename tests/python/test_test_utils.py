@@ -105,10 +105,14 @@ def test_default_context_and_random_helpers():
     assert any(0 in tu.rand_shape_nd(3, dim=1, allow_zero_size=True) for _ in range(50))
     assert all(1 <= d <= 3 for d in tu.rand_shape_2d(3, 3) + tu.rand_shape_3d(3, 3, 3))
     assert tu.rand_ndarray((2, 2), dtype="float64").dtype == np.float64
-    with pytest.raises(NotImplementedError, match="csr"):
-        tu.rand_ndarray((2, 2), stype="csr")
-    with pytest.raises(NotImplementedError):
-        tu.create_sparse_array((2, 2), "row_sparse")
+    csr, (values, indices, indptr) = tu.rand_sparse_ndarray((6, 5), "csr", density=0.4, shuffle_csr_indices=True)
+    dense = np.zeros((6, 5), dtype=np.float32)
+    dense[np.repeat(np.arange(6), np.diff(indptr)), indices] = values
+    np.testing.assert_array_equal(csr.asnumpy(), dense)
+    rsp = tu.create_sparse_array((5, 3), "row_sparse", rsp_indices=[4, 1], data_init=2.0)
+    assert rsp.indices.asnumpy().tolist() == [1, 4] and (rsp.data.asnumpy() == 2).all()
+    assert tu.create_sparse_array_zd((5, 3), "row_sparse", 0).data.shape == (0, 3)
+    assert tu.rand_ndarray((8, 8), stype="csr", density=0.5, distribution="powerlaw").stype == "csr"
     assert tu.random_arrays((2, 3)).shape == (2, 3)
     assert [x.shape for x in tu.random_arrays((1,), (2, 2))] == [(1,), (2, 2)]
     u = tu.random_uniform_arrays((100,), low=2, high=3)[0]

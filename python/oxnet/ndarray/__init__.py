@@ -23,6 +23,7 @@ from . import control_flow as _control_flow  # noqa: E402
 contrib.foreach, contrib.while_loop, contrib.cond = _control_flow.foreach, _control_flow.while_loop, _control_flow.cond  # noqa: F821
 from . import random  # noqa: E402 (uses the generated operators)
 from . import sparse  # noqa: E402
+from .sparse import cast_storage  # noqa: E402
 
 
 def concatenate(arrays, axis=0, always_copy=True):

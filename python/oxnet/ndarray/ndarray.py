@@ -23,13 +23,25 @@ _STORAGE_TYPE_STR_TO_ID = {"undefined": -1, "default": 0, "row_sparse": 1, "csr"
 _STORAGE_TYPE_ID_TO_STR = {v: k for k, v in _STORAGE_TYPE_STR_TO_ID.items()}
 
 
+def _check_out(out):
+    """Operators write dense results: a sparse ``out`` array cannot take them."""
+    for array in out if isinstance(out, (list, tuple)) else (out,):
+        if isinstance(array, NDArray) and array.stype != "default":
+            raise MXNetError("operators cannot write into a sparse array (out= a %s array); write into a dense "
+                             "array and convert it with tostype(%r)" % (array.stype, array.stype))
+
+
 def _op(name, *args, out=None, **kwargs):
+    if out is not None:
+        _check_out(out)
     result = _invoke(name, args, kwargs or None, out)
     return out if out is not None else result
 
 
 def _apply(name, *args, out=None, **kwargs):
     """``_op`` for an operator the program asked for (see ``_invoke_operator``)."""
+    if out is not None:
+        _check_out(out)
     result = _invoke_operator(name, args, kwargs or None, out)
     return out if out is not None else result
 
@@ -311,10 +323,9 @@ class NDArray:
         return split_v2(self, indices_or_sections, axis=axis, squeeze_axis=squeeze_axis)
 
     def tostype(self, stype):
-        """A copy in storage type ``stype``; only dense ('default') storage exists in oxnet."""
-        if stype != "default":
-            raise MXNetError("tostype: sparse storage (stype=%r) is not supported by oxnet" % (stype,))
-        return self.copy()
+        """A copy in storage type ``stype``: 'default', 'csr' (2-D) or 'row_sparse'."""
+        from .sparse import cast_storage
+        return cast_storage(self, stype)
 
     def as_nd_ndarray(self):
         return self
@@ -538,11 +549,13 @@ def empty(shape, ctx=None, dtype=None):
 
 
 def _creation(op_name, shape, ctx, dtype, name=None, stype=None, **kwargs):
-    # MXNet code passes the weight's stype along (``zeros(..., stype=weight.stype)``); only
-    # dense storage exists here.
+    # MXNet code passes the weight's stype along (``zeros(..., stype=weight.stype)``).
     if stype not in (None, "default"):
-        raise MXNetError("%s: sparse storage (stype=%r) is not supported by oxnet; use dense arrays "
-                         "(stype='default')" % (op_name.lstrip("_"), stype))
+        if op_name != "_zeros":
+            raise MXNetError("%s: sparse storage (stype=%r) exists only as zeros; use mx.nd.zeros(..., stype=%r) "
+                             "or mx.nd.sparse" % (op_name.lstrip("_"), stype, stype))
+        from .sparse import zeros as sparse_zeros
+        return sparse_zeros(stype, shape, ctx=ctx, dtype=dtype)
     if isinstance(shape, integer_types):
         shape = (shape,)
     return _op(op_name, shape=tuple(int(s) for s in shape), ctx=str(_as_context(ctx)),

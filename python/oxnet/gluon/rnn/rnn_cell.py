@@ -241,6 +241,9 @@ class LSTMCell(_GatedCell):
         return [{"shape": (batch_size, self._hidden_size), "__layout__": "NC"},
                 {"shape": (batch_size, self._hidden_size), "__layout__": "NC"}]
 
+    # The node computing h: the step's output, unless a subclass projects it (LSTMP).
+    _hidden_name = "out"
+
     def _alias(self):
         return "lstm"
 
@@ -255,7 +258,7 @@ class LSTMCell(_GatedCell):
         next_c = F.elemwise_add(F.elemwise_mul(forget_gate, states[1], name=prefix + "mul0"),
                                 F.elemwise_mul(in_gate, candidate, name=prefix + "mul1"), name=prefix + "state")
         next_h = F.elemwise_mul(out_gate, F.Activation(next_c, act_type=self._activation, name=prefix + "activation0"),
-                                name=prefix + "out")
+                                name=prefix + self._hidden_name)
         return next_h, [next_h, next_c]
 
 
@@ -264,9 +267,12 @@ class GRUCell(_GatedCell):
     ``h' = (1 - z) * n + z * h``."""
 
     def __init__(self, hidden_size, i2h_weight_initializer=None, h2h_weight_initializer=None,
-                 i2h_bias_initializer="zeros", h2h_bias_initializer="zeros", input_size=0, prefix=None, params=None):
+                 i2h_bias_initializer="zeros", h2h_bias_initializer="zeros", input_size=0, prefix=None, params=None,
+                 activation="tanh", recurrent_activation="sigmoid"):
         super().__init__(hidden_size, 3, i2h_weight_initializer, h2h_weight_initializer, i2h_bias_initializer,
                          h2h_bias_initializer, input_size, prefix, params)
+        self._activation = activation
+        self._recurrent_activation = recurrent_activation
 
     def state_info(self, batch_size=0):
         return [{"shape": (batch_size, self._hidden_size), "__layout__": "NC"}]
@@ -279,12 +285,18 @@ class GRUCell(_GatedCell):
         prefix, i2h, h2h = self._projections(F, inputs, prev_h, i2h_weight, h2h_weight, i2h_bias, h2h_bias)
         i2h_r, i2h_z, i2h_n = F.SliceChannel(i2h, num_outputs=3, name=prefix + "i2h_slice")
         h2h_r, h2h_z, h2h_n = F.SliceChannel(h2h, num_outputs=3, name=prefix + "h2h_slice")
-        reset = F.Activation(F.elemwise_add(i2h_r, h2h_r, name=prefix + "plus0"), act_type="sigmoid",
-                             name=prefix + "r_act")
-        update = F.Activation(F.elemwise_add(i2h_z, h2h_z, name=prefix + "plus1"), act_type="sigmoid",
-                              name=prefix + "z_act")
-        candidate = F.Activation(F.elemwise_add(i2h_n, F.elemwise_mul(reset, h2h_n, name=prefix + "mul0"),
-                                                name=prefix + "plus2"), act_type="tanh", name=prefix + "h_act")
+        def gate(F, x, activation, name):
+            # String activations stay Activation nodes, as in MXNet's graphs of this cell.
+            if isinstance(activation, string_types):
+                return F.Activation(x, act_type=activation, name=name)
+            return self._get_activation(F, x, activation, name=name)
+
+        reset = gate(F, F.elemwise_add(i2h_r, h2h_r, name=prefix + "plus0"), self._recurrent_activation,
+                     name=prefix + "r_act")
+        update = gate(F, F.elemwise_add(i2h_z, h2h_z, name=prefix + "plus1"), self._recurrent_activation,
+                      name=prefix + "z_act")
+        candidate = gate(F, F.elemwise_add(i2h_n, F.elemwise_mul(reset, h2h_n, name=prefix + "mul0"),
+                                           name=prefix + "plus2"), self._activation, name=prefix + "h_act")
         keep = F.elemwise_sub(F.ones_like(update, name=prefix + "ones_like0"), update, name=prefix + "minus0")
         next_h = F.elemwise_add(F.elemwise_mul(keep, candidate, name=prefix + "mul1"),
                                 F.elemwise_mul(update, prev_h, name=prefix + "mul20"), name=prefix + "out")

@@ -1,9 +1,10 @@
 """Recurrent cells beyond those of ``gluon.rnn``."""
 
+from .... import ndarray, symbol
 from ...rnn.rnn_cell import (BidirectionalCell, LSTMCell, ModifierCell, SequentialRNNCell, _begin_state_for,
                               _format_sequence, _GatedCell, _mask_variable_length)
 
-__all__ = ["LSTMPCell", "VariationalDropoutCell"]
+__all__ = ["LSTMPCell", "VariationalDropoutCell", "dynamic_unroll"]
 
 
 class LSTMPCell(LSTMCell):
@@ -35,10 +36,13 @@ class LSTMPCell(LSTMCell):
         return "%s(%s -> %d -> %d)" % (self.__class__.__name__, shape[1] if shape[1] else None, shape[0],
                                        self._projection_size)
 
+    # h before its projection; the projection is the step's output (MXNet's node names).
+    _hidden_name = "hidden"
+
     def hybrid_forward(self, F, inputs, states, i2h_weight, h2h_weight, h2r_weight, i2h_bias, h2h_bias):
         hidden, (_, next_c) = super().hybrid_forward(F, inputs, states, i2h_weight, h2h_weight, i2h_bias, h2h_bias)
         next_r = F.FullyConnected(data=hidden, weight=h2r_weight, no_bias=True, num_hidden=self._projection_size,
-                                  name="t%d_r" % self._counter)
+                                  name="t%d_out" % self._counter)
         return next_r, [next_r, next_c]
 
 
@@ -105,3 +109,40 @@ class VariationalDropoutCell(ModifierCell):
         if valid_length is not None:
             outputs = _mask_variable_length(F, outputs, length, valid_length, axis, merge)
         return outputs, states
+
+
+def dynamic_unroll(cell, inputs, begin_state, drop_inputs=0, drop_outputs=0, layout="TNC", valid_length=None):
+    """Run ``cell`` over the time axis of ``inputs`` with ``F.contrib.foreach`` (one loop node in a
+    hybridized graph, however long the sequence) instead of unrolling it step by step. With
+    ``valid_length`` each sequence's states stop changing after its last step (the returned states
+    are those there) and its outputs past it are zero. ``drop_inputs``/``drop_outputs`` apply
+    dropout with one mask along time. Returns ``(outputs, states)``, outputs in ``layout``."""
+    from ....ndarray import NDArray
+
+    F = ndarray if isinstance(inputs, NDArray) else symbol
+    if layout not in ("TNC", "NTC"):
+        raise ValueError("dynamic_unroll: layout must be 'TNC' or 'NTC', got %r" % (layout,))
+    if layout == "NTC":
+        inputs = F.swapaxes(inputs, dim1=0, dim2=1)
+    if drop_inputs:
+        inputs = F.Dropout(inputs, p=drop_inputs, axes=(0,))
+    states = list(begin_state)
+    if valid_length is None:
+        outputs, states = F.contrib.foreach(lambda data, previous: cell(data, previous), inputs, states)
+    else:
+        def step(data, loop_state):
+            previous, time = loop_state[:-1], loop_state[-1]
+            output, new_states = cell(data, previous)
+            # Sequences already past their end keep the states they had there.
+            running = F.broadcast_greater(valid_length, time)
+            kept = [F.where(running, new, old) for new, old in zip(new_states, previous)]
+            return output, kept + [time + 1]
+
+        outputs, states = F.contrib.foreach(step, inputs, states + [F.zeros((1,))])
+        states = states[:-1]
+        outputs = F.SequenceMask(outputs, sequence_length=valid_length, use_sequence_length=True, axis=0)
+    if drop_outputs:
+        outputs = F.Dropout(outputs, p=drop_outputs, axes=(0,))
+    if layout == "NTC":
+        outputs = F.swapaxes(outputs, dim1=0, dim2=1)
+    return outputs, states
