@@ -24,6 +24,7 @@ contrib.foreach, contrib.while_loop, contrib.cond = _control_flow.foreach, _cont
 from . import random  # noqa: E402 (uses the generated operators)
 from . import sparse  # noqa: E402
 from .sparse import cast_storage  # noqa: E402
+contrib.getnnz = sparse.getnnz  # noqa: F821 (generated)
 
 
 def concatenate(arrays, axis=0, always_copy=True):

@@ -205,6 +205,9 @@ class NDArray:
     def copyto(self, other):
         """Copy into ``other`` (an NDArray of the same shape) or onto a new array on a Context."""
         if isinstance(other, NDArray):
+            if other.stype != "default":
+                other[:] = self  # a sparse array takes these values in its own storage type
+                return other
             if other.handle is self.handle:
                 return other
             _core.copyto(self.handle, other.handle)

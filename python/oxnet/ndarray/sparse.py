@@ -21,7 +21,7 @@ from ..context import Context, current_context
 from .ndarray import NDArray, _binary, array as _dense_array, zeros as _dense_zeros
 
 __all__ = ["BaseSparseNDArray", "CSRNDArray", "RowSparseNDArray", "csr_matrix", "row_sparse_array", "zeros",
-           "empty", "array", "cast_storage"]
+           "empty", "array", "cast_storage", "getnnz"]
 
 _INDEX_DTYPE = np.int64
 
@@ -91,6 +91,11 @@ class BaseSparseNDArray(NDArray):
     def indices(self):
         """CSR: each value's column; row-sparse: each stored row's index (a dense int64 NDArray)."""
         return self._components[1]
+
+    @property
+    def _num_aux(self):
+        """Number of auxiliary arrays: CSR 2 (indptr, indices), row-sparse 1 (indices)."""
+        return len(self._components) - 1
 
     def _data(self):
         return self._components[0]
@@ -449,6 +454,32 @@ def array(source_array, ctx=None, dtype=None):
         return csr_matrix(source_array, ctx=ctx, dtype=dtype)
     raise MXNetError("sparse.array: expected a sparse NDArray or a SciPy sparse matrix, got %s"
                      % type(source_array).__name__)
+
+
+def getnnz(data, axis=None):
+    """Stored values of a CSR matrix: in all (axis None, shape (1,)), per column (axis 0) or per
+    row (axis 1), as int64 (MXNet's ``contrib.getnnz``)."""
+    if not isinstance(data, CSRNDArray):
+        raise MXNetError("getnnz: expected a CSR matrix, got a %s array" % data.stype)
+    indices, indptr = data.indices.asnumpy(), data.indptr.asnumpy()
+    if axis is None:
+        counts = np.array([len(indices)])
+    elif axis in (1, -1):
+        counts = np.diff(indptr)
+    elif axis in (0, -2):
+        counts = np.bincount(indices, minlength=data.shape[1])
+    else:
+        raise MXNetError("getnnz: axis must be None, 0 or 1, got %r" % (axis,))
+    return _dense_array(counts.astype(_INDEX_DTYPE), ctx=data.context, dtype=_INDEX_DTYPE)
+
+
+def __getattr__(name):
+    # MXNet's ``nd.sparse`` has its own functions for the operators with sparse kernels; here
+    # every operator of ``nd`` serves (computing on the dense equivalent of sparse inputs).
+    from .. import ndarray as nd
+    if name.startswith("__") or not hasattr(nd, name):
+        raise AttributeError("module %r has no attribute %r" % (__name__, name))
+    return getattr(nd, name)
 
 
 def cast_storage(data, stype):

@@ -255,6 +255,12 @@ impl AlignedBuffer {
         // padding: 64 bytes of floats with 64-byte alignment).
         unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr() as *mut f32, len) }
     }
+
+    /// Every float the buffer holds.
+    fn all(&self) -> &[f32] {
+        // SAFETY: as in `floats`: the vector's lines are contiguous floats.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr() as *const f32, self.0.len() * 16) }
+    }
 }
 
 thread_local! {
@@ -317,49 +323,151 @@ unsafe fn blocked<P: Precision>(
     }
     let slice = KC * P::PER_UNIT;
     let units = |kc: usize| kc.div_ceil(P::PER_UNIT);
-    let packed_a = buffers.a.floats(MC.min(m.div_ceil(MR) * MR) * units(slice.min(k)));
-    let packed_b = buffers.b.floats(units(slice.min(k)) * NC.min(n.div_ceil(NR) * NR));
+    let PackBuffers { a: buffer_a, b: buffer_b } = buffers;
+    let packed_a = buffer_a.floats(MC.min(m.div_ceil(MR) * MR) * units(slice.min(k)));
+    let packed_b = buffer_b.floats(units(slice.min(k)) * NC.min(n.div_ceil(NR) * NR));
     for j0 in (0..n).step_by(NC) {
         let nc = NC.min(n - j0);
         for p0 in (0..k).step_by(slice) {
             let kc = slice.min(k - p0);
-            let ku = units(kc);
-            let add = accumulate || p0 > 0;
-            // The last k slice rounds a bfloat16 product into `out` (null otherwise).
-            let narrow = if p0 + kc == k { dest.out } else { std::ptr::null_mut() };
             for q0 in (0..nc).step_by(NR) {
                 // SAFETY: rows p0..p0+kc and columns j0+q0.. of the block lie inside b.
-                unsafe { P::pack_b(b.from(p0, j0 + q0), kc, NR.min(nc - q0), &mut packed_b[q0 * ku..]) };
+                unsafe { P::pack_b(b.from(p0, j0 + q0), kc, NR.min(nc - q0), &mut packed_b[q0 * units(kc)..]) };
             }
-            for i0 in (0..m).step_by(MC) {
-                let mc = MC.min(m - i0);
-                // SAFETY: rows i0..i0+mc and columns p0..p0+kc lie inside a.
-                unsafe { P::pack_a(a.from(i0, p0), mc, kc, packed_a) };
-                for q0 in (0..nc).step_by(NR) {
-                    let masks = column_masks(NR.min(nc - q0));
-                    let panel_b = packed_b[q0 * ku..].as_ptr();
-                    for r0 in (0..mc).step_by(MR) {
-                        let rows = MR.min(mc - r0);
-                        let panel = packed_a[r0 * ku..].as_ptr();
-                        // SAFETY: the packed panels hold MR x ku and ku x NR units (zero past
-                        // the block's rows, columns and k); C's block at (i0 + r0, j0 + q0)
-                        // has `rows` rows, as wide as `masks` allow, inside c.
-                        unsafe {
-                            let at = dest.from(i0 + r0, j0 + q0);
-                            let narrow = if narrow.is_null() { narrow } else { at.out };
-                            let tile = Tile { c: at.partial, narrow, ldc: dest.ldc, rows, masks, add };
-                            match rows {
-                                1 => P::kernel::<1>(ku, panel, panel_b, tile),
-                                2 => P::kernel::<2>(ku, panel, panel_b, tile),
-                                3 | 4 => P::kernel::<4>(ku, panel, panel_b, tile),
-                                5..=8 => P::kernel::<8>(ku, panel, panel_b, tile),
-                                _ => P::kernel::<MR>(ku, panel, panel_b, tile),
-                            }
-                        }
+            // SAFETY: forwarded from the caller; the block was packed just above.
+            unsafe { multiply_block::<P>(m, k, a, (j0, nc, p0, kc), packed_b, packed_a, dest, accumulate) };
+        }
+    }
+}
+
+/// `dest[:, j0..j0+nc] (+)= a[:, p0..p0+kc] * (the packed B block)`: A packed by MC row blocks,
+/// a register block of C per (A panel, B panel) pair, A panels innermost so that one B panel
+/// stays in L1. The product of the first k slice (p0 == 0) stores unless `accumulate`; the last
+/// one rounds a bfloat16 product into `dest.out`.
+///
+/// # Safety
+/// As [`sgemm`] for a (m x k) and dest, with P's CPU features present; `packed_b` holds the
+/// block's panels as `P::pack_b` writes them (NR columns each, units(kc) units apart) and
+/// `packed_a` room for MC rows (rounded up to MR) x units(kc).
+#[allow(clippy::too_many_arguments)]
+unsafe fn multiply_block<P: Precision>(
+    m: usize,
+    k: usize,
+    a: Operand<P::Elem>,
+    (j0, nc, p0, kc): (usize, usize, usize, usize),
+    packed_b: &[f32],
+    packed_a: &mut [f32],
+    dest: Dest,
+    accumulate: bool,
+) {
+    let ku = kc.div_ceil(P::PER_UNIT);
+    let add = accumulate || p0 > 0;
+    // The last k slice rounds a bfloat16 product into `out` (null otherwise).
+    let narrow = if p0 + kc == k { dest.out } else { std::ptr::null_mut() };
+    for i0 in (0..m).step_by(MC) {
+        let mc = MC.min(m - i0);
+        // SAFETY: rows i0..i0+mc and columns p0..p0+kc lie inside a.
+        unsafe { P::pack_a(a.from(i0, p0), mc, kc, packed_a) };
+        for q0 in (0..nc).step_by(NR) {
+            let masks = column_masks(NR.min(nc - q0));
+            let panel_b = packed_b[q0 * ku..].as_ptr();
+            for r0 in (0..mc).step_by(MR) {
+                let rows = MR.min(mc - r0);
+                let panel = packed_a[r0 * ku..].as_ptr();
+                // SAFETY: the packed panels hold MR x ku and ku x NR units (zero past the
+                // block's rows, columns and k); C's block at (i0 + r0, j0 + q0) has `rows`
+                // rows, as wide as `masks` allow, inside c.
+                unsafe {
+                    let at = dest.from(i0 + r0, j0 + q0);
+                    let narrow = if narrow.is_null() { narrow } else { at.out };
+                    let tile = Tile { c: at.partial, narrow, ldc: dest.ldc, rows, masks, add };
+                    match rows {
+                        1 => P::kernel::<1>(ku, panel, panel_b, tile),
+                        2 => P::kernel::<2>(ku, panel, panel_b, tile),
+                        3 | 4 => P::kernel::<4>(ku, panel, panel_b, tile),
+                        5..=8 => P::kernel::<8>(ku, panel, panel_b, tile),
+                        _ => P::kernel::<MR>(ku, panel, panel_b, tile),
                     }
                 }
             }
         }
+    }
+}
+
+/// A float32 right operand (k x n) packed once into the kernel's panels, for products that
+/// reuse it: an RNN multiplies its recurrent weight by a few state rows at every time step, and
+/// packing the 4 MB weight each time cost as much as the product (16 x 512 by 512 x 2048 on one
+/// core: 129 GFLOP/s through row dots, 161 through the gemm crate, which packs per call).
+pub(super) struct PackedB {
+    panels: AlignedBuffer,
+    k: usize,
+    n: usize,
+}
+
+impl PackedB {
+    /// Packs `b` (k x n, read through its strides) block by block in the order the product reads
+    /// the blocks: NC columns, then KC rows.
+    ///
+    /// # Safety
+    /// `b` addresses k x n floats; [`available`] is true.
+    pub(super) unsafe fn new(b: Operand, k: usize, n: usize) -> PackedB {
+        let mut panels = AlignedBuffer::default();
+        let buffer = panels.floats(k * n.div_ceil(NR) * NR);
+        let mut at = 0;
+        for j0 in (0..n).step_by(NC) {
+            let nc = NC.min(n - j0);
+            for p0 in (0..k).step_by(KC) {
+                let kc = KC.min(k - p0);
+                for q0 in (0..nc).step_by(NR) {
+                    // SAFETY: rows p0..p0+kc and columns j0+q0.. lie inside b; the buffer holds
+                    // every block's panels.
+                    unsafe { F32::pack_b(b.from(p0, j0 + q0), kc, NR.min(nc - q0), &mut buffer[at + q0 * kc..]) };
+                }
+                at += kc * nc.div_ceil(NR) * NR;
+            }
+        }
+        PackedB { panels, k, n }
+    }
+
+    /// `c (m x n, row stride ldc) (+)= a * B` on the calling thread.
+    ///
+    /// # Safety
+    /// `a` addresses m x k floats; c holds the m x n product with row stride ldc and overlaps
+    /// neither operand.
+    pub(super) unsafe fn multiply(&self, m: usize, a: Operand, c: *mut f32, ldc: usize, accumulate: bool) {
+        let (k, n) = (self.k, self.n);
+        if m == 0 || n == 0 || k == 0 {
+            if !accumulate && k == 0 {
+                for i in 0..m {
+                    // SAFETY: row i of c holds n floats.
+                    unsafe { std::ptr::write_bytes(c.add(i * ldc), 0, n) };
+                }
+            }
+            return;
+        }
+        let dest = Dest { partial: c, out: std::ptr::null_mut(), ldc };
+        let packed = self.panels.all();
+        PACK_BUFFERS.with(|buffers| {
+            let mut own = PackBuffers::default();
+            let mut borrowed = buffers.try_borrow_mut();
+            let buffers = match borrowed.as_mut() {
+                Ok(buffers) => &mut **buffers,
+                // Only if a product ever ran inside another on this thread: use buffers of its own.
+                Err(_) => &mut own,
+            };
+            let packed_a = buffers.a.floats(MC.min(m.div_ceil(MR) * MR) * KC.min(k));
+            let mut at = 0;
+            for j0 in (0..n).step_by(NC) {
+                let nc = NC.min(n - j0);
+                for p0 in (0..k).step_by(KC) {
+                    let kc = KC.min(k - p0);
+                    // SAFETY: the block's panels start at `at`, as `new` packed them; a and c
+                    // as the caller guarantees.
+                    unsafe { multiply_block::<F32>(m, k, a, (j0, nc, p0, kc), &packed[at..], packed_a, dest, accumulate) };
+                    at += kc * nc.div_ceil(NR) * NR;
+                }
+            }
+        });
     }
 }
 
@@ -834,6 +942,25 @@ mod tests {
             // SAFETY: the operands address m x k and k x n elements of their vectors; c holds m
             // rows of stride ldc; the CPU has AVX-512F.
             unsafe { sgemm(m, n, k, operand(a, m, k, ta), operand(b, k, n, tb), c.as_mut_ptr(), ldc, accumulate, threads) }
+        });
+    }
+
+    #[test]
+    fn a_packed_right_operand_gives_the_float64_reference_product() {
+        if !available() {
+            eprintln!("skipped: no AVX-512F on this CPU");
+            return;
+        }
+        check_layouts(1e-4, |m, n, k, (ta, tb), a, b, c, ldc, accumulate, _threads| {
+            // SAFETY: as for sgemm above; the packed operand is used twice to show that a
+            // product leaves it as it was.
+            unsafe {
+                let packed = PackedB::new(operand(b, k, n, tb), k, n);
+                let mut first = c.to_vec();
+                packed.multiply(m, operand(a, m, k, ta), first.as_mut_ptr(), ldc, accumulate);
+                packed.multiply(m, operand(a, m, k, ta), c.as_mut_ptr(), ldc, accumulate);
+                assert_eq!(first, c, "a second product with the same packed operand differs");
+            }
         });
     }
 

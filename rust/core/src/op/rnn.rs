@@ -28,6 +28,7 @@
 use super::fast_math::{sigmoid_f32, tanh_f32};
 use super::grad::{Grad, InputGrads};
 use super::linalg::{matmul_into, Mat};
+use super::packed_gemm::{Operand, PackedB};
 use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
@@ -369,6 +370,42 @@ unsafe fn gemm<T>(
     )
 }
 
+/// A weight the recurrence multiplies by a few state rows at every time step: packed once for
+/// the float32 kernel where the CPU has it (a step's product then packs only its state rows),
+/// else read in place.
+enum StepWeight<'a, T> {
+    Packed(PackedB),
+    Stored(&'a [T], (usize, usize, bool)),
+}
+
+impl<'a, T> StepWeight<'a, T> {
+    /// `w` stored as (rows, cols, transposed), as [`gemm`]'s operands.
+    fn new(dtype: DType, w: &'a [T], (rows, cols, transposed): (usize, usize, bool)) -> StepWeight<'a, T> {
+        if dtype != DType::F32 || !super::packed_gemm::available() {
+            return StepWeight::Stored(w, (rows, cols, transposed));
+        }
+        // The product's right operand (k x n) read through strides of the stored matrix.
+        let (k, n, rs, cs) = if transposed { (cols, rows, 1, cols as isize) } else { (rows, cols, cols as isize, 1) };
+        // SAFETY: w holds rows x cols elements, float32 as dtype says; the kernel's CPU feature
+        // was checked above.
+        StepWeight::Packed(unsafe { PackedB::new(Operand { ptr: w.as_ptr() as *const f32, rs, cs: cs as isize }, k, n) })
+    }
+
+    /// `dst (+)= a * w` for `a` of (rows, k) stored row-major, on the calling thread.
+    ///
+    /// # Safety
+    /// As [`gemm`]: `dst` holds rows x n elements, `T` is `dtype`'s element type.
+    unsafe fn multiply(&self, dtype: DType, dst: &mut [T], accumulate: bool, a: &[T], (rows, k): (usize, usize)) {
+        match self {
+            StepWeight::Packed(packed) => {
+                let a = Operand { ptr: a.as_ptr() as *const f32, rs: k as isize, cs: 1 };
+                packed.multiply(rows, a, dst.as_mut_ptr() as *mut f32, dst.len().checked_div(rows).unwrap_or(0), accumulate)
+            }
+            StepWeight::Stored(w, stored) => gemm(dtype, dst, accumulate, a, (rows, k, false), w, *stored, 1),
+        }
+    }
+}
+
 fn add_rows<T: Real>(values: &mut [T], row: &[T]) {
     for chunk in values.chunks_mut(row.len()) {
         chunk.iter_mut().zip(row).for_each(|(v, &b)| *v = *v + b);
@@ -606,9 +643,10 @@ impl<T: Real> Pass<'_, T> {
             hy: Shared::new(hy),
             cy: Shared::new(cy),
         };
+        let w_hh = StepWeight::new(self.dtype, &p[s.w_hh..][..gh * rnn.state_width()], (gh, rnn.state_width(), true));
         self.over_batch_ranges(|range| {
             // SAFETY: each range touches only its own batch rows of the shared buffers.
-            unsafe { self.sweep_forward(layer, dir, range, h0, c0, &shared) }
+            unsafe { self.sweep_forward(layer, dir, range, h0, c0, &w_hh, &shared) }
         });
     }
 
@@ -629,13 +667,23 @@ impl<T: Real> Pass<'_, T> {
     ///
     /// # Safety
     /// No other thread accesses the rows `range` of the shared buffers meanwhile.
-    unsafe fn sweep_forward(&self, layer: usize, dir: usize, range: std::ops::Range<usize>, h0: &[T], c0: &[T], buf: &SweepBuffers<T>) {
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn sweep_forward(
+        &self,
+        layer: usize,
+        dir: usize,
+        range: std::ops::Range<usize>,
+        h0: &[T],
+        c0: &[T],
+        w_hh: &StepWeight<'_, T>,
+        buf: &SweepBuffers<T>,
+    ) {
         let (rnn, d) = (self.rnn, self.d);
         let (h, sw, gh, n) = (rnn.hidden, rnn.state_width(), rnn.gate_width(), d.batch);
         let width = rnn.dirs * sw;
         let projecting = rnn.projection.is_some();
         let s = rnn.slots(d.input, layer, dir);
-        let (w_hh, b_hh) = (&self.params[s.w_hh..][..gh * sw], &self.params[s.b_hh..][..gh]);
+        let b_hh = &self.params[s.b_hh..][..gh];
         let w_hr = &self.params[s.w_hr..][..rnn.projection_weights()];
         let (first, nb) = (range.start, range.len());
         let mut h_prev = h0[first * sw..][..nb * sw].to_vec();
@@ -647,10 +695,10 @@ impl<T: Real> Pass<'_, T> {
             let gates = buf.gates.rows((t * n + first) * gh, nb * gh);
             // SAFETY: h_prev is (nb, sw), w_hh (gh, sw) read transposed, the destination (nb, gh).
             if rnn.mode == Mode::Gru {
-                gemm(self.dtype, &mut recurrent, false, &h_prev, (nb, sw, false), w_hh, (gh, sw, true), 1);
+                w_hh.multiply(self.dtype, &mut recurrent, false, &h_prev, (nb, sw));
                 add_rows(&mut recurrent, b_hh);
             } else {
-                gemm(self.dtype, gates, true, &h_prev, (nb, sw, false), w_hh, (gh, sw, true), 1);
+                w_hh.multiply(self.dtype, gates, true, &h_prev, (nb, sw));
             }
             let unprojected: &mut [T] = if projecting { buf.unprojected.rows((t * n + first) * h, nb * h) } else { &mut [] };
             for b in 0..nb {
@@ -765,9 +813,10 @@ impl<T: Real> Pass<'_, T> {
             dh: Shared::new(dh),
             dc: Shared::new(dc),
         };
+        let w_hh = StepWeight::new(self.dtype, &self.params[s.w_hh..][..gh * sw], (gh, sw, false));
         self.over_batch_ranges(|range| {
             // SAFETY: each range touches only its own batch rows of the shared buffers.
-            unsafe { self.sweep_backward(layer, dir, range, h0, c0, out, &trace, dout, &shared) }
+            unsafe { self.sweep_backward(layer, dir, range, h0, c0, out, &trace, dout, &w_hh, &shared) }
         });
         // The state each step read: its row's previous output, or h0 at the row's first step.
         let mut h_prev = vec![T::ZERO; rows * sw];
@@ -844,6 +893,7 @@ impl<T: Real> Pass<'_, T> {
         out: &[T],
         trace: &Trace<&[T]>,
         dout: &[T],
+        w_hh: &StepWeight<'_, T>,
         buf: &GradBuffers<T>,
     ) {
         let (rnn, d) = (self.rnn, self.d);
@@ -852,7 +902,6 @@ impl<T: Real> Pass<'_, T> {
         let lstm = rnn.mode == Mode::Lstm;
         let (cells, hidden_n) = (trace.cells, trace.hidden_n);
         let s = rnn.slots(d.input, layer, dir);
-        let w_hh = &self.params[s.w_hh..][..gh * sw];
         let w_hr = &self.params[s.w_hr..][..rnn.projection_weights()];
         let (first, nb) = (range.start, range.len());
         let dh = buf.dh.rows(first * sw, nb * sw);
@@ -945,7 +994,7 @@ impl<T: Real> Pass<'_, T> {
             }
             let recurrent: &[T] = if rnn.mode == Mode::Gru { buf.recurrent.rows((t * n + first) * gh, nb * gh) } else { grads };
             // SAFETY: recurrent (nb, gh) times w_hh (gh, sw) added to (nb, sw).
-            gemm(self.dtype, &mut dh_next, true, recurrent, (nb, gh, false), w_hh, (gh, sw, false), 1);
+            w_hh.multiply(self.dtype, &mut dh_next, true, recurrent, (nb, gh));
             dh.copy_from_slice(&dh_next);
         }
     }
