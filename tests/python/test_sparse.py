@@ -124,16 +124,23 @@ def test_operators_compute_on_the_dense_equivalent():
         np.testing.assert_allclose(nd.dot(x, nd.array(weight)).asnumpy(), dense @ weight, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose((x * 2 + 1).asnumpy(), dense * 2 + 1)
         np.testing.assert_allclose(x.sum().asnumpy(), dense.sum(), rtol=1e-5)
-        with pytest.raises(MXNetError, match="cannot write into a sparse array"):
-            nd.relu(nd.array(dense), out=x)
+        # An output in sparse storage receives the dense result in its own storage type.
+        target = nd.zeros(dense.shape, stype=stype)
+        nd.relu(nd.array(dense), out=target)
+        assert target.stype == stype
+        np.testing.assert_allclose(target.asnumpy(), np.maximum(dense, 0))
         x += 1
         assert x.stype == stype
         np.testing.assert_allclose(x.asnumpy(), dense + 1)
 
 
 def test_invalid_components_and_storage_types_raise():
-    with pytest.raises(MXNetError, match="indptr"):
-        sparse.csr_matrix(([1.0, 2.0], [0, 1], [0, 1]), shape=(2, 3))
+    broken = sparse.csr_matrix(([1.0, 2.0], [0, 1], [0, 1]), shape=(2, 3))  # checked when used, as in MXNet
+    for use in (broken.check_format, broken.asnumpy, lambda: broken + 1):
+        with pytest.raises(MXNetError, match="indptr"):
+            use()
+    with pytest.raises(MXNetError, match="column indices"):
+        sparse.csr_matrix(([1.0], [5], [0, 1]), shape=(1, 3)).asnumpy()
     unsorted = sparse.csr_matrix(([1.0, 2.0], [2, 0], [0, 2, 2]), shape=(2, 3))
     with pytest.raises(MXNetError, match="sorted"):
         unsorted.check_format()

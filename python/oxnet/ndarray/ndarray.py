@@ -23,27 +23,33 @@ _STORAGE_TYPE_STR_TO_ID = {"undefined": -1, "default": 0, "row_sparse": 1, "csr"
 _STORAGE_TYPE_ID_TO_STR = {v: k for k, v in _STORAGE_TYPE_STR_TO_ID.items()}
 
 
-def _check_out(out):
-    """Operators write dense results: a sparse ``out`` array cannot take them."""
-    for array in out if isinstance(out, (list, tuple)) else (out,):
-        if isinstance(array, NDArray) and array.stype != "default":
-            raise MXNetError("operators cannot write into a sparse array (out= a %s array); write into a dense "
-                             "array and convert it with tostype(%r)" % (array.stype, array.stype))
+def _invoke_into(invoke, name, args, kwargs, out):
+    """``invoke`` writing into ``out`` (an NDArray or a list); returns ``out``. A sparse array
+    there receives the result in its own storage type: the operator writes a dense array, which
+    is then converted (MXNet's storage fallback for outputs)."""
+    outs = out if isinstance(out, (list, tuple)) else (out,)
+    if all(not isinstance(o, NDArray) or o.stype == "default" for o in outs):
+        invoke(name, args, kwargs, out)
+        return out
+    dense = [zeros(o.shape, ctx=o.context, dtype=o.dtype) if o.stype != "default" else o for o in outs]
+    invoke(name, args, kwargs, dense if isinstance(out, (list, tuple)) else dense[0])
+    for target, written in zip(outs, dense):
+        if target is not written:
+            target[:] = written
+    return out
 
 
 def _op(name, *args, out=None, **kwargs):
     if out is not None:
-        _check_out(out)
-    result = _invoke(name, args, kwargs or None, out)
-    return out if out is not None else result
+        return _invoke_into(_invoke, name, args, kwargs or None, out)
+    return _invoke(name, args, kwargs or None, None)
 
 
 def _apply(name, *args, out=None, **kwargs):
     """``_op`` for an operator the program asked for (see ``_invoke_operator``)."""
     if out is not None:
-        _check_out(out)
-    result = _invoke_operator(name, args, kwargs or None, out)
-    return out if out is not None else result
+        return _invoke_into(_invoke_operator, name, args, kwargs or None, out)
+    return _invoke_operator(name, args, kwargs or None, None)
 
 
 def _route_operators(invoke):
@@ -510,6 +516,9 @@ def array(source_array, ctx=None, dtype=None):
     The dtype defaults to the source's for an NDArray and to float32 otherwise, as in MXNet.
     """
     ctx = _as_context(ctx)
+    if getattr(source_array, "stype", "default") != "default" or _is_scipy_sparse(source_array):
+        from . import sparse
+        return sparse.array(source_array, ctx=ctx, dtype=dtype)
     if isinstance(source_array, NDArray):
         name = dtype_name(dtype if dtype is not None else source_array.dtype)
         out = NDArray(_core.empty(list(source_array.shape), name, ctx._as_tuple()))
@@ -522,6 +531,11 @@ def array(source_array, ctx=None, dtype=None):
     # np.require keeps a 0-d source 0-d (np.ascontiguousarray would make it 1-d).
     src = np.require(np.asarray(source_array, dtype=np_dtype(name)), requirements="C")
     return NDArray(_core.from_buffer(src.reshape(-1).view(np.uint8), list(src.shape), name, ctx._as_tuple()))
+
+
+def _is_scipy_sparse(value):
+    """Whether ``value`` is a SciPy sparse matrix (without importing SciPy for other values)."""
+    return type(value).__module__.startswith("scipy.sparse")
 
 
 def from_numpy(ndarray, zero_copy=True):
@@ -543,8 +557,11 @@ def from_numpy(ndarray, zero_copy=True):
     return NDArray(_core.share_buffer(flat_bytes, list(ndarray.shape), dtype_name(ndarray.dtype)))
 
 
-def empty(shape, ctx=None, dtype=None):
-    """An uninitialized array."""
+def empty(shape, ctx=None, dtype=None, stype=None):
+    """An uninitialized array (a sparse one holds no values: all zeros)."""
+    if stype not in (None, "default"):
+        from .sparse import empty as sparse_empty
+        return sparse_empty(stype, shape, ctx=ctx, dtype=dtype)
     if isinstance(shape, integer_types):
         shape = (shape,)
     name = dtype_name(mx_real_t if dtype is None else dtype)

@@ -4,7 +4,7 @@ import sys
 import types
 
 from .. import _core
-from .ndarray import _check_out, _invoke_operator
+from .ndarray import _invoke_into, _invoke_operator
 
 # Operator-name prefixes MXNet exposes as sub-namespaces of both `mx.nd` and `mx.sym`:
 # `_contrib_foo` is also `contrib.foo`, `_image_crop` is `image.crop`. One table for both APIs.
@@ -34,9 +34,8 @@ def _make_function(op_name, doc):
         if None in args:  # an absent optional input (`bias=None` passed positionally)
             args = tuple(a for a in args if a is not None)
         if out is not None:
-            _check_out(out)
-        result = _invoke_operator(op_name, args, kwargs or None, out)
-        return out if out is not None else result
+            return _invoke_into(_invoke_operator, op_name, args, kwargs or None, out)
+        return _invoke_operator(op_name, args, kwargs or None, None)
 
     op_function.__name__ = op_name
     op_function.__qualname__ = op_name

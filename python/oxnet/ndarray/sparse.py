@@ -21,7 +21,7 @@ from ..context import Context, current_context
 from .ndarray import NDArray, _binary, array as _dense_array, zeros as _dense_zeros
 
 __all__ = ["BaseSparseNDArray", "CSRNDArray", "RowSparseNDArray", "csr_matrix", "row_sparse_array", "zeros",
-           "empty", "array", "cast_storage", "getnnz"]
+           "empty", "array", "cast_storage", "getnnz", "retain"]
 
 _INDEX_DTYPE = np.int64
 
@@ -220,7 +220,10 @@ class CSRNDArray(BaseSparseNDArray):
         return (c.asnumpy() for c in self._components)
 
     def _to_numpy(self):
+        self._check(full_check=False)
         data, indices, indptr = self._parts()
+        if len(indices) and (indices.min() < 0 or indices.max() >= self._shape[1]):
+            raise MXNetError("CSRNDArray: column indices must lie in [0, %d)" % self._shape[1])
         dense = np.zeros(self._shape, dtype=data.dtype)
         rows = np.repeat(np.arange(self._shape[0]), np.diff(indptr))
         dense[rows, indices] = data
@@ -278,7 +281,10 @@ class RowSparseNDArray(BaseSparseNDArray):
         return "row_sparse"
 
     def _to_numpy(self):
+        self._check(full_check=False)
         data, indices = (c.asnumpy() for c in self._components)
+        if len(indices) and (indices.min() < 0 or indices.max() >= self._shape[0]):
+            raise MXNetError("RowSparseNDArray: row indices must lie in [0, %d)" % self._shape[0])
         dense = np.zeros(self._shape, dtype=data.dtype)
         dense[indices] = data
         return dense
@@ -367,8 +373,9 @@ def csr_matrix(arg1, shape=None, ctx=None, dtype=None):
     if isinstance(arg1, BaseSparseNDArray):
         return _dense_to_csr(arg1.asnumpy(), ctx, dtype)
     if sps is not None and sps.issparse(arg1):
-        matrix = arg1.tocsr()
-        matrix.sort_indices()
+        # Canonical form, as MXNet stores it: duplicates summed, each row's columns sorted.
+        matrix = sps.csr_matrix(arg1, copy=True)
+        matrix.sum_duplicates()
         return _csr(matrix.data, matrix.indices, matrix.indptr, matrix.shape, ctx, dtype or matrix.dtype)
     if _is_shape(arg1):
         if len(arg1) != 2:
@@ -379,9 +386,8 @@ def csr_matrix(arg1, shape=None, ctx=None, dtype=None):
         if shape is None:
             shape = (len(indptr) - 1, int(indices.max()) + 1 if len(indices) else 0)
         default = data.dtype if isinstance(arg1[0], (NDArray, np.ndarray)) else mx_real_t
-        result = _csr(data, indices, indptr, shape, ctx, dtype or default)
-        result.check_format(full_check=False)
-        return result
+        # Checked when used (or by check_format), as MXNet does.
+        return _csr(data, indices, indptr, shape, ctx, dtype or default)
     if isinstance(arg1, tuple) and len(arg1) == 2:
         data, (row, col) = _as_numpy(arg1[0]), (_as_numpy(v).astype(_INDEX_DTYPE) for v in arg1[1])
         if shape is None:
@@ -408,15 +414,18 @@ def row_sparse_array(arg1, shape=None, ctx=None, dtype=None):
     if isinstance(arg1, BaseSparseNDArray):
         return _dense_to_row_sparse(arg1.asnumpy(), ctx, dtype)
     if _is_shape(arg1):
-        return _row_sparse(np.zeros((0,) + arg1[1:]), [], arg1, ctx, dtype or mx_real_t)
+        if shape is not None and tuple(shape) != arg1:
+            raise ValueError("row_sparse_array: shape %s given for an array of shape %s" % (tuple(shape), arg1))
+        return _row_sparse(np.zeros((0,) + tuple(arg1[1:])), [], tuple(int(v) for v in arg1), ctx, dtype or mx_real_t)
     if isinstance(arg1, tuple) and len(arg1) == 2:
         data, indices = _as_numpy(arg1[0]), _as_numpy(arg1[1])
         if shape is None:
             shape = (int(indices.max()) + 1 if len(indices) else 0,) + data.shape[1:]
         default = data.dtype if isinstance(arg1[0], (NDArray, np.ndarray)) else mx_real_t
-        result = _row_sparse(data, indices, tuple(shape), ctx, dtype or default)
-        result.check_format(full_check=False)
-        return result
+        if data.shape[:1] != indices.shape or data.shape[1:] != tuple(shape)[1:]:
+            raise MXNetError("row_sparse_array: data of shape %s does not hold %d rows of shape %s"
+                             % (data.shape, len(indices), tuple(shape)[1:]))
+        return _row_sparse(data, indices, tuple(shape), ctx, dtype or default)
     dense = _as_numpy(arg1)
     if shape is not None and dense.shape != tuple(shape):
         raise MXNetError("row_sparse_array: data of shape %s given with shape %s" % (dense.shape, tuple(shape)))
@@ -454,6 +463,13 @@ def array(source_array, ctx=None, dtype=None):
         return csr_matrix(source_array, ctx=ctx, dtype=dtype)
     raise MXNetError("sparse.array: expected a sparse NDArray or a SciPy sparse matrix, got %s"
                      % type(source_array).__name__)
+
+
+def retain(data, indices):
+    """The stored rows of row-sparse ``data`` among ``indices`` (MXNet's ``sparse.retain``)."""
+    if not isinstance(data, RowSparseNDArray):
+        raise MXNetError("retain: expected a row_sparse array, got a %s array" % data.stype)
+    return data.retain(indices)
 
 
 def getnnz(data, axis=None):
