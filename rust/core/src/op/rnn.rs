@@ -388,7 +388,7 @@ impl<'a, T> StepWeight<'a, T> {
         let (k, n, rs, cs) = if transposed { (cols, rows, 1, cols as isize) } else { (rows, cols, cols as isize, 1) };
         // SAFETY: w holds rows x cols elements, float32 as dtype says; the kernel's CPU feature
         // was checked above.
-        StepWeight::Packed(unsafe { PackedB::new(Operand { ptr: w.as_ptr() as *const f32, rs, cs: cs as isize }, k, n) })
+        StepWeight::Packed(unsafe { PackedB::new(Operand { ptr: w.as_ptr() as *const f32, rs, cs }, k, n) })
     }
 
     /// `dst (+)= a * w` for `a` of (rows, k) stored row-major, on the calling thread.
