@@ -357,6 +357,17 @@ def _dense_to_row_sparse(dense, ctx, dtype=None):
     return _row_sparse(dense[rows], rows, dense.shape, ctx, dtype or dense.dtype)
 
 
+def _from_dense(what, arg1, shape, ctx, dtype, convert):
+    """``convert(dense, ctx, dtype)`` of dense data (an NDArray, a NumPy array or nested lists,
+    which default to float32), checked against ``shape`` when given."""
+    dense = _as_numpy(arg1)
+    if shape is not None and dense.shape != tuple(shape):
+        raise MXNetError("%s: data of shape %s given with shape %s" % (what, dense.shape, tuple(shape)))
+    if not isinstance(arg1, (NDArray, np.ndarray)) and dtype is None:
+        dtype = mx_real_t
+    return convert(dense, ctx, dtype)
+
+
 def _is_shape(value):
     return isinstance(value, tuple) and all(isinstance(v, integer_types) for v in value)
 
@@ -395,12 +406,7 @@ def csr_matrix(arg1, shape=None, ctx=None, dtype=None):
         dense = np.zeros(shape, dtype=np_dtype(dtype_name(dtype)) if dtype is not None else data.dtype)
         np.add.at(dense, (row, col), data)
         return _dense_to_csr(dense, ctx)
-    dense = _as_numpy(arg1)
-    if shape is not None and dense.shape != tuple(shape):
-        raise MXNetError("csr_matrix: data of shape %s given with shape %s" % (dense.shape, tuple(shape)))
-    if not isinstance(arg1, (NDArray, np.ndarray)) and dtype is None:
-        dtype = mx_real_t
-    return _dense_to_csr(dense, ctx, dtype)
+    return _from_dense("csr_matrix", arg1, shape, ctx, dtype, _dense_to_csr)
 
 
 def row_sparse_array(arg1, shape=None, ctx=None, dtype=None):
@@ -426,12 +432,7 @@ def row_sparse_array(arg1, shape=None, ctx=None, dtype=None):
             raise MXNetError("row_sparse_array: data of shape %s does not hold %d rows of shape %s"
                              % (data.shape, len(indices), tuple(shape)[1:]))
         return _row_sparse(data, indices, tuple(shape), ctx, dtype or default)
-    dense = _as_numpy(arg1)
-    if shape is not None and dense.shape != tuple(shape):
-        raise MXNetError("row_sparse_array: data of shape %s given with shape %s" % (dense.shape, tuple(shape)))
-    if not isinstance(arg1, (NDArray, np.ndarray)) and dtype is None:
-        dtype = mx_real_t
-    return _dense_to_row_sparse(dense, ctx, dtype)
+    return _from_dense("row_sparse_array", arg1, shape, ctx, dtype, _dense_to_row_sparse)
 
 
 def zeros(stype, shape, ctx=None, dtype=None, **kwargs):
