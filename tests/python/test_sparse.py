@@ -151,3 +151,18 @@ def test_invalid_components_and_storage_types_raise():
         nd.ones((2, 3)).tostype("coo")
     with pytest.raises(MXNetError, match="gradients of sparse arrays"):
         sparse.zeros("csr", (2, 2)).attach_grad()
+
+
+def test_an_operator_updating_a_sparse_input_in_place_updates_the_array():
+    """Optimizer updates write their states in place: a sparse state then holds the new values,
+    through its components too; the component accessors return copies, as in MXNet."""
+    weight, grad = nd.ones((3, 2)), nd.full((3, 2), 1.0)
+    mom = nd.zeros((3, 2), stype="row_sparse")
+    nd.sgd_mom_update(weight, grad, mom, lr=0.1, momentum=0.9, out=weight)
+    np.testing.assert_allclose(mom.asnumpy(), np.full((3, 2), -0.1), rtol=1e-6)
+    np.testing.assert_array_equal(mom.indices.asnumpy(), [0, 1, 2])
+    np.testing.assert_allclose(pickle.loads(pickle.dumps(mom)).asnumpy(), mom.asnumpy())
+    x = nd.array([[1, 0], [0, 2]]).tostype("csr")
+    x.data[:] = 7  # a copy: the array keeps its values
+    np.testing.assert_array_equal(x.asnumpy(), [[1, 0], [0, 2]])
+    np.testing.assert_array_equal((x * 1).asnumpy(), [[1, 0], [0, 2]])

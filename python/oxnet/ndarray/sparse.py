@@ -8,7 +8,7 @@ row ``indices`` (k,). Creation, conversion (``tostype``, ``cast_storage``), copi
 contexts, row slicing of CSR matrices and the component accessors keep the compressed form. An
 operator given a sparse input computes on its dense equivalent, made once per array and kept
 (MXNet's "storage fallback"), and returns dense arrays; no operator has a sparse kernel yet.
-Sparse arrays are read-only to operators: an ``out=`` sparse array is refused; ``x[:] = y``
+An ``out=`` sparse array receives the dense result converted to its storage type; ``x[:] = y``
 replaces the contents.
 """
 
@@ -35,16 +35,21 @@ def _scipy_sparse():
 
 
 class BaseSparseNDArray(NDArray):
-    """What CSR and row-sparse arrays share: a shape, dense component arrays (``_data()``,
-    ``_aux_data(i)``) on one context, and a dense equivalent for operators, made on first use."""
+    """What CSR and row-sparse arrays share: a shape, dense component arrays on one context, and
+    a dense equivalent for operators, made on first use.
 
-    __slots__ = ("_shape", "_components", "_dense")
+    Once an operator has had the dense equivalent it is the array's contents (the operator may
+    have updated it in place, as optimizer updates do with their states), and the components are
+    derived from it again when next asked for."""
+
+    __slots__ = ("_shape", "_stored", "_dense", "_stale")
 
     def __init__(self, shape, components):
         # The base class's `handle` slot stays unset: `handle` below is the dense equivalent.
         self._shape = tuple(int(s) for s in shape)
-        self._components = list(components)
+        self._stored = list(components)
         self._dense = None
+        self._stale = False
         self.writable = True
 
     # ---- the dense equivalent, for operators ------------------------------------------------
@@ -52,7 +57,15 @@ class BaseSparseNDArray(NDArray):
     def handle(self):
         if self._dense is None:
             self._dense = _dense_array(self._to_numpy(), ctx=self.context, dtype=self.dtype)
+        self._stale = True
         return self._dense.handle
+
+    def _current(self):
+        """The components, derived again from the dense equivalent if an operator had it."""
+        if self._stale:
+            self._stale = False
+            self._stored = _CONVERTERS[self.stype](self._dense.asnumpy(), self.context, self.dtype)._stored
+        return self._stored
 
     @handle.setter
     def handle(self, _value):
@@ -66,11 +79,11 @@ class BaseSparseNDArray(NDArray):
 
     @property
     def dtype(self):
-        return self._components[0].dtype
+        return self._stored[0].dtype
 
     @property
     def context(self):
-        return self._components[0].context
+        return self._stored[0].context
 
     ctx = context
 
@@ -84,25 +97,25 @@ class BaseSparseNDArray(NDArray):
 
     @property
     def data(self):
-        """The stored values (a dense NDArray)."""
-        return self._components[0]
+        """A copy of the stored values (a dense NDArray), as in MXNet."""
+        return self._current()[0].copy()
 
     @property
     def indices(self):
-        """CSR: each value's column; row-sparse: each stored row's index (a dense int64 NDArray)."""
-        return self._components[1]
+        """A copy of each value's column (CSR) or each stored row's index (row-sparse), int64."""
+        return self._current()[1].copy()
 
     @property
     def _num_aux(self):
         """Number of auxiliary arrays: CSR 2 (indptr, indices), row-sparse 1 (indices)."""
-        return len(self._components) - 1
+        return len(self._stored) - 1
 
     def _data(self):
-        return self._components[0]
+        return self.data
 
     def _aux_data(self, i):
         """MXNet's auxiliary arrays: CSR (0) indptr, (1) indices; row-sparse (0) indices."""
-        return self._components[1:][::-1][i]
+        return self._current()[1:][::-1][i].copy()
 
     def _aux_type(self, i):
         return self._aux_data(i).dtype
@@ -113,23 +126,23 @@ class BaseSparseNDArray(NDArray):
     __str__ = __repr__
 
     def __reduce__(self):
-        return _rebuild, (type(self), self._shape, [c.asnumpy() for c in self._components], self.context)
+        return _rebuild, (type(self), self._shape, [c.asnumpy() for c in self._current()], self.context)
 
     def __bool__(self):
         raise ValueError("The truth value of a %s is ambiguous; use a.asnumpy().any() or .all()" % type(self).__name__)
 
     # ---- synchronization and conversion -----------------------------------------------------
     def wait_to_read(self):
-        for c in self._components:
+        for c in self._stored + ([self._dense] if self._dense is not None else []):
             c.wait_to_read()
 
     def wait_to_write(self):
-        for c in self._components:
+        for c in self._stored + ([self._dense] if self._dense is not None else []):
             c.wait_to_write()
 
     def asnumpy(self):
         """The dense contents as a NumPy array."""
-        return self._to_numpy()
+        return self._dense.asnumpy() if self._dense is not None else self._to_numpy()
 
     def tostype(self, stype):
         """A copy in storage type ``stype`` ('default', 'csr' or 'row_sparse')."""
@@ -138,7 +151,8 @@ class BaseSparseNDArray(NDArray):
     def astype(self, dtype, copy=True):
         if not copy and np_dtype(dtype_name(dtype)) == self.dtype:
             return self
-        values = [self._components[0].astype(dtype)] + [c.copy() for c in self._components[1:]]
+        current = self._current()
+        values = [current[0].astype(dtype)] + [c.copy() for c in current[1:]]
         return type(self)(self._shape, values)
 
     def copy(self):
@@ -148,12 +162,12 @@ class BaseSparseNDArray(NDArray):
         """Onto a Context (a new array of this storage type) or into an array of the same shape:
         a sparse one of this storage type takes these contents, a dense one their dense form."""
         if isinstance(other, Context):
-            return type(self)(self._shape, [c.copyto(other) for c in self._components])
+            return type(self)(self._shape, [c.copyto(other) for c in self._current()])
         if isinstance(other, BaseSparseNDArray):
             if other.stype != self.stype or other.shape != self.shape:
                 raise MXNetError("copyto: cannot copy a %s %s into a %s %s" % (self.stype, self.shape, other.stype,
                                                                               other.shape))
-            other._replace([c.copyto(other.context) for c in self._components])
+            other._replace([c.copyto(other.context) for c in self._current()])
             return other
         if isinstance(other, NDArray):
             return _dense_array(self._to_numpy(), ctx=self.context, dtype=self.dtype).copyto(other)
@@ -165,8 +179,9 @@ class BaseSparseNDArray(NDArray):
     as_in_ctx = as_in_context
 
     def _replace(self, components):
-        self._components = list(components)
+        self._stored = list(components)
         self._dense = None
+        self._stale = False
 
     def __setitem__(self, key, value):
         """``x[:] = value``: replace the whole contents with ``value`` (an array of this storage
@@ -181,7 +196,8 @@ class BaseSparseNDArray(NDArray):
             raise MXNetError("%s assignment: value has shape %s, the array %s" % (type(self).__name__, value.shape,
                                                                                   self._shape))
         converted = cast_storage(value, self.stype).as_in_context(self.context)
-        self._replace([converted._components[0].astype(self.dtype, copy=False)] + converted._components[1:])
+        stored = converted._current()
+        self._replace([stored[0].astype(self.dtype, copy=False)] + stored[1:])
 
     def _inplace(self, other, array_op, scalar_op):
         """``x += y`` and the like: computed densely, stored back in this storage type."""
@@ -214,10 +230,10 @@ class CSRNDArray(BaseSparseNDArray):
     @property
     def indptr(self):
         """Row pointers: row ``i`` holds the values ``indptr[i]`` up to ``indptr[i+1]``."""
-        return self._components[2]
+        return self._current()[2].copy()
 
     def _parts(self):
-        return (c.asnumpy() for c in self._components)
+        return (c.asnumpy() for c in self._current())
 
     def _to_numpy(self):
         self._check(full_check=False)
@@ -282,7 +298,7 @@ class RowSparseNDArray(BaseSparseNDArray):
 
     def _to_numpy(self):
         self._check(full_check=False)
-        data, indices = (c.asnumpy() for c in self._components)
+        data, indices = (c.asnumpy() for c in self._current())
         if len(indices) and (indices.min() < 0 or indices.max() >= self._shape[0]):
             raise MXNetError("RowSparseNDArray: row indices must lie in [0, %d)" % self._shape[0])
         dense = np.zeros(self._shape, dtype=data.dtype)
@@ -296,12 +312,12 @@ class RowSparseNDArray(BaseSparseNDArray):
 
     def retain(self, indices):
         """The stored rows among ``indices`` (others dropped), as a row-sparse array."""
-        data, rows = (c.asnumpy() for c in self._components)
+        data, rows = (c.asnumpy() for c in self._current())
         wanted = np.isin(rows, np.asarray(indices.asnumpy() if isinstance(indices, NDArray) else indices))
         return _row_sparse(data[wanted], rows[wanted], self._shape, self.context)
 
     def _check(self, full_check):
-        data, indices = (c.asnumpy() for c in self._components)
+        data, indices = (c.asnumpy() for c in self._current())
         if data.shape != (len(indices),) + self._shape[1:]:
             raise MXNetError("RowSparseNDArray: data has shape %s, expected %s" % (data.shape,
                                                                                   (len(indices),) + self._shape[1:]))
@@ -497,6 +513,9 @@ def __getattr__(name):
     if name.startswith("__") or not hasattr(nd, name):
         raise AttributeError("module %r has no attribute %r" % (__name__, name))
     return getattr(nd, name)
+
+
+_CONVERTERS = {"csr": _dense_to_csr, "row_sparse": _dense_to_row_sparse}
 
 
 def cast_storage(data, stype):

@@ -655,9 +655,10 @@ impl<T: Real> Pass<'_, T> {
     fn over_batch_ranges(&self, sweep: impl Fn(std::ops::Range<usize>) + Sync) {
         const MIN_ROWS: usize = 4;
         let n = self.d.batch;
-        let ranges = self.threads.min(n / MIN_ROWS).max(1);
-        let per = n.div_ceil(ranges);
-        crate::engine::parallel::run(ranges, &|r| sweep(r * per..((r + 1) * per).min(n)));
+        let per = n.div_ceil(self.threads.min(n / MIN_ROWS).max(1)).max(1);
+        // Ranges of `per` rows: with many threads ceil(n / threads) rows each can cover the
+        // batch in fewer ranges than threads (100 rows, 16 threads: 15 ranges of 7).
+        crate::engine::parallel::run(n.div_ceil(per), &|r| sweep(r * per..((r + 1) * per).min(n)));
     }
 
     /// The recurrence of one direction for batch rows `range`. Rows at a padding step (past
@@ -706,6 +707,12 @@ impl<T: Real> Pass<'_, T> {
                 let out_row = buf.out.rows((t * n + row) * width + dir * sw, sw);
                 if !self.active(row, t) {
                     out_row.fill(T::ZERO);
+                    if projecting {
+                        // The projection weight's gradient multiplies every row of the trace
+                        // (padding rows by zero gradients), and the reserve is not zeroed:
+                        // garbage there could be NaN, and 0 * NaN is NaN.
+                        unprojected[b * h..][..h].fill(T::ZERO);
+                    }
                     continue;
                 }
                 let g = &mut gates[b * gh..][..gh];
@@ -1393,11 +1400,16 @@ mod tests {
             if lengths {
                 inputs.push(NDArray::from_vec(Shape::new(vec![batch]), &[5.0, 1.0, 3.0, 0.0, 5.0, 2.0], Context::cpu(0)).unwrap());
             }
-            // Only the visible output given: the hidden mask and reserve are allocated whole.
-            let out = NDArray::empty(Shape::new(vec![steps, batch, rnn.dirs * rnn.state_width()]), DType::F64, Context::cpu(0)).unwrap();
-            let outputs = invoke("RNN", &inputs, &attrs, Some(vec![out]), Context::cpu(0), None).unwrap();
+            // The reserve starts as NaN (pooled memory is not zeroed): what the gradient reads of
+            // it must all have been written by the forward pass.
+            let cpu = Context::cpu(0);
+            let mut given = vec![NDArray::empty(Shape::new(vec![steps, batch, rnn.dirs * rnn.state_width()]), DType::F64, cpu).unwrap()];
+            if rnn.has_mask() {
+                given.push(NDArray::empty(Shape::new(vec![layers - 1, steps, batch, rnn.dirs * rnn.state_width()]), DType::F64, cpu).unwrap());
+            }
+            given.push(NDArray::from_vec(Shape::new(vec![rnn.reserve_len(d)]), &vec![f64::NAN; rnn.reserve_len(d)], cpu).unwrap());
+            let outputs = invoke("RNN", &inputs, &attrs, Some(given), cpu, None).unwrap();
             let reserve = outputs.last().unwrap().clone();
-            assert_eq!(reserve.size(), rnn.reserve_len(d));
             let empty = NDArray::empty(Shape::new(vec![0]), DType::F64, Context::cpu(0)).unwrap();
             let grads = |reserve: &NDArray| {
                 let mut args = vec![array(outputs[0].shape().dims(), 5)];
