@@ -81,7 +81,7 @@ class _ConvCell(HybridRecurrentCell):
         return prefix, i2h, h2h
 
 
-def _cell_class(name, dims, dense, gates, num_states, extra_doc):
+def _cell_class(name, dims, dense, gates, num_states):
     """A convolutional cell class: `_ConvCell`'s parameters and projections, `dense`'s gates."""
 
     def __init__(self, input_shape, hidden_channels, i2h_kernel, h2h_kernel, i2h_pad=(0,) * dims,
@@ -95,14 +95,17 @@ def _cell_class(name, dims, dense, gates, num_states, extra_doc):
         self._recurrent_activation = "sigmoid"
 
     doc = ("%dD convolutional %s cell: ``%s`` with convolutions for its input-to-state and "
-           "state-to-state products. %s" % (dims, dense.__name__[:-4], dense.__name__, extra_doc))
+           "state-to-state products. %s" % (dims, dense.__name__[:-4], dense.__name__, "States ``[h, c]``." if num_states == 2 else "States ``[h]``."))
     return type(name, (_ConvCell, dense), {"__init__": __init__, "__doc__": doc, "_num_states": num_states,
                                            "_alias": lambda self: "conv_" + dense._alias(self)})
 
 
-_KINDS = [("RNN", RNNCell, 1, 1, "States ``[h]``."), ("LSTM", LSTMCell, 4, 2, "States ``[h, c]``."),
-          ("GRU", GRUCell, 3, 1, "States ``[h]``.")]
-for _dims in (1, 2, 3):
-    for _kind, _dense, _gates, _states, _doc in _KINDS:
-        _name = "Conv%dD%sCell" % (_dims, _kind)
-        globals()[_name] = _cell_class(_name, _dims, _dense, _gates, _states, _doc)
+Conv1DRNNCell = _cell_class("Conv1DRNNCell", 1, RNNCell, 1, 1)
+Conv2DRNNCell = _cell_class("Conv2DRNNCell", 2, RNNCell, 1, 1)
+Conv3DRNNCell = _cell_class("Conv3DRNNCell", 3, RNNCell, 1, 1)
+Conv1DLSTMCell = _cell_class("Conv1DLSTMCell", 1, LSTMCell, 4, 2)
+Conv2DLSTMCell = _cell_class("Conv2DLSTMCell", 2, LSTMCell, 4, 2)
+Conv3DLSTMCell = _cell_class("Conv3DLSTMCell", 3, LSTMCell, 4, 2)
+Conv1DGRUCell = _cell_class("Conv1DGRUCell", 1, GRUCell, 3, 1)
+Conv2DGRUCell = _cell_class("Conv2DGRUCell", 2, GRUCell, 3, 1)
+Conv3DGRUCell = _cell_class("Conv3DGRUCell", 3, GRUCell, 3, 1)
