@@ -12,8 +12,9 @@ and PyTorch:
   random crop, mirror, mean/std) with 2 preprocess threads; rss_growth_mb is the resident memory
   added between the second and the last epoch (flat memory: about 0).
 - bucket_memory: BucketingModule memory once the largest bucket ran and after every bucket ran,
-  beside the largest bucket's plan plus the parameters and their gradients (oxnet: its pool's
-  bytes in use; both: resident memory growth).
+  beside the largest bucket's plan plus the parameters (the executor's arguments, their
+  gradients and the Module's own copy of the parameters). oxnet: the bytes its pool's live
+  arrays asked for (and, apart, as handed out by size class); both: resident memory growth.
 
     python benches/bench_module.py --framework oxnet|mxnet|torch [--quick] [--cases a,b]
 
@@ -167,10 +168,11 @@ def mx_imagerec(mx, quick):
 
 def mx_bucket_memory(mx, quick):
     oxnet_pool = getattr(getattr(mx, "_core", None), "cpu_pool_stats", None)
-    used = (lambda: oxnet_pool()[0]) if oxnet_pool else (lambda: 0)
+    used = (lambda: oxnet_pool()[5]) if oxnet_pool else (lambda: 0)
+    used_by_class = (lambda: oxnet_pool()[0]) if oxnet_pool else (lambda: 0)
     it = mx.rnn.BucketSentenceIter(sentences(LM_BATCH * 8), LM_BATCH, buckets=BUCKETS, invalid_label=0)
     mx.nd.waitall()
-    used0, rss0 = used(), rss_mb()
+    used0, class0, rss0 = used(), used_by_class(), rss_mb()
     mod = mx.mod.BucketingModule(lm_sym_gen(mx), default_bucket_key=it.default_bucket_key, context=mx.cpu())
     mod.bind(it.provide_data, it.provide_label)
     mod.init_params()
@@ -178,6 +180,8 @@ def mx_bucket_memory(mx, quick):
     default_exec = mod._curr_module._exec_group.execs[0]
     arrays = list(default_exec.arg_arrays) + [g for g in default_exec.grad_arrays if g is not None] + \
         list(default_exec.aux_arrays)
+    module = mod._curr_module
+    arrays += list((module._arg_params or {}).values()) + list((module._aux_params or {}).values())
     params_bytes = sum(a.size * np.dtype(a.dtype).itemsize for a in arrays)
     batches = list(it)
     largest = [b for b in batches if b.bucket_key == it.default_bucket_key][0]
@@ -189,12 +193,13 @@ def mx_bucket_memory(mx, quick):
         mod.forward_backward(batch)
         mod.update()
     mx.nd.waitall()
-    res = {"buckets_run": len({b.bucket_key for b in batches}), "params_and_grads_mb": params_bytes / 2**20,
+    res = {"buckets_run": len({b.bucket_key for b in batches}), "params_mb": params_bytes / 2**20,
            "rss_largest_bucket_mb": rss_largest, "rss_all_buckets_mb": rss_mb() - rss0}
     if hasattr(default_exec, "planned_bytes"):
         res["largest_plan_mb"] = default_exec.planned_bytes / 2**20
         res["largest_bucket_mb"] = used_largest / 2**20
         res["all_buckets_mb"] = (used() - used0) / 2**20
+        res["all_buckets_by_size_class_mb"] = (used_by_class() - class0) / 2**20
         res["all_buckets_over_largest_plan_plus_params"] = (used() - used0) / (default_exec.planned_bytes + params_bytes)
     else:
         plan = [line for line in default_exec.debug_str().splitlines() if line.startswith("Total")]

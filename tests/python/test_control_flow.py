@@ -297,7 +297,8 @@ def test_keras_style_foreach_lstm_matches_the_unrolled_cells_and_the_fused_op(dr
         for name, want in reference_grads.items():
             assert_almost_equal(grads[name], want, rtol=1e-4, atol=1e-5)
     # Per step, foreach keeps only what the step's gradient reads; the unrolled graph plans
-    # every step's intermediates and their gradients.
+    # every step's intermediates (its weight gradients are summed as each step makes them, so
+    # those no longer pile up: 0.71x measured, 0.5x before).
     sizes = dict(batch=8, width=8, hidden=32)
     foreach_bytes, unrolled_bytes = (_run_lstm(kind, 100, dropout, **sizes)[2] for kind in ("foreach", "unrolled"))
-    assert foreach_bytes < 0.5 * unrolled_bytes
+    assert foreach_bytes < 0.8 * unrolled_bytes

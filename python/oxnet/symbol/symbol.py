@@ -389,7 +389,12 @@ class Symbol:
     def simple_bind(self, ctx, grad_req="write", type_dict=None, stype_dict=None, group2ctx=None,
                     shared_arg_names=None, shared_exec=None, shared_buffer=None, **kwargs):
         """Bind with arrays allocated from inferred shapes (kwargs give the input shapes);
-        arguments of ``shared_exec`` with the same name and shape are shared, not allocated."""
+        arguments of ``shared_exec`` with the same name and shape are shared, not allocated.
+
+        ``shared_buffer`` (a dict, as MXNet's): arguments not in ``shared_arg_names`` and their
+        gradients are views of the buffer's array of that name where it holds enough elements of
+        the same dtype on the same device, else new arrays that then replace it there. This is
+        how the executors of a BucketingModule share their input arrays."""
         from .. import ndarray as nd
         arg_shapes, _, aux_shapes = self.handle.infer_shape(self._shape_query((), kwargs))
         complete = lambda s: s is not None and all(d >= 0 for d in s)
@@ -420,6 +425,12 @@ class Symbol:
 
         def home(name):
             return group2ctx.get(attrs.get(name, {}).get("__ctx_group__"), ctx)
+        shared_names = set(shared_arg_names or ())
+
+        def new_array(name, shape, dtype, buffer_key):
+            if shared_buffer is None or name in shared_names:
+                return nd.zeros(shape, ctx=home(name), dtype=dtype)
+            return _view_or_replace(shared_buffer, buffer_key, shape, dtype, home(name))
         args, grads = [], []
         for name, shape, dtype in zip(arg_names, arg_shapes, arg_types):
             reuse = shared_args.get(name)
@@ -427,10 +438,10 @@ class Symbol:
                 args.append(reuse)
                 grads.append(shared_grads.get(name) if reqs[name] != "null" else None)
             else:
-                args.append(nd.zeros(shape, ctx=home(name), dtype=dtype))
-                grads.append(nd.zeros(shape, ctx=home(name), dtype=dtype) if reqs[name] != "null" else None)
+                args.append(new_array(name, shape, dtype, name))
+                grads.append(None)
             if reqs[name] != "null" and grads[-1] is None:
-                grads[-1] = nd.zeros(shape, ctx=home(name), dtype=dtype)
+                grads[-1] = new_array(name, shape, dtype, "grad of " + name)
         shared_aux = shared_exec.aux_dict if shared_exec is not None else {}
         aux = []
         for name, shape, dtype in zip(self.list_auxiliary_states(), aux_shapes, aux_types):
@@ -442,6 +453,20 @@ class Symbol:
         """Outputs for the given argument arrays (a bind and a forward pass)."""
         executor = self.bind(ctx or current_context(), kwargs)
         return executor.forward()
+
+
+def _view_or_replace(buffer, key, shape, dtype, ctx):
+    """A ``shape`` view of ``buffer[key]`` where that array holds enough elements of ``dtype`` on
+    ``ctx``; otherwise a new zero array, which becomes ``buffer[key]``."""
+    from .. import ndarray as nd
+    shape = tuple(shape)
+    size = int(np.prod(shape, dtype=np.int64))
+    held = buffer.get(key)
+    if held is not None and np.dtype(held.dtype) == np.dtype(dtype) and held.context == ctx and held.size >= size:
+        return held.reshape((-1,))[:size].reshape(shape)
+    array = nd.zeros(shape, ctx=ctx, dtype=dtype)
+    buffer[key] = array
+    return array
 
 
 def _attr_string(value):

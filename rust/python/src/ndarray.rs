@@ -242,11 +242,12 @@ fn save_tobuffer<'py>(py: Python<'py>, arrays: Vec<PyRef<'_, NDArrayHandle>>, na
     Ok(pyo3::types::PyBytes::new(py, &bytes))
 }
 
-/// Pool statistics of host memory: used, pooled, hits, misses, peak (bytes / counts).
+/// Pool statistics of host memory: used (by size class), pooled, hits, misses, peak used,
+/// requested (the bytes live arrays asked for).
 #[pyfunction]
-fn cpu_pool_stats() -> (u64, u64, u64, u64, u64) {
+fn cpu_pool_stats() -> (u64, u64, u64, u64, u64, u64) {
     let s = oxnet::storage::cpu_pool().stats();
-    (s.used_bytes, s.pooled_bytes, s.hits, s.misses, s.peak_used_bytes)
+    (s.used_bytes, s.pooled_bytes, s.hits, s.misses, s.peak_used_bytes, s.requested_bytes)
 }
 
 #[pyfunction]
@@ -256,9 +257,9 @@ fn cpu_pool_release_all() {
 
 /// Pool statistics of GPU `device_id`, as `cpu_pool_stats`.
 #[pyfunction]
-fn gpu_pool_stats(device_id: i32) -> PyResult<(u64, u64, u64, u64, u64)> {
+fn gpu_pool_stats(device_id: i32) -> PyResult<(u64, u64, u64, u64, u64, u64)> {
     let s = oxnet::backend::gpu_pool_stats(oxnet::base::Context::gpu(device_id)).py()?;
-    Ok((s.used_bytes, s.pooled_bytes, s.hits, s.misses, s.peak_used_bytes))
+    Ok((s.used_bytes, s.pooled_bytes, s.hits, s.misses, s.peak_used_bytes, s.requested_bytes))
 }
 
 #[pyfunction]

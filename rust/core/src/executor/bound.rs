@@ -27,6 +27,9 @@ use crate::symbol::Symbol;
 struct BackwardPlan {
     /// One variable per symbol output, standing for that output's head gradient.
     head_grads: Vec<Arc<Node>>,
+    /// Per output: whether the gradient graph reads its head gradient at all (a loss layer's
+    /// gradient, SoftmaxOutput's, ignores it, so no all-ones array is made for it).
+    head_read: Vec<bool>,
     /// For each argument: its gradient entry (`None`: no gradient wanted, or zero).
     grads: Vec<Option<Entry>>,
     /// Gradient operators in execution order.
@@ -74,8 +77,8 @@ pub struct BoundExecutor {
     /// The device of each operator node (its `__ctx_group__`'s in `group2ctx`, else `ctx`).
     contexts: AddressMap<usize, Context>,
     monitored: Vec<MonitoredGradient>,
-    /// All-ones head gradients, one per output, filled at bind and never written again:
-    /// `backward` without head gradients reads them. An executor bound with a `shared` one views
+    /// All-ones head gradients, one per output whose head gradient the gradient graph reads,
+    /// filled at bind and never written again: `backward` without head gradients reads them. An executor bound with a `shared` one views
     /// that executor's where they are large enough (ones are ones at any shape), so buckets and
     /// reshaped executors hold one such array per output between them, as MXNet does.
     head_ones: Vec<Option<NDArray>>,
@@ -219,10 +222,13 @@ impl BoundExecutor {
             })
             .collect::<Result<Vec<_>>>()?;
         let head_ones = match &plan {
-            Some(_) => outputs
+            Some(plan) => outputs
                 .iter()
+                .zip(&plan.head_read)
                 .enumerate()
-                .map(|(i, output)| head_ones_for(output, shared.and_then(|s| s.head_ones.get(i).cloned().flatten())).map(Some))
+                .map(|(i, (output, &read))| {
+                    read.then(|| head_ones_for(output, shared.and_then(|s| s.head_ones.get(i).cloned().flatten()))).transpose()
+                })
                 .collect::<Result<Vec<_>>>()?,
             None => vec![None; outputs.len()],
         };
@@ -332,16 +338,15 @@ impl BoundExecutor {
         if !head_grads.is_empty() && head_grads.len() != self.outputs.len() {
             crate::bail!(Value, "backward: {} head gradient(s) for {} output(s)", head_grads.len(), self.outputs.len());
         }
-        for (i, (node, output)) in plan.head_grads.iter().zip(&self.outputs).enumerate() {
-            let grad = match head_grads.get(i).cloned().flatten() {
-                Some(g) if g.shape() != output.shape() => {
+        for (i, ((node, output), ones)) in plan.head_grads.iter().zip(&self.outputs).zip(&self.head_ones).enumerate() {
+            let grad = match (head_grads.get(i).cloned().flatten(), ones) {
+                (Some(g), _) if g.shape() != output.shape() => {
                     crate::bail!(Shape, "backward: head gradient {i} has shape {}, the output {}", g.shape(), output.shape())
                 }
-                Some(g) => g,
-                None => match &self.head_ones[i] {
-                    Some(ones) => ones.clone(),
-                    None => imperative::invoke("ones_like", std::slice::from_ref(output), &Attrs::new(), None, self.ctx, None)?.swap_remove(0),
-                },
+                (Some(g), _) => g,
+                (None, Some(ones)) => ones.clone(),
+                // Nothing reads this head gradient.
+                (None, None) => continue,
             };
             self.values.insert((node_key(node), 0), grad);
         }
@@ -520,12 +525,18 @@ fn plan_backward(
     })?;
     let targets = gradient.targets();
     let SymbolGradient { head_grads, grads, by_node } = gradient;
-    let steps = Schedule::new(
-        topo_order(&targets, |n| forward.contains(&node_key(n)))
-            .into_iter()
-            .filter(|n| !n.is_variable() && !forward.contains(&node_key(n)))
-            .collect(),
-    );
+    let steps = Schedule::new(gradient::backward_schedule(&targets, &forward));
+    // Entries the backward run reads: step inputs, gradients handed to the arrays, and the
+    // gradients monitors copy.
+    let read: AddressSet<usize> = steps
+        .nodes()
+        .iter()
+        .flat_map(|n| n.inputs.iter())
+        .chain(grads.iter().flatten())
+        .chain(by_node.iter().flat_map(|record| record.input_grads.iter().flatten()))
+        .map(|e| node_key(&e.node))
+        .collect();
+    let head_read = head_grads.iter().map(|h| read.contains(&node_key(h))).collect();
     // A gradient computed by a backward node and wanted by exactly one argument with
     // grad_req='write' is written straight into that argument's gradient array.
     let backward: AddressSet<usize> = steps.nodes().iter().map(node_key).collect();
@@ -540,5 +551,5 @@ fn plan_backward(
             })
         })
         .collect();
-    Ok(BackwardPlan { head_grads, grads, steps, direct, by_node })
+    Ok(BackwardPlan { head_grads, head_read, grads, steps, direct, by_node })
 }

@@ -24,7 +24,7 @@ use crate::ndarray::NDArray;
 use crate::op::grad::{Grad, InputGrads};
 use crate::op::{Attrs, ExecContext, Operator, Tensor};
 use crate::pass::fuse::fusion_enabled;
-use crate::pass::gradient::SymbolGradient;
+use crate::pass::gradient::{self, SymbolGradient};
 use crate::pass::inference_graph;
 use crate::pass::{cse, infer, mirror};
 use crate::symbol::Symbol;
@@ -265,10 +265,7 @@ impl Graph {
             // The last layer's gradients first: each layer's temporaries die before the next
             // layer's are made.
             let reversed: Vec<Entry> = gradient_targets.iter().rev().cloned().collect();
-            backward_nodes = topo_order(&reversed, |n| forward.contains(&node_key(n)))
-                .into_iter()
-                .filter(|n| !n.is_variable() && !forward.contains(&node_key(n)))
-                .collect();
+            backward_nodes = gradient::backward_schedule(&reversed, &forward);
             all_targets.extend(gradient_targets.iter().cloned());
         }
         let shapes = infer::infer_shapes(&all_targets, &|n: &Node| given_shapes.get(&address(n)).cloned())?;

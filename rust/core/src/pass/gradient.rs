@@ -1,12 +1,13 @@
 //! The gradient pass: from a forward graph, build the graph of its gradients.
 //!
 //! Walking the forward nodes from the outputs back, each node's output gradients are summed
-//! (one `add_n` when a value is used several times), then its operator's gradient definition adds
-//! the nodes computing its input gradients. Only nodes on a path to a requested variable are
+//! (one `add_n` when a value is used a few times, a chain of in-place adds when it is used many
+//! times, as MXNet does), then its operator's gradient definition adds the nodes computing its
+//! input gradients. Only nodes on a path to a requested variable are
 //! differentiated. The result references forward entries, so whoever runs it supplies their
 //! values: recorded ones (autograd) or those the executor computed (Symbol).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::base::Shape;
 use crate::error::Result;
@@ -181,13 +182,88 @@ fn mark_created<'a>(entries: impl IntoIterator<Item = &'a Entry>, owner: &Node, 
     }
 }
 
-/// One entry for the sum of several gradient contributions.
+/// From this many contributions on, a gradient is summed by a chain of in-place adds rather than
+/// one `add_n` (MXNet's `MXNET_EXEC_INPLACE_GRAD_SUM_CAP`, default 8): `add_n` keeps every
+/// contribution alive until the last one exists, which for a weight shared by the steps of an
+/// unrolled RNN is one weight-sized array per step; the chain adds each one as it is made.
+fn inplace_sum_cap() -> usize {
+    static CAP: OnceLock<usize> = OnceLock::new();
+    *CAP.get_or_init(|| std::env::var("MXNET_EXEC_INPLACE_GRAD_SUM_CAP").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(8))
+}
+
+/// One entry for the sum of several gradient contributions, given in the order backpropagation
+/// makes them.
 fn sum(mut parts: Vec<Entry>, name: &str) -> Result<Entry> {
     if parts.len() == 1 {
         return Ok(parts.swap_remove(0));
     }
-    let attrs: Attrs = [("num_args".to_string(), parts.len().to_string())].into_iter().collect();
-    Ok(Entry::new(Node::apply("add_n", attrs, parts, format!("{name}_grad_sum"))?, 0))
+    if parts.len() < inplace_sum_cap() {
+        let attrs: Attrs = [("num_args".to_string(), parts.len().to_string())].into_iter().collect();
+        return Ok(Entry::new(Node::apply("add_n", attrs, parts, format!("{name}_grad_sum"))?, 0));
+    }
+    let mut parts = parts.into_iter();
+    let first = parts.next().ok_or_else(|| crate::err!(Runtime, "internal error: a gradient sum of no contributions"))?;
+    parts.enumerate().try_fold(first, |total, (i, part)| {
+        Ok(Entry::new(Node::apply("_grad_add", Attrs::new(), vec![total, part], format!("{name}_grad_sum{}", i + 1))?, 0))
+    })
+}
+
+/// The operator nodes computing gradient `targets` (visited in the order given; the caller lists
+/// the last layer's gradients first, so that each layer's temporaries die before the next
+/// layer's are made), stopping at the nodes of `forward`, whose values the forward run keeps.
+///
+/// A step that is the only reader of each of its inputs, all made by earlier steps, and that
+/// may write its output over one of them (an accumulation of gradient contributions) runs as
+/// soon as those inputs exist: that frees the inputs early and never keeps more memory alive.
+pub fn backward_schedule(targets: &[Entry], forward: &AddressSet<usize>) -> Vec<Arc<Node>> {
+    let steps: Vec<Arc<Node>> =
+        topo_order(targets, |n| forward.contains(&node_key(n))).into_iter().filter(|n| !n.is_variable() && !forward.contains(&node_key(n))).collect();
+    let index: AddressMap<usize, usize> = steps.iter().enumerate().map(|(i, n)| (node_key(n), i)).collect();
+    let mut readers: AddressMap<EntryKey, usize> = AddressMap::default();
+    for input in steps.iter().flat_map(|n| n.inputs.iter()) {
+        *readers.entry(input.key()).or_default() += 1;
+    }
+    let eager = |node: &Arc<Node>| {
+        node.op.as_ref().is_some_and(|op| !op.operator.inplace_pairs().is_empty() && op.operator.deterministic())
+            && !node.inputs.is_empty()
+            && node.inputs.iter().all(|e| index.contains_key(&node_key(&e.node)) && readers.get(&e.key()) == Some(&1))
+    };
+    // For each eager step, how many of its producing steps have yet to run, and the eager steps
+    // waiting on each producer.
+    let mut waiting = vec![0usize; steps.len()];
+    let mut waiters: Vec<Vec<usize>> = vec![Vec::new(); steps.len()];
+    for (i, node) in steps.iter().enumerate() {
+        if !eager(node) {
+            continue;
+        }
+        let mut producers: Vec<usize> = node.inputs.iter().filter_map(|e| index.get(&node_key(&e.node)).copied()).collect();
+        producers.sort_unstable();
+        producers.dedup();
+        waiting[i] = producers.len();
+        for p in producers {
+            waiters[p].push(i);
+        }
+    }
+    let mut placed = vec![false; steps.len()];
+    let mut order = Vec::with_capacity(steps.len());
+    for start in 0..steps.len() {
+        // An eager step is placed by its last producer (all producers come before it).
+        if placed[start] || waiting[start] > 0 {
+            continue;
+        }
+        let mut ready = vec![start];
+        while let Some(i) = ready.pop() {
+            placed[i] = true;
+            order.push(steps[i].clone());
+            for &w in &waiters[i] {
+                waiting[w] -= 1;
+                if waiting[w] == 0 {
+                    ready.push(w);
+                }
+            }
+        }
+    }
+    order
 }
 
 fn zeros_like(entry: &Entry, name: &str) -> Result<Entry> {

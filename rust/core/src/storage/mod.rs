@@ -65,6 +65,9 @@ pub fn size_class(bytes: usize) -> usize {
 pub struct PoolStats {
     /// Bytes currently handed out to live buffers (by size class).
     pub used_bytes: u64,
+    /// Bytes the live buffers asked for: `used_bytes` less the size classes' rounding, which
+    /// costs no physical memory for mapped blocks (their tail pages are never touched).
+    pub requested_bytes: u64,
     /// Bytes sitting in free lists, ready for reuse.
     pub pooled_bytes: u64,
     /// Allocations served from a free list.
@@ -136,6 +139,7 @@ pub struct CpuPool {
     /// made in tests call `trim_idle` themselves).
     background_trim: bool,
     used: AtomicU64,
+    requested: AtomicU64,
     pooled: AtomicU64,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -154,6 +158,7 @@ impl CpuPool {
             policy,
             background_trim: false,
             used: AtomicU64::new(0),
+            requested: AtomicU64::new(0),
             pooled: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -197,6 +202,7 @@ impl CpuPool {
         // Statistics counters are independent gauges; Relaxed is enough since nothing is
         // synchronized through them.
         let used = self.used.fetch_add(class as u64, Ordering::Relaxed) + class as u64;
+        self.requested.fetch_add(bytes as u64, Ordering::Relaxed);
         self.peak.fetch_max(used, Ordering::Relaxed);
         crate::profiler::memory_in_use(HOST_MEMORY, used);
         Ok(Buffer { ptr, bytes, owner: Owner::Pool { class, pool: self } })
@@ -216,8 +222,10 @@ impl CpuPool {
         available.saturating_sub(class as u64) < reserve
     }
 
-    fn release(&'static self, ptr: NonNull<u8>, class: usize) {
+    /// Take back `ptr`, a block of size class `class` handed out for `bytes` bytes.
+    fn release(&'static self, ptr: NonNull<u8>, class: usize, bytes: usize) {
         let used = self.used.fetch_sub(class as u64, Ordering::Relaxed) - class as u64;
+        self.requested.fetch_sub(bytes as u64, Ordering::Relaxed);
         crate::profiler::memory_in_use(HOST_MEMORY, used);
         if class <= UNPOOLED_MAX_BYTES {
             // SAFETY: the buffer being dropped was the block's only owner.
@@ -312,6 +320,7 @@ impl CpuPool {
     pub fn stats(&self) -> PoolStats {
         PoolStats {
             used_bytes: self.used.load(Ordering::Relaxed),
+            requested_bytes: self.requested.load(Ordering::Relaxed),
             pooled_bytes: self.pooled.load(Ordering::Relaxed),
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
@@ -634,9 +643,9 @@ impl Buffer {
 impl Drop for Buffer {
     fn drop(&mut self) {
         match self.owner {
-            Owner::Pool { class, pool } => pool.release(self.ptr, class),
+            Owner::Pool { class, pool } => pool.release(self.ptr, class, self.bytes),
             #[cfg(feature = "cuda")]
-            Owner::Device { class, pool } => pool.release(self.ptr, class),
+            Owner::Device { class, pool } => pool.release(self.ptr, class, self.bytes),
             Owner::External { .. } => {}
         }
         // An external owner is dropped with the buffer, which releases the memory it keeps alive.
@@ -690,6 +699,7 @@ mod tests {
         let s = pool.stats();
         assert_eq!((s.hits, s.misses), (1, 1));
         assert_eq!(s.used_bytes, size_class(3000) as u64);
+        assert_eq!(s.requested_bytes, 3000, "requested bytes leave out the size class's rounding");
         let small = pool.alloc(100).unwrap();
         assert_eq!(small.as_ptr() as usize % ALIGNMENT, 0, "small blocks are aligned too");
         drop(small);
@@ -699,7 +709,7 @@ mod tests {
         drop(b);
         drop(c);
         let s = pool.stats();
-        assert_eq!(s.used_bytes, 0);
+        assert_eq!((s.used_bytes, s.requested_bytes), (0, 0));
         assert_eq!(s.pooled_bytes, (size_class(3000) + size_class(5000)) as u64);
         assert_eq!(s.peak_used_bytes, (size_class(3000) + size_class(5000)) as u64);
         pool.release_all();

@@ -27,6 +27,7 @@ pub struct GpuPool {
     free: Mutex<HashMap<usize, Vec<sys::CUdeviceptr>>>,
     // Statistics gauges and counters: nothing is published through them, so Relaxed.
     used: AtomicU64,
+    requested: AtomicU64,
     pooled: AtomicU64,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -38,6 +39,7 @@ impl GpuPool {
         GpuPool {
             free: Mutex::new(HashMap::new()),
             used: AtomicU64::new(0),
+            requested: AtomicU64::new(0),
             pooled: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -67,6 +69,7 @@ impl GpuPool {
             }
         };
         let used = self.used.fetch_add(class as u64, Ordering::Relaxed) + class as u64;
+        self.requested.fetch_add(bytes as u64, Ordering::Relaxed);
         self.peak.fetch_max(used, Ordering::Relaxed);
         let ptr = NonNull::new(address as *mut u8).ok_or_else(|| crate::err!(Device, "cuMemAlloc returned a null address"))?;
         // SAFETY: the block is `class >= bytes` bytes of device memory that only this buffer
@@ -102,9 +105,11 @@ impl GpuPool {
         })
     }
 
-    /// Take a block back onto its class's free list.
-    pub(crate) fn release(&self, address: NonNull<u8>, class: usize) {
+    /// Take a block of size class `class`, handed out for `bytes` bytes, back onto its class's
+    /// free list.
+    pub(crate) fn release(&self, address: NonNull<u8>, class: usize, bytes: usize) {
         self.used.fetch_sub(class as u64, Ordering::Relaxed);
+        self.requested.fetch_sub(bytes as u64, Ordering::Relaxed);
         let mut lists = self.lists();
         lists.entry(class).or_default().push(address.as_ptr() as sys::CUdeviceptr);
         self.pooled.fetch_add(class as u64, Ordering::Relaxed);
@@ -132,6 +137,7 @@ impl GpuPool {
     pub fn stats(&self) -> PoolStats {
         PoolStats {
             used_bytes: self.used.load(Ordering::Relaxed),
+            requested_bytes: self.requested.load(Ordering::Relaxed),
             pooled_bytes: self.pooled.load(Ordering::Relaxed),
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
