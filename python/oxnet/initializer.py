@@ -36,7 +36,7 @@ def alias(*aliases):
     return decorate
 
 
-def create(init, **kwargs):
+def create(init, /, **kwargs):
     """An initializer from an instance, a registered name, or MXNet's JSON ``["name", {...}]``
     (what ``Initializer.dumps()`` writes)."""
     if isinstance(init, Initializer):

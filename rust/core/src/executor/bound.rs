@@ -78,9 +78,10 @@ pub struct BoundExecutor {
     contexts: AddressMap<usize, Context>,
     monitored: Vec<MonitoredGradient>,
     /// All-ones head gradients, one per output whose head gradient the gradient graph reads,
-    /// filled at bind and never written again: `backward` without head gradients reads them. An executor bound with a `shared` one views
-    /// that executor's where they are large enough (ones are ones at any shape), so buckets and
-    /// reshaped executors hold one such array per output between them, as MXNet does.
+    /// filled at bind and never written again: `backward` without head gradients reads them.
+    /// An executor bound with a `shared` one views that executor's where they are large enough
+    /// (ones are ones at any shape), so buckets and reshaped executors hold one such array per
+    /// output between them, as MXNet does.
     head_ones: Vec<Option<NDArray>>,
 }
 

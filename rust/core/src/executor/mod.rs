@@ -88,7 +88,7 @@ pub fn run(
     if let Some(variable) = to_compute.iter().find(|n| n.op.is_none()) {
         crate::bail!(Value, "variable '{}' has no value", variable.name);
     }
-    let mut schedule = Schedule::new(to_compute.iter().map(|n| (*n).clone()).collect());
+    let mut schedule = Schedule::new(crate::pass::gradient::accumulate_early(to_compute.iter().map(|n| (*n).clone()).collect()));
     schedule.completed = complete_partial_operators(targets, &to_compute, &values)?;
     let inferred = schedule.infer_locally(&values, ctx);
     let context_of = |n: &Node| inferred.contexts.get(&address(n)).copied().unwrap_or(ctx);

@@ -335,7 +335,7 @@ crate::op_params! {
 }
 
 #[derive(Clone, Copy, PartialEq)]
-enum SoftmaxKind {
+pub(super) enum SoftmaxKind {
     Softmax,
     LogSoftmax,
     Softmin,
@@ -362,6 +362,36 @@ impl Softmax {
         let d = s.dims();
         Ok((axis, d[..axis].iter().product(), d[axis], d[axis + 1..].iter().product()))
     }
+}
+
+/// `kind` of every lane of `x` into `y` (which must not alias it): `outer` blocks of `n * inner`
+/// elements, each lane `n` elements at stride `inner`, scaled by `scale` first. Float32 rows
+/// (`inner == 1`) go through the vectorized row kernel, on all threads.
+pub(super) fn softmax_lanes(x: &Tensor, y: &Tensor, (outer, n, inner): (usize, usize, usize), scale: f64, kind: SoftmaxKind) {
+    if x.dtype == DType::F32 && inner == 1 {
+        let (xp, yp) = (SendPtr(x.ptr::<f32>()), SendPtr(y.ptr::<f32>()));
+        parallel_chunks(outer, ((1usize << 14) / n.max(1)).max(1), |rows| {
+            for row in rows {
+                // SAFETY: row `row` spans n contiguous elements inside both arrays; this task
+                // owns its output row; input and output never alias (the caller's contract).
+                let (x, y) =
+                    unsafe { (std::slice::from_raw_parts(xp.get().add(row * n), n), std::slice::from_raw_parts_mut(yp.get().add(row * n), n)) };
+                softmax_row_f32(x, y, scale as f32, kind == SoftmaxKind::LogSoftmax);
+            }
+        });
+        return;
+    }
+    crate::dispatch_dtype!(x.dtype, T => {
+        let (xp, yp) = (SendPtr(x.ptr::<T>()), SendPtr(y.ptr::<T>()));
+        parallel_chunks(outer * inner, ((1usize << 14) / n.max(1)).max(1), |lanes| {
+            for lane in lanes {
+                let (o, j) = (lane / inner, lane % inner);
+                let start = o * n * inner + j;
+                // SAFETY: lane (o, j) spans n elements at stride inner, inside both arrays.
+                unsafe { softmax_lane::<T>(xp.get().add(start), yp.get().add(start), n, inner, scale, kind) };
+            }
+        });
+    });
 }
 
 /// Softmax (or log-softmax) of one contiguous float32 row: a vectorized max, exponentials with
@@ -525,31 +555,7 @@ impl Operator for Softmax {
         if self.use_length {
             return self.forward_with_lengths(&inputs[0], &inputs[1], &outputs[0], scale);
         }
-        let kind = self.kind;
-        if inputs[0].dtype == DType::F32 && inner == 1 {
-            let (xp, yp) = (SendPtr(inputs[0].ptr::<f32>()), SendPtr(outputs[0].ptr::<f32>()));
-            parallel_chunks(outer, ((1usize << 14) / n.max(1)).max(1), |rows| {
-                for row in rows {
-                    // SAFETY: row `row` spans n contiguous elements inside both arrays; this task
-                    // owns its output row; input and output never alias (no in-place pair).
-                    let (x, y) =
-                        unsafe { (std::slice::from_raw_parts(xp.get().add(row * n), n), std::slice::from_raw_parts_mut(yp.get().add(row * n), n)) };
-                    softmax_row_f32(x, y, scale as f32, kind == SoftmaxKind::LogSoftmax);
-                }
-            });
-            return Ok(());
-        }
-        crate::dispatch_dtype!(inputs[0].dtype, T => {
-            let (xp, yp) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
-            parallel_chunks(outer * inner, ((1usize << 14) / n.max(1)).max(1), |lanes| {
-                for lane in lanes {
-                    let (o, j) = (lane / inner, lane % inner);
-                    let start = o * n * inner + j;
-                    // SAFETY: lane (o, j) spans n elements at stride inner, inside both arrays.
-                    unsafe { softmax_lane::<T>(xp.get().add(start), yp.get().add(start), n, inner, scale, kind) };
-                }
-            });
-        });
+        softmax_lanes(&inputs[0], &outputs[0], (outer, n, inner), scale, self.kind);
         Ok(())
     }
     #[cfg(feature = "cuda")]

@@ -4,7 +4,7 @@
 //! MXNet, where they end a network).
 
 use super::grad::{Grad, InputGrads};
-use super::{ExecContext, OpDef, Operator, Tensor};
+use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 
@@ -82,21 +82,9 @@ impl Operator for SoftmaxOutput {
         Ok(vec![inputs[0]])
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        let (outer, c, inner) = softmax_output_layout(&self.p, &inputs[0].shape)?;
-        crate::dispatch_dtype!(inputs[0].dtype, T => {
-            // SAFETY: data is read-only here; the output is this op's alone.
-            let (x, y) = unsafe { (inputs[0].slice::<T>(), outputs[0].slice_mut::<T>()) };
-            for o in 0..outer {
-                for j in 0..inner {
-                    let at = |k: usize| (o * c + k) * inner + j;
-                    let max = (0..c).map(|k| x[at(k)].to_f64()).fold(f64::NEG_INFINITY, f64::max);
-                    let sum: f64 = (0..c).map(|k| (x[at(k)].to_f64() - max).exp()).sum();
-                    for k in 0..c {
-                        y[at(k)] = T::from_f64((x[at(k)].to_f64() - max).exp() / sum);
-                    }
-                }
-            }
-        });
+        let layout = softmax_output_layout(&self.p, &inputs[0].shape)?;
+        // The output never aliases the data (the operator declares no in-place pair).
+        super::activation::softmax_lanes(&inputs[0], &outputs[0], layout, 1.0, super::activation::SoftmaxKind::Softmax);
         Ok(())
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
@@ -140,6 +128,9 @@ impl Operator for SoftmaxOutputBackward {
         if labels.len() == inputs[0].size() {
             crate::bail!(Value, "SoftmaxOutput: probability labels (one per class) are not supported yet; give class indices");
         }
+        if labels.len() != outer * inner {
+            crate::bail!(Shape, "_backward_SoftmaxOutput: {} labels for output {} (expected {})", labels.len(), inputs[0].shape, outer * inner);
+        }
         let ignored = |l: f64| self.p.use_ignore && l == self.p.ignore_label;
         let valid = labels.iter().filter(|&&l| !ignored(l)).count();
         let normalizer = match self.p.normalization.as_str() {
@@ -150,24 +141,54 @@ impl Operator for SoftmaxOutputBackward {
         let scale = self.p.grad_scale / normalizer;
         let alpha = self.p.smooth_alpha;
         let off_target = if c > 1 { alpha / (c - 1) as f64 } else { 0.0 };
-        crate::dispatch_dtype!(inputs[0].dtype, T => {
-            // SAFETY: out is read-only here; the gradient output is this op's alone.
-            let (y, dx) = unsafe { (inputs[0].slice::<T>(), outputs[0].slice_mut::<T>()) };
-            for o in 0..outer {
-                for j in 0..inner {
-                    let label = labels[o * inner + j];
-                    for k in 0..c {
-                        let at = (o * c + k) * inner + j;
-                        let value = if ignored(label) {
-                            0.0
-                        } else {
-                            let target = if k as f64 == label { 1.0 - alpha } else { off_target };
-                            (y[at].to_f64() - target) * scale
-                        };
-                        dx[at] = T::from_f64(value);
+        let block = c * inner;
+        if inputs[0].dtype == DType::F32 && inner == 1 {
+            // Class rows (the common case): one vectorizable pass per row, then its label's entry.
+            let (yp, dxp) = (SendPtr(inputs[0].ptr::<f32>()), SendPtr(outputs[0].ptr::<f32>()));
+            let (scale, off_target) = (scale as f32, off_target as f32);
+            parallel_chunks(outer, ((1usize << 14) / c.max(1)).max(1), |rows| {
+                for (o, &label) in rows.clone().zip(&labels[rows]) {
+                    // SAFETY: row o (c elements) lies inside both arrays; out is only read, and
+                    // this task alone writes row o of the gradient (no in-place pair).
+                    let (y, dx) =
+                        unsafe { (std::slice::from_raw_parts(yp.get().add(o * c), c), std::slice::from_raw_parts_mut(dxp.get().add(o * c), c)) };
+                    if ignored(label) {
+                        dx.fill(0.0);
+                        continue;
+                    }
+                    dx.iter_mut().zip(y).for_each(|(d, &v)| *d = (v - off_target) * scale);
+                    let target = label as usize;
+                    if target as f64 == label {
+                        if let (Some(d), Some(&v)) = (dx.get_mut(target), y.get(target)) {
+                            *d = (v - (1.0 - alpha) as f32) * scale;
+                        }
                     }
                 }
-            }
+            });
+            return Ok(());
+        }
+        crate::dispatch_dtype!(inputs[0].dtype, T => {
+            let (yp, dxp) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
+            parallel_chunks(outer, ((1usize << 14) / block.max(1)).max(1), |blocks| {
+                for o in blocks {
+                    // SAFETY: block o (c * inner elements) lies inside both arrays; out is only
+                    // read, and this task alone writes block o of the gradient (no in-place pair).
+                    let (y, dx) = unsafe {
+                        (std::slice::from_raw_parts(yp.get().add(o * block), block), std::slice::from_raw_parts_mut(dxp.get().add(o * block), block))
+                    };
+                    for (j, &label) in labels[o * inner..(o + 1) * inner].iter().enumerate() {
+                        for k in 0..c {
+                            let value = if ignored(label) {
+                                0.0
+                            } else {
+                                let target = if k as f64 == label { 1.0 - alpha } else { off_target };
+                                (y[k * inner + j].to_f64() - target) * scale
+                            };
+                            dx[k * inner + j] = T::from_f64(value);
+                        }
+                    }
+                }
+            });
         });
         Ok(())
     }

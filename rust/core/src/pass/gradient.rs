@@ -210,14 +210,19 @@ fn sum(mut parts: Vec<Entry>, name: &str) -> Result<Entry> {
 
 /// The operator nodes computing gradient `targets` (visited in the order given; the caller lists
 /// the last layer's gradients first, so that each layer's temporaries die before the next
-/// layer's are made), stopping at the nodes of `forward`, whose values the forward run keeps.
-///
-/// A step that is the only reader of each of its inputs, all made by earlier steps, and that
-/// may write its output over one of them (an accumulation of gradient contributions) runs as
-/// soon as those inputs exist: that frees the inputs early and never keeps more memory alive.
+/// layer's are made), stopping at the nodes of `forward`, whose values the forward run keeps;
+/// accumulations run early (see [`accumulate_early`]).
 pub fn backward_schedule(targets: &[Entry], forward: &AddressSet<usize>) -> Vec<Arc<Node>> {
-    let steps: Vec<Arc<Node>> =
-        topo_order(targets, |n| forward.contains(&node_key(n))).into_iter().filter(|n| !n.is_variable() && !forward.contains(&node_key(n))).collect();
+    accumulate_early(
+        topo_order(targets, |n| forward.contains(&node_key(n))).into_iter().filter(|n| !n.is_variable() && !forward.contains(&node_key(n))).collect(),
+    )
+}
+
+/// `steps` (operator nodes in a valid run order) with every step that is the only reader of
+/// each of its inputs, all made by earlier steps, and that may write its output over one of them
+/// (an accumulation of gradient contributions) moved to run as soon as those inputs exist: that
+/// frees the inputs early and never keeps more memory alive. The other steps keep their order.
+pub fn accumulate_early(steps: Vec<Arc<Node>>) -> Vec<Arc<Node>> {
     let index: AddressMap<usize, usize> = steps.iter().enumerate().map(|(i, n)| (node_key(n), i)).collect();
     let mut readers: AddressMap<EntryKey, usize> = AddressMap::default();
     for input in steps.iter().flat_map(|n| n.inputs.iter()) {
@@ -268,4 +273,60 @@ pub fn backward_schedule(targets: &[Entry], forward: &AddressSet<usize>) -> Vec<
 
 fn zeros_like(entry: &Entry, name: &str) -> Result<Entry> {
     Ok(Entry::new(Node::apply("zeros_like", Attrs::new(), vec![entry.clone()], format!("{name}_zero_grad"))?, 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbol::Symbol;
+
+    fn attrs(pairs: &[(&str, &str)]) -> Attrs {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// `add_n` of `uses` products of one shared weight: the weight's gradient has `uses` parts.
+    fn shared_weight(uses: usize) -> (Symbol, Arc<Node>) {
+        let weight = Symbol::variable("w", Attrs::new());
+        let parts: Vec<Symbol> = (0..uses)
+            .map(|i| {
+                let x = Symbol::variable(&format!("x{i}"), Attrs::new());
+                let fc = attrs(&[("num_hidden", "4"), ("no_bias", "True")]);
+                Symbol::create("FullyConnected", fc, &format!("fc{i}"), &[x, weight.clone()], &[]).unwrap()
+            })
+            .collect();
+        let sum = Symbol::create("add_n", attrs(&[("num_args", &uses.to_string())]), "sum", &parts, &[]).unwrap();
+        let w = weight.outputs[0].node.clone();
+        (sum, w)
+    }
+
+    fn weight_gradient_schedule(uses: usize) -> Vec<Arc<Node>> {
+        let (symbol, weight) = shared_weight(uses);
+        let forward: AddressSet<usize> = symbol.nodes().iter().filter(|n| !n.is_variable()).map(node_key).collect();
+        let gradient = SymbolGradient::new(&symbol.outputs, &[weight], |_| true, (&forward, false), &|_| None).unwrap();
+        backward_schedule(&gradient.targets(), &forward)
+    }
+
+    fn op_name(node: &Node) -> &str {
+        node.op.as_ref().map_or("", |op| op.name.as_str())
+    }
+
+    #[test]
+    fn many_parts_are_added_in_place_as_each_is_made() {
+        let steps = weight_gradient_schedule(12);
+        let position: AddressMap<usize, usize> = steps.iter().enumerate().map(|(i, n)| (node_key(n), i)).collect();
+        let adds: Vec<&Arc<Node>> = steps.iter().filter(|n| op_name(n) == "_grad_add").collect();
+        assert_eq!(adds.len(), 11, "a chain of 11 adds sums 12 parts");
+        for add in adds {
+            let last_input = add.inputs.iter().map(|e| position[&node_key(&e.node)]).max().unwrap();
+            assert_eq!(position[&node_key(add)], last_input + 1, "'{}' runs right after its last input is made", add.name);
+        }
+        assert!(steps.iter().all(|n| op_name(n) != "add_n"));
+    }
+
+    #[test]
+    fn few_parts_are_summed_by_one_add_n() {
+        let steps = weight_gradient_schedule(3);
+        assert_eq!(steps.iter().filter(|n| op_name(n) == "add_n").count(), 1);
+        assert!(steps.iter().all(|n| op_name(n) != "_grad_add"));
+    }
 }
