@@ -155,3 +155,25 @@ def test_simple_bind_views_the_shared_buffer():
     assert buffer["data"] is held
     net.simple_bind(mx.cpu(), data=(16, 3), shared_buffer=buffer, shared_arg_names=params)
     assert buffer["data"].shape == (16, 3) and buffer["data"] is not held
+
+
+def test_softmax_output_overwrites_the_scores_in_a_plan():
+    """SoftmaxOutput may write its probabilities over its input (MXNet's in-place option): a
+    classifier's last layer and its softmax share one planned array, with the same values."""
+    rng = np.random.RandomState(2)
+    batch, classes = 6, 37
+    data = mx.sym.Variable("data")
+    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(data, num_hidden=classes, name="fc"), name="softmax")
+    ex = net.simple_bind(mx.cpu(), grad_req="null", data=(batch, 5))
+    for name, array in ex.arg_dict.items():
+        array[:] = rng.uniform(-1, 1, array.shape)
+    assert ex.planned_bytes == batch * classes * 4
+    scores = ex.arg_dict["data"].asnumpy() @ ex.arg_dict["fc_weight"].asnumpy().T + ex.arg_dict["fc_bias"].asnumpy()
+    expected = np.exp(scores - scores.max(1, keepdims=True))
+    expected /= expected.sum(1, keepdims=True)
+    np.testing.assert_allclose(ex.forward()[0].asnumpy(), expected, rtol=1e-5, atol=1e-6)
+    # The same in place by hand, and in float64 (the lane kernel).
+    for dtype in (np.float32, np.float64):
+        x = mx.nd.array(scores, dtype=dtype)
+        mx.nd.SoftmaxOutput(x, mx.nd.zeros((batch,), dtype=dtype), out=x)
+        np.testing.assert_allclose(x.asnumpy(), expected, rtol=1e-5, atol=1e-6)

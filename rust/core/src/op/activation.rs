@@ -364,18 +364,29 @@ impl Softmax {
     }
 }
 
-/// `kind` of every lane of `x` into `y` (which must not alias it): `outer` blocks of `n * inner`
-/// elements, each lane `n` elements at stride `inner`, scaled by `scale` first. Float32 rows
-/// (`inner == 1`) go through the vectorized row kernel, on all threads.
+/// `kind` of every lane of `x` into `y`, which is either all of `x` (in place) or disjoint from
+/// it: `outer` blocks of `n * inner` elements, each lane `n` elements at stride `inner`, scaled by
+/// `scale` first. Float32 rows (`inner == 1`) go through the vectorized row kernel, on all
+/// threads; in place, each row is copied aside first (8 KB for 2000 classes, against the output
+/// array the plan saves).
 pub(super) fn softmax_lanes(x: &Tensor, y: &Tensor, (outer, n, inner): (usize, usize, usize), scale: f64, kind: SoftmaxKind) {
     if x.dtype == DType::F32 && inner == 1 {
         let (xp, yp) = (SendPtr(x.ptr::<f32>()), SendPtr(y.ptr::<f32>()));
+        let in_place = x.raw() == y.raw();
         parallel_chunks(outer, ((1usize << 14) / n.max(1)).max(1), |rows| {
+            let mut aside = if in_place { vec![0f32; n] } else { Vec::new() };
             for row in rows {
-                // SAFETY: row `row` spans n contiguous elements inside both arrays; this task
-                // owns its output row; input and output never alias (the caller's contract).
-                let (x, y) =
-                    unsafe { (std::slice::from_raw_parts(xp.get().add(row * n), n), std::slice::from_raw_parts_mut(yp.get().add(row * n), n)) };
+                // SAFETY: row `row` spans n contiguous elements inside both arrays and this task
+                // alone writes it; in place, the row is read through this very slice (into
+                // `aside`), so no shared slice ever overlaps it.
+                let y = unsafe { std::slice::from_raw_parts_mut(yp.get().add(row * n), n) };
+                let x: &[f32] = if in_place {
+                    aside.copy_from_slice(y);
+                    &aside
+                } else {
+                    // SAFETY: out of place, x and y are disjoint (the caller's contract).
+                    unsafe { std::slice::from_raw_parts(xp.get().add(row * n), n) }
+                };
                 softmax_row_f32(x, y, scale as f32, kind == SoftmaxKind::LogSoftmax);
             }
         });
@@ -460,7 +471,8 @@ fn softmax_row_f32_body(x: &[f32], y: &mut [f32], scale: f32, log: bool) {
 }
 
 /// Softmax of one lane of `n` values at `stride`, written the same way (one read for the max,
-/// one pass for the exponentials and their sum, one scaling pass).
+/// one pass for the exponentials and their sum, one scaling pass). `y` may equal `x`: each
+/// element is read before it is written, and never read from `x` after that.
 #[inline]
 fn softmax_lane<T: Elem>(x: *const T, y: *mut T, n: usize, stride: usize, scale: f64, kind: SoftmaxKind) {
     if n == 0 {

@@ -56,6 +56,11 @@ impl Operator for SoftmaxOutput {
     fn input_names(&self) -> Vec<String> {
         vec!["data".into(), "label".into()]
     }
+    /// The probabilities may overwrite the scores (as MXNet's SoftmaxOutput): the classifier's
+    /// last layer and its softmax then share one array in a memory plan.
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
+        &[(0, 0)]
+    }
     /// The label has the data's shape without the class axis (one label per instance).
     fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
         if let (Some(data), None) = (&inputs[0], &inputs[1]) {
@@ -83,7 +88,7 @@ impl Operator for SoftmaxOutput {
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let layout = softmax_output_layout(&self.p, &inputs[0].shape)?;
-        // The output never aliases the data (the operator declares no in-place pair).
+        // In place over the data (the in-place pair) or disjoint from it: both are allowed.
         super::activation::softmax_lanes(&inputs[0], &outputs[0], layout, 1.0, super::activation::SoftmaxKind::Softmax);
         Ok(())
     }
