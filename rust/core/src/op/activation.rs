@@ -392,14 +392,28 @@ pub(super) fn softmax_lanes(x: &Tensor, y: &Tensor, (outer, n, inner): (usize, u
         });
         return;
     }
+    softmax_each_lane(x, y, (outer, n, inner), scale, kind, None);
+}
+
+/// Lane by lane, for any dtype and stride: `kind` of the first `lengths[lane]` values of each lane
+/// (all `n` without `lengths`, which the caller has checked to be whole numbers up to `n`), zeros
+/// after them. `y` is all of `x` or disjoint from it.
+fn softmax_each_lane(x: &Tensor, y: &Tensor, (outer, n, inner): (usize, usize, usize), scale: f64, kind: SoftmaxKind, lengths: Option<&[f64]>) {
     crate::dispatch_dtype!(x.dtype, T => {
         let (xp, yp) = (SendPtr(x.ptr::<T>()), SendPtr(y.ptr::<T>()));
         parallel_chunks(outer * inner, ((1usize << 14) / n.max(1)).max(1), |lanes| {
             for lane in lanes {
                 let (o, j) = (lane / inner, lane % inner);
                 let start = o * n * inner + j;
-                // SAFETY: lane (o, j) spans n elements at stride inner, inside both arrays.
-                unsafe { softmax_lane::<T>(xp.get().add(start), yp.get().add(start), n, inner, scale, kind) };
+                let valid = lengths.map_or(n, |lengths| lengths[lane] as usize);
+                // SAFETY: lane (o, j) spans n elements at stride inner, inside both arrays, and
+                // valid <= n.
+                unsafe {
+                    softmax_lane::<T>(xp.get().add(start), yp.get().add(start), valid, inner, scale, kind);
+                    for k in valid..n {
+                        *yp.get().add(start + k * inner) = T::default();
+                    }
+                }
             }
         });
     });
@@ -514,24 +528,7 @@ impl Softmax {
         if let Some(bad) = lengths.iter().find(|&&l| !(0.0..=n as f64).contains(&l) || l.fract() != 0.0) {
             crate::bail!(Value, "softmax: length {bad} is not a whole number in [0, {n}]");
         }
-        let kind = self.kind;
-        crate::dispatch_dtype!(x.dtype, T => {
-            let (xp, yp) = (SendPtr(x.ptr::<T>()), SendPtr(y.ptr::<T>()));
-            parallel_chunks(outer * inner, ((1usize << 14) / n.max(1)).max(1), |lanes| {
-                for lane in lanes {
-                    let (o, j) = (lane / inner, lane % inner);
-                    let start = o * n * inner + j;
-                    let valid = lengths[lane] as usize;
-                    // SAFETY: lane (o, j) spans n elements at stride inner, inside both arrays.
-                    unsafe {
-                        softmax_lane::<T>(xp.get().add(start), yp.get().add(start), valid, inner, scale, kind);
-                        for k in valid..n {
-                            *yp.get().add(start + k * inner) = T::default();
-                        }
-                    }
-                }
-            });
-        });
+        softmax_each_lane(x, y, (outer, n, inner), scale, self.kind, Some(&lengths));
         Ok(())
     }
 }
