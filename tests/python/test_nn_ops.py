@@ -406,6 +406,56 @@ def test_adamw_and_lamb_update_ops(ctx):
     ratio = max(np.linalg.norm(w), 3.0) / np.linalg.norm(d_ref)
     assert_almost_equal(weight.asnumpy(), w - lr * ratio * d_ref, rtol=1e-12)
 
+def test_multi_adam_updates_step_each_weight_as_its_single_update(ctx):
+    """multi_adam_update and contrib.multi_adamw_update (operator _multi_adamw_update): every weight and state exactly as
+    adam_update / adamw_update with that weight's own lr, wd (and eta) leave them."""
+    rng = np.random.RandomState(16)
+    shapes = [(4, 3), (5,), (1,)]
+    lrs, wds, etas = (0.01, 0.02, 0.03), (0.0, 0.1, 0.2), (1.0, 0.5, 0.25)
+    arr = lambda a: nd.array(a, ctx=ctx)  # noqa: E731
+    ws, gs = [rng.randn(*s) for s in shapes], [rng.randn(*s) for s in shapes]
+    ms, vs = [rng.randn(*s) * 0.1 for s in shapes], [np.abs(rng.randn(*s)) * 0.1 for s in shapes]
+    adam = dict(beta1=0.8, beta2=0.99, epsilon=1e-6, clip_gradient=0.7)
+
+    def fresh():
+        return [arr(w) for w in ws], [arr(m) for m in ms], [arr(v) for v in vs]
+
+    def assert_same(got, expected):
+        for group_got, group_expected in zip(got, expected):
+            for a, b in zip(group_got, group_expected):
+                np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+
+    weights, means, variances = fresh()
+    nd.multi_adam_update(*[a for four in zip(weights, map(arr, gs), means, variances) for a in four], out=weights,
+                         lrs=lrs, wds=wds, rescale_grad=0.5, num_weights=3, **adam)
+    alone = fresh()
+    for i in range(3):
+        nd.adam_update(alone[0][i], arr(gs[i]), alone[1][i], alone[2][i], out=alone[0][i], lr=lrs[i], wd=wds[i],
+                       rescale_grad=0.5, **adam)
+    assert_same((weights, means, variances), alone)
+
+    weights, means, variances = fresh()
+    nd.contrib.multi_adamw_update(weights, list(map(arr, gs)), means, variances, 2.0, lrs=lrs, wds=wds, etas=etas,
+                                  out=weights, **adam)
+    alone = fresh()
+    for i in range(3):
+        nd.contrib.adamw_update(alone[0][i], arr(gs[i]), alone[1][i], alone[2][i], arr([2.0]), out=alone[0][i],
+                                lr=lrs[i], wd=wds[i], eta=etas[i], **adam)
+    assert_same((weights, means, variances), alone)
+    for skip in (0.0, np.nan):  # a loss scaler's overflow signal skips every weight's step
+        weights, means, variances = fresh()
+        nd.contrib.multi_adamw_update(weights, list(map(arr, gs)), means, variances, arr([skip]), lrs=lrs, wds=wds,
+                                      etas=etas, out=weights)
+        assert_same((weights, means), (fresh()[0], fresh()[1]))
+
+    with pytest.raises(mx.MXNetError, match="one value per weight"):
+        nd.multi_adam_update(*[a for four in zip(weights, map(arr, gs), means, variances) for a in four],
+                             lrs=(0.1,), wds=wds, num_weights=3)
+    with pytest.raises(mx.MXNetError, match="etas"):
+        nd.contrib.multi_adamw_update(weights, list(map(arr, gs)), means, variances, 1.0, lrs=lrs, wds=wds,
+                                      etas=(1.0,))
+
+
 def test_ftml_update(ctx):
     rng = np.random.RandomState(13)
     w, g, d, z = rng.randn(6), rng.randn(6), np.abs(rng.randn(6)), rng.randn(6)
@@ -431,6 +481,9 @@ MP_UPDATES = {
     "mp_nag_mom_update": ("nag_mom_update", 1, 1, dict(lr=0.1, momentum=0.9, wd=0.01)),
     "_contrib_mp_adamw_update": ("_contrib_adamw_update", 2, 1, dict(lr=0.01, eta=0.5, wd=0.1, clip_gradient=2.0)),
     "multi_mp_sgd_update": ("multi_sgd_update", 0, 2, dict(lrs=(0.1, 0.2), wds=(0.0, 0.01), num_weights=2)),
+    "multi_mp_adam_update": ("multi_adam_update", 2, 2, dict(lrs=(0.1, 0.2), wds=(0.0, 0.01), num_weights=2)),
+    "_multi_mp_adamw_update": ("_multi_adamw_update", 2, 2,
+                               dict(lrs=(0.1, 0.2), wds=(0.0, 0.01), etas=(1.0, 0.5), num_weights=2)),
     "multi_mp_sgd_mom_update": ("multi_sgd_mom_update", 1, 2,
                                 dict(lrs=(0.1, 0.2), wds=(0.0, 0.01), momentum=0.9, num_weights=2)),
 }

@@ -101,6 +101,58 @@ def test_dcasgd_and_sgld_match_reference():
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("name, dtype, kwargs", [
+    ("adam", "float32", dict(learning_rate=0.01, wd=0.01, clip_gradient=0.4)),
+    ("adam", "float16", dict(learning_rate=0.01, wd=0.01, multi_precision=True)),
+    ("adamw", "float32", dict(learning_rate=0.01, wd=0.1, eta=0.5)),
+    ("adamw", "float16", dict(learning_rate=0.01, wd=0.1, eta=0.5, multi_precision=True)),
+])
+def test_adam_groups_update_as_one_weight_at_a_time(name, dtype, kwargs):
+    """Adam and AdamW update a list of weights with one multi-weight operator; every weight ends
+    bit for bit where updating it alone (the path of MXNet 1.x) puts it, over steps with
+    per-weight learning-rate multipliers."""
+    rng = np.random.RandomState(5)
+    shapes = [(3, 4), (7,), (2, 2, 2), (1,), (5, 3)]
+    weights = [rng.uniform(-1, 1, s).astype(dtype) for s in shapes]
+    grads = [[rng.uniform(-1, 1, s).astype(dtype) for s in shapes] for _ in range(3)]
+
+    def run(aggregate):
+        opt = mx.optimizer.create(name, rescale_grad=0.5, **kwargs)
+        assert opt.aggregate_num > 0
+        opt.set_lr_mult({1: 0.5, 3: 2.0})
+        if not aggregate:
+            opt.aggregate_num = 0
+        updater = mx.optimizer.get_updater(opt)
+        ws = [mx.nd.array(w, dtype=dtype) for w in weights]
+        for step in grads:
+            updater(list(range(len(ws))), [mx.nd.array(g, dtype=dtype) for g in step], ws)
+        return [w.asnumpy() for w in ws], updater
+
+    grouped, updater = run(aggregate=True)
+    alone, _ = run(aggregate=False)
+    for got, expected in zip(grouped, alone):
+        assert got.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(got, expected)
+    if dtype == "float16":
+        for i, w in enumerate(grouped):
+            np.testing.assert_array_equal(w, updater.states[i][0].asnumpy().astype(np.float16))
+
+
+def test_adam_subclass_that_redefines_update_gets_one_weight_at_a_time():
+    seen = []
+
+    class Logged(mx.optimizer.Adam):
+        def update(self, index, weight, grad, state):
+            seen.append(index)
+            super().update(index, weight, grad, state)
+
+    opt = Logged(learning_rate=0.1)
+    assert opt.aggregate_num == 0
+    updater = mx.optimizer.get_updater(opt)
+    updater([0, 1], [mx.nd.ones((2,)), mx.nd.ones((3,))], [mx.nd.zeros((2,)), mx.nd.zeros((3,))])
+    assert seen == [0, 1]
+
+
 def test_lamb_multi_precision_keeps_a_float32_master_and_matches_float32():
     weight, grads = _arrays(4)
     kwargs = dict(learning_rate=0.01, wd=0.01, lower_bound=1e-3, upper_bound=10.0)

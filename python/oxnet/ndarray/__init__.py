@@ -25,6 +25,8 @@ from . import random  # noqa: E402 (uses the generated operators)
 from . import sparse  # noqa: E402
 from .sparse import cast_storage  # noqa: E402
 contrib.getnnz = sparse.getnnz  # noqa: F821 (generated)
+from .updates import multi_adamw_update as _multi_adamw, multi_mp_adamw_update as _multi_mp_adamw  # noqa: E402
+contrib.multi_adamw_update, contrib.multi_mp_adamw_update = _multi_adamw, _multi_mp_adamw  # noqa: F821
 
 
 def concatenate(arrays, axis=0, always_copy=True):

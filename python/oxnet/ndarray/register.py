@@ -31,7 +31,9 @@ def _docstring(name, doc, params, aliases):
 
 def _make_function(op_name, doc):
     def op_function(*args, out=None, name=None, **kwargs):
-        if None in args:  # an absent optional input (`bias=None` passed positionally)
+        # An absent optional input (`bias=None` passed positionally) is dropped. Identity tests:
+        # `None in args` would call NDArray.__eq__ on every argument.
+        if any(a is None for a in args):
             args = tuple(a for a in args if a is not None)
         if out is not None:
             return _invoke_into(_invoke_operator, op_name, args, kwargs or None, out)

@@ -14,6 +14,8 @@ struct Hyper {
     lr: f64,
     wd: f64,
     rescale: f64,
+    /// AdamW's learning-rate schedule multiplier (1 for the other rules).
+    eta: f64,
 }
 
 /// The new weight (or, for LAMB's first phase, the update direction) from the weight, the raw
@@ -564,6 +566,48 @@ crate::op_params! {
 }
 
 crate::op_params! {
+    pub struct MultiAdamParams {
+        /// Learning rate of every weight (bias correction folded in by the optimizer).
+        lrs: Vec<f64>,
+        /// Weight decay of every weight (added to the gradient).
+        wds: Vec<f64>,
+        /// Decay rate of the first moment.
+        beta1: f64 = 0.9,
+        /// Decay rate of the second moment.
+        beta2: f64 = 0.999,
+        /// Small constant for numerical stability.
+        epsilon: f64 = 1e-8,
+        /// Factor the gradients are multiplied by first.
+        rescale_grad: f64 = 1.0,
+        /// Clip the gradients; negative disables.
+        clip_gradient: f64 = -1.0,
+        /// Number of weights updated.
+        num_weights: usize = 1,
+    }
+}
+
+crate::op_params! {
+    pub struct MultiAdamWParams {
+        /// Learning rate of every weight.
+        lrs: Vec<f64>,
+        /// Decoupled weight decay of every weight.
+        wds: Vec<f64>,
+        /// Learning-rate schedule multiplier of every weight.
+        etas: Vec<f64>,
+        /// Decay rate of the first moment.
+        beta1: f64 = 0.9,
+        /// Decay rate of the second moment.
+        beta2: f64 = 0.999,
+        /// Small constant for numerical stability.
+        epsilon: f64 = 1e-8,
+        /// Clip the rescaled gradients; negative disables.
+        clip_gradient: f64 = -1.0,
+        /// Number of weights updated.
+        num_weights: usize = 1,
+    }
+}
+
+crate::op_params! {
     pub struct PreloadedMultiSgdParams {
         /// Momentum (the `_mom_` forms).
         momentum: f64 = 0.0,
@@ -620,7 +664,7 @@ fn single(states: &'static [&'static str], master: bool) -> Layout {
 }
 
 fn hyper(lr: f64, wd: f64, rescale: f64) -> Vec<Hyper> {
-    vec![Hyper { lr, wd, rescale }]
+    vec![Hyper { lr, wd, rescale, eta: 1.0 }]
 }
 
 /// [`sgd_rule`] in CUDA C; c0 is the clip bound.
@@ -654,29 +698,75 @@ fn nag_mom_rule(momentum: f64, clip: f64) -> impl Rule {
     }
 }
 
-fn adamw_rule(p: &AdamWParams) -> impl Rule {
-    let (beta1, beta2, epsilon, eta, clip) = (p.beta1, p.beta2, p.epsilon, p.eta, p.clip_gradient);
+/// adam_update's rule: the weight decay joins the gradient before clipping.
+fn adam_rule(beta1: f64, beta2: f64, epsilon: f64, clip: f64) -> impl Rule {
+    move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+        let g = {
+            let g = g * h.rescale + h.wd * w;
+            if clip >= 0.0 {
+                g.clamp(-clip, clip)
+            } else {
+                g
+            }
+        };
+        s[0] = beta1 * s[0] + (1.0 - beta1) * g;
+        s[1] = beta2 * s[1] + (1.0 - beta2) * g * g;
+        w - h.lr * s[0] / (s[1].sqrt() + epsilon)
+    }
+}
+
+/// AdamW's rule (decoupled weight decay), with `eta` per weight in [`Hyper`].
+fn adamw_rule(beta1: f64, beta2: f64, epsilon: f64, clip: f64) -> impl Rule {
     move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
         let g = rescaled(g, h.rescale, clip);
         s[0] = beta1 * s[0] + (1.0 - beta1) * g;
         s[1] = beta2 * s[1] + (1.0 - beta2) * g * g;
-        w - eta * (h.lr * s[0] / (s[1].sqrt() + epsilon) + h.wd * w)
+        w - h.eta * (h.lr * s[0] / (s[1].sqrt() + epsilon) + h.wd * w)
     }
+}
+
+/// One [`Hyper`] per weight of a `multi_` form, from its per-weight lrs and wds.
+fn per_weight(name: &str, n: usize, lrs: &[f64], wds: &[f64], rescale: f64) -> Result<Vec<Hyper>> {
+    if n == 0 || lrs.len() != n || wds.len() != n {
+        crate::bail!(Param, "{name}: lrs ({}) and wds ({}) need one value per weight (num_weights = {n})", lrs.len(), wds.len());
+    }
+    Ok(lrs.iter().zip(wds).map(|(&lr, &wd)| Hyper { lr, wd, rescale, eta: 1.0 }).collect())
 }
 
 /// The `multi_` forms: `states` per weight, lrs and wds per weight.
 fn multi(name: &'static str, p: &MultiSgdParams, states: &'static [&'static str], master: bool) -> Result<(Layout, Vec<Hyper>)> {
     let n = p.num_weights;
-    if n == 0 || p.lrs.len() != n || p.wds.len() != n {
-        crate::bail!(Param, "{name}: lrs ({}) and wds ({}) need one value per weight (num_weights = {n})", p.lrs.len(), p.wds.len());
-    }
-    let hyper = p.lrs.iter().zip(&p.wds).map(|(&lr, &wd)| Hyper { lr, wd, rescale: p.rescale_grad }).collect();
+    let hyper = per_weight(name, n, &p.lrs, &p.wds, p.rescale_grad)?;
     Ok((Layout { states, master, weights: n, rescale_input: false, preloaded_rates: false }, hyper))
+}
+
+/// The `multi_` Adam forms: (weight, grad, mean, var[, weight32]) per weight.
+fn multi_adam(name: &'static str, p: &MultiAdamParams, master: bool) -> Result<Update<impl Rule>> {
+    let n = p.num_weights;
+    let hyper = per_weight(name, n, &p.lrs, &p.wds, p.rescale_grad)?;
+    let layout = Layout { states: &["mean", "var"], master, weights: n, rescale_input: false, preloaded_rates: false };
+    Ok(Update::new(name, layout, hyper, adam_rule(p.beta1, p.beta2, p.epsilon, p.clip_gradient))
+        .on_gpu(ADAM_CUDA, [p.beta1, p.beta2, p.epsilon, p.clip_gradient]))
+}
+
+/// MXNet's `_multi_adamw_update` forms: lrs, wds and etas per weight, the rescale factor as the
+/// last input array.
+fn multi_adamw(name: &'static str, p: &MultiAdamWParams, master: bool) -> Result<Update<impl Rule>> {
+    let n = p.num_weights;
+    if p.etas.len() != n {
+        crate::bail!(Param, "{name}: etas ({}) needs one value per weight (num_weights = {n})", p.etas.len());
+    }
+    let mut hyper = per_weight(name, n, &p.lrs, &p.wds, 1.0)?;
+    for (h, &eta) in hyper.iter_mut().zip(&p.etas) {
+        h.eta = eta;
+    }
+    let layout = Layout { states: &["mean", "var"], master, weights: n, rescale_input: true, preloaded_rates: false };
+    Ok(Update::new(name, layout, hyper, adamw_rule(p.beta1, p.beta2, p.epsilon, p.clip_gradient)))
 }
 
 /// The `preloaded_multi_` forms: lrs and wds come as the last two input arrays.
 fn preloaded(p: &PreloadedMultiSgdParams, states: &'static [&'static str], master: bool) -> (Layout, Vec<Hyper>) {
-    let hyper = vec![Hyper { lr: 0.0, wd: 0.0, rescale: p.rescale_grad }; p.num_weights];
+    let hyper = vec![Hyper { lr: 0.0, wd: 0.0, rescale: p.rescale_grad, eta: 1.0 }; p.num_weights];
     (Layout { states, master, weights: p.num_weights, rescale_input: false, preloaded_rates: true }, hyper)
 }
 
@@ -740,38 +830,47 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     }));
     add(OpDef::new("adam_update", &[], "Adam: moving first and second moments; weight -= lr * mean / (sqrt(var) + epsilon).", |p: AdamParams| {
         let (beta1, beta2, epsilon, clip) = (p.beta1, p.beta2, p.epsilon, p.clip_gradient);
-        Ok(Update::new(
-            "adam_update",
-            single(&["mean", "var"], false),
-            hyper(p.lr, p.wd, p.rescale_grad),
-            move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
-                let g = {
-                    let g = g * h.rescale + h.wd * w;
-                    if clip >= 0.0 {
-                        g.clamp(-clip, clip)
-                    } else {
-                        g
-                    }
-                };
-                s[0] = beta1 * s[0] + (1.0 - beta1) * g;
-                s[1] = beta2 * s[1] + (1.0 - beta2) * g * g;
-                w - h.lr * s[0] / (s[1].sqrt() + epsilon)
-            },
-        )
-        .on_gpu(ADAM_CUDA, [beta1, beta2, epsilon, clip]))
+        Ok(Update::new("adam_update", single(&["mean", "var"], false), hyper(p.lr, p.wd, p.rescale_grad), adam_rule(beta1, beta2, epsilon, clip))
+            .on_gpu(ADAM_CUDA, [beta1, beta2, epsilon, clip]))
     }));
+    add(OpDef::new(
+        "multi_adam_update",
+        &[],
+        "adam_update of num_weights (weight, grad, mean, var) groups, each with its own lr and wd (oxnet's: MXNet 1.x updates Adam's weights one by one).",
+        |p: MultiAdamParams| multi_adam("multi_adam_update", &p, false),
+    ));
+    add(OpDef::new(
+        "multi_mp_adam_update",
+        &[],
+        "multi_adam_update on float32 master copies: num_weights (weight, grad, mean, var, weight32) groups.",
+        |p: MultiAdamParams| multi_adam("multi_mp_adam_update", &p, true),
+    ));
+    add(OpDef::new(
+        "_multi_adamw_update",
+        &[],
+        "AdamW of num_weights (weight, grad, mean, var) groups with their own lrs, wds and etas; skipped when the rescale_grad input is 0, NaN or Inf.",
+        |p: MultiAdamWParams| multi_adamw("_multi_adamw_update", &p, false),
+    ));
+    add(OpDef::new(
+        "_multi_mp_adamw_update",
+        &[],
+        "_multi_adamw_update on float32 master copies: num_weights (weight, grad, mean, var, weight32) groups.",
+        |p: MultiAdamWParams| multi_adamw("_multi_mp_adamw_update", &p, true),
+    ));
     add(OpDef::new(
         "_contrib_adamw_update",
         &[],
         "AdamW: Adam with weight decay decoupled from the gradient; skipped when the rescale_grad input is 0, NaN or Inf.",
         |p: AdamWParams| {
             let layout = Layout { states: &["mean", "var"], master: false, weights: 1, rescale_input: true, preloaded_rates: false };
-            Ok(Update::new("_contrib_adamw_update", layout, hyper(p.lr, p.wd, 1.0), adamw_rule(&p)))
+            let hyper = vec![Hyper { lr: p.lr, wd: p.wd, rescale: 1.0, eta: p.eta }];
+            Ok(Update::new("_contrib_adamw_update", layout, hyper, adamw_rule(p.beta1, p.beta2, p.epsilon, p.clip_gradient)))
         },
     ));
     add(OpDef::new("_contrib_mp_adamw_update", &[], "AdamW on a float32 master copy (weight32) of a lower-precision weight.", |p: AdamWParams| {
         let layout = Layout { states: &["mean", "var"], master: true, weights: 1, rescale_input: true, preloaded_rates: false };
-        Ok(Update::new("_contrib_mp_adamw_update", layout, hyper(p.lr, p.wd, 1.0), adamw_rule(&p)))
+        let hyper = vec![Hyper { lr: p.lr, wd: p.wd, rescale: 1.0, eta: p.eta }];
+        Ok(Update::new("_contrib_mp_adamw_update", layout, hyper, adamw_rule(p.beta1, p.beta2, p.epsilon, p.clip_gradient)))
     }));
     add(OpDef::new(
         "lamb_update_phase1",

@@ -644,18 +644,22 @@ impl<T: Real> Pass<'_, T> {
             cy: Shared::new(cy),
         };
         let w_hh = StepWeight::new(self.dtype, &p[s.w_hh..][..gh * rnn.state_width()], (gh, rnn.state_width(), true));
-        self.over_batch_ranges(|range| {
+        self.over_batch_ranges(1, |range| {
             // SAFETY: each range touches only its own batch rows of the shared buffers.
             unsafe { self.sweep_forward(layer, dir, range, h0, c0, &w_hh, &shared) }
         });
     }
 
-    /// Splits the batch into one range per thread (ranges of at least a few rows) and runs
-    /// `sweep` on each concurrently.
-    fn over_batch_ranges(&self, sweep: impl Fn(std::ops::Range<usize>) + Sync) {
+    /// Splits the batch into one range per thread (ranges of at least a few rows, each worth
+    /// handing to another thread) and runs `sweep` on each concurrently. `passes`: products per
+    /// step and row, in units of the recurrent one (the backward sweep makes two).
+    fn over_batch_ranges(&self, passes: usize, sweep: impl Fn(std::ops::Range<usize>) + Sync) {
         const MIN_ROWS: usize = 4;
         let n = self.d.batch;
-        let per = n.div_ceil(self.threads.min(n / MIN_ROWS).max(1)).max(1);
+        let rnn = self.rnn;
+        let flops = passes * 2 * self.d.steps * n * rnn.gate_width() * rnn.state_width();
+        let tasks = crate::engine::parallel::tasks_for(flops, self.threads.min(n / MIN_ROWS));
+        let per = n.div_ceil(tasks).max(1);
         // Ranges of `per` rows: with many threads ceil(n / threads) rows each can cover the
         // batch in fewer ranges than threads (100 rows, 16 threads: 15 ranges of 7).
         crate::engine::parallel::run(n.div_ceil(per), &|r| sweep(r * per..((r + 1) * per).min(n)));
@@ -821,7 +825,7 @@ impl<T: Real> Pass<'_, T> {
             dc: Shared::new(dc),
         };
         let w_hh = StepWeight::new(self.dtype, &self.params[s.w_hh..][..gh * sw], (gh, sw, false));
-        self.over_batch_ranges(|range| {
+        self.over_batch_ranges(2, |range| {
             // SAFETY: each range touches only its own batch rows of the shared buffers.
             unsafe { self.sweep_backward(layer, dir, range, h0, c0, out, &trace, dout, &w_hh, &shared) }
         });

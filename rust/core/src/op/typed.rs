@@ -31,8 +31,8 @@ pub use super::local::{LRNParams, UpSamplingParams};
 pub use super::losses::SmoothL1Params;
 pub use super::normalization::{BatchNormParams, LayerNormParams};
 pub use super::optimizer_updates::{
-    AdamParams, AdamWParams, FtmlParams, FtrlParams, LambPhase1Params, LambPhase2Params, MultiLarsParams, MultiSgdParams, MultiSumSqParams,
-    PreloadedMultiSgdParams, RmspropParams, SgdMomParams, SgdParams, SignumParams,
+    AdamParams, AdamWParams, FtmlParams, FtrlParams, LambPhase1Params, LambPhase2Params, MultiAdamParams, MultiAdamWParams, MultiLarsParams,
+    MultiSgdParams, MultiSumSqParams, PreloadedMultiSgdParams, RmspropParams, SgdMomParams, SgdParams, SignumParams,
 };
 pub use super::output_layers::{MakeLossParams, RegressionBackwardParams, RegressionOutputParams, SoftmaxOutputParams};
 pub use super::pad::PadParams;
