@@ -1,10 +1,14 @@
 """Generate ``mx.nd.<op>`` functions from the core operator registry (no per-op Python code)."""
 
+import functools
+import operator
 import sys
 import types
 
 from .. import _core
 from .ndarray import _invoke_into, _invoke_operator
+
+_is_none = functools.partial(operator.is_, None)
 
 # Operator-name prefixes MXNet exposes as sub-namespaces of both `mx.nd` and `mx.sym`:
 # `_contrib_foo` is also `contrib.foo`, `_image_crop` is `image.crop`. One table for both APIs.
@@ -33,7 +37,7 @@ def _make_function(op_name, doc):
     def op_function(*args, out=None, name=None, **kwargs):
         # An absent optional input (`bias=None` passed positionally) is dropped. Identity tests:
         # `None in args` would call NDArray.__eq__ on every argument.
-        if any(a is None for a in args):
+        if any(map(_is_none, args)):
             args = tuple(a for a in args if a is not None)
         if out is not None:
             return _invoke_into(_invoke_operator, op_name, args, kwargs or None, out)
