@@ -141,9 +141,10 @@ class Trainer:
         """One update with gradients scaled by 1/batch_size (after summing across contexts)."""
         self._optimizer.rescale_grad = self._scale / batch_size
         self._prepare_kvstore()
-        self._check_fresh_grads(ignore_stale_grad)
+        trained = self._trained_arrays()
+        self._check_fresh_grads(trained, ignore_stale_grad)
         self._allreduce_grads()
-        self._update(ignore_stale_grad)
+        self._update(trained, ignore_stale_grad)
 
     def allreduce_grads(self):
         """Sum each parameter's gradients over its contexts, leaving the sum on every context
@@ -161,19 +162,25 @@ class Trainer:
             "update() when parameters are updated on kvstore is not supported. Try setting "
             "`update_on_kvstore` to False when creating trainer.")
         self._optimizer.rescale_grad = self._scale / batch_size
-        self._check_fresh_grads(ignore_stale_grad)
-        self._update(ignore_stale_grad)
+        trained = self._trained_arrays()
+        self._check_fresh_grads(trained, ignore_stale_grad)
+        self._update(trained, ignore_stale_grad)
 
     def _trained(self):
         return [(i, param) for i, param in enumerate(self._params) if param.grad_req != "null"]
 
-    def _check_fresh_grads(self, ignore_stale_grad):
+    def _trained_arrays(self):
+        """(index, parameter, its arrays, its gradients) of every parameter with a gradient, the
+        arrays gathered once for a step's check and update."""
+        return [(i, param, param.list_data(), param.list_grad()) for i, param in self._trained()]
+
+    def _check_fresh_grads(self, trained, ignore_stale_grad):
         # Every parameter is checked before any is touched, so a raised error leaves all of
         # them (and their fresh-gradient flags) as they were.
         if ignore_stale_grad:
             return
-        for _, param in self._trained():
-            stale = next((d for d in param.list_data() if not d._fresh_grad), None)
+        for _, param, datas, _ in trained:
+            stale = next((d for d in datas if not d._fresh_grad), None)
             if stale is not None:
                 raise UserWarning(
                     "Gradient of Parameter `%s` on context %s has not been updated by backward "
@@ -193,7 +200,7 @@ class Trainer:
             else:
                 self._kvstore.pushpull(i, param.list_grad(), priority=-i)
 
-    def _update(self, ignore_stale_grad=False):
+    def _update(self, trained, ignore_stale_grad=False):
         # With AMP's dynamic loss scaling (amp.init_trainer), gradients that overflowed skip
         # the update.
         loss_scaler = getattr(self, "_amp_loss_scaler", None)
@@ -202,8 +209,8 @@ class Trainer:
         # Per context, every parameter goes to that context's updater in one call, so
         # optimizers with multi-weight update ops can fuse them.
         updates = [[] for _ in self._updaters]
-        for i, param in self._trained():
-            for device, (data, grad) in enumerate(zip(param.list_data(), param.list_grad())):
+        for i, _, datas, grads in trained:
+            for device, (data, grad) in enumerate(zip(datas, grads)):
                 if ignore_stale_grad and not data._fresh_grad:
                     continue
                 data._fresh_grad = False

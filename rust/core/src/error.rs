@@ -13,7 +13,7 @@ pub enum ErrorKind {
     Param,
     /// An index out of range (Python: IndexError).
     Index,
-    /// A value outside the domain an API accepts (Python: ValueError).
+    /// A value outside the domain an API accepts (Python: MXNetError, as MXNet raises).
     Value,
     /// Reading or writing files, including malformed `.params` content.
     Io,

@@ -882,3 +882,216 @@ fn gradients_match_finite_differences() {
     let indices = array(&[2.0, 0.0, 2.0], &[3], DType::F64);
     check_gradient("take (repeated indices)", &[x], &|a| ops::take(&a[0], &indices, TakeParams::new().axis(1)));
 }
+
+// ---- recurrent layers, sequences, output layers -------------------------------------------
+
+fn sigmoid(v: f64) -> f64 {
+    1.0 / (1.0 + (-v).exp())
+}
+
+/// `w (rows, cols) * v + b`, row-major.
+fn affine(w: &[f64], v: &[f64], b: &[f64]) -> Vec<f64> {
+    b.iter().enumerate().map(|(r, &bias)| bias + w[r * v.len()..][..v.len()].iter().zip(v).map(|(a, x)| a * x).sum::<f64>()).collect()
+}
+
+/// One layer, one direction, of MXNet's LSTM (gates i, f, g, o) or GRU (gates r, z, n; the reset
+/// gate scales W_hn h + b_hn), step by step over (steps, batch, input) data with zero initial
+/// states: (outputs, final hidden state, final cell state).
+fn recurrent_reference(lstm: bool, x: &Host, params: &[f64], hidden: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (steps, batch, input) = (x.shape[0], x.shape[1], x.shape[2]);
+    let gates = if lstm { 4 } else { 3 } * hidden;
+    let (w_ih, rest) = params.split_at(gates * input);
+    let (w_hh, rest) = rest.split_at(gates * hidden);
+    let (b_ih, b_hh) = rest.split_at(gates);
+    let (mut h, mut c) = (vec![vec![0.0; hidden]; batch], vec![vec![0.0; hidden]; batch]);
+    let mut out = Vec::new();
+    for t in 0..steps {
+        for b in 0..batch {
+            let xt = &x.data[(t * batch + b) * input..][..input];
+            let (gi, gh) = (affine(w_ih, xt, b_ih), affine(w_hh, &h[b], b_hh));
+            for j in 0..hidden {
+                if lstm {
+                    let g = |k: usize| gi[k * hidden + j] + gh[k * hidden + j];
+                    c[b][j] = sigmoid(g(1)) * c[b][j] + sigmoid(g(0)) * g(2).tanh();
+                    h[b][j] = sigmoid(g(3)) * c[b][j].tanh();
+                } else {
+                    let reset = sigmoid(gi[j] + gh[j]);
+                    let update = sigmoid(gi[hidden + j] + gh[hidden + j]);
+                    let candidate = (gi[2 * hidden + j] + reset * gh[2 * hidden + j]).tanh();
+                    h[b][j] = (1.0 - update) * candidate + update * h[b][j];
+                }
+            }
+            out.extend_from_slice(&h[b]);
+        }
+    }
+    (out, h.concat(), c.concat())
+}
+
+#[test]
+fn recurrent_layers_match_a_step_by_step_reference() {
+    let (steps, batch, input, hidden) = (4, 3, 5, 6);
+    let x = Host::random(&[steps, batch, input], 60, -1.0, 1.0);
+    for (mode, lstm) in [("lstm", true), ("gru", false)] {
+        let gates = if lstm { 4 } else { 3 } * hidden;
+        let params = Host::random(&[gates * (input + hidden + 2)], 61, -0.5, 0.5);
+        let zeros = NDArray::zeros([1, batch, hidden], DType::F32, cpu()).unwrap();
+        let rnn_params = RnnParams::new(hidden, 1, mode.into()).state_outputs(true);
+        let outputs = nn::rnn(&x.nd(), &params.nd(), &zeros, lstm.then_some(&zeros), rnn_params).unwrap();
+        let (out, h, c) = recurrent_reference(lstm, &x, &params.data, hidden);
+        assert_eq!(outputs[0].shape().dims(), [steps, batch, hidden]);
+        assert_close(&format!("{mode} outputs"), &read(&outputs[0]), &out, 1e-5);
+        assert_close(&format!("{mode} final state"), &read(&outputs[1]), &h, 1e-5);
+        if lstm {
+            assert_close("lstm final cell", &read(&outputs[2]), &c, 1e-5);
+        }
+    }
+}
+
+#[test]
+fn sequence_operators_follow_each_sequence_length() {
+    let (steps, batch, width) = (4, 3, 2);
+    let x = Host::random(&[steps, batch, width], 62, -1.0, 1.0);
+    let lengths = [2.0, 4.0, 1.0];
+    let len = f32s(&lengths, &[batch]);
+    let params = SequenceParams::new().use_sequence_length(true);
+
+    let masked = ops::call1("SequenceMask", &[&x.nd(), &len], &params.clone().value(-7.0)).unwrap();
+    let want: Vec<f64> = (0..x.data.len())
+        .map(|i| {
+            let [t, b, _] = unravel(i, &x.shape)[..] else { unreachable!() };
+            if (t as f64) < lengths[b] {
+                x.data[i]
+            } else {
+                -7.0
+            }
+        })
+        .collect();
+    assert_close("SequenceMask", &read(&masked), &want, 0.0);
+
+    let last = ops::call1("SequenceLast", &[&x.nd(), &len], &params).unwrap();
+    let want: Vec<f64> = (0..batch).flat_map(|b| (0..width).map(move |k| (b, k))).map(|(b, k)| x.at(&[lengths[b] as usize - 1, b, k])).collect();
+    assert_close("SequenceLast", &read(&last), &want, 0.0);
+
+    // Each sequence's own steps reversed; steps past its length stay where they are.
+    let reversed = ops::call1("SequenceReverse", &[&x.nd(), &len], &params).unwrap();
+    let want: Vec<f64> = (0..x.data.len())
+        .map(|i| {
+            let [t, b, k] = unravel(i, &x.shape)[..] else { unreachable!() };
+            let n = lengths[b] as usize;
+            x.at(&[if t < n { n - 1 - t } else { t }, b, k])
+        })
+        .collect();
+    assert_close("SequenceReverse", &read(&reversed), &want, 0.0);
+}
+
+#[test]
+fn softmax_output_is_softmax_forward_and_probabilities_minus_one_hot_backward() {
+    let x = Host::random(&[3, 4], 63, -2.0, 2.0);
+    let labels = [1.0, 3.0, 0.0];
+    let probabilities = softmax_reference(&x, 1, 1.0, false);
+    let mut data = x.nd64();
+    data.attach_grad().unwrap();
+    let out = {
+        let _recording = oxnet::record();
+        nn::softmax_output(&data, &array(&labels, &[3], DType::F64), SoftmaxOutputParams::new().grad_scale(0.5)).unwrap()
+    };
+    assert_close("SoftmaxOutput forward", &read(&out), &probabilities, 1e-12);
+    // The loss layer ignores its head gradient: d = grad_scale * (p - one_hot(label)).
+    out.backward().unwrap();
+    let want: Vec<f64> = probabilities.iter().enumerate().map(|(i, p)| 0.5 * (p - f64::from(u8::from(labels[i / 4] as usize == i % 4)))).collect();
+    assert_close("SoftmaxOutput gradient", &read(&data.grad().unwrap()), &want, 1e-12);
+}
+
+// ---- more normalization, resampling and padding -------------------------------------------
+
+/// `(x - mean) / sqrt(var + eps)` over consecutive runs of `run` values of `x`.
+fn standardized(x: &[f64], run: usize, eps: f64) -> Vec<f64> {
+    x.chunks(run)
+        .flat_map(|r| {
+            let mean = r.iter().sum::<f64>() / run as f64;
+            let var = r.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / run as f64;
+            r.iter().map(move |v| (v - mean) / (var + eps).sqrt()).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn group_instance_l2_and_local_response_normalization_match_reference() {
+    let x = Host::random(&[2, 4, 3, 2], 64, -2.0, 2.0);
+    let channel_of = |i: usize| unravel(i, &x.shape)[1];
+
+    let (gamma, beta) = (Host::random(&[4], 65, 0.5, 1.5), Host::random(&[4], 66, -0.5, 0.5));
+    let got = ops::call1("InstanceNorm", &[&x.nd(), &gamma.nd(), &beta.nd()], &InstanceNormParams::new().eps(1e-5)).unwrap();
+    let want: Vec<f64> =
+        standardized(&x.data, 6, 1e-5).iter().enumerate().map(|(i, v)| v * gamma.data[channel_of(i)] + beta.data[channel_of(i)]).collect();
+    assert_close("InstanceNorm", &read(&got), &want, 1e-5);
+
+    // MXNet 1.x's GroupNorm: statistics and gamma/beta per group of channels.
+    let (gamma, beta) = (Host::random(&[2], 67, 0.5, 1.5), Host::random(&[2], 68, -0.5, 0.5));
+    let got = ops::call1("GroupNorm", &[&x.nd(), &gamma.nd(), &beta.nd()], &GroupNormParams::new().num_groups(2)).unwrap();
+    let want: Vec<f64> =
+        standardized(&x.data, 12, 1e-5).iter().enumerate().map(|(i, v)| v * gamma.data[channel_of(i) / 2] + beta.data[channel_of(i) / 2]).collect();
+    assert_close("GroupNorm", &read(&got), &want, 1e-5);
+
+    let got = ops::call1("L2Normalization", &[&x.nd()], &L2NormalizationParams::new()).unwrap();
+    let want: Vec<f64> = x
+        .data
+        .chunks(24)
+        .flat_map(|r| {
+            let norm = (r.iter().map(|v| v * v).sum::<f64>() + 1e-10).sqrt();
+            r.iter().map(move |v| v / norm).collect::<Vec<_>>()
+        })
+        .collect();
+    assert_close("L2Normalization instance", &read(&got), &want, 1e-6);
+
+    let (alpha, beta_exp, knorm, nsize) = (1e-2, 0.75, 2.0, 3);
+    let got = ops::call1("LRN", &[&x.nd()], &LRNParams::new(nsize).alpha(alpha).beta(beta_exp).knorm(knorm)).unwrap();
+    let want: Vec<f64> = (0..x.data.len())
+        .map(|i| {
+            let index = unravel(i, &x.shape);
+            let c = index[1] as i64;
+            let squares: f64 = (c - 1..=c + 1)
+                .filter(|&j| (0..4).contains(&j))
+                .map(|j| {
+                    let mut at = index.clone();
+                    at[1] = j as usize;
+                    x.at(&at).powi(2)
+                })
+                .sum();
+            x.data[i] * (knorm + alpha / nsize as f64 * squares).powf(-beta_exp)
+        })
+        .collect();
+    assert_close("LRN", &read(&got), &want, 1e-5);
+
+    let gelu = nn::leaky_relu(&x.nd(), None, LeakyReLUParams::new().act_type("gelu".into())).unwrap();
+    let want: Vec<f64> = x.data.iter().map(|&v| 0.5 * v * (1.0 + libm::erf(v / std::f64::consts::SQRT_2))).collect();
+    assert_close("gelu", &read(&gelu), &want, 1e-6);
+}
+
+#[test]
+fn nearest_upsampling_and_padding_match_reference() {
+    let x = Host::random(&[1, 2, 2, 3], 69, -1.0, 1.0);
+    let got = ops::call1("UpSampling", &[&x.nd()], &UpSamplingParams::new(2, "nearest".into())).unwrap();
+    assert_eq!(got.shape().dims(), [1, 2, 4, 6]);
+    let want: Vec<f64> = (0..48)
+        .map(|i| {
+            let [n, c, h, w] = unravel(i, &[1, 2, 4, 6])[..] else { unreachable!() };
+            x.at(&[n, c, h / 2, w / 2])
+        })
+        .collect();
+    assert_close("UpSampling nearest", &read(&got), &want, 0.0);
+
+    let widths = [0i64, 0, 0, 0, 1, 2, 2, 1];
+    let padded_shape = [1, 2, 5, 6];
+    let source = |index: &[usize], edge: bool| -> Option<f64> {
+        let (h, w) = (index[2] as i64 - 1, index[3] as i64 - 2);
+        let inside = (0..2).contains(&h) && (0..3).contains(&w);
+        (inside || edge).then(|| x.at(&[index[0], index[1], h.clamp(0, 1) as usize, w.clamp(0, 2) as usize]))
+    };
+    for (mode, edge) in [("constant", false), ("edge", true)] {
+        let got = ops::call1("Pad", &[&x.nd()], &PadParams::new(widths.to_vec()).mode(mode.into()).constant_value(0.5)).unwrap();
+        assert_eq!(got.shape().dims(), padded_shape);
+        let want: Vec<f64> = (0..size(&padded_shape)).map(|i| source(&unravel(i, &padded_shape), edge).unwrap_or(0.5)).collect();
+        assert_close(&format!("Pad {mode}"), &read(&got), &want, 0.0);
+    }
+}
