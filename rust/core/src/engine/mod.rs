@@ -239,7 +239,7 @@ fn unique_vars(vars: &[Arc<Var>], exclude: &[Arc<Var>]) -> Vec<Arc<Var>> {
 /// A small op that finds its inputs ready costs less this way than any queueing: no op block,
 /// no boxed closure, and its description is made (by `describe`) only if it fails. The vars are
 /// taken under the registration lock, all or none, so the op keeps its place in the one global
-/// order (see [`register`]); its failure is stored on its written vars and reported at the next
+/// order (see `register`); its failure is stored on its written vars and reported at the next
 /// sync point exactly as a pushed op's. Under the naive engine or while the profiler records
 /// operators, it declines (a pushed op is what both of those observe).
 pub fn run_if_free<F: FnOnce() -> Result<()>>(

@@ -1,5 +1,5 @@
 //! Running a graph: each node's operator is pushed onto the engine in dependency order, its
-//! outputs written into the storage a static memory plan gives them ([`plan`]), so values whose
+//! outputs written into the storage a static memory plan gives them (`plan`), so values whose
 //! lifetimes do not overlap share memory (the engine orders a later writer after the earlier
 //! readers of the same block).
 

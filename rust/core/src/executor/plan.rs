@@ -127,7 +127,7 @@ pub struct LocalInference {
 }
 
 impl Schedule {
-    /// [`LocalInference`] for this schedule starting from `known` values.
+    /// `LocalInference` for this schedule starting from `known` values.
     pub fn infer_locally(&self, known: &AddressMap<EntryKey, NDArray>, default: Context) -> LocalInference {
         let mut inferred = LocalInference { shapes: AddressMap::default(), types: AddressMap::default(), contexts: AddressMap::default() };
         for node in &self.nodes {
