@@ -54,6 +54,9 @@ impl Layout {
     fn per_weight(&self) -> usize {
         2 + self.states.len() + usize::from(self.master)
     }
+    fn input_count(&self) -> usize {
+        self.per_weight() * self.weights + usize::from(self.rescale_input) + 2 * usize::from(self.preloaded_rates)
+    }
     fn input_names(&self) -> Vec<String> {
         let mut base: Vec<&str> = vec!["weight", "grad"];
         base.extend(self.states);
@@ -252,6 +255,11 @@ unsafe fn update_range<W: Elem, S: Elem, O: Elem, const N: usize>(
 impl<R: Rule> Operator for Update<R> {
     fn input_names(&self) -> Vec<String> {
         self.layout.input_names()
+    }
+    // Counted rather than taken from input_names: every call checks it, and a multi-weight
+    // update has dozens of generated names.
+    fn num_inputs(&self) -> usize {
+        self.layout.input_count()
     }
     fn num_outputs(&self) -> usize {
         self.layout.weights
@@ -1212,6 +1220,23 @@ impl Operator for MultiLars {
             .collect();
         super::normalization::write_f64(&outputs[0], &rates);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_layout_counts_the_inputs_it_names() {
+        for states in [&[][..], &["mom"][..], &["mean", "var"][..]] {
+            for (master, weights, rescale_input, preloaded_rates) in
+                [(false, 1, false, false), (true, 3, false, false), (false, 2, true, false), (true, 4, false, true)]
+            {
+                let layout = Layout { states, master, weights, rescale_input, preloaded_rates };
+                assert_eq!(layout.input_count(), layout.input_names().len(), "{layout:?}");
+            }
+        }
     }
 }
 
