@@ -1,5 +1,8 @@
 //! Imperative invocation: look an operator up, infer what it produces, allocate its outputs and
 //! push its kernel onto the engine. `mx.nd.<op>(...)` ends here.
+// Programs' arguments and saved graphs arrive here: no unwrap and no unchecked indexing, so that
+// bad input can only ever produce an error (issue 23's lint discipline, as in `io`).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
 use std::sync::Arc;
 
@@ -198,23 +201,16 @@ fn allocate_outputs(operator: &dyn Operator, inputs: &[NDArray], out: Option<Vec
     }
     // A backward-only output may be given empty: the caller's plan has no gradient to keep it for.
     let backward_only = out_shapes.len().saturating_sub(operator.backward_only_outputs());
-    for (i, g) in given.iter().enumerate() {
+    for (i, (g, (shape, &dtype))) in given.iter().zip(out_shapes.iter().zip(&out_types)).enumerate() {
         let emptied = i >= backward_only && g.size() == 0;
-        if (g.shape() != &out_shapes[i] && !emptied) || g.dtype() != out_types[i] {
-            crate::bail!(
-                Shape,
-                "out[{i}] has shape {} and dtype {}, but the result has shape {} and dtype {}",
-                g.shape(),
-                g.dtype(),
-                out_shapes[i],
-                out_types[i]
-            );
+        if (g.shape() != shape && !emptied) || g.dtype() != dtype {
+            crate::bail!(Shape, "out[{i}] has shape {} and dtype {}, but the result has shape {shape} and dtype {dtype}", g.shape(), g.dtype());
         }
         if g.context() != ctx {
             crate::bail!(Device, "out[{i}] lives on {}, the inputs on {ctx}", g.context());
         }
     }
-    let hidden = (given.len()..out_shapes.len()).map(|i| NDArray::empty(out_shapes[i].clone(), out_types[i], ctx));
+    let hidden = out_shapes.iter().zip(&out_types).skip(given.len()).map(|(shape, &dtype)| NDArray::empty(shape.clone(), dtype, ctx));
     given.into_iter().map(Ok).chain(hidden).collect()
 }
 

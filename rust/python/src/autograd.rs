@@ -147,7 +147,7 @@ fn recorded_symbol(heads: Vec<PyRef<'_, NDArrayHandle>>) -> PyResult<crate::symb
         .map(|h| h.inner.autograd_entry().cloned())
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| crate::errors::to_py(oxnet::err!(Value, "get_symbol: an array was not recorded (call it inside autograd.record())")))?;
-    Ok(crate::symbol::SymbolHandle::from(oxnet::symbol::Symbol::from_recorded(&entries)))
+    Ok(crate::symbol::SymbolHandle::from(oxnet::symbol::Symbol::from_recorded(&entries).map_err(crate::errors::to_py)?))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

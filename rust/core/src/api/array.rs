@@ -51,7 +51,8 @@ impl NDArray {
         if self.size() != 1 {
             crate::bail!(Value, "The current array is not a scalar: it has shape {} ({} elements)", self.shape(), self.size());
         }
-        Ok(self.to_vec::<T>()?[0])
+        let values = self.to_vec::<T>()?;
+        values.into_iter().next().ok_or_else(|| crate::err!(Value, "The current array is not a scalar: it has no elements"))
     }
 
     /// The elements converted to `dtype` (MXNet's `astype`); a new array even when the dtype is

@@ -142,10 +142,15 @@ impl Model {
             previous => Bound { executor: self.bind(&signature, previous.as_ref().map(|b| &b.executor))?, signature },
         };
         let bound = self.bound.insert(bound);
-        for ((_, array), position) in inputs.iter().zip(positions) {
+        for ((name, array), position) in inputs.iter().zip(positions) {
             // Same shape, dtype and device as bound: the executor reads the caller's array
             // directly instead of a copy.
-            bound.executor.args[position] = array.detached();
+            let slot = bound
+                .executor
+                .args
+                .get_mut(position)
+                .ok_or_else(|| crate::err!(Value, "Model::predict: input '{name}' is not an argument of the bound graph"))?;
+            *slot = array.detached();
         }
         bound.executor.forward(false)?;
         Ok(&bound.executor.outputs)

@@ -4,6 +4,9 @@
 //! results of recorded calls) adds a [`Node`] holding its outputs; the arrays it returns carry
 //! entries naming that node. `backward` runs the gradient pass on the recorded graph and executes
 //! the result with the graph runner, so gradients are computed by ordinary registered operators.
+// Programs' arguments and saved graphs arrive here: no unwrap and no unchecked indexing, so that
+// bad input can only ever produce an error (issue 23's lint discipline, as in `io`).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -151,25 +154,27 @@ fn head_gradient_rows(grad: &NDArray, head: &NDArray) -> Result<NDArray> {
     if grad_dims == head_dims {
         return Ok(grad.clone());
     }
-    let extra_leading_rows =
-        !head_dims.is_empty() && grad_dims.len() == head_dims.len() && grad_dims[1..] == head_dims[1..] && grad_dims[0] > head_dims[0];
-    if !extra_leading_rows {
+    let leading_rows = match (grad_dims.split_first(), head_dims.split_first()) {
+        (Some((&grad_rows, grad_rest)), Some((&head_rows, head_rest))) if grad_rest == head_rest && grad_rows > head_rows => Some(head_rows),
+        _ => None,
+    };
+    let Some(head_rows) = leading_rows else {
         crate::bail!(
             Shape,
             "backward: head gradient of shape {} for a head of shape {}: expected the head's shape (or more rows along axis 0, of which the leading ones are used)",
             grad.shape(),
             head.shape()
         );
-    }
-    grad.detached().slice_view(0, head_dims[0])
+    };
+    grad.detached().slice_view(0, head_rows)
 }
 
 /// Differentiate `heads` (with `head_grads`, ones where `None`). Returns the gradients for
 /// [`Wrt::Arrays`], nothing for [`Wrt::MarkedVariables`].
 pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>, options: BackwardOptions) -> Result<Vec<NDArray>> {
-    if heads.is_empty() {
+    let Some(first_head) = heads.first() else {
         crate::bail!(Value, "backward: no heads given");
-    }
+    };
     if head_grads.len() != heads.len() {
         crate::bail!(Value, "backward: {} heads but {} head gradients", heads.len(), head_grads.len());
     }
@@ -221,7 +226,7 @@ pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>,
     let grads = gradient::gradient(&head_entries, &grad_entries, &xs, &recorded_shape)?;
 
     let targets: Vec<Entry> = grads.iter().flatten().cloned().collect();
-    let ctx = heads[0].context();
+    let ctx = first_head.context();
     // A gradient computed for exactly one 'write' buffer is computed into it (MXNet's kWriteTo)
     // instead of into a fresh array copied over afterwards.
     let mut destinations: AddressMap<EntryKey, NDArray> = AddressMap::default();
@@ -231,7 +236,7 @@ pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>,
             *claims.entry(grad.key()).or_default() += 1;
         }
         for (grad, (buffer, req)) in grads.iter().zip(&stored) {
-            if let Some(grad) = grad.as_ref().filter(|g| *req == GradReq::Write && claims[&g.key()] == 1) {
+            if let Some(grad) = grad.as_ref().filter(|g| *req == GradReq::Write && claims.get(&g.key()) == Some(&1)) {
                 destinations.insert(grad.key(), buffer.clone());
             }
         }
@@ -339,7 +344,9 @@ fn recorded_shape(entry: &Entry) -> Option<crate::base::Shape> {
 
 fn leaf_or_output(entry: &Entry) -> Result<NDArray> {
     match &*entry.node.recorded() {
-        Recorded::Outputs(outputs) => Ok(outputs[entry.index].clone()),
+        Recorded::Outputs(outputs) => {
+            outputs.get(entry.index).cloned().ok_or_else(|| crate::err!(Runtime, "node '{}' recorded no output {}", entry.node.name, entry.index))
+        }
         Recorded::Leaf { value, .. } => Ok(value.clone()),
         Recorded::Nothing => crate::bail!(Value, "{NOT_IN_GRAPH}"),
     }

@@ -1,4 +1,7 @@
 //! The vocabulary every module shares: element types, shapes and devices.
+// Programs' arguments and saved graphs arrive here: no unwrap and no unchecked indexing, so that
+// bad input can only ever produce an error (issue 23's lint discipline, as in `io`).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
 mod context;
 mod dtype;

@@ -47,10 +47,12 @@ impl Shape {
     /// Row-major element strides.
     pub fn strides(&self) -> Vec<usize> {
         let mut strides = vec![1usize; self.0.len()];
-        for i in (0..self.0.len().saturating_sub(1)).rev() {
+        let mut stride = 1usize;
+        for (s, &d) in strides.iter_mut().zip(&self.0).rev() {
+            *s = stride;
             // Saturating like `size`: an overflowing shape never addresses memory (it fails the
             // checks every array passes when it is made).
-            strides[i] = strides[i + 1].saturating_mul(self.0[i + 1]);
+            stride = stride.saturating_mul(d);
         }
         strides
     }
@@ -82,6 +84,9 @@ impl FromIterator<usize> for Shape {
 
 impl std::ops::Index<usize> for Shape {
     type Output = usize;
+    // Index's contract, as a slice's: an axis out of range panics (`dims().get(i)` is the
+    // checked form).
+    #[allow(clippy::indexing_slicing)]
     fn index(&self, i: usize) -> &usize {
         &self.0[i]
     }

@@ -23,8 +23,8 @@ pub fn to_dot(outputs: &[Entry], title: &str) -> String {
                 let _ = writeln!(dot, "  n{i} [label=\"{}\", shape=box, style=\"rounded,filled\", fillcolor=\"#fdb462\"];", escape(&op.name));
             }
         }
-        for input in &node.inputs {
-            let from = ids[&node_key(&input.node)];
+        // Every input comes before its reader in `order`, so it has an id.
+        for (input, from) in node.inputs.iter().filter_map(|input| Some((input, ids.get(&node_key(&input.node))?))) {
             if input.node.num_outputs() > 1 {
                 let _ = writeln!(dot, "  n{from} -> n{i} [label=\"{}\"];", input.index);
             } else {
@@ -33,7 +33,9 @@ pub fn to_dot(outputs: &[Entry], title: &str) -> String {
         }
     }
     for (k, out) in outputs.iter().enumerate() {
-        let _ = writeln!(dot, "  out{k} [label=\"output {k}\", shape=plaintext];\n  n{} -> out{k};", ids[&node_key(&out.node)]);
+        if let Some(id) = ids.get(&node_key(&out.node)) {
+            let _ = writeln!(dot, "  out{k} [label=\"output {k}\", shape=plaintext];\n  n{id} -> out{k};");
+        }
     }
     dot.push_str("}\n");
     dot

@@ -4,6 +4,9 @@
 //! earlier nodes. Nodes are immutable once built and shared through `Arc`, so a graph is simply
 //! the set of nodes reachable from its output entries; autograd's recorded values hang off the
 //! nodes that produced them.
+// Programs' arguments and saved graphs arrive here: no unwrap and no unchecked indexing, so that
+// bad input can only ever produce an error (issue 23's lint discipline, as in `io`).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
 mod dot;
 
@@ -208,8 +211,8 @@ pub fn topo_order(outputs: &[Entry], mut stop: impl FnMut(&Arc<Node>) -> bool) -
         let follow = !stop(&out.node);
         stack.push((out.node.clone(), 0, follow));
         while let Some((node, next, follow)) = stack.pop() {
-            if follow && next < node.inputs.len() {
-                let child = node.inputs[next].node.clone();
+            if let Some(input) = node.inputs.get(next).filter(|_| follow) {
+                let child = input.node.clone();
                 stack.push((node, next + 1, follow));
                 if seen.insert(node_key(&child)) {
                     let child_follow = !stop(&child);

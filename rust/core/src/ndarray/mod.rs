@@ -4,6 +4,9 @@
 //! that chunk plus an element offset, a shape and a dtype, so reshapes and first-axis slices are
 //! views that share the chunk and therefore its var: writes through a view are ordered with reads
 //! of the original.
+// Programs' arguments and saved graphs arrive here: no unwrap and no unchecked indexing, so that
+// bad input can only ever produce an error (issue 23's lint discipline, as in `io`).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -197,14 +200,16 @@ impl NDArray {
         }
         let row = self.size() / rows.max(1);
         let mut dims = self.shape.dims().to_vec();
-        dims[0] = end - begin;
+        if let Some(first) = dims.first_mut() {
+            *first = end - begin;
+        }
         Ok(NDArray { offset: self.offset + begin * row, shape: Shape::new(dims), autograd: None, ..self.clone() })
     }
 
     /// Row `index` of the first axis, as a view without that axis.
     pub fn at_view(&self, index: usize) -> Result<NDArray> {
         let v = self.slice_view(index, index + 1)?;
-        let dims = v.shape.dims()[1..].to_vec();
+        let dims = v.shape.dims().get(1..).unwrap_or_default().to_vec();
         v.reshape_view(Shape::new(dims))
     }
 

@@ -25,9 +25,11 @@ pub fn save(symbol: &Symbol, np_shape: bool) -> String {
 fn graph_value(symbol: &Symbol, np_shape: bool) -> Value {
     let nodes = symbol.nodes();
     let index: AddressMap<usize, usize> = nodes.iter().enumerate().map(|(i, n)| (node_key(n), i)).collect();
-    let entry = |e: &Entry| json!([index[&node_key(&e.node)], e.index, 0]);
+    // `nodes` holds every input of every node (a topological order), so the lookup finds it.
+    let entry = |e: &Entry| index.get(&node_key(&e.node)).map_or(Value::Null, |&i| json!([i, e.index, 0]));
     let mut arg_nodes = Vec::new();
     let mut row_ptr = vec![0usize];
+    let mut entries = 0usize;
     let mut json_nodes = Vec::with_capacity(nodes.len());
     for (i, node) in nodes.iter().enumerate() {
         let mut object = Map::new();
@@ -50,7 +52,8 @@ fn graph_value(symbol: &Symbol, np_shape: bool) -> Value {
             object.insert("subgraphs".into(), Value::Array(subgraphs.iter().map(|g| graph_value(g, np_shape)).collect()));
         }
         json_nodes.push(Value::Object(object));
-        row_ptr.push(row_ptr[i] + node.num_outputs());
+        entries += node.num_outputs();
+        row_ptr.push(entries);
     }
     let mut graph_attrs = Map::new();
     graph_attrs.insert("mxnet_version".into(), json!(["int", MXNET_VERSION]));

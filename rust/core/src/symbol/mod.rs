@@ -4,6 +4,9 @@
 //! inputs that are not given become variables named `<node>_<input>` (`fc1_weight`), as in
 //! MXNet. Variables that some operator updates in place (BatchNorm's moving statistics) are the
 //! auxiliary states; the other variables are the arguments.
+// Programs' arguments and saved graphs arrive here: no unwrap and no unchecked indexing, so that
+// bad input can only ever produce an error (issue 23's lint discipline, as in `io`).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
 mod json;
 
@@ -74,13 +77,13 @@ impl Symbol {
             *slot = Some(single(s, input)?);
         }
         for (key, s) in keyword {
-            let Some(pos) = input_names.iter().position(|n| n == key) else {
+            let Some(slot) = input_names.iter().position(|n| n == key).and_then(|pos| inputs.get_mut(pos)) else {
                 return Err(fail(crate::err!(Param, "unknown input '{key}'; inputs are: {}", input_names.join(", "))));
             };
-            if inputs[pos].is_some() {
+            if slot.is_some() {
                 return Err(fail(crate::err!(Param, "input '{key}' given twice")));
             }
-            inputs[pos] = Some(single(s, key)?);
+            *slot = Some(single(s, key)?);
         }
         // As in MXNet, a variable made for an input not given inherits the node's attributes
         // (an `lr_mult` or `__init__` given to a layer then applies to its weights).
@@ -272,10 +275,9 @@ impl Symbol {
                 }
                 continue;
             }
-            if !node.inputs.iter().any(|e| rebuilt.contains_key(&node_key(&e.node))) {
+            let Some(op) = node.op.as_ref().filter(|_| node.inputs.iter().any(|e| rebuilt.contains_key(&node_key(&e.node)))) else {
                 continue;
-            }
-            let op = node.op.as_ref().expect("operator node");
+            };
             let inputs = node.inputs.iter().map(|e| mapped(&rebuilt, e)).collect();
             let copy = NodeOp { name: op.name.clone(), attrs: op.attrs.clone(), operator: op.operator.clone() };
             let new_node = Node::annotated(copy, inputs, node.name.clone(), node.annotations().clone());
@@ -352,7 +354,7 @@ impl Symbol {
     /// The graph autograd recorded for `heads` as a symbol (MXNet's `autograd.get_symbol`):
     /// recorded arrays' leaves become variables `var0`, `var1`, ... and operator nodes are
     /// named `<operator><count>`, so the symbol lists, saves and binds like a built one.
-    pub fn from_recorded(heads: &[Entry]) -> Symbol {
+    pub fn from_recorded(heads: &[Entry]) -> Result<Symbol> {
         let mut rebuilt: AddressMap<usize, Arc<Node>> = AddressMap::default();
         let mut variables = 0;
         let mut counts: HashMap<String, usize> = HashMap::new();
@@ -366,14 +368,14 @@ impl Symbol {
                     let count = counts.entry(op.name.to_lowercase()).or_default();
                     let name = format!("{}{}", op.name.to_lowercase(), count);
                     *count += 1;
-                    let inputs = node.inputs.iter().map(|e| Entry::new(rebuilt[&node_key(&e.node)].clone(), e.index)).collect();
+                    let inputs = node.inputs.iter().map(|e| recorded_entry(&rebuilt, e)).collect::<Result<_>>()?;
                     let op = NodeOp { name: op.name.clone(), attrs: op.attrs.clone(), operator: op.operator.clone() };
                     Node::annotated(op, inputs, name, Attrs::new())
                 }
             };
             rebuilt.insert(node_key(&node), copy);
         }
-        Symbol { outputs: heads.iter().map(|e| Entry::new(rebuilt[&node_key(&e.node)].clone(), e.index)).collect() }
+        Ok(Symbol { outputs: heads.iter().map(|e| recorded_entry(&rebuilt, e)).collect::<Result<_>>()? })
     }
 
     /// MXNet JSON text of the graph; `np_shape` records that its shapes follow NumPy semantics
@@ -420,6 +422,14 @@ fn annotated_shape(node: &Node) -> Option<PartialShape> {
 fn annotated_dtype(node: &Node) -> Option<DType> {
     let text = node.annotations().get("__dtype__")?.clone();
     text.parse::<i32>().ok().and_then(|flag| DType::from_flag(flag).ok()).or_else(|| DType::from_name(&text).ok())
+}
+
+/// `e` in the graph rebuilt from a recording: its node's copy (made before its readers, in
+/// topological order).
+fn recorded_entry(rebuilt: &AddressMap<usize, Arc<Node>>, e: &Entry) -> Result<Entry> {
+    let node =
+        rebuilt.get(&node_key(&e.node)).ok_or_else(|| crate::err!(Runtime, "recorded node '{}' was not copied before its reader", e.node.name))?;
+    Ok(Entry::new(node.clone(), e.index))
 }
 
 #[cfg(test)]
