@@ -654,7 +654,7 @@ class Adam(Optimizer):
     Weights are updated in groups of MXNET_OPTIMIZER_AGGREGATION_SIZE (45 by default, MXNet's
     LAMB default) by one multi_adam_update each, with the same values as one adam_update per
     weight. MXNet 1.x updates Adam's weights one at a time; for the small weights of an RNN or
-    an MLP the per-call dispatch costs more than the update (7 weights: 53 -> 20 us a step). A
+    an MLP the per-call dispatch costs more than the update (7 weights: 53 -> 35 us a step). A
     subclass that redefines ``update`` gets its weights one at a time, as in MXNet."""
 
     _fused_op, _fused_mp_op = "multi_adam_update", "multi_mp_adam_update"
