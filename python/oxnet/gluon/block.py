@@ -11,7 +11,6 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import _core, autograd, initializer
-from ..context import Context
 from .. import name as _name
 from .. import ndarray, symbol
 from ..ndarray import NDArray
@@ -661,15 +660,6 @@ class HybridBlock(Block):
         return _regroup(out, self._out_format)[0]
 
     def forward(self, x, *args):
-        if self._active and type(x) is NDArray and all(type(a) is NDArray for a in args):
-            # The usual hybridized call, dense arrays on one device: the checks below without
-            # building a Context per argument (a fixed cost of every training step).
-            device = x.handle.context
-            if all(a.handle.context == device for a in args):
-                with Context._from_tuple(device):
-                    if self._inlined(x, *args):
-                        return self._run_inlined(x, *args)
-                    return self._call_cached_op(x, *args)
         has_symbol, has_ndarray, contexts, ctx = _gather_type_ctx_info([x] + list(args))
         if has_symbol and has_ndarray:
             raise ValueError("A HybridBlock takes either NDArrays or Symbols, not a mix of both.")
