@@ -118,9 +118,9 @@ def main():
     print("test sums exactly right when rounded: %.1f%%" % (100 * exact))
 
     if args.compare:
-        # One bucket as long as the longest sequence: every batch padded to it.
-        padded = BucketedBatches(train_x, train_y, batch_size=args.batch_size, ratio=MAX_LENGTH, min_length=MAX_LENGTH,
-                                 seed=args.seed)
+        # The same batches in the same order, each padded to the longest length.
+        padded = BucketedBatches(train_x, train_y, batch_size=args.batch_size, ratio=args.ratio, min_length=2,
+                                 seed=args.seed, pad_to=MAX_LENGTH)
         _, padded_seconds, padded_loss = train(padded, args, args.seed)
         print("padded to %d: trained in %.1f s, final loss %.2e (bucketed: %.1f s, %.2e): bucketing %.2fx faster"
               % (MAX_LENGTH, padded_seconds, padded_loss, seconds, final_loss, padded_seconds / seconds))

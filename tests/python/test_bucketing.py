@@ -56,6 +56,27 @@ def test_batches_cover_every_example_once_padded_to_their_bucket():
     assert len(stats["buckets"]) <= stats["graphs"] <= 2 * len(stats["buckets"])
 
 
+def test_pad_to_gives_the_same_batches_in_the_same_order_padded_to_one_length():
+    sequences = _digits(120, seed=5)
+    bucketed = BucketedBatches(sequences, batch_size=8, ratio=1.5, pad_value=-1, seed=4)
+    padded = BucketedBatches(sequences, batch_size=8, ratio=1.5, pad_value=-1, seed=4, pad_to=50)
+    for _ in range(2):  # two passes: the shuffles stay in step
+        pairs = list(zip(bucketed, padded))
+        assert len(pairs) == len(bucketed) == len(padded)
+        for short, long in pairs:
+            assert list(short.indices) == list(long.indices) and long.bucket_length == 50
+            data, wide = short.data.asnumpy(), long.data.asnumpy()
+            assert wide.shape == (data.shape[0], 50)
+            assert (wide[:, :data.shape[1]] == data).all() and (wide[:, data.shape[1]:] == -1).all()
+            assert (short.lengths.asnumpy() == long.lengths.asnumpy()).all()
+    steps = sum(len(s) for s in sequences)
+    assert padded.stats()["padding_fraction"] == pytest.approx(1 - steps / (50 * len(sequences)))
+    assert padded.batch([0, 1]).data.shape == (2, 50)
+    assert padded.batch([0, 1], bucket_length=45).data.shape == (2, 45)
+    with pytest.raises(ValueError, match="pad_to=30 is shorter than the longest sequence"):
+        BucketedBatches(sequences, pad_to=30)
+
+
 def test_time_major_layout_discarded_last_batches_and_bad_input():
     sequences = [np.ones((n, 3)) * n for n in (2, 3, 3, 4, 7, 8)]
     batches = BucketedBatches(sequences, batch_size=2, ratio=2, layout="TNC", last_batch="discard", shuffle=False)

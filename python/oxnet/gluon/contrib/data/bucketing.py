@@ -93,11 +93,18 @@ class BucketedBatches:
         Where the arrays are made (the current context by default).
     seed : int, optional
         Seed of the shuffling (NumPy's global generator when None).
+    pad_to : int, optional
+        Pad every batch to this many steps instead of its bucket's length: the same batches, in
+        the same order for the same seed, with padding to the longest sequence, say, to measure
+        what bucketing saves (a net that reads the lengths learns the same either way).
+
+    Each bucket's examples are padded once, when the batches are made, as MXNet's
+    ``BucketSentenceIter`` does: a batch is then one gather from its bucket's padded array.
     """
 
     def __init__(self, sequences, labels=None, batch_size=32, ratio=1.5, min_length=1, pad_value=0,
                  layout="NTC", shuffle=True, last_batch="keep", dtype="float32", label_dtype="float32",
-                 ctx=None, seed=None):
+                 ctx=None, seed=None, pad_to=None):
         if layout not in ("NTC", "TNC"):
             raise ValueError("BucketedBatches: layout must be 'NTC' or 'TNC', got %r" % (layout,))
         if last_batch not in ("keep", "discard"):
@@ -132,7 +139,20 @@ class BucketedBatches:
         boundaries[-1] = max(self.lengths.max(), boundaries[0])
         padded = boundaries[np.searchsorted(boundaries, self.lengths)]
         self._buckets = {int(b): np.flatnonzero(padded == b) for b in np.unique(padded)}
+        if pad_to is not None and pad_to < self.lengths.max():
+            raise ValueError("BucketedBatches: pad_to=%r is shorter than the longest sequence (%d steps)"
+                             % (pad_to, self.lengths.max()))
+        self._pad_to = pad_to
+        self._padded = {bucket: self._pad(members, bucket if pad_to is None else pad_to)
+                        for bucket, members in self._buckets.items()}
         self._shapes_seen = set()
+
+    def _pad(self, indices, length):
+        """The examples at ``indices`` padded to ``length`` steps, batch-major."""
+        padded = np.full((len(indices), length) + self._feature_shape, self._pad_value, dtype=self._dtype)
+        for row, i in enumerate(indices):
+            padded[row, :self.lengths[i]] = self._sequences[i]
+        return padded
 
     @property
     def bucket_lengths(self):
@@ -140,11 +160,12 @@ class BucketedBatches:
         return sorted(self._buckets)
 
     def _batches_of(self, bucket):
-        members = self._buckets[bucket]
+        """(bucket, positions of the batch's examples among the bucket's) per batch."""
+        positions = np.arange(len(self._buckets[bucket]))
         if self._shuffle:
-            members = self._rng.permutation(members)
-        cut = range(0, len(members), self._batch_size)
-        batches = [members[i:i + self._batch_size] for i in cut]
+            positions = self._rng.permutation(positions)
+        cut = range(0, len(positions), self._batch_size)
+        batches = [positions[i:i + self._batch_size] for i in cut]
         if self._last_batch == "discard" and len(batches[-1]) < self._batch_size:
             batches.pop()
         return [(bucket, b) for b in batches]
@@ -160,22 +181,25 @@ class BucketedBatches:
         return sum(full) + (sum(1 for r in rest if r) if self._last_batch == "keep" else 0)
 
     def __iter__(self):
-        for bucket, indices in self._plan():
-            yield self.batch(indices, bucket)
+        for bucket, positions in self._plan():
+            indices = self._buckets[bucket][positions]
+            yield self._assemble(self._padded[bucket][positions], indices, self._pad_to or bucket)
 
     def batch(self, indices, bucket_length=None):
-        """The examples at ``indices`` as one batch, padded to ``bucket_length`` (their own
-        bucket's length by default)."""
+        """The examples at ``indices`` as one batch, padded to ``bucket_length`` (by default
+        ``pad_to``, else the bucket length that holds the longest of them)."""
         indices = np.asarray(indices)
         lengths = self.lengths[indices]
         if bucket_length is None:
-            bucket_length = max(b for b in self.bucket_lengths if b >= lengths.max())
+            bucket_length = self._pad_to or max(b for b in self.bucket_lengths if b >= lengths.max())
         if lengths.max() > bucket_length:
             raise ValueError("BucketedBatches.batch: a sequence of %d steps does not fit bucket length %d"
                              % (lengths.max(), bucket_length))
-        padded = np.full((len(indices), bucket_length) + self._feature_shape, self._pad_value, dtype=self._dtype)
-        for row, i in enumerate(indices):
-            padded[row, :lengths[row]] = self._sequences[i]
+        return self._assemble(self._pad(indices, bucket_length), indices, bucket_length)
+
+    def _assemble(self, padded, indices, bucket_length):
+        """The batch of the examples at ``indices``, ``padded`` batch-major."""
+        lengths = self.lengths[indices]
         if self._layout == "TNC":
             padded = padded.swapaxes(0, 1)
         data = nd.array(padded, ctx=self._ctx, dtype=self._dtype)
@@ -188,14 +212,15 @@ class BucketedBatches:
         """What bucketing does to this dataset:
 
         - ``buckets``: {bucket length: number of examples}
-        - ``padding_fraction``: share of the padded steps that are padding, over one pass
+        - ``padding_fraction``: share of the padded steps that are padding, over one pass (with
+          ``pad_to``, of the steps padded to it)
         - ``padding_fraction_to_longest``: the same when every batch is padded to the longest
           sequence (no bucketing)
         - ``graphs``: distinct batch shapes handed out so far, i.e. the input shapes a
           hybridized block has been specialized for (its cached graphs)
         """
         steps = int(self.lengths.sum())
-        padded = sum(int(b) * len(m) for b, m in self._buckets.items())
+        padded = sum(int(self._pad_to or b) * len(m) for b, m in self._buckets.items())
         longest = int(self.lengths.max()) * len(self.lengths)
         return {
             "buckets": {b: len(m) for b, m in sorted(self._buckets.items())},
