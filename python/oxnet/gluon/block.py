@@ -660,6 +660,14 @@ class HybridBlock(Block):
         return _regroup(out, self._out_format)[0]
 
     def forward(self, x, *args):
+        if isinstance(x, NDArray) and self._active:
+            # The usual hybridized call, arrays on one device: no walk over the arguments.
+            device = x.handle.context
+            if all(isinstance(a, NDArray) and a.handle.context == device for a in args):
+                with x.context:
+                    if self._inlined(x, *args):
+                        return self._run_inlined(x, *args)
+                    return self._call_cached_op(x, *args)
         has_symbol, has_ndarray, contexts, ctx = _gather_type_ctx_info([x] + list(args))
         if has_symbol and has_ndarray:
             raise ValueError("A HybridBlock takes either NDArrays or Symbols, not a mix of both.")

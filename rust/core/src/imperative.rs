@@ -131,6 +131,31 @@ pub fn invoke_operator(
     Ok(record_if_needed(name, operator, attrs, inputs, outputs))
 }
 
+/// Push `operator`'s kernel on `inputs` into `outputs`, whose shapes and dtypes a compiled
+/// graph's inference fixed for its input signature: [`invoke_operator`] without inferring and
+/// checking again on every call (a graph's steps were checked when it was compiled). Not
+/// recorded: the caller runs it only while autograd does not record.
+pub fn invoke_inferred(name: &str, operator: &Arc<dyn Operator>, inputs: &[NDArray], outputs: Vec<NDArray>) -> Result<Vec<NDArray>> {
+    let Some(ctx) = outputs.first().or(inputs.first()).map(NDArray::context) else {
+        return Ok(outputs);
+    };
+    match staging_for_unsafe_aliases(operator.as_ref(), inputs, &outputs, ctx)? {
+        None => push_kernel(name, operator, inputs, &outputs, &None),
+        Some(staged) => {
+            push_kernel(name, operator, inputs, &staged, &None);
+            for (tmp, dst) in staged.iter().zip(&outputs) {
+                copy(tmp, dst, None)?;
+            }
+        }
+    }
+    if engine::kind() == engine::EngineKind::Naive {
+        for o in &outputs {
+            o.wait_to_read()?;
+        }
+    }
+    Ok(outputs)
+}
+
 /// The device the call runs on, after checking its arity and that its inputs share one host
 /// device.
 fn validate(operator: &dyn Operator, inputs: &[NDArray], default_ctx: Context) -> Result<Context> {

@@ -76,6 +76,9 @@ struct Allocation {
 
 /// The gradient half of a recorded run.
 struct BackwardRun {
+    /// Shapes and dtypes of the gradient's inputs (the graph's inputs, the saved values, the
+    /// head gradients) that `steps` were compiled for.
+    signature: Vec<(Shape, DType)>,
     steps: Schedule,
     /// The gradient entries, in the order of the graph inputs that have one.
     targets: Vec<Entry>,
@@ -284,9 +287,18 @@ impl Graph {
         let forward_keys: Vec<EntryKey> = forward_nodes.iter().flat_map(|n| (0..n.num_outputs()).map(move |i| (node_key(n), i))).collect();
         let forward_blocks = layout.blocks_needed_by(&forward_keys);
         let backward = match plan {
-            Some(_) => {
+            Some(plan) => {
                 let mut steps = Schedule::new(backward_nodes);
                 steps.complete(&shapes)?;
+                steps.fix_outputs(&shapes, &types);
+                let entries = self.inputs.iter().map(|n| Entry::new(n.clone(), 0)).chain(plan.saved.iter().cloned());
+                let signature = entries
+                    .chain(plan.head_grads.iter().map(|n| Entry::new(n.clone(), 0)))
+                    .map(|e| match (shapes.get(&e.key()), types.get(&e.key())) {
+                        (Some(shape), Some(&dtype)) => Ok((shape.clone(), dtype)),
+                        _ => Err(crate::err!(Shape, "cannot infer the shape of '{}', which the cached graph's gradient reads", e.node.name)),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
                 // Saved values nothing reads (a layer's unused statistics) stay pinned, as in
                 // `layout`: the two layouts must agree on the forward steps, whose blocks the
                 // call has already filled when its backward picks one.
@@ -296,12 +308,13 @@ impl Graph {
                 if !consuming.places_alike(&layout, &forward_keys) {
                     crate::bail!(Runtime, "internal error: the memory plans of a cached graph's backward disagree on its forward values");
                 }
-                Some(BackwardRun { steps, targets: gradient_targets, consuming })
+                Some(BackwardRun { signature, steps, targets: gradient_targets, consuming })
             }
             None => None,
         };
         let mut forward = Schedule::new(forward_nodes);
         forward.complete(&shapes)?;
+        forward.fix_outputs(&shapes, &types);
         Ok(CompiledRun { targets, forward, layout, forward_blocks, backward, kept: Mutex::new(Vec::new()) })
     }
 
@@ -445,6 +458,18 @@ impl CachedBackward {
         let g = &self.graph;
         let backward =
             self.run.backward.as_ref().ok_or_else(|| crate::err!(Runtime, "a cached graph's gradient was compiled without its backward run"))?;
+        // The steps' output shapes were fixed for these input shapes: a head gradient of another
+        // shape must not reach them.
+        if let Some((i, (a, (shape, dtype)))) =
+            inputs.iter().zip(&backward.signature).enumerate().find(|(_, (a, (shape, dtype)))| a.shape() != shape || a.dtype() != *dtype)
+        {
+            let names = self.input_names();
+            let name = names.get(i).map_or("input", String::as_str);
+            crate::bail!(Shape, "_backward_CachedOp: {name} has shape {} and dtype {}, expected {shape} and {dtype}", a.shape(), a.dtype());
+        }
+        if inputs.len() != backward.signature.len() {
+            crate::bail!(Value, "_backward_CachedOp: expects {} inputs, got {}", backward.signature.len(), inputs.len());
+        }
         let (graph_inputs, rest) = inputs.split_at(g.inputs.len());
         let (saved, head_grads) = rest.split_at(self.plan.saved.len());
         let mut values: AddressMap<EntryKey, NDArray> = g.inputs.iter().zip(graph_inputs).map(|(n, a)| ((node_key(n), 0), a.detached())).collect();

@@ -25,13 +25,41 @@ pub struct Schedule {
     /// Operators of the nodes whose output shapes have unknown dimensions
     /// (`zeros(shape=(0, 50))`, an RNN cell's begin state), completed from the inferred shapes.
     pub(super) completed: AddressMap<usize, Arc<dyn Operator>>,
+    /// Per node (in order), its outputs' shapes and dtypes where [`Schedule::fix_outputs`]
+    /// fixed them for every run.
+    fixed: Vec<Option<Vec<(Shape, DType)>>>,
 }
 
 impl Schedule {
     /// `nodes`: operator nodes, in the order they run. Nodes whose output shapes depend on the
     /// graph need [`Schedule::complete`] before the run.
     pub fn new(nodes: Vec<Arc<Node>>) -> Schedule {
-        Schedule { nodes, completed: AddressMap::default() }
+        Schedule { nodes, completed: AddressMap::default(), fixed: Vec::new() }
+    }
+
+    /// Fix the output shapes and dtypes of the nodes whose outputs `shapes` and `types` hold,
+    /// for a schedule that always runs on inputs of the signature they were inferred from (a
+    /// compiled run of a cached graph): those nodes then push their kernels without inferring
+    /// and checking again on every call (MXNet's cached op keeps its inferred shapes the same
+    /// way). The operators that inference cannot fix (shapes that depend on input values) keep
+    /// the checked path.
+    pub fn fix_outputs(&mut self, shapes: &Inferred<Shape>, types: &Inferred<DType>) {
+        self.fixed = self
+            .nodes
+            .iter()
+            .map(|node| {
+                let op = node.op.as_ref()?;
+                if op.operator.shape_depends_on_values() {
+                    return None;
+                }
+                (0..node.num_outputs())
+                    .map(|i| {
+                        let key = (node_key(node), i);
+                        Some((shapes.get(&key)?.clone(), *types.get(&key)?))
+                    })
+                    .collect()
+            })
+            .collect();
     }
 
     /// Complete the operators whose output shapes have unknown dimensions from the run's
@@ -73,7 +101,9 @@ impl Schedule {
     ) -> Result<()> {
         let _symbolic = crate::profiler::symbolic_section();
         let mut observe = observe;
-        for node in &self.nodes {
+        // A recorded run (a backward with create_graph) records every call: the checked path.
+        let use_fixed = !crate::autograd::is_recording();
+        for (step, node) in self.nodes.iter().enumerate() {
             let op = node.op.as_ref().expect("a scheduled node is an operator node");
             let ctx = context_of(node.as_ref());
             let inputs = node
@@ -92,8 +122,17 @@ impl Schedule {
             let into: Vec<Option<NDArray>> = (0..node.num_outputs()).map(|i| storage.get(&(node_key(node), i)).cloned()).collect();
             let visible = op.operator.num_visible_outputs();
             let operator = self.completed.get(&node_key(node)).unwrap_or(&op.operator).clone();
+            let fixed = self.fixed.get(step).and_then(Option::as_ref).filter(|_| use_fixed);
             let outputs = match operator.run_on_host(&inputs, &into) {
                 Some(result) => result,
+                None if fixed.is_some() => {
+                    let signature = fixed.into_iter().flatten();
+                    into.into_iter()
+                        .zip(signature)
+                        .map(|(planned, (shape, dtype))| planned.map_or_else(|| NDArray::empty(shape.clone(), *dtype, ctx), Ok))
+                        .collect::<Result<Vec<_>>>()
+                        .and_then(|outputs| imperative::invoke_inferred(&op.name, &operator, &inputs, outputs))
+                }
                 // Every output planned, or every visible one (hidden outputs may be left to the
                 // operator), or some: the others are allocated as the operator infers them.
                 None if into.iter().all(Option::is_some) || into[..visible].iter().all(Option::is_some) && visible > 0 => {
