@@ -528,8 +528,10 @@ def array(source_array, ctx=None, dtype=None):
     if name == "bfloat16":
         # NumPy has no bfloat16 arithmetic type: convert through float32 in the core.
         return array(source_array, ctx=ctx, dtype="float32").astype("bfloat16")
-    # np.require keeps a 0-d source 0-d (np.ascontiguousarray would make it 1-d).
-    src = np.require(np.asarray(source_array, dtype=np_dtype(name)), requirements="C")
+    src = np.asarray(source_array, dtype=np_dtype(name))
+    if not src.flags.c_contiguous:
+        # (Never a 0-d source, which np.ascontiguousarray would make 1-d: those are contiguous.)
+        src = np.ascontiguousarray(src)
     return NDArray(_core.from_buffer(src.reshape(-1).view(np.uint8), list(src.shape), name, ctx._as_tuple()))
 
 
