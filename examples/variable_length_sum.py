@@ -57,6 +57,7 @@ def train(batches, args, seed):
     net.hybridize()
     trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": args.lr})
     loss_fn = gluon.loss.L2Loss()
+    loss_fn.hybridize()
     start = time.perf_counter()
     for epoch in range(args.epochs):
         # Cosine decay: large steps first, then small ones that settle on the exact sums.
