@@ -291,14 +291,17 @@ impl Graph {
                 let mut steps = Schedule::new(backward_nodes);
                 steps.complete(&shapes)?;
                 steps.fix_outputs(&shapes, &types);
-                let entries = self.inputs.iter().map(|n| Entry::new(n.clone(), 0)).chain(plan.saved.iter().cloned());
-                let signature = entries
-                    .chain(plan.head_grads.iter().map(|n| Entry::new(n.clone(), 0)))
-                    .map(|e| match (shapes.get(&e.key()), types.get(&e.key())) {
-                        (Some(shape), Some(&dtype)) => Ok((shape.clone(), dtype)),
-                        _ => Err(crate::err!(Shape, "cannot infer the shape of '{}', which the cached graph's gradient reads", e.node.name)),
-                    })
-                    .collect::<Result<Vec<_>>>()?;
+                // The graph's inputs, the saved values, the head gradients (shaped as the outputs,
+                // whether or not the gradient reads them).
+                let saved_values = plan.saved.iter().map(|e| match (shapes.get(&e.key()), types.get(&e.key())) {
+                    (Some(shape), Some(&dtype)) => Ok((shape.clone(), dtype)),
+                    _ => Err(crate::err!(Shape, "cannot infer the shape of '{}', which the cached graph's gradient reads", e.node.name)),
+                });
+                let heads = plan.head_grads.iter().map(|n| match (given_shapes.get(&node_key(n)), given_types.get(&node_key(n))) {
+                    (Some(shape), Some(&dtype)) => Ok((shape.clone(), dtype)),
+                    _ => Err(crate::err!(Shape, "cannot infer the shape of the cached graph's output gradient '{}'", n.name)),
+                });
+                let signature = key.signature.iter().cloned().map(Ok).chain(saved_values).chain(heads).collect::<Result<Vec<_>>>()?;
                 // Saved values nothing reads (a layer's unused statistics) stay pinned, as in
                 // `layout`: the two layouts must agree on the forward steps, whose blocks the
                 // call has already filled when its backward picks one.
