@@ -367,3 +367,77 @@ def test_get_symbol_returns_the_recorded_graph():
     np.testing.assert_allclose(out.asnumpy(), y.asnumpy(), rtol=1e-6)
     with pytest.raises(mx.MXNetError, match="not recorded"):
         mx.autograd.get_symbol(mx.nd.ones((1,)))
+
+
+def _recorded_step(x, w, scalar):
+    with autograd.record():
+        y = (mx.nd.dot(x, w) * scalar).tanh().sum(axis=1)
+    return y
+
+
+def test_repeated_recordings_reuse_a_compiled_gradient_only_when_it_applies(ctx):
+    # A loop records the same graph every step; what it computes must be what an uncached
+    # gradient (autograd.grad, built afresh) computes, whatever changed between steps: values,
+    # an attribute, a shape, the gradient request, a given head gradient.
+    rng = np.random.RandomState(0)
+    w = mx.nd.array(rng.rand(4, 3), ctx=ctx)
+    w.attach_grad()
+    cases = [((5, 4), 2.0, None), ((5, 4), 2.0, None), ((5, 4), 3.0, None), ((7, 4), 3.0, None),
+             ((7, 4), 3.0, rng.rand(7)), ((7, 4), 3.0, None)]
+    for shape, scalar, head in cases:
+        x = mx.nd.array(rng.rand(*shape), ctx=ctx)
+        head_grad = None if head is None else mx.nd.array(head, ctx=ctx)
+        expected = autograd.grad(_recorded_step(x, w, scalar), [w], head_grads=head_grad)[0].asnumpy()
+        _recorded_step(x, w, scalar).backward(head_grad)
+        assert_almost_equal(w.grad.asnumpy(), expected, rtol=1e-5, atol=1e-6)
+    # grad_req 'add' accumulates through the reused gradient too.
+    w.attach_grad(grad_req="add")
+    x = mx.nd.array(rng.rand(5, 4), ctx=ctx)
+    once = autograd.grad(_recorded_step(x, w, 2.0), [w])[0].asnumpy()
+    for _ in range(3):
+        _recorded_step(x, w, 2.0).backward()
+    assert_almost_equal(w.grad.asnumpy(), 3 * once, rtol=1e-5, atol=1e-6)
+
+
+def test_function_gradients_are_never_reused(ctx):
+    # Each call's backward reads what that call's forward stored on its own instance.
+    class Scale(autograd.Function):
+        def forward(self, x, factor):
+            self.factor = float(factor.asscalar())
+            return x * self.factor
+
+        def backward(self, dy):
+            return dy * self.factor, mx.nd.zeros((1,), ctx=ctx)
+
+    x = mx.nd.ones((3,), ctx=ctx)
+    x.attach_grad()
+    for factor in (2.0, 5.0, -1.0):
+        with autograd.record():
+            y = Scale()(x, mx.nd.array([factor], ctx=ctx))
+        y.backward()
+        assert x.grad.asnumpy().tolist() == [factor] * 3
+
+
+def test_hybridized_training_steps_match_imperative_ones_across_shapes(ctx):
+    # A hybridized block's gradient finds its own call's saved values whichever call of the
+    # compiled run it serves; two calls recorded together each get their own.
+    def build(hybridize):
+        net = mx.gluon.nn.HybridSequential()
+        net.add(mx.gluon.nn.Dense(6, activation="tanh", in_units=4), mx.gluon.nn.Dense(1, in_units=6))
+        net.initialize(mx.init.Xavier(), ctx=ctx)
+        if hybridize:
+            net.hybridize()
+        return net
+
+    imperative, hybrid = build(False), build(True)
+    for p, q in zip(imperative.collect_params().values(), hybrid.collect_params().values()):
+        q.set_data(p.data())
+    rng = np.random.RandomState(1)
+    for rows in (3, 3, 5, 3, 5):
+        a, b = (mx.nd.array(rng.rand(rows, 4), ctx=ctx) for _ in range(2))
+        for net in (imperative, hybrid):
+            with autograd.record():
+                loss = (net(a) * net(b)).sum() + (net(a) ** 2).mean()
+            loss.backward()
+        for p, q in zip(imperative.collect_params().values(), hybrid.collect_params().values()):
+            assert_almost_equal(q.grad().asnumpy(), p.grad().asnumpy(), rtol=1e-4, atol=1e-6)

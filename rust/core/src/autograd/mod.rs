@@ -8,6 +8,8 @@
 // bad input can only ever produce an error (issue 23's lint discipline, as in `io`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
+mod compiled;
+
 use std::cell::Cell;
 use std::sync::Arc;
 
@@ -180,7 +182,7 @@ pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>,
     }
     let _flags = FlagsGuard::set(false, options.train_mode);
     let mut head_entries = Vec::with_capacity(heads.len());
-    let mut grad_entries = Vec::with_capacity(heads.len());
+    let mut grad_arrays = Vec::with_capacity(heads.len());
     for (head, grad) in heads.iter().zip(head_grads) {
         let Some(entry) = head.autograd_entry() else { crate::bail!(Value, "{NOT_IN_GRAPH}") };
         // A graph already differentiated without retain_graph has released its values.
@@ -192,10 +194,11 @@ pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>,
             None => imperative::invoke("ones_like", &[head.detached()], &Attrs::new(), None, head.context(), None)?.swap_remove(0),
         };
         head_entries.push(entry.clone());
-        grad_entries.push(Entry::new(Node::leaf("head_grad", grad, None, GradReq::Null), 0));
+        grad_arrays.push(grad);
     }
     let forward = topo_order(&head_entries, |_| false);
     let forward_keys: AddressSet<usize> = forward.iter().map(node_key).collect();
+    let marked_variables = matches!(wrt, Wrt::MarkedVariables);
 
     let (xs, stored): (Vec<Entry>, Vec<(NDArray, GradReq)>) = match wrt {
         Wrt::Arrays(arrays) => {
@@ -223,35 +226,32 @@ pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>,
             })
             .unzip(),
     };
-    let grads = gradient::gradient(&head_entries, &grad_entries, &xs, &recorded_shape)?;
-
-    let targets: Vec<Entry> = grads.iter().flatten().cloned().collect();
     let ctx = first_head.context();
-    // A gradient computed for exactly one 'write' buffer is computed into it (MXNet's kWriteTo)
-    // instead of into a fresh array copied over afterwards.
-    let mut destinations: AddressMap<EntryKey, NDArray> = AddressMap::default();
-    if !options.create_graph {
-        let mut claims: AddressMap<EntryKey, usize> = AddressMap::default();
-        for grad in grads.iter().flatten() {
-            *claims.entry(grad.key()).or_default() += 1;
-        }
-        for (grad, (buffer, req)) in grads.iter().zip(&stored) {
-            if let Some(grad) = grad.as_ref().filter(|g| *req == GradReq::Write && claims.get(&g.key()) == Some(&1)) {
-                destinations.insert(grad.key(), buffer.clone());
-            }
-        }
-    }
-    let values = {
-        let _recording = FlagsGuard::set(options.create_graph, options.train_mode);
-        let _releasing = ReleasingGuard::set(!options.retain_graph && !options.create_graph);
-        let create_graph = options.create_graph;
-        executor::run(&targets, &destinations, ctx, |node| resolve(node, &forward_keys, create_graph))?
+    // A training loop's recording repeats: its compiled gradient is kept and run again. (Not
+    // for a backward that keeps the graph: a kept gradient's placeholders share the recorded
+    // operators, and a cached graph's call keeps its blocks until a backward releases them.)
+    let reused = if marked_variables && !options.create_graph && !options.retain_graph {
+        let given: Vec<bool> = head_grads.iter().map(Option::is_some).collect();
+        let recording = compiled::Recording {
+            forward: &forward,
+            heads: &head_entries,
+            head_grads: &grad_arrays,
+            head_grads_given: &given,
+            train_mode: options.train_mode,
+        };
+        let _releasing = ReleasingGuard::set(true);
+        compiled::gradients(&recording, &stored, ctx)?
+    } else {
+        None
     };
-    let mut values = values.into_iter();
+    let computed = match reused {
+        Some(computed) => computed,
+        None => differentiate(&head_entries, grad_arrays, &xs, &stored, ctx, &forward_keys, &options)?,
+    };
     let mut results = Vec::with_capacity(xs.len());
-    for (x, grad) in xs.iter().zip(&grads) {
+    for (x, grad) in xs.iter().zip(computed) {
         let value = match grad {
-            Some(_) => values.next().expect("one value per gradient target"),
+            Some(value) => value,
             None => {
                 let x_value = leaf_or_output(x)?;
                 imperative::invoke("zeros_like", &[x_value], &Attrs::new(), None, ctx, None)?.swap_remove(0)
@@ -281,6 +281,44 @@ pub fn backward(heads: &[NDArray], head_grads: &[Option<NDArray>], wrt: Wrt<'_>,
         }
     }
     Ok(Vec::new())
+}
+
+/// The gradients of `heads` (weighted by `head_grads`) for each of `xs` (`None` where the heads
+/// do not depend on it), built and run for this one backward pass.
+fn differentiate(
+    heads: &[Entry],
+    head_grads: Vec<NDArray>,
+    xs: &[Entry],
+    stored: &[(NDArray, GradReq)],
+    ctx: crate::base::Context,
+    forward_keys: &AddressSet<usize>,
+    options: &BackwardOptions,
+) -> Result<Vec<Option<NDArray>>> {
+    let grad_entries: Vec<Entry> = head_grads.into_iter().map(|grad| Entry::new(Node::leaf("head_grad", grad, None, GradReq::Null), 0)).collect();
+    let grads = gradient::gradient(heads, &grad_entries, xs, &recorded_shape)?;
+    let targets: Vec<Entry> = grads.iter().flatten().cloned().collect();
+    // A gradient computed for exactly one 'write' buffer is computed into it (MXNet's kWriteTo)
+    // instead of into a fresh array copied over afterwards.
+    let mut destinations: AddressMap<EntryKey, NDArray> = AddressMap::default();
+    if !options.create_graph {
+        let mut claims: AddressMap<EntryKey, usize> = AddressMap::default();
+        for grad in grads.iter().flatten() {
+            *claims.entry(grad.key()).or_default() += 1;
+        }
+        for (grad, (buffer, req)) in grads.iter().zip(stored) {
+            if let Some(grad) = grad.as_ref().filter(|g| *req == GradReq::Write && claims.get(&g.key()) == Some(&1)) {
+                destinations.insert(grad.key(), buffer.clone());
+            }
+        }
+    }
+    let values = {
+        let _recording = FlagsGuard::set(options.create_graph, options.train_mode);
+        let _releasing = ReleasingGuard::set(!options.retain_graph && !options.create_graph);
+        let create_graph = options.create_graph;
+        executor::run(&targets, &destinations, ctx, |node| resolve(node, forward_keys, create_graph))?
+    };
+    let mut values = values.into_iter();
+    Ok(grads.iter().map(|g| g.as_ref().and_then(|_| values.next())).collect())
 }
 
 thread_local! {
@@ -376,6 +414,9 @@ impl Operator for HostFunction {
     }
     fn forward(&self, _ctx: &crate::op::ExecContext, _inputs: &[crate::op::Tensor], _outputs: &[crate::op::Tensor]) -> Result<()> {
         crate::bail!(Value, "an autograd.Function is computed by its Python forward, not by the engine")
+    }
+    fn gradient_identity(&self) -> crate::op::GradientIdentity {
+        crate::op::GradientIdentity::Unique
     }
     fn gradient(&self, d: &mut crate::op::grad::Grad) -> Result<crate::op::grad::InputGrads> {
         let backward = Arc::new(HostFunctionBackward { num_inputs: self.num_inputs, num_outputs: self.num_outputs, backward: self.backward.clone() });

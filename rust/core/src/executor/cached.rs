@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use super::plan::{Layout, LayoutRequest, Schedule, StepObserver};
 use super::{monitor_node, Monitored};
@@ -22,7 +22,7 @@ use crate::error::Result;
 use crate::graph::{address, node_key, topo_order, AddressMap, AddressSet, Entry, EntryKey, Node};
 use crate::ndarray::NDArray;
 use crate::op::grad::{Grad, InputGrads};
-use crate::op::{Attrs, ExecContext, Operator, Tensor};
+use crate::op::{Attrs, ExecContext, GradientIdentity, Operator, Tensor};
 use crate::pass::fuse::fusion_enabled;
 use crate::pass::gradient::{self, SymbolGradient};
 use crate::pass::inference_graph;
@@ -99,11 +99,41 @@ struct CompiledRun {
     layout: Layout,
     /// How many of the layout's blocks the forward steps use (a prefix, allocated per call).
     forward_blocks: usize,
+    /// Whether a saved value lives in the forward blocks (else a recorded call need not keep
+    /// them: its gradient reads nothing there).
+    saved_in_blocks: bool,
     backward: Option<BackwardRun>,
     /// With `static_alloc`, allocations kept for later calls; one is free for a call when this
     /// list holds its only reference.
     // Lock invariant: held only to take or add an allocation, never while running the graph.
     kept: Mutex<Vec<Arc<Allocation>>>,
+    /// The blocks of the recorded calls whose gradient has not released them yet: the gradient
+    /// finds its call's among them by the saved values they hold, so that a gradient graph
+    /// holds nothing of one call and serves every call alike (autograd reuses it).
+    // Lock invariant: held only to add, prune or search the list, never while running the graph.
+    in_flight: Mutex<Vec<Weak<CallBlocks>>>,
+}
+
+/// A recorded call's forward blocks, until a backward that releases the graph takes them.
+type CallBlocks = Mutex<Option<Arc<Allocation>>>;
+
+impl CompiledRun {
+    /// Remember a recorded call's blocks for its gradient, forgetting calls that are gone.
+    fn track(&self, blocks: &Arc<CallBlocks>) {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        in_flight.retain(|call| call.strong_count() > 0);
+        in_flight.push(Arc::downgrade(blocks));
+    }
+
+    /// The blocks of the recorded call that computed `saved` (views into its blocks), if that
+    /// call is still alive and its blocks not yet released.
+    fn blocks_holding(&self, saved: &[NDArray]) -> Option<Arc<CallBlocks>> {
+        let in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        in_flight.iter().filter_map(Weak::upgrade).find(|call| {
+            let slot = call.lock().unwrap_or_else(|p| p.into_inner());
+            slot.as_ref().is_some_and(|allocation| saved.iter().any(|value| allocation.blocks.iter().any(|block| block.same_chunk(value))))
+        })
+    }
 }
 
 struct Graph {
@@ -191,7 +221,11 @@ impl CachedOp {
         let run = graph.compiled(RunKey { signature, ctx, needed: Some(needed), fused: false }, Some(&plan))?;
         let allocation = graph.allocation(&run)?;
         let outputs = graph.forward(&run, &allocation, inputs, ctx, observe)?;
-        let call = CachedCall { graph: graph.clone(), plan, run, allocation: Arc::new(Mutex::new(Some(allocation))) };
+        let blocks = Arc::new(Mutex::new(run.saved_in_blocks.then_some(allocation)));
+        if run.saved_in_blocks {
+            run.track(&blocks);
+        }
+        let call = CachedCall { graph: graph.clone(), plan, run, _blocks: blocks };
         let mut recorded = autograd::record("_CachedOp", Arc::new(call), &Attrs::new(), inputs, outputs);
         recorded.truncate(graph.symbol.outputs.len());
         Ok(recorded)
@@ -286,6 +320,7 @@ impl Graph {
         let layout = Layout::plan(&request(&saved));
         let forward_keys: Vec<EntryKey> = forward_nodes.iter().flat_map(|n| (0..n.num_outputs()).map(move |i| (node_key(n), i))).collect();
         let forward_blocks = layout.blocks_needed_by(&forward_keys);
+        let saved_in_blocks = layout.blocks_needed_by(&saved) > 0;
         let backward = match plan {
             Some(plan) => {
                 let mut steps = Schedule::new(backward_nodes);
@@ -318,7 +353,16 @@ impl Graph {
         let mut forward = Schedule::new(forward_nodes);
         forward.complete(&shapes)?;
         forward.fix_outputs(&shapes, &types);
-        Ok(CompiledRun { targets, forward, layout, forward_blocks, backward, kept: Mutex::new(Vec::new()) })
+        Ok(CompiledRun {
+            targets,
+            forward,
+            layout,
+            forward_blocks,
+            saved_in_blocks,
+            backward,
+            kept: Mutex::new(Vec::new()),
+            in_flight: Mutex::new(Vec::new()),
+        })
     }
 
     /// Storage for one call of `run`: a kept allocation no other call holds (`static_alloc`),
@@ -365,10 +409,11 @@ struct CachedCall {
     graph: Arc<Graph>,
     plan: Arc<GradientPlan>,
     run: Arc<CompiledRun>,
-    /// The call's forward blocks, which hold the saved values and which its gradient's
-    /// temporaries reuse; released when a backward releases the graph.
-    // Lock invariant: held only to clone or take the allocation.
-    allocation: Arc<Mutex<Option<Arc<Allocation>>>>,
+    /// Keeps the call's forward blocks (which hold the saved values, and which its gradient's
+    /// temporaries reuse) alive while the call is recorded: the gradient finds them through
+    /// `run`, and a backward that releases the graph takes them out.
+    // Lock invariant: the slot's lock is held only to clone or take the allocation.
+    _blocks: Arc<CallBlocks>,
 }
 
 impl CachedCall {
@@ -404,13 +449,17 @@ impl Operator for CachedCall {
         let ctx = inputs.first().map_or(Context::cpu(0), NDArray::context);
         Some(self.graph.allocation(&self.run).and_then(|allocation| self.graph.forward(&self.run, &allocation, inputs, ctx, None)))
     }
+    /// The compiled run (graph, input signature, gradient plan); the gradient holds nothing of
+    /// this call (it finds the call's blocks by its saved values).
+    fn gradient_identity(&self) -> GradientIdentity {
+        GradientIdentity::Shared(Arc::as_ptr(&self.run) as usize)
+    }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let visible = self.visible();
         let mut node_inputs: Vec<Entry> = (0..d.num_inputs()).map(|i| d.input(i)).collect();
         node_inputs.extend((visible..d.num_outputs()).map(|i| d.output(i)));
         node_inputs.extend(d.out_grads()[..visible].iter().cloned());
-        let backward =
-            CachedBackward { graph: self.graph.clone(), plan: self.plan.clone(), run: self.run.clone(), allocation: self.allocation.clone() };
+        let backward = CachedBackward { graph: self.graph.clone(), plan: self.plan.clone(), run: self.run.clone() };
         let mut grads = d.instance_outputs("_backward_CachedOp", Arc::new(backward), &node_inputs).into_iter();
         Ok(self.plan.grads.iter().map(|g| g.as_ref().and_then(|_| grads.next())).collect())
     }
@@ -422,7 +471,6 @@ struct CachedBackward {
     graph: Arc<Graph>,
     plan: Arc<GradientPlan>,
     run: Arc<CompiledRun>,
-    allocation: Arc<Mutex<Option<Arc<Allocation>>>>,
 }
 
 /// `into[i]` for each target i whose entry no other target shares (an array can take one value).
@@ -481,14 +529,16 @@ impl CachedBackward {
         // A backward that releases the graph may overwrite the saved values after their last
         // use (and frees the call's blocks after it); one that keeps the graph may not.
         let releases = autograd::backward_releases_graph();
-        let forward_blocks = {
-            let mut slot = self.allocation.lock().unwrap_or_else(|p| p.into_inner());
+        // The call's own blocks, found by the saved values they hold (none when every saved
+        // value is an output of the call, or a backward released them already: then new ones).
+        let forward_blocks = self.run.blocks_holding(saved).and_then(|call| {
+            let mut slot = call.lock().unwrap_or_else(|p| p.into_inner());
             if releases {
                 slot.take()
             } else {
                 slot.clone()
             }
-        };
+        });
         let layout = if releases { &backward.consuming } else { &self.run.layout };
         g.last_planned.store(layout.total_bytes(), Ordering::Relaxed);
         let mut blocks = match &forward_blocks {

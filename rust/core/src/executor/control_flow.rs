@@ -28,7 +28,7 @@ use crate::imperative;
 use crate::ndarray::NDArray;
 use crate::op::grad::{Grad, InputGrads};
 use crate::op::params::{check_known, parse_value};
-use crate::op::{Attrs, ExecContext, Operator, Tensor};
+use crate::op::{Attrs, ExecContext, GradientIdentity, Operator, Tensor};
 use crate::pass::gradient::SymbolGradient;
 use crate::pass::infer;
 use crate::symbol::Symbol;
@@ -569,6 +569,10 @@ impl Operator for Foreach {
     fn run_on_host(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
         Some(self.run(inputs))
     }
+    /// The gradient runs the subgraphs this instance holds.
+    fn gradient_identity(&self) -> GradientIdentity {
+        GradientIdentity::Unique
+    }
     fn gradient(&self, g: &mut Grad) -> Result<InputGrads> {
         self.body.gradient(Self::NAME)?;
         let backward = ForeachBackward { forward: self.clone() };
@@ -878,6 +882,10 @@ impl Operator for WhileLoop {
     fn run_on_host(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
         Some(self.run(inputs))
     }
+    /// The gradient runs the subgraphs this instance holds.
+    fn gradient_identity(&self) -> GradientIdentity {
+        GradientIdentity::Unique
+    }
     fn gradient(&self, g: &mut Grad) -> Result<InputGrads> {
         self.func.gradient(Self::NAME)?;
         Ok(gradient_node(g, "_backward_while_loop", self.num_visible(), Arc::new(WhileLoopBackward { forward: self.clone() })))
@@ -1122,6 +1130,10 @@ impl Operator for Cond {
     }
     fn run_on_host(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
         Some(self.run(inputs))
+    }
+    /// The gradient runs the subgraphs this instance holds.
+    fn gradient_identity(&self) -> GradientIdentity {
+        GradientIdentity::Unique
     }
     fn gradient(&self, g: &mut Grad) -> Result<InputGrads> {
         for branch in &self.branches {

@@ -55,16 +55,30 @@ pub fn monitor_node(node: &Arc<Node>, inputs: &[NDArray], outputs: &[NDArray], w
     }
 }
 
-/// Values of `targets`. `resolve` says, once per node, whether its values are known; nodes it
-/// asks to compute must have an operator. Recorded graphs (autograd's backward, control-flow
-/// bodies) run here, compiled and planned for this one run; executors and cached graphs keep
-/// their compiled [`Schedule`] and [`Layout`] across runs.
-pub fn run(
+/// A recorded graph (autograd's backward, a control-flow body) compiled for the shapes, dtypes
+/// and devices of the values it starts from: its steps, with their output shapes fixed, and a
+/// memory plan. It runs again on other values of the same signature (autograd keeps those of
+/// repeated backward passes).
+pub struct CompiledGraph {
+    targets: Vec<Entry>,
+    schedule: Schedule,
+    /// The memory plan; `None` for a recording run (a backward with create_graph keeps every
+    /// value it computes for the next differentiation: nothing may share memory then).
+    layout: Option<Layout>,
+    /// The device of each step.
+    contexts: AddressMap<usize, Context>,
+    ctx: Context,
+}
+
+/// Compile the graph computing `targets`. `resolve` says, once per node, whether its values are
+/// known; nodes it asks to compute must have an operator. `destinations` are the targets the
+/// caller provides storage for. Returns the compiled graph and the known values to run it on.
+pub fn compile(
     targets: &[Entry],
-    destinations: &AddressMap<EntryKey, NDArray>,
+    destinations: &AddressSet<EntryKey>,
     ctx: Context,
     mut resolve: impl FnMut(&Arc<Node>) -> Result<Source>,
-) -> Result<Vec<NDArray>> {
+) -> Result<(CompiledGraph, AddressMap<EntryKey, NDArray>)> {
     let mut values: AddressMap<EntryKey, NDArray> = AddressMap::default();
     let mut failure = None;
     let order = topo_order(targets, |node| match resolve(node) {
@@ -91,30 +105,51 @@ pub fn run(
     let mut schedule = Schedule::new(crate::pass::gradient::accumulate_early(to_compute.iter().map(|n| (*n).clone()).collect()));
     schedule.completed = complete_partial_operators(targets, &to_compute, &values)?;
     let inferred = schedule.infer_locally(&values, ctx);
-    let context_of = |n: &Node| inferred.contexts.get(&address(n)).copied().unwrap_or(ctx);
-    // A recording run (a backward with create_graph) keeps every value it computes for the
-    // next differentiation: nothing may share memory then.
-    let mut storage = if autograd::is_recording() {
-        AddressMap::default()
-    } else {
+    schedule.fix_outputs(&inferred.shapes, &inferred.types);
+    let layout = (!autograd::is_recording()).then(|| {
         let pinned: AddressSet<EntryKey> = targets.iter().map(Entry::key).collect();
-        let external: AddressSet<EntryKey> = destinations.keys().copied().collect();
-        let layout = Layout::plan(&LayoutRequest {
+        let context_of = |n: &Node| inferred.contexts.get(&address(n)).copied().unwrap_or(ctx);
+        Layout::plan(&LayoutRequest {
             steps: schedule.nodes(),
             shapes: &inferred.shapes,
             types: &inferred.types,
             pinned: &pinned,
-            external: &external,
+            external: destinations,
             context: &context_of,
-        });
-        layout.storage(&layout.allocate(0..layout.block_count())?)?
-    };
-    storage.extend(destinations.iter().map(|(k, a)| (*k, a.clone())));
-    schedule.run(&mut values, &storage, &context_of, None)?;
-    targets
-        .iter()
-        .map(|t| values.get(&t.key()).cloned().ok_or_else(|| crate::err!(Runtime, "graph output of node '{}' was not computed", t.node.name)))
-        .collect()
+        })
+    });
+    let graph = CompiledGraph { targets: targets.to_vec(), schedule, layout, contexts: inferred.contexts, ctx };
+    Ok((graph, values))
+}
+
+impl CompiledGraph {
+    /// The targets' values, computed from `values` (the known values, by the keys of the nodes
+    /// the graph was compiled with), writing the targets in `destinations` into those arrays.
+    pub fn run(&self, mut values: AddressMap<EntryKey, NDArray>, destinations: &AddressMap<EntryKey, NDArray>) -> Result<Vec<NDArray>> {
+        let mut storage = match &self.layout {
+            Some(layout) => layout.storage(&layout.allocate(0..layout.block_count())?)?,
+            None => AddressMap::default(),
+        };
+        storage.extend(destinations.iter().map(|(k, a)| (*k, a.clone())));
+        let context_of = |n: &Node| self.contexts.get(&address(n)).copied().unwrap_or(self.ctx);
+        self.schedule.run(&mut values, &storage, &context_of, None)?;
+        self.targets
+            .iter()
+            .map(|t| values.get(&t.key()).cloned().ok_or_else(|| crate::err!(Runtime, "graph output of node '{}' was not computed", t.node.name)))
+            .collect()
+    }
+}
+
+/// Values of `targets`, compiled and planned for this one run (see [`compile`]).
+pub fn run(
+    targets: &[Entry],
+    destinations: &AddressMap<EntryKey, NDArray>,
+    ctx: Context,
+    resolve: impl FnMut(&Arc<Node>) -> Result<Source>,
+) -> Result<Vec<NDArray>> {
+    let external: AddressSet<EntryKey> = destinations.keys().copied().collect();
+    let (graph, values) = compile(targets, &external, ctx, resolve)?;
+    graph.run(values, destinations)
 }
 
 /// Operators for the nodes whose output shapes have unknown dimensions (`zeros(shape=(2, 0, 8))`),

@@ -205,6 +205,20 @@ pub struct ExecContext {
     pub is_train: bool,
 }
 
+/// See [`Operator::gradient_identity`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GradientIdentity {
+    /// The operator's name and attributes define it (every operator the registry makes from
+    /// them).
+    Attributes,
+    /// They and this shared object do (a cached graph's compiled run, by address: the object
+    /// lives as long as a gradient built from it).
+    Shared(usize),
+    /// The gradient uses what this one instance holds (a host callback, a subgraph): never
+    /// reused for another call.
+    Unique,
+}
+
 /// A parsed operator instance.
 pub trait Operator: Send + Sync + 'static {
     /// Argument names of the inputs, in order (`data`, `lhs`/`rhs`, `weight`, ...).
@@ -341,6 +355,11 @@ pub trait Operator: Send + Sync + 'static {
         _into: &[Option<crate::ndarray::NDArray>],
     ) -> Option<Result<Vec<crate::ndarray::NDArray>>> {
         None
+    }
+    /// What besides the graph around it and the shapes decides this operator's gradient: autograd
+    /// reuses the compiled gradient of a recording that repeats an earlier one node for node.
+    fn gradient_identity(&self) -> GradientIdentity {
+        GradientIdentity::Attributes
     }
     /// Input gradients as graph nodes of registered operators (see [`grad`]).
     fn gradient(&self, _g: &mut grad::Grad) -> Result<grad::InputGrads> {
