@@ -1,5 +1,7 @@
 """A hybridized block runs a compiled graph with the executor's static memory plan: planned
 memory, static_alloc, mirroring, and gradients that stay right when the plan reuses memory."""
+import gc
+
 import numpy as np
 import pytest
 
@@ -149,3 +151,26 @@ def test_inference_plan_reuses_blocks_across_layers():
     for _ in range(2):
         np.testing.assert_allclose(net(x).asnumpy(), expected, rtol=1e-5, atol=1e-6)
     assert 0 < net.planned_memory() <= 2 * batch * hidden * 4
+
+
+def test_a_dropped_static_alloc_block_leaves_no_memory_behind():
+    # autograd keeps the compiled gradients of repeated recordings; those of a block that can
+    # no longer be called must not keep its static_alloc buffers alive.
+    def live():
+        mx.nd.waitall()
+        gc.collect()
+        return mx._core.cpu_pool_stats()[5]
+
+    x = mx.nd.ones((64, 512))
+    before = live()
+    for _ in range(3):
+        net = gluon.nn.HybridSequential()
+        net.add(gluon.nn.Dense(2048, activation="relu", in_units=512), gluon.nn.Dense(10, in_units=2048))
+        net.initialize()
+        net.hybridize(static_alloc=True)
+        for _ in range(2):
+            with autograd.record():
+                loss = net(x).sum()
+            loss.backward()
+        del net, loss
+    assert live() == before

@@ -258,6 +258,13 @@ pub(super) fn gradients(recording: &Recording<'_>, buffers: &[(NDArray, GradReq)
     Ok(Some(result))
 }
 
+/// Drop the kept gradients of recordings that called an operator with `identity` (its owner
+/// is gone: no later recording can match them, and they would keep what it held alive).
+pub(crate) fn forget(identity: GradientIdentity) {
+    let mut kept = COMPILED.lock().unwrap_or_else(|p| p.into_inner());
+    kept.retain(|compiled| !compiled.nodes.iter().any(|node| matches!(node, NodeSignature::Call { identity: i, .. } if *i == identity)));
+}
+
 /// Build the gradient of `recording` over placeholders of its nodes and compile it.
 fn compile(
     recording: &Recording<'_>,

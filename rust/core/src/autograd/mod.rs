@@ -321,6 +321,12 @@ fn differentiate(
     Ok(grads.iter().map(|g| g.as_ref().and_then(|_| values.next())).collect())
 }
 
+/// Forget the gradients kept for recordings that called an operator with `identity` (a cached
+/// graph's run whose graph can no longer be called).
+pub(crate) fn forget_gradients_of(identity: crate::op::GradientIdentity) {
+    compiled::forget(identity);
+}
+
 thread_local! {
     /// Whether the backward pass running on this thread releases the graph's values when done.
     static RELEASING_GRAPH: Cell<bool> = const { Cell::new(false) };

@@ -155,6 +155,22 @@ struct Graph {
 #[derive(Clone)]
 pub struct CachedOp {
     graph: Arc<Graph>,
+    _owner: Arc<Owner>,
+}
+
+/// Dropped with the last clone of a [`CachedOp`]: recorded calls and autograd's kept gradients
+/// may still hold the graph, but nothing can call it again, so what is kept only for later
+/// calls goes (the `static_alloc` blocks, the compiled gradients keyed by its runs).
+struct Owner(Arc<Graph>);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let runs: Vec<Arc<CompiledRun>> = self.0.runs.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        for run in runs {
+            run.kept.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            autograd::forget_gradients_of(GradientIdentity::Shared(Arc::as_ptr(&run) as usize));
+        }
+    }
 }
 
 impl CachedOp {
@@ -171,7 +187,8 @@ impl CachedOp {
         let symbol = if cse::enabled() { Symbol { outputs: cse::eliminate_common_expr(&symbol.outputs)? } } else { symbol };
         let graph =
             Graph { symbol, inputs, flags, plans: Mutex::new(HashMap::new()), runs: Mutex::new(HashMap::new()), last_planned: AtomicUsize::new(0) };
-        Ok(CachedOp { graph: Arc::new(graph) })
+        let graph = Arc::new(graph);
+        Ok(CachedOp { graph: graph.clone(), _owner: Arc::new(Owner(graph)) })
     }
 
     pub fn symbol(&self) -> &Symbol {
