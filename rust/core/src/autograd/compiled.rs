@@ -23,6 +23,11 @@ use crate::pass::gradient;
 /// bucket shape.
 const KEPT: usize = 64;
 
+/// Recordings of more nodes are differentiated afresh each time: a training step records a few
+/// hundred operators, while a kept gradient of a long imperative loop (a million recorded
+/// additions) would hold a copy of the whole graph.
+const MAX_NODES: usize = 4096;
+
 /// Compiled gradients, newest last.
 // Lock invariant: held only to search, add or evict an entry, never while compiling or running.
 static COMPILED: Mutex<Vec<Arc<CompiledBackward>>> = Mutex::new(Vec::new());
@@ -87,11 +92,12 @@ impl Recording<'_> {
     /// Whether the recording can reuse a compiled gradient: every operator is defined by what
     /// the signature records, and every value is still held.
     fn reusable(&self) -> bool {
-        self.forward.iter().all(|node| match (&node.op, &*node.recorded()) {
-            (Some(op), Recorded::Outputs(_)) => op.operator.gradient_identity() != GradientIdentity::Unique,
-            (None, Recorded::Leaf { .. }) => true,
-            _ => false,
-        })
+        self.forward.len() <= MAX_NODES
+            && self.forward.iter().all(|node| match (&node.op, &*node.recorded()) {
+                (Some(op), Recorded::Outputs(_)) => op.operator.gradient_identity() != GradientIdentity::Unique,
+                (None, Recorded::Leaf { .. }) => true,
+                _ => false,
+            })
     }
 
     fn fingerprint(&self, positions: &AddressMap<usize, usize>) -> u64 {
