@@ -73,12 +73,14 @@ fn request_of(recorded: &Recorded) -> Option<GradReq> {
     }
 }
 
-/// What a backward pass is over: the recorded nodes (topological order), the heads (position,
-/// output index) and their gradients' dtypes (`None`: ones).
+/// What a backward pass is over.
 pub(super) struct Recording<'a> {
+    /// The recorded nodes the heads depend on, in topological order.
     pub forward: &'a [Arc<Node>],
     pub heads: &'a [Entry],
+    /// One gradient per head: the caller's, or ones.
     pub head_grads: &'a [NDArray],
+    /// Per head, whether the caller gave its gradient.
     pub head_grads_given: &'a [bool],
     pub train_mode: bool,
 }
