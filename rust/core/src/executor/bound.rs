@@ -202,8 +202,12 @@ impl BoundExecutor {
         let mut storage = layout.storage(&blocks)?;
         let mut forward_steps = Schedule::new(forward_steps);
         forward_steps.complete(&shapes)?;
+        // The bound arrays keep their shapes and dtypes (head gradients are checked against the
+        // outputs'): every step's outputs are fixed once.
+        forward_steps.fix_outputs(&shapes, &types);
         if let Some(plan) = &mut plan {
             plan.steps.complete(&shapes)?;
+            plan.steps.fix_outputs(&shapes, &types);
         }
         if let Some(plan) = &plan {
             for ((grad, direct), buffer) in plan.grads.iter().zip(&plan.direct).zip(&grads) {
@@ -341,9 +345,14 @@ impl BoundExecutor {
         }
         for (i, ((node, output), ones)) in plan.head_grads.iter().zip(&self.outputs).zip(&self.head_ones).enumerate() {
             let grad = match (head_grads.get(i).cloned().flatten(), ones) {
-                (Some(g), _) if g.shape() != output.shape() => {
-                    crate::bail!(Shape, "backward: head gradient {i} has shape {}, the output {}", g.shape(), output.shape())
-                }
+                (Some(g), _) if g.shape() != output.shape() || g.dtype() != output.dtype() => crate::bail!(
+                    Shape,
+                    "backward: head gradient {i} has shape {} and dtype {}, the output {} and {}",
+                    g.shape(),
+                    g.dtype(),
+                    output.shape(),
+                    output.dtype()
+                ),
                 (Some(g), _) => g,
                 (None, Some(ones)) => ones.clone(),
                 // Nothing reads this head gradient.
