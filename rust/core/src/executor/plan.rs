@@ -40,10 +40,9 @@ impl Schedule {
     /// Fix the output shapes and dtypes of the nodes whose outputs `shapes` and `types` hold,
     /// for a schedule that always runs on inputs of the signature they were inferred from (a
     /// cached graph's compiled run, a bound executor, a compiled recorded graph): those nodes
-    /// then push their kernels without inferring
-    /// and checking again on every call (MXNet's cached op keeps its inferred shapes the same
-    /// way). The operators that inference cannot fix (shapes that depend on input values) keep
-    /// the checked path.
+    /// then push their kernels without inferring and checking again on every call (MXNet's
+    /// cached op keeps its inferred shapes the same way). The operators that inference cannot
+    /// fix (shapes that depend on input values) keep the checked path.
     pub fn fix_outputs(&mut self, shapes: &Inferred<Shape>, types: &Inferred<DType>) {
         self.fixed = self
             .nodes
