@@ -89,6 +89,25 @@ def test_multiple_uses_aggregate_and_head_grads(ctx):
     assert_almost_equal(x.grad.asnumpy(), expected, rtol=1e-5)
 
 
+@pytest.mark.parametrize("uses", [2, 7, 8, 50])
+def test_a_gradient_reaching_a_variable_many_times_unchanged_sums_to_the_count(uses, ctx):
+    # Every addition passes the head gradient on unchanged: b receives that one array `uses`
+    # times, x1 once from each chain step and once from the product.
+    head = mx.nd.array([[1.0, 2.0], [0.5, -1.0]], ctx=ctx)
+    a = mx.nd.array([[0.5, -1.0], [2.0, 0.25]], ctx=ctx)
+    b = mx.nd.array([[3.0, 0.5], [-2.0, 1.5]], ctx=ctx)
+    for variable in (a, b):
+        variable.attach_grad()
+    with autograd.record():
+        y = a * b
+        for _ in range(uses):
+            y = y + b
+    y.backward(head)
+    an, bn, hn = a.asnumpy(), b.asnumpy(), head.asnumpy()
+    assert_almost_equal(b.grad.asnumpy(), (an + uses) * hn, rtol=1e-6)
+    assert_almost_equal(a.grad.asnumpy(), bn * hn, rtol=1e-6)
+
+
 def test_errors_for_unrecorded_and_freed_graphs(ctx):
     x = mx.nd.ones((2,), ctx=ctx)
     x.attach_grad()

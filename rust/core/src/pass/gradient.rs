@@ -193,7 +193,8 @@ fn inplace_sum_cap() -> usize {
 
 /// One entry for the sum of several gradient contributions, given in the order backpropagation
 /// makes them.
-fn sum(mut parts: Vec<Entry>, name: &str) -> Result<Entry> {
+fn sum(parts: Vec<Entry>, name: &str) -> Result<Entry> {
+    let mut parts = scale_repeated(parts, name)?;
     if parts.len() == 1 {
         return Ok(parts.swap_remove(0));
     }
@@ -206,6 +207,33 @@ fn sum(mut parts: Vec<Entry>, name: &str) -> Result<Entry> {
     parts.enumerate().try_fold(first, |total, (i, part)| {
         Ok(Entry::new(Node::apply("_grad_add", Attrs::new(), vec![total, part], format!("{name}_grad_sum{}", i + 1))?, 0))
     })
+}
+
+/// `parts` with each contribution that appears several times given once, multiplied by its
+/// count, in the order of first appearance. A value passed on unchanged to many uses (the
+/// gradient of `x = x + b` repeated n times reaches `b` n times as one array) is then one
+/// product instead of n - 1 additions; the sum is the same up to rounding (one rounding of
+/// `n * g` instead of n - 1 of repeated addition).
+fn scale_repeated(parts: Vec<Entry>, name: &str) -> Result<Vec<Entry>> {
+    let mut counts: AddressMap<EntryKey, usize> = AddressMap::default();
+    for part in &parts {
+        *counts.entry(part.key()).or_default() += 1;
+    }
+    if counts.len() == parts.len() {
+        return Ok(parts);
+    }
+    let mut distinct = Vec::with_capacity(counts.len());
+    for part in parts {
+        match counts.remove(&part.key()) {
+            Some(1) => distinct.push(part),
+            Some(count) => {
+                let attrs: Attrs = [("scalar".to_string(), format!("{:?}", count as f64))].into_iter().collect();
+                distinct.push(Entry::new(Node::apply("_mul_scalar", attrs, vec![part], format!("{name}_grad_x{count}"))?, 0));
+            }
+            None => {}
+        }
+    }
+    Ok(distinct)
 }
 
 /// The operator nodes computing gradient `targets` (visited in the order given; the caller lists
@@ -321,6 +349,22 @@ mod tests {
             assert_eq!(position[&node_key(add)], last_input + 1, "'{}' runs right after its last input is made", add.name);
         }
         assert!(steps.iter().all(|n| op_name(n) != "add_n"));
+    }
+
+    #[test]
+    fn a_contribution_repeated_n_times_is_multiplied_by_n() {
+        // y = x + b + b + ... (12 additions): every addition passes y's gradient on unchanged,
+        // so b receives that one array 12 times.
+        let x = Symbol::variable("x", Attrs::new());
+        let b = Symbol::variable("b", Attrs::new());
+        let y = (0..12).fold(x, |acc, i| Symbol::create("elemwise_add", Attrs::new(), &format!("add{i}"), &[acc, b.clone()], &[]).unwrap());
+        let forward: AddressSet<usize> = y.nodes().iter().filter(|n| !n.is_variable()).map(node_key).collect();
+        let b_node = b.outputs[0].node.clone();
+        let gradient = SymbolGradient::new(&y.outputs, &[b_node], |_| true, (&forward, false), &|_| None).unwrap();
+        let steps = backward_schedule(&gradient.targets(), &forward);
+        let names: Vec<&str> = steps.iter().map(|n| op_name(n)).collect();
+        assert_eq!(names, ["_mul_scalar"], "one product, no sum");
+        assert_eq!(steps[0].op.as_ref().unwrap().attrs.get("scalar").map(String::as_str), Some("12.0"));
     }
 
     #[test]
