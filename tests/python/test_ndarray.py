@@ -220,6 +220,33 @@ def test_out_argument_returns_out(ctx):
     assert same(out, [3, 3, 3])
 
 
+def test_operators_take_subclass_instances_and_return_writable_arrays(ctx):
+    # Operators read an exact NDArray's handle through its slot; a subclass (which may keep the
+    # handle its own way) is read by attribute access.
+    class Tagged(mx.nd.NDArray):
+        def __init__(self, handle):
+            super().__init__(handle)
+            self.tag = "kept"
+
+    class Proxied(mx.nd.NDArray):
+        __slots__ = ("inner",)
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        @property
+        def handle(self):
+            return self.inner.handle
+
+    a = mx.nd.array([1.0, 2.0], ctx=ctx)
+    for wrapped in (Tagged(a.handle), Proxied(a)):
+        result = wrapped + a
+        assert type(result) is mx.nd.NDArray and result.writable
+        assert same(result, [2.0, 4.0]) and same(mx.nd.relu(wrapped), [1.0, 2.0])
+    result[:] = 7.0
+    assert same(result, [7.0, 7.0])
+
+
 def test_pool_reuses_memory():
     mx.nd.waitall()
     used0, _, hits0 = mx._core.cpu_pool_stats()[:3]

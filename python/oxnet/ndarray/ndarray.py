@@ -58,6 +58,7 @@ def _route_operators(invoke):
     casts their inputs there. ``_route_operators(_core.invoke)`` calls them directly again."""
     global _invoke_operator
     _invoke_operator = invoke
+    _core.route_arith(invoke is not _core.invoke)
     from . import register
     register._invoke_operator = invoke
 
@@ -490,6 +491,13 @@ class NDArray:
             raise AttributeError("'NDArray' object has no attribute '%s'" % name)
         return lambda *args, **kwargs: _apply(fluent, self, *args, **kwargs)
 
+
+# NDArray-with-NDArray arithmetic as C methods (no Python frame on the commonest small op); any
+# other operand goes to the Python method each one replaces.
+for _method, _array_op in (("__add__", "broadcast_add"), ("__sub__", "broadcast_sub"),
+                           ("__mul__", "broadcast_mul"), ("__truediv__", "broadcast_div")):
+    setattr(NDArray, _method, _core.arith_method(NDArray, _array_op, getattr(NDArray, _method)))
+del _method, _array_op
 
 # Methods that call the operator of the same name with this array as the first input (MXNet's
 # fluent API; the shape methods with an ``inplace`` view variant are defined on the class).

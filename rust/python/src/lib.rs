@@ -1,6 +1,7 @@
 //! Python bindings of the oxnet core: convert arguments, delegate, convert results. Waiting and
 //! bulk copies release the GIL.
 
+mod arith;
 mod async_op;
 mod autograd;
 mod c_api;
@@ -38,6 +39,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ndarray::NDArrayHandle>()?;
     ndarray::register(m)?;
     ops::register(m)?;
+    arith::register(m)?;
     autograd::register(m)?;
     symbol::register(m)?;
     custom::register(m)?;

@@ -15,11 +15,87 @@ use crate::ndarray::{current_context, wrap, NDArrayHandle};
 /// The Python `NDArray` class and the package directory, registered once at import.
 static NDARRAY_CLASS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static PACKAGE_DIR: PyOnceLock<String> = PyOnceLock::new();
+/// The `handle` and `writable` slots of the registered class (None when it does not declare
+/// them as its own data descriptors: attribute access then).
+static NDARRAY_SLOTS: PyOnceLock<Option<NDArraySlots>> = PyOnceLock::new();
 
 #[pyfunction]
-fn _register_python(py: Python<'_>, ndarray_class: Bound<'_, PyType>, package_dir: String) {
+fn _register_python(py: Python<'_>, ndarray_class: Bound<'_, PyType>, package_dir: String) -> PyResult<()> {
+    let slots = NDArraySlots::of(&ndarray_class)?;
+    let _ = NDARRAY_SLOTS.set(py, slots);
     let _ = NDARRAY_CLASS.set(py, ndarray_class.unbind());
     let _ = PACKAGE_DIR.set(py, package_dir);
+    Ok(())
+}
+
+/// A data descriptor of the NDArray class (a `__slots__` member) with its getter and setter:
+/// reading and writing an instance's slot through them is what `obj.handle` and `obj.handle =
+/// h` end up doing, without looking the name up in the class and its bases on every operator
+/// call (those lookups and the generic attribute paths were ~5% of a 2x2 add).
+struct SlotAccess {
+    descriptor: Py<PyAny>,
+    get: pyo3::ffi::descrgetfunc,
+    set: pyo3::ffi::descrsetfunc,
+}
+
+struct NDArraySlots {
+    handle: SlotAccess,
+    writable: SlotAccess,
+}
+
+impl NDArraySlots {
+    fn of(class: &Bound<'_, PyType>) -> PyResult<Option<NDArraySlots>> {
+        let own = class.getattr(pyo3::intern!(class.py(), "__dict__"))?;
+        let slot = |name: &str| -> PyResult<Option<SlotAccess>> {
+            let Ok(descriptor) = own.get_item(name) else { return Ok(None) };
+            // SAFETY: `descriptor` is a live object (we hold the GIL and a reference), so its
+            // type pointer is valid; PyType_GetSlot accepts static types from Python 3.10 on
+            // (this module needs 3.11) and returns NULL for an absent slot.
+            let (get, set) = unsafe {
+                let ty = pyo3::ffi::Py_TYPE(descriptor.as_ptr());
+                (pyo3::ffi::PyType_GetSlot(ty, pyo3::ffi::Py_tp_descr_get), pyo3::ffi::PyType_GetSlot(ty, pyo3::ffi::Py_tp_descr_set))
+            };
+            if get.is_null() || set.is_null() {
+                return Ok(None);
+            }
+            // SAFETY: the tp_descr_get and tp_descr_set slots hold functions of exactly these
+            // C signatures (Python's descrgetfunc and descrsetfunc); both are non-null.
+            let (get, set) = unsafe {
+                (
+                    std::mem::transmute::<*mut std::ffi::c_void, pyo3::ffi::descrgetfunc>(get),
+                    std::mem::transmute::<*mut std::ffi::c_void, pyo3::ffi::descrsetfunc>(set),
+                )
+            };
+            Ok(Some(SlotAccess { descriptor: descriptor.unbind(), get, set }))
+        };
+        Ok(match (slot("handle")?, slot("writable")?) {
+            (Some(handle), Some(writable)) => Some(NDArraySlots { handle, writable }),
+            _ => None,
+        })
+    }
+}
+
+impl SlotAccess {
+    /// The slot's value in `obj` (an instance of the class the descriptor belongs to).
+    fn get<'py>(&self, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let py = obj.py();
+        // SAFETY: a descriptor getter takes (descriptor, instance, owner type) and returns a
+        // new reference, or NULL with an exception set (an unset slot raises AttributeError,
+        // a foreign instance TypeError); all three pointers are live while we hold the GIL.
+        unsafe { Bound::from_owned_ptr_or_err(py, (self.get)(self.descriptor.as_ptr(), obj.as_ptr(), obj.get_type().as_ptr())) }
+    }
+
+    /// Store `value` in `obj`'s slot.
+    fn set(&self, obj: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        // SAFETY: a descriptor setter takes (descriptor, instance, value), takes its own
+        // reference to `value` and returns 0, or -1 with an exception set; all three pointers
+        // are live while we hold the GIL.
+        if unsafe { (self.set)(self.descriptor.as_ptr(), obj.as_ptr(), value.as_ptr()) } == 0 {
+            Ok(())
+        } else {
+            Err(PyErr::fetch(obj.py()))
+        }
+    }
 }
 
 /// The handle inside a Python NDArray (or a bare handle); None for anything else.
@@ -30,7 +106,15 @@ pub fn as_array(obj: &Bound<'_, PyAny>) -> PyResult<Option<NDArray>> {
     let py = obj.py();
     match NDARRAY_CLASS.get(py) {
         // The exact class first: isinstance walks the class hierarchy, at a tenth of a small op's cost.
-        Some(cls) if obj.get_type().is(cls.bind(py)) || obj.is_instance(cls.bind(py))? => {
+        Some(cls) if obj.get_type().is(cls.bind(py)) => {
+            let handle = match NDARRAY_SLOTS.get(py) {
+                Some(Some(slots)) => slots.handle.get(obj)?,
+                _ => obj.getattr(pyo3::intern!(py, "handle"))?,
+            };
+            Ok(Some(handle.cast::<NDArrayHandle>()?.get().inner.clone()))
+        }
+        // A subclass may define `handle` its own way: attribute access.
+        Some(cls) if obj.is_instance(cls.bind(py))? => {
             let handle = obj.getattr(pyo3::intern!(py, "handle"))?;
             Ok(Some(handle.cast::<NDArrayHandle>()?.get().inner.clone()))
         }
@@ -49,8 +133,16 @@ pub fn python_ndarray(py: Python<'_>, array: NDArray) -> PyResult<Bound<'_, PyAn
     // SAFETY: `cls` is a type object (the registered NDArray class) and we hold the GIL;
     // PyType_GenericAlloc returns a new reference or NULL with an exception set.
     let array = unsafe { Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyType_GenericAlloc(cls.bind(py).as_type_ptr(), 0))? };
-    array.setattr(pyo3::intern!(py, "handle"), handle)?;
-    array.setattr(pyo3::intern!(py, "writable"), true)?;
+    match NDARRAY_SLOTS.get(py) {
+        Some(Some(slots)) => {
+            slots.handle.set(&array, handle.bind(py))?;
+            slots.writable.set(&array, PyBool::new(py, true).as_any())?;
+        }
+        _ => {
+            array.setattr(pyo3::intern!(py, "handle"), handle)?;
+            array.setattr(pyo3::intern!(py, "writable"), true)?;
+        }
+    }
     Ok(array)
 }
 
@@ -237,10 +329,14 @@ fn invoke<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     // MXNet's name for this entry point, so that profiles compare with MXNet's side by side.
     let _api = oxnet::profiler::api_call("MXImperativeInvokeEx");
-    // Operators validate their inputs and return errors; should one still panic (a bug), the
-    // caller gets an MXNetError naming the operator instead of pyo3's PanicException, which is
-    // not an Exception and would escape `except Exception` handlers.
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| invoke_checked(py, name, args, kwargs, out))).unwrap_or_else(|panic| {
+    catching_panics(name, || invoke_checked(py, name, args, kwargs, out))
+}
+
+/// `call`'s result. Operators validate their inputs and return errors; should one still panic
+/// (a bug), the caller gets an MXNetError naming the operator instead of pyo3's
+/// PanicException, which is not an Exception and would escape `except Exception` handlers.
+pub(crate) fn catching_panics<T>(name: &str, call: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).unwrap_or_else(|panic| {
         let message = panic
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
