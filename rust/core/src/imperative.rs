@@ -113,22 +113,29 @@ pub fn invoke_operator(
         return Ok(record_if_needed(name, operator, attrs, inputs, outputs));
     }
     let outputs = allocate_outputs(operator.as_ref(), inputs, out, ctx).map_err(fail)?;
-    match staging_for_unsafe_aliases(operator.as_ref(), inputs, &outputs, ctx)? {
-        None => push_kernel(name, &operator, inputs, &outputs, &site),
+    push_into(name, &operator, inputs, &outputs, ctx, &site)?;
+    Ok(record_if_needed(name, operator, attrs, inputs, outputs))
+}
+
+/// Push `operator`'s kernel writing `outputs` (staged through temporaries where an output
+/// aliases an input unsafely); under the naive engine, wait for it.
+fn push_into(name: &str, operator: &Arc<dyn Operator>, inputs: &[NDArray], outputs: &[NDArray], ctx: Context, site: &Site) -> Result<()> {
+    match staging_for_unsafe_aliases(operator.as_ref(), inputs, outputs, ctx)? {
+        None => push_kernel(name, operator, inputs, outputs, site),
         Some(staged) => {
-            push_kernel(name, &operator, inputs, &staged, &site);
-            for (tmp, dst) in staged.iter().zip(&outputs) {
+            push_kernel(name, operator, inputs, &staged, site);
+            for (tmp, dst) in staged.iter().zip(outputs) {
                 copy(tmp, dst, site.clone())?;
             }
         }
     }
     if engine::kind() == engine::EngineKind::Naive {
         // The naive engine is for debugging: a failing kernel raises at its own call.
-        for o in &outputs {
+        for o in outputs {
             o.wait_to_read()?;
         }
     }
-    Ok(record_if_needed(name, operator, attrs, inputs, outputs))
+    Ok(())
 }
 
 /// Push `operator`'s kernel on `inputs` into `outputs`, whose shapes and dtypes a compiled
@@ -139,20 +146,7 @@ pub fn invoke_inferred(name: &str, operator: &Arc<dyn Operator>, inputs: &[NDArr
     let Some(ctx) = outputs.first().or(inputs.first()).map(NDArray::context) else {
         return Ok(outputs);
     };
-    match staging_for_unsafe_aliases(operator.as_ref(), inputs, &outputs, ctx)? {
-        None => push_kernel(name, operator, inputs, &outputs, &None),
-        Some(staged) => {
-            push_kernel(name, operator, inputs, &staged, &None);
-            for (tmp, dst) in staged.iter().zip(&outputs) {
-                copy(tmp, dst, None)?;
-            }
-        }
-    }
-    if engine::kind() == engine::EngineKind::Naive {
-        for o in &outputs {
-            o.wait_to_read()?;
-        }
-    }
+    push_into(name, operator, inputs, &outputs, ctx, &None)?;
     Ok(outputs)
 }
 

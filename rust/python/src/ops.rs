@@ -146,6 +146,70 @@ pub fn python_ndarray(py: Python<'_>, array: NDArray) -> PyResult<Bound<'_, PyAn
     Ok(array)
 }
 
+/// A call's arguments as MXNet's generated functions take them: the positional values that are
+/// inputs (arrays or symbols) in order, the other positional values filling the operator's
+/// parameters in declaration order, keyword inputs by name and the other keywords as parameters
+/// in MXNet's text form.
+pub(crate) struct CallArguments<T> {
+    pub inputs: Vec<T>,
+    pub keyword_inputs: Vec<(String, T)>,
+    pub attrs: Attrs,
+}
+
+/// What a keyword given as `None` means.
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum NoneKeyword {
+    /// A parameter's value (`axis=None`), given to the operator as `None`.
+    IsParameter,
+    /// Nothing: an absent optional input or a parameter left at its default (`mx.sym`).
+    Absent,
+}
+
+/// Sort `args` and `kwargs` of a call of operator `def` (see [`CallArguments`]); `input` says
+/// which values are inputs.
+pub(crate) fn sort_arguments<'py, T>(
+    name: &str,
+    def: &op::OpDef,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+    none_keyword: NoneKeyword,
+    input: impl Fn(&Bound<'py, PyAny>) -> PyResult<Option<T>>,
+) -> PyResult<CallArguments<T>> {
+    let mut sorted = CallArguments { inputs: Vec::with_capacity(args.len()), keyword_inputs: Vec::new(), attrs: Attrs::new() };
+    let mut parameters = Vec::new();
+    for a in args.iter() {
+        match input(&a)? {
+            Some(value) => sorted.inputs.push(value),
+            None => parameters.push(a),
+        }
+    }
+    if !parameters.is_empty() {
+        let specs = (def.params)();
+        if parameters.len() > specs.len() {
+            return Err(crate::errors::to_py(oxnet::err!(
+                Param,
+                "operator {name}: {} positional parameter value(s) given, but it has {} parameter(s)",
+                parameters.len(),
+                specs.len()
+            )));
+        }
+        for (v, spec) in parameters.iter().zip(specs) {
+            sorted.attrs.insert(spec.name.to_string(), attr_string(v)?);
+        }
+    }
+    for (k, v) in kwargs.iter().flat_map(|kw| kw.iter()) {
+        let key: String = k.extract()?;
+        match input(&v)? {
+            Some(value) => sorted.keyword_inputs.push((key, value)),
+            None if none_keyword == NoneKeyword::Absent && v.is_none() => {}
+            None => {
+                sorted.attrs.insert(key, attr_string(&v)?);
+            }
+        }
+    }
+    Ok(sorted)
+}
+
 /// MXNet's textual form of a parameter value: `True`, `(2, 3)`, `0.5`, `float32`.
 pub(crate) fn attr_string(v: &Bound<'_, PyAny>) -> PyResult<String> {
     if v.is_none() {
@@ -354,41 +418,7 @@ fn invoke_checked<'py>(
     out: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let def = op::lookup(name).py()?;
-    let mut inputs: Vec<NDArray> = Vec::with_capacity(args.len());
-    let mut attrs = Attrs::new();
-    let mut positional_params = Vec::new();
-    for a in args.iter() {
-        match as_array(&a)? {
-            Some(arr) => inputs.push(arr),
-            None => positional_params.push(a),
-        }
-    }
-    if !positional_params.is_empty() {
-        let specs = (def.params)();
-        if positional_params.len() > specs.len() {
-            return Err(crate::errors::to_py(oxnet::err!(
-                Param,
-                "operator {name}: {} positional parameter value(s) given, but it has {} parameter(s)",
-                positional_params.len(),
-                specs.len()
-            )));
-        }
-        for (v, spec) in positional_params.iter().zip(specs) {
-            attrs.insert(spec.name.to_string(), attr_string(v)?);
-        }
-    }
-    let mut keyword_inputs: Vec<(String, NDArray)> = Vec::new();
-    if let Some(kw) = kwargs {
-        for (k, v) in kw.iter() {
-            let key: String = k.extract()?;
-            match as_array(&v)? {
-                Some(arr) => keyword_inputs.push((key, arr)),
-                None => {
-                    attrs.insert(key, attr_string(&v)?);
-                }
-            }
-        }
-    }
+    let CallArguments { mut inputs, keyword_inputs, mut attrs } = sort_arguments(name, def, args, kwargs, NoneKeyword::IsParameter, as_array)?;
     if def.variadic && !attrs.contains_key("num_args") {
         attrs.insert("num_args".into(), (inputs.len() + keyword_inputs.len()).to_string());
     }

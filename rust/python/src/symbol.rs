@@ -5,14 +5,14 @@ use std::collections::HashMap;
 use oxnet::base::PartialShape;
 use oxnet::executor::{BoundExecutor, CachedOp, CachedOpFlags};
 use oxnet::graph::GradReq;
-use oxnet::op::{self, Attrs};
+use oxnet::op;
 use oxnet::symbol::{InferResult, Symbol};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::errors::IntoPyResult;
 use crate::ndarray::{context_from, current_context, dtype_from, wrap, NDArrayHandle};
-use crate::ops::attr_string;
+use crate::ops::{sort_arguments, CallArguments, NoneKeyword};
 
 #[pyclass(module = "oxnet._core", frozen)]
 pub struct SymbolHandle {
@@ -53,32 +53,9 @@ impl SymbolHandle {
     #[staticmethod]
     fn create(op_name: &str, name: &str, args: &Bound<'_, PyTuple>, kwargs: &Bound<'_, PyDict>) -> PyResult<SymbolHandle> {
         let def = op::lookup(op_name).py()?;
-        let mut positional = Vec::new();
-        let mut attrs = Attrs::new();
-        let specs = (def.params)();
-        let mut next_param = specs.iter();
-        for a in args.iter() {
-            if let Ok(s) = a.cast::<SymbolHandle>() {
-                positional.push(s.get().inner.clone());
-            } else {
-                let Some(spec) = next_param.next() else {
-                    return Err(crate::errors::to_py(oxnet::err!(Param, "operator {op_name}: too many positional parameter values")));
-                };
-                attrs.insert(spec.name.to_string(), attr_string(&a)?);
-            }
-        }
-        let mut keyword = Vec::new();
-        for (k, v) in kwargs.iter() {
-            let key: String = k.extract()?;
-            match v.cast::<SymbolHandle>() {
-                Ok(s) => keyword.push((key, s.get().inner.clone())),
-                Err(_) if v.is_none() => {}
-                Err(_) => {
-                    attrs.insert(key, attr_string(&v)?);
-                }
-            }
-        }
-        Symbol::create(op_name, attrs, name, &positional, &keyword).py().map(handle)
+        let symbol = |v: &Bound<'_, PyAny>| Ok(v.cast::<SymbolHandle>().ok().map(|s| s.get().inner.clone()));
+        let CallArguments { inputs, keyword_inputs, attrs } = sort_arguments(op_name, def, args, Some(kwargs), NoneKeyword::Absent, symbol)?;
+        Symbol::create(op_name, attrs, name, &inputs, &keyword_inputs).py().map(handle)
     }
 
     /// Apply a control flow operator holding `subgraphs` to `inputs` (`attrs`: its parameters
