@@ -144,8 +144,11 @@ impl BoundExecutor {
         if let Some(plan) = &plan {
             targets.extend(plan.grads.iter().flatten().cloned());
             for (node, out) in plan.head_grads.iter().zip(&symbol.outputs) {
-                given_shapes.insert(node_key(node), forward_shapes[&out.key()].clone());
-                given_types.insert(node_key(node), forward_types[&out.key()]);
+                let (Some(shape), Some(&dtype)) = (forward_shapes.get(&out.key()), forward_types.get(&out.key())) else {
+                    crate::bail!(Shape, "cannot bind: the shape of output '{}' is unknown", out.node.name);
+                };
+                given_shapes.insert(node_key(node), shape.clone());
+                given_types.insert(node_key(node), dtype);
             }
         }
         let shapes = infer::infer_shapes(&targets, &|n: &Node| given_shapes.get(&address(n)).cloned())?;
@@ -293,7 +296,7 @@ impl BoundExecutor {
         let context_of = |n: &Node| node_context(&self.contexts, self.ctx, n);
         self.forward_steps.run(&mut values, &self.storage, &context_of, None)?;
         for (e, output) in self.forward_outputs.iter().zip(&self.outputs) {
-            let value = &values[&e.key()];
+            let value = super::value_of(&values, e)?;
             if !value.same_data(output) {
                 imperative::copy(value, output, None)?;
             }
@@ -369,7 +372,11 @@ impl BoundExecutor {
             for (slot, m) in self.monitored.iter().enumerate() {
                 let Some(entry) = &m.entry else { continue };
                 match self.values.get(&entry.key()) {
-                    Some(value) => taken[slot] = Some(snapshot(value)?),
+                    Some(value) => {
+                        if let Some(taken) = taken.get_mut(slot) {
+                            *taken = Some(snapshot(value)?);
+                        }
+                    }
                     None => watched.entry(entry.key()).or_default().push(slot),
                 }
             }
@@ -378,7 +385,9 @@ impl BoundExecutor {
             let Some(taken) = taken.as_deref_mut() else { return Ok(()) };
             for (i, value) in outputs.iter().enumerate() {
                 for &slot in watched.get(&(node_key(node), i)).into_iter().flatten() {
-                    taken[slot] = Some(snapshot(value)?);
+                    if let Some(taken) = taken.get_mut(slot) {
+                        *taken = Some(snapshot(value)?);
+                    }
                 }
             }
             Ok(())
@@ -388,13 +397,13 @@ impl BoundExecutor {
             let (Some(buffer), true) = (buffer, *req != GradReq::Null) else { continue };
             match (grad, req) {
                 (Some(g), GradReq::Write) => {
-                    let value = &self.values[&g.key()];
+                    let value = super::value_of(&self.values, g)?;
                     if !value.same_data(buffer) {
                         imperative::copy(value, buffer, None)?;
                     }
                 }
                 (Some(g), _) => {
-                    let mut value = self.values[&g.key()].clone();
+                    let mut value = super::value_of(&self.values, g)?.clone();
                     if value.context() != buffer.context() {
                         let moved = NDArray::empty(value.shape().clone(), value.dtype(), buffer.context())?;
                         imperative::copy(&value, &moved, None)?;
@@ -530,9 +539,13 @@ fn plan_backward(
     shapes: &infer::Inferred<Shape>,
 ) -> Result<BackwardPlan> {
     let forward: AddressSet<usize> = forward_steps.iter().map(node_key).collect();
-    let gradient = SymbolGradient::new(&symbol.outputs, arg_nodes, |i| reqs[i] != GradReq::Null, (&forward, mirror::enabled()), &|e: &Entry| {
-        shapes.get(&e.key()).cloned()
-    })?;
+    let gradient = SymbolGradient::new(
+        &symbol.outputs,
+        arg_nodes,
+        |i| reqs.get(i).is_some_and(|r| *r != GradReq::Null),
+        (&forward, mirror::enabled()),
+        &|e: &Entry| shapes.get(&e.key()).cloned(),
+    )?;
     let targets = gradient.targets();
     let SymbolGradient { head_grads, grads, by_node } = gradient;
     let steps = Schedule::new(gradient::backward_schedule(&targets, &forward));

@@ -266,7 +266,8 @@ impl Graph {
         let symbol = &self.symbol;
         let forward: AddressSet<usize> = symbol.nodes().iter().filter(|n| !n.is_variable()).map(node_key).collect();
         let mirror = self.flags.mirror || mirror::enabled();
-        let gradient = SymbolGradient::new(&symbol.outputs, &self.inputs, |i| needed[i], (&forward, mirror), &|_| None)?;
+        let gradient =
+            SymbolGradient::new(&symbol.outputs, &self.inputs, |i| needed.get(i).copied().unwrap_or(false), (&forward, mirror), &|_| None)?;
         let saved = gradient.saved(&forward);
         let SymbolGradient { head_grads, grads, .. } = gradient;
         let plan = Arc::new(GradientPlan { head_grads, grads, saved });
@@ -475,7 +476,7 @@ impl Operator for CachedCall {
         let visible = self.visible();
         let mut node_inputs: Vec<Entry> = (0..d.num_inputs()).map(|i| d.input(i)).collect();
         node_inputs.extend((visible..d.num_outputs()).map(|i| d.output(i)));
-        node_inputs.extend(d.out_grads()[..visible].iter().cloned());
+        node_inputs.extend(d.out_grads().iter().take(visible).cloned());
         let backward = CachedBackward { graph: self.graph.clone(), plan: self.plan.clone(), run: self.run.clone() };
         let mut grads = d.instance_outputs("_backward_CachedOp", Arc::new(backward), &node_inputs).into_iter();
         Ok(self.plan.grads.iter().map(|g| g.as_ref().and_then(|_| grads.next())).collect())
@@ -496,7 +497,7 @@ fn unique_destinations(targets: &[Entry], into: &[Option<NDArray>]) -> AddressMa
     for t in targets {
         *claims.entry(t.key()).or_default() += 1;
     }
-    targets.iter().zip(into).filter_map(|(t, dest)| dest.clone().filter(|_| claims[&t.key()] == 1).map(|d| (t.key(), d))).collect()
+    targets.iter().zip(into).filter_map(|(t, dest)| dest.clone().filter(|_| claims.get(&t.key()) == Some(&1)).map(|d| (t.key(), d))).collect()
 }
 
 impl Operator for CachedBackward {

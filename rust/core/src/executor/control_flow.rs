@@ -16,6 +16,9 @@
 //! `_while_loop` and `_cond`: one list of inputs that every subgraph picks from
 //! (`cond_input_locs`, `func_input_locs`, `then_input_locs`, `else_input_locs`); the loop
 //! variables of `_while_loop` are the node inputs its body's inputs `func_var_locs` read.
+// Not yet under the executor's lint discipline (issue 23): its subgraph input positions are
+// indexed directly, checked when the operator is built from its attributes.
+#![cfg_attr(not(test), allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
 use std::sync::Arc;
 

@@ -2,6 +2,9 @@
 //! outputs written into the storage a static memory plan gives them (`plan`), so values whose
 //! lifetimes do not overlap share memory (the engine orders a later writer after the earlier
 //! readers of the same block).
+// Graphs from programs and files run here: no unwrap and no unchecked indexing, so that bad
+// input can only ever produce an error (issue 23's lint discipline, as in `io`).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
 mod bound;
 mod cached;
@@ -133,11 +136,13 @@ impl CompiledGraph {
         storage.extend(destinations.iter().map(|(k, a)| (*k, a.clone())));
         let context_of = |n: &Node| self.contexts.get(&address(n)).copied().unwrap_or(self.ctx);
         self.schedule.run(&mut values, &storage, &context_of, None)?;
-        self.targets
-            .iter()
-            .map(|t| values.get(&t.key()).cloned().ok_or_else(|| crate::err!(Runtime, "graph output of node '{}' was not computed", t.node.name)))
-            .collect()
+        self.targets.iter().map(|t| value_of(&values, t).cloned()).collect()
     }
+}
+
+/// The value a run computed for `entry`.
+fn value_of<'a>(values: &'a AddressMap<EntryKey, NDArray>, entry: &Entry) -> Result<&'a NDArray> {
+    values.get(&entry.key()).ok_or_else(|| crate::err!(Runtime, "graph output of node '{}' was not computed", entry.node.name))
 }
 
 /// Values of `targets`, compiled and planned for this one run (see [`compile`]).

@@ -135,7 +135,7 @@ impl Schedule {
                 }
                 // Every output planned, or every visible one (hidden outputs may be left to the
                 // operator), or some: the others are allocated as the operator infers them.
-                None if into.iter().all(Option::is_some) || into[..visible].iter().all(Option::is_some) && visible > 0 => {
+                None if into.iter().all(Option::is_some) || into.iter().take(visible).all(Option::is_some) && visible > 0 => {
                     let out = into.into_iter().take_while(Option::is_some).flatten().collect();
                     imperative::invoke_operator(&op.name, operator, &op.attrs, &inputs, Some(out), ctx, None)
                 }
@@ -280,13 +280,18 @@ impl Layout {
 
     /// Whether `other` puts each of `keys` in the same block of the same size as this layout.
     pub fn places_alike(&self, other: &Layout, keys: &[EntryKey]) -> bool {
-        let place = |layout: &Layout, key| layout.memory.assignment.get(key).map(|&b| (b, layout.memory.blocks[b]));
+        let place = |layout: &Layout, key| layout.memory.assignment.get(key).map(|&b| (b, layout.memory.blocks.get(b).copied()));
         keys.iter().all(|key| place(self, key) == place(other, key))
     }
 
     /// New blocks for the layout's blocks `range`.
     pub fn allocate(&self, range: Range<usize>) -> Result<Vec<NDArray>> {
-        range.map(|b| NDArray::empty(Shape::new(vec![self.memory.blocks[b]]), DType::U8, self.memory.block_contexts[b])).collect()
+        range
+            .map(|b| match (self.memory.blocks.get(b), self.memory.block_contexts.get(b)) {
+                (Some(&size), Some(&ctx)) => NDArray::empty(Shape::new(vec![size]), DType::U8, ctx),
+                _ => crate::bail!(Runtime, "internal error: block {b} of a layout of {} blocks", self.memory.blocks.len()),
+            })
+            .collect()
     }
 
     /// One block per planned block: a block of `shared` (the same one where it fits, for the
@@ -295,18 +300,21 @@ impl Layout {
     pub fn allocate_sharing(&self, shared: &[NDArray]) -> Result<Vec<NDArray>> {
         let mut taken = vec![false; shared.len()];
         let memory = &self.memory;
-        (0..memory.blocks.len())
-            .map(|i| {
-                let (size, ctx) = (memory.blocks[i], memory.block_contexts[i]);
-                let fits = |j: usize| !taken[j] && shared[j].nbytes() >= size && shared[j].context() == ctx;
-                let reuse =
-                    (i < shared.len() && fits(i)).then_some(i).or_else(|| (0..shared.len()).filter(|&j| fits(j)).min_by_key(|&j| shared[j].nbytes()));
-                match reuse {
-                    Some(j) => {
-                        taken[j] = true;
-                        Ok(shared[j].clone())
+        memory
+            .blocks
+            .iter()
+            .zip(&memory.block_contexts)
+            .enumerate()
+            .map(|(i, (&size, &ctx))| {
+                let fits =
+                    |j: &usize| !taken.get(*j).copied().unwrap_or(true) && shared.get(*j).is_some_and(|b| b.nbytes() >= size && b.context() == ctx);
+                let reuse = Some(i).filter(fits).or_else(|| (0..shared.len()).filter(fits).min_by_key(|&j| shared.get(j).map_or(0, NDArray::nbytes)));
+                match reuse.and_then(|j| Some((taken.get_mut(j)?, shared.get(j)?))) {
+                    Some((taken, block)) => {
+                        *taken = true;
+                        Ok(block.clone())
                     }
-                    None => self.allocate(i..i + 1).map(|mut block| block.swap_remove(0)),
+                    None => NDArray::empty(Shape::new(vec![size]), DType::U8, ctx),
                 }
             })
             .collect()
@@ -318,7 +326,11 @@ impl Layout {
         self.views
             .iter()
             .take_while(|view| view.1 < blocks.len())
-            .map(|(key, block, shape, dtype)| Ok((*key, blocks[*block].reinterpret(shape.clone(), *dtype)?)))
+            .map(|(key, block, shape, dtype)| {
+                let block =
+                    blocks.get(*block).ok_or_else(|| crate::err!(Runtime, "internal error: a planned value's block {block} of {}", blocks.len()))?;
+                Ok((*key, block.reinterpret(shape.clone(), *dtype)?))
+            })
             .collect()
     }
 }
