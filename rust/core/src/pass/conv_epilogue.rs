@@ -52,7 +52,7 @@ pub fn fold_into_convolutions(outputs: &[Entry], types: &Inferred<DType>) -> Res
         let mut last = conv.clone();
         let batch_norm = sole_reader((node_key(conv), 0)).filter(|bn| {
             op_name(bn) == "BatchNorm"
-                && bn.inputs[0].key() == (node_key(conv), 0)
+                && bn.inputs.first().map(Entry::key) == Some((node_key(conv), 0))
                 && float32(bn)
                 && unread((node_key(bn), 1))
                 && unread((node_key(bn), 2))
@@ -81,7 +81,7 @@ pub fn fold_into_convolutions(outputs: &[Entry], types: &Inferred<DType>) -> Res
         };
         let mut inputs: Vec<Entry> = conv.inputs.iter().map(map).collect();
         if let Some(bn) = batch_norm {
-            inputs.extend(bn.inputs[1..].iter().map(map));
+            inputs.extend(bn.inputs.iter().skip(1).map(map));
         }
         let op = NodeOp { name: op.name.clone(), attrs: op.attrs.clone(), operator: op.operator.clone() };
         Rewrite::Replace(Node::annotated(op, inputs, conv.name.clone(), conv.annotations().clone()))

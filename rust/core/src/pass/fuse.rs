@@ -67,7 +67,7 @@ pub fn fuse_elementwise(outputs: &[Entry], shapes: &Inferred<Shape>, types: &Inf
 
     super::rewrite(outputs, &order, |node, map| {
         let key = node_key(node);
-        match root_of.get(&key).filter(|&&root| groups[&root] > 1) {
+        match root_of.get(&key).filter(|&&root| groups.get(&root).is_some_and(|&size| size > 1)) {
             Some(&root) if root == key => {
                 let fused = build_fused(node, &root_of, root);
                 let inputs = fused.1.iter().map(map).collect();

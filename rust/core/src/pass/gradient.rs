@@ -52,11 +52,13 @@ impl SymbolGradient {
         let head_grads: Vec<Arc<Node>> = (0..outputs.len()).map(|i| Node::variable(format!("head_grad{i}"), Attrs::new())).collect();
         let head_entries: Vec<Entry> = head_grads.iter().map(|n| Entry::new(n.clone(), 0)).collect();
         let wanted: Vec<usize> = (0..inputs.len()).filter(|&i| wanted(i)).collect();
-        let xs: Vec<Entry> = wanted.iter().map(|&i| Entry::new(inputs[i].clone(), 0)).collect();
+        let xs: Vec<Entry> = wanted.iter().filter_map(|&i| inputs.get(i)).map(|input| Entry::new(input.clone(), 0)).collect();
         let (found, by_node) = gradient_by_node(outputs, &head_entries, &xs, shapes)?;
         let mut grads = vec![None; inputs.len()];
         for (&i, g) in wanted.iter().zip(found) {
-            grads[i] = g;
+            if let Some(slot) = grads.get_mut(i) {
+                *slot = g;
+            }
         }
         if mirror {
             grads = super::mirror::mirror(&grads, forward);
@@ -265,33 +267,38 @@ pub fn accumulate_early(steps: Vec<Arc<Node>>) -> Vec<Arc<Node>> {
     // waiting on each producer.
     let mut waiting = vec![0usize; steps.len()];
     let mut waiters: Vec<Vec<usize>> = vec![Vec::new(); steps.len()];
-    for (i, node) in steps.iter().enumerate() {
+    for ((i, node), waiting) in steps.iter().enumerate().zip(waiting.iter_mut()) {
         if !eager(node) {
             continue;
         }
         let mut producers: Vec<usize> = node.inputs.iter().filter_map(|e| index.get(&node_key(&e.node)).copied()).collect();
         producers.sort_unstable();
         producers.dedup();
-        waiting[i] = producers.len();
+        *waiting = producers.len();
         for p in producers {
-            waiters[p].push(i);
+            if let Some(waiters) = waiters.get_mut(p) {
+                waiters.push(i);
+            }
         }
     }
     let mut placed = vec![false; steps.len()];
     let mut order = Vec::with_capacity(steps.len());
     for start in 0..steps.len() {
         // An eager step is placed by its last producer (all producers come before it).
-        if placed[start] || waiting[start] > 0 {
+        if placed.get(start) != Some(&false) || waiting.get(start) != Some(&0) {
             continue;
         }
         let mut ready = vec![start];
         while let Some(i) = ready.pop() {
-            placed[i] = true;
-            order.push(steps[i].clone());
-            for &w in &waiters[i] {
-                waiting[w] -= 1;
-                if waiting[w] == 0 {
-                    ready.push(w);
+            let (Some(placed), Some(step)) = (placed.get_mut(i), steps.get(i)) else { continue };
+            *placed = true;
+            order.push(step.clone());
+            for &w in waiters.get(i).into_iter().flatten() {
+                if let Some(count) = waiting.get_mut(w) {
+                    *count -= 1;
+                    if *count == 0 {
+                        ready.push(w);
+                    }
                 }
             }
         }

@@ -1,4 +1,7 @@
 //! Graph passes: each takes a graph (its output entries) and returns a new graph or facts about it.
+// Graphs from programs and files pass through here: no unwrap and no unchecked indexing, so
+// that bad input can only ever produce an error (issue 23's lint discipline, as in `io`).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
 pub mod conv_epilogue;
 pub mod cse;

@@ -24,6 +24,11 @@ pub struct MemoryPlan {
 }
 
 impl MemoryPlan {
+    /// Whether `block` holds `size` bytes on `ctx`.
+    fn holds(&self, block: usize, size: usize, ctx: Context) -> bool {
+        self.blocks.get(block).is_some_and(|&bytes| bytes >= size) && self.block_contexts.get(block) == Some(&ctx)
+    }
+
     /// Bytes the plan allocates in all.
     pub fn total_bytes(&self) -> usize {
         self.blocks.iter().sum()
@@ -88,7 +93,7 @@ pub fn plan_memory(request: &PlanRequest<'_>) -> MemoryPlan {
                         let block = *plan.assignment.get(&input.key())?;
                         let ends_here = last_use.get(&input.key()) == Some(&step);
                         let only_reader = node.inputs.iter().filter(|e| e.key() == input.key()).count() == 1;
-                        let fits = plan.blocks[block] >= size && plan.block_contexts[block] == ctx && !donated.contains(&input.key());
+                        let fits = plan.holds(block, size, ctx) && !donated.contains(&input.key());
                         (ends_here && only_reader && fits && planned_here.contains(&node_key(&input.node))).then_some((input.key(), block))
                     })
                 })
@@ -105,7 +110,9 @@ pub fn plan_memory(request: &PlanRequest<'_>) -> MemoryPlan {
                     plan.blocks.len() - 1
                 }),
             };
-            live[block] += 1;
+            if let Some(live) = live.get_mut(block) {
+                *live += 1;
+            }
             plan.assignment.insert(out.key(), block);
         }
         // Release what this step read for the last time (including donated inputs: their
@@ -128,9 +135,9 @@ pub fn plan_memory(request: &PlanRequest<'_>) -> MemoryPlan {
 }
 
 fn release(plan: &MemoryPlan, live: &mut [usize], free: &mut Vec<usize>, key: &EntryKey) {
-    if let Some(&block) = plan.assignment.get(key) {
-        live[block] -= 1;
-        if live[block] == 0 {
+    if let Some((block, count)) = plan.assignment.get(key).and_then(|&block| Some((block, live.get_mut(block)?))) {
+        *count -= 1;
+        if *count == 0 {
             free.push(block);
         }
     }
@@ -138,8 +145,7 @@ fn release(plan: &MemoryPlan, live: &mut [usize], free: &mut Vec<usize>, key: &E
 
 /// The smallest free block on `ctx` that holds `size` bytes.
 fn take_free_block(free: &mut Vec<usize>, plan: &MemoryPlan, size: usize, ctx: Context) -> Option<usize> {
-    let usable = |b: usize| plan.blocks[b] >= size && plan.block_contexts[b] == ctx;
-    let best = free.iter().enumerate().filter(|(_, &b)| usable(b)).min_by_key(|(_, &b)| plan.blocks[b]).map(|(i, _)| i);
+    let best = free.iter().enumerate().filter(|(_, &b)| plan.holds(b, size, ctx)).min_by_key(|(_, &b)| plan.blocks.get(b)).map(|(i, _)| i);
     best.map(|i| free.swap_remove(i))
 }
 
