@@ -101,7 +101,7 @@ fn lstm_step(c: &mut Criterion) {
     let weights = 4 * hidden * (inputs + hidden) + 8 * hidden;
     let parameters = uniform(&[weights]);
     let (x, state, cell) = (uniform(&[1, batch, inputs]), uniform(&[1, batch, hidden]), uniform(&[1, batch, hidden]));
-    let params = RnnParams::new(hidden, 1, "lstm".into()).state_outputs(true);
+    let params = RnnParams::new(hidden, 1, RnnMode::Lstm).state_outputs(true);
     let mut g = c.benchmark_group("LSTM step 512x512 batch 32");
     g.throughput(Throughput::Elements((2 * batch * 4 * hidden * (inputs + hidden)) as u64));
     g.bench_function("forward", |bench| {
@@ -125,7 +125,7 @@ impl Builder {
         let y = self.op("Convolution", &[x], &p);
         let y = self.op("BatchNorm", &[&y], &BatchNormParams::new().fix_gamma(false));
         if relu {
-            self.op("Activation", &[&y], &ActivationParams::new("relu".into()))
+            self.op("Activation", &[&y], &ActivationParams::new(ActivationType::Relu))
         } else {
             y
         }
@@ -135,7 +135,7 @@ impl Builder {
 /// The network `examples/train_digits.py` trains, composed in Rust.
 fn digits_cnn() -> Symbol {
     let mut b = Builder { layers: 0 };
-    let relu = ActivationParams::new("relu".into());
+    let relu = ActivationParams::new(ActivationType::Relu);
     let pool = PoolingParams::new().kernel(vec![2, 2]).stride(vec![2, 2]);
     let x = Symbol::var("data");
     let x = b.op("Convolution", &[&x], &ConvolutionParams::new(vec![3, 3], 32).pad(vec![1, 1]));
@@ -164,10 +164,10 @@ fn resnet18() -> Symbol {
             let y = b.conv_bn(&y, filters, 3, 1, false);
             let shortcut = if stride == 2 { b.conv_bn(&x, filters, 1, 2, false) } else { x.clone() };
             let sum = b.op("elemwise_add", &[&y, &shortcut], &NoParams);
-            x = b.op("Activation", &[&sum], &ActivationParams::new("relu".into()));
+            x = b.op("Activation", &[&sum], &ActivationParams::new(ActivationType::Relu));
         }
     }
-    let x = b.op("Pooling", &[&x], &PoolingParams::new().global_pool(true).pool_type("avg".into()));
+    let x = b.op("Pooling", &[&x], &PoolingParams::new().global_pool(true).pool_type(PoolingType::Avg));
     b.op("FullyConnected", &[&x], &FullyConnectedParams::new(1000))
 }
 

@@ -48,7 +48,7 @@ fn forward(x: &NDArray, parameters: &[NDArray]) -> oxnet::Result<NDArray> {
         let (weight, bias) = (&pair[0], &pair[1]);
         h = nn::fully_connected(&h, weight, Some(bias), FullyConnectedParams::new(weight.shape()[0]))?;
         if i + 1 < parameters.len() / 2 {
-            h = nn::activation(&h, ActivationParams::new("relu".into()))?;
+            h = nn::activation(&h, ActivationParams::new(ActivationType::Relu))?;
         }
     }
     Ok(h)

@@ -73,7 +73,7 @@ fn arithmetic_broadcasts_chains_and_reports_shape_errors() -> Result<()> {
 fn typed_parameters_reach_the_registry_and_wrong_ones_get_mxnet_errors() -> Result<()> {
     let x = NDArray::from_slice(&[3f32, 1., 2., 6., 5., 4.], [2, 3], cpu())?;
     // Any registered operator by name (here by an MXNet alias) with its typed parameters.
-    let top = ops::call1("topk", &[&x], &TopkParams::new().k(2).ret_typ("value".into()))?;
+    let top = ops::call1("topk", &[&x], &TopkParams::new().k(2).ret_typ(TopkReturn::Values))?;
     assert_eq!(top.to_vec::<f32>()?, [3., 2., 6., 5.]);
     let cumulative = ops::call1("sum_axis", &[&x], &ReduceParams::new().axis(Some(vec![0])))?;
     assert_eq!(cumulative.to_vec::<f32>()?, [9., 6., 6.]);
@@ -84,8 +84,15 @@ fn typed_parameters_reach_the_registry_and_wrong_ones_get_mxnet_errors() -> Resu
     assert_eq!(e.message, "operator sum: unknown parameter 'transpose_a'; valid parameters: axis, keepdims, exclude");
     let e = ops::call("no_such_operator", &[&x], &NoParams).unwrap_err();
     assert_eq!(e.message, "operator 'no_such_operator' is not registered");
-    let e = nn::activation(&x, ActivationParams::new("swish".into())).unwrap_err();
-    assert!(e.message.contains("act_type must be 'relu', 'sigmoid', 'tanh', 'softrelu' or 'softsign', got 'swish'"), "{}", e.message);
+    // A choice parameter is an enum in Rust; from attribute strings (JSON, Python) a name
+    // outside it is refused with the valid ones.
+    let swish: oxnet::op::Attrs = [("act_type".to_string(), "swish".to_string())].into_iter().collect();
+    let e = oxnet::imperative::invoke("Activation", std::slice::from_ref(&x), &swish, None, Context::cpu(0), None).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Param);
+    assert_eq!(
+        e.message,
+        "operator Activation: invalid value 'swish' for parameter 'act_type' ({'relu', 'sigmoid', 'tanh', 'softrelu', 'softsign'}): not one of the valid values"
+    );
     // Parameters write MXNet's attribute strings, defaults left out.
     let attrs = ConvolutionParams::new(vec![3, 3], 8).pad(vec![1, 1]).to_attrs();
     assert_eq!(
@@ -221,7 +228,7 @@ fn model_names_its_inputs_infers_labels_and_rebinds_for_a_new_batch_size() -> Re
 fn a_graph_composed_in_rust_runs_as_a_model_and_agrees_with_the_imperative_path() -> Result<()> {
     let data = Symbol::var("data");
     let fc1 = Symbol::apply("FullyConnected", "fc1", &[&data], &FullyConnectedParams::new(8))?;
-    let act = Symbol::apply("Activation", "relu1", &[&fc1], &ActivationParams::new("tanh".into()))?;
+    let act = Symbol::apply("Activation", "relu1", &[&fc1], &ActivationParams::new(ActivationType::Tanh))?;
     let net = Symbol::apply("FullyConnected", "fc2", &[&act], &FullyConnectedParams::new(3))?;
     assert_eq!(net.list_arguments(), ["data", "fc1_weight", "fc1_bias", "fc2_weight", "fc2_bias"]);
 
@@ -229,7 +236,8 @@ fn a_graph_composed_in_rust_runs_as_a_model_and_agrees_with_the_imperative_path(
     let normal = |shape: Vec<i64>| ops::random_normal(NormalParams::new().shape(shape));
     let (w1, b1, w2, b2) = (normal(vec![8, 5])?, normal(vec![8])?, normal(vec![3, 8])?, normal(vec![3])?);
     let x = normal(vec![4, 5])?;
-    let hidden = nn::activation(&nn::fully_connected(&x, &w1, Some(&b1), FullyConnectedParams::new(8))?, ActivationParams::new("tanh".into()))?;
+    let hidden =
+        nn::activation(&nn::fully_connected(&x, &w1, Some(&b1), FullyConnectedParams::new(8))?, ActivationParams::new(ActivationType::Tanh))?;
     let want = nn::fully_connected(&hidden, &w2, Some(&b2), FullyConnectedParams::new(3))?.to_vec::<f32>()?;
 
     let parameters = [("fc1_weight", &w1), ("fc1_bias", &b1), ("fc2_weight", &w2), ("fc2_bias", &b2)];

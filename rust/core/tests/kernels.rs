@@ -461,25 +461,25 @@ fn pooling_matches_reference() {
         ),
         (
             "avg 3x3/2 pad 1 (padding counted)",
-            PoolingParams::new().kernel(vec![3, 3]).stride(vec![2, 2]).pad(vec![1, 1]).pool_type("avg".into()),
+            PoolingParams::new().kernel(vec![3, 3]).stride(vec![2, 2]).pad(vec![1, 1]).pool_type(PoolingType::Avg),
             x.nd(),
             pool_reference(&x, [three, three], 0.0, |a, v| a + v, |a, _, window| a / window as f64),
         ),
         (
             "avg 3x3/2 pad 1 (padding not counted)",
-            PoolingParams::new().kernel(vec![3, 3]).stride(vec![2, 2]).pad(vec![1, 1]).pool_type("avg".into()).count_include_pad(Some(false)),
+            PoolingParams::new().kernel(vec![3, 3]).stride(vec![2, 2]).pad(vec![1, 1]).pool_type(PoolingType::Avg).count_include_pad(Some(false)),
             x.nd(),
             pool_reference(&x, [three, three], 0.0, |a, v| a + v, |a, inside, _| a / inside as f64),
         ),
         (
             "sum 2x2/2",
-            PoolingParams::new().kernel(vec![2, 2]).stride(vec![2, 2]).pool_type("sum".into()),
+            PoolingParams::new().kernel(vec![2, 2]).stride(vec![2, 2]).pool_type(PoolingType::Sum),
             x.nd(),
             pool_reference(&x, [two, two], 0.0, |a, v| a + v, |a, _, _| a),
         ),
         (
             "global avg",
-            PoolingParams::new().global_pool(true).pool_type("avg".into()),
+            PoolingParams::new().global_pool(true).pool_type(PoolingType::Avg),
             x.nd(),
             reduce_reference(&x, &[2, 3], true, 0.0, |a, v| a + v, |a, n| a / n as f64),
         ),
@@ -498,11 +498,11 @@ fn activations_match_reference() {
     let x = Host::random(&[4, 9], 26, -3.0, 3.0);
     let softrelu = |v: f64| v.exp().ln_1p();
     let table: Vec<(&str, NDArray, Box<dyn Fn(f64) -> f64>)> = vec![
-        ("relu", nn::activation(&x.nd(), ActivationParams::new("relu".into())).unwrap(), Box::new(|v: f64| v.max(0.0))),
-        ("sigmoid", nn::activation(&x.nd(), ActivationParams::new("sigmoid".into())).unwrap(), Box::new(|v: f64| 1.0 / (1.0 + (-v).exp()))),
-        ("tanh", nn::activation(&x.nd(), ActivationParams::new("tanh".into())).unwrap(), Box::new(f64::tanh)),
-        ("softrelu", nn::activation(&x.nd(), ActivationParams::new("softrelu".into())).unwrap(), Box::new(softrelu)),
-        ("softsign", nn::activation(&x.nd(), ActivationParams::new("softsign".into())).unwrap(), Box::new(|v: f64| v / (1.0 + v.abs()))),
+        ("relu", nn::activation(&x.nd(), ActivationParams::new(ActivationType::Relu)).unwrap(), Box::new(|v: f64| v.max(0.0))),
+        ("sigmoid", nn::activation(&x.nd(), ActivationParams::new(ActivationType::Sigmoid)).unwrap(), Box::new(|v: f64| 1.0 / (1.0 + (-v).exp()))),
+        ("tanh", nn::activation(&x.nd(), ActivationParams::new(ActivationType::Tanh)).unwrap(), Box::new(f64::tanh)),
+        ("softrelu", nn::activation(&x.nd(), ActivationParams::new(ActivationType::Softrelu)).unwrap(), Box::new(softrelu)),
+        ("softsign", nn::activation(&x.nd(), ActivationParams::new(ActivationType::Softsign)).unwrap(), Box::new(|v: f64| v / (1.0 + v.abs()))),
         (
             "leaky 0.1",
             nn::leaky_relu(&x.nd(), None, LeakyReLUParams::new().slope(0.1)).unwrap(),
@@ -510,7 +510,7 @@ fn activations_match_reference() {
         ),
         (
             "elu 1.0",
-            nn::leaky_relu(&x.nd(), None, LeakyReLUParams::new().act_type("elu".into()).slope(1.0)).unwrap(),
+            nn::leaky_relu(&x.nd(), None, LeakyReLUParams::new().act_type(LeakyType::Elu).slope(1.0)).unwrap(),
             Box::new(|v: f64| if v > 0.0 { v } else { v.exp_m1() }),
         ),
     ];
@@ -752,7 +752,7 @@ fn sorting_operators_match_reference() {
     assert_close("sort", &read(&ops::sort(&x.nd(), SortParams::new()).unwrap()), &sorted, 0.0);
     let descending_idx: Vec<f64> = rows.iter().flat_map(|r| order(r, false).into_iter().map(|i| i as f64)).collect();
     assert_close("argsort descending", &read(&ops::argsort(&x.nd(), ArgsortParams::new().is_ascend(false)).unwrap()), &descending_idx, 0.0);
-    let both = ops::topk(&x.nd(), TopkParams::new().k(2).ret_typ("both".into())).unwrap();
+    let both = ops::topk(&x.nd(), TopkParams::new().k(2).ret_typ(TopkReturn::Both)).unwrap();
     let top_values: Vec<f64> = rows.iter().flat_map(|r| order(r, false).into_iter().take(2).map(|i| r[i])).collect();
     let top_indices: Vec<f64> = rows.iter().flat_map(|r| order(r, false).into_iter().take(2).map(|i| i as f64)).collect();
     assert_eq!(both.len(), 2);
@@ -874,7 +874,7 @@ fn gradients_match_finite_differences() {
     let image = Host::random(&[2, 2, 6, 6], 57, -1.0, 1.0);
     check_gradient("max pooling", std::slice::from_ref(&image), &|a| nn::pooling(&a[0], PoolingParams::new().kernel(vec![2, 2]).stride(vec![2, 2])));
     check_gradient("avg pooling", &[image], &|a| {
-        nn::pooling(&a[0], PoolingParams::new().kernel(vec![3, 3]).stride(vec![2, 2]).pad(vec![1, 1]).pool_type("avg".into()))
+        nn::pooling(&a[0], PoolingParams::new().kernel(vec![3, 3]).stride(vec![2, 2]).pad(vec![1, 1]).pool_type(PoolingType::Avg))
     });
     check_gradient("LayerNorm", &[x.clone(), Host::random(&[4], 58, 0.5, 1.5), Host::random(&[4], 59, -0.5, 0.5)], &|a| {
         nn::layer_norm(&a[0], &a[1], &a[2], LayerNormParams::new())
@@ -931,11 +931,11 @@ fn recurrent_reference(lstm: bool, x: &Host, params: &[f64], hidden: usize) -> (
 fn recurrent_layers_match_a_step_by_step_reference() {
     let (steps, batch, input, hidden) = (4, 3, 5, 6);
     let x = Host::random(&[steps, batch, input], 60, -1.0, 1.0);
-    for (mode, lstm) in [("lstm", true), ("gru", false)] {
+    for (mode, lstm) in [(RnnMode::Lstm, true), (RnnMode::Gru, false)] {
         let gates = if lstm { 4 } else { 3 } * hidden;
         let params = Host::random(&[gates * (input + hidden + 2)], 61, -0.5, 0.5);
         let zeros = NDArray::zeros([1, batch, hidden], DType::F32, cpu()).unwrap();
-        let rnn_params = RnnParams::new(hidden, 1, mode.into()).state_outputs(true);
+        let rnn_params = RnnParams::new(hidden, 1, mode).state_outputs(true);
         let outputs = nn::rnn(&x.nd(), &params.nd(), &zeros, lstm.then_some(&zeros), rnn_params).unwrap();
         let (out, h, c) = recurrent_reference(lstm, &x, &params.data, hidden);
         assert_eq!(outputs[0].shape().dims(), [steps, batch, hidden]);
@@ -1063,7 +1063,7 @@ fn group_instance_l2_and_local_response_normalization_match_reference() {
         .collect();
     assert_close("LRN", &read(&got), &want, 1e-5);
 
-    let gelu = nn::leaky_relu(&x.nd(), None, LeakyReLUParams::new().act_type("gelu".into())).unwrap();
+    let gelu = nn::leaky_relu(&x.nd(), None, LeakyReLUParams::new().act_type(LeakyType::Gelu)).unwrap();
     let want: Vec<f64> = x.data.iter().map(|&v| 0.5 * v * (1.0 + libm::erf(v / std::f64::consts::SQRT_2))).collect();
     assert_close("gelu", &read(&gelu), &want, 1e-6);
 }
@@ -1088,8 +1088,8 @@ fn nearest_upsampling_and_padding_match_reference() {
         let inside = (0..2).contains(&h) && (0..3).contains(&w);
         (inside || edge).then(|| x.at(&[index[0], index[1], h.clamp(0, 1) as usize, w.clamp(0, 2) as usize]))
     };
-    for (mode, edge) in [("constant", false), ("edge", true)] {
-        let got = ops::call1("Pad", &[&x.nd()], &PadParams::new(widths.to_vec()).mode(mode.into()).constant_value(0.5)).unwrap();
+    for (mode, edge) in [(PadMode::Constant, false), (PadMode::Edge, true)] {
+        let got = ops::call1("Pad", &[&x.nd()], &PadParams::new(widths.to_vec()).mode(mode).constant_value(0.5)).unwrap();
         assert_eq!(got.shape().dims(), padded_shape);
         let want: Vec<f64> = (0..size(&padded_shape)).map(|i| source(&unravel(i, &padded_shape), edge).unwrap_or(0.5)).collect();
         assert_close(&format!("Pad {mode}"), &read(&got), &want, 0.0);

@@ -483,7 +483,7 @@ fn list_ops() -> Vec<(String, Vec<String>, String, bool, Vec<(String, String, Op
         .map(|d| {
             let params = (d.params)()
                 .into_iter()
-                .map(|p| (p.name.to_string(), p.type_name.to_string(), p.default.map(str::to_string), p.doc.trim().to_string()))
+                .map(|p| (p.name.to_string(), p.type_name.to_string(), p.default, p.doc.trim().to_string()))
                 .collect();
             (d.name.to_string(), d.aliases.iter().map(|s| s.to_string()).collect(), d.doc.to_string(), d.variadic, params)
         })

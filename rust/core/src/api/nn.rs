@@ -6,7 +6,7 @@
 //! BatchNorm) follow the training flag that [`crate::record`] and [`crate::train_mode`] set.
 //!
 //! ```
-//! use oxnet::params::{ActivationParams, FullyConnectedParams};
+//! use oxnet::params::{ActivationParams, ActivationType, FullyConnectedParams};
 //! use oxnet::{nn, Context, NDArray};
 //!
 //! let cpu = Context::cpu(0);
@@ -14,7 +14,7 @@
 //! let w = NDArray::from_slice(&[1f32, 1., 1., 0., 1., 0.], [2, 3], cpu)?;
 //! let b = NDArray::from_slice(&[0.5f32, 0.], [2], cpu)?;
 //! let y = nn::fully_connected(&x, &w, Some(&b), FullyConnectedParams::new(2))?;
-//! let y = nn::activation(&y, ActivationParams::new("relu".into()))?;
+//! let y = nn::activation(&y, ActivationParams::new(ActivationType::Relu))?;
 //! assert_eq!(y.to_vec::<f32>()?, [2.5, 0.]);
 //! # Ok::<(), oxnet::Error>(())
 //! ```

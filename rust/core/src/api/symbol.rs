@@ -15,12 +15,12 @@ impl Symbol {
     /// (`fc1_weight`, `fc1_bias`), as MXNet names a layer's parameters.
     ///
     /// ```
-    /// use oxnet::params::{ActivationParams, FullyConnectedParams};
+    /// use oxnet::params::{ActivationParams, ActivationType, FullyConnectedParams};
     /// use oxnet::symbol::Symbol;
     ///
     /// let data = Symbol::var("data");
     /// let fc1 = Symbol::apply("FullyConnected", "fc1", &[&data], &FullyConnectedParams::new(64))?;
-    /// let act = Symbol::apply("Activation", "relu1", &[&fc1], &ActivationParams::new("relu".into()))?;
+    /// let act = Symbol::apply("Activation", "relu1", &[&fc1], &ActivationParams::new(ActivationType::Relu))?;
     /// let fc2 = Symbol::apply("FullyConnected", "fc2", &[&act], &FullyConnectedParams::new(10))?;
     /// assert_eq!(fc2.list_arguments(), ["data", "fc1_weight", "fc1_bias", "fc2_weight", "fc2_bias"]);
     /// # Ok::<(), oxnet::Error>(())

@@ -9,10 +9,15 @@ use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
 use crate::graph::Entry;
 
+crate::param_choice! {
+    /// Activation's function.
+    pub enum ActivationType { Relu = "relu", Sigmoid = "sigmoid", Tanh = "tanh", Softrelu = "softrelu", Softsign = "softsign" }
+}
+
 crate::op_params! {
     pub struct ActivationParams {
-        /// Activation function: 'relu', 'sigmoid', 'tanh', 'softrelu' or 'softsign'.
-        act_type: String,
+        /// Activation function.
+        act_type: ActivationType,
     }
 }
 
@@ -45,8 +50,8 @@ impl Operator for Activation {
 
 crate::op_params! {
     pub struct LeakyReLUParams {
-        /// 'leaky', 'elu', 'selu', 'gelu', 'prelu' or 'rrelu'.
-        act_type: String = "leaky".to_string(),
+        /// The rectifier.
+        act_type: LeakyType = LeakyType::Leaky,
         /// Negative slope (leaky) or scale of the negative part (elu).
         slope: f64 = 0.25,
         /// Lower bound of the random slope ('rrelu').
@@ -63,40 +68,22 @@ const SELU_ALPHA: f64 = 1.673_263_242_354_377_3_f32 as f64;
 #[allow(clippy::excessive_precision)]
 const SELU_LAMBDA: f64 = 1.050_700_987_355_480_5_f32 as f64;
 
-#[derive(Clone, Copy, PartialEq)]
-enum LeakyType {
-    Leaky,
-    Elu,
-    Selu,
-    Gelu,
-    Prelu,
-    /// Randomized leaky ReLU: while training each negative element gets a slope drawn from
-    /// U(lower_bound, upper_bound); at inference the mean slope.
-    Rrelu,
+crate::param_choice! {
+    /// LeakyReLU's rectifier.
+    pub enum LeakyType {
+        Leaky = "leaky",
+        Elu = "elu",
+        Selu = "selu",
+        Gelu = "gelu",
+        /// A learned slope per channel (the `gamma` input).
+        Prelu = "prelu",
+        /// Randomized leaky ReLU: while training each negative element gets a slope drawn from
+        /// U(lower_bound, upper_bound); at inference the mean slope.
+        Rrelu = "rrelu",
+    }
 }
 
 impl LeakyType {
-    fn parse(name: &str) -> Result<LeakyType> {
-        Ok(match name {
-            "leaky" => LeakyType::Leaky,
-            "elu" => LeakyType::Elu,
-            "selu" => LeakyType::Selu,
-            "gelu" => LeakyType::Gelu,
-            "prelu" => LeakyType::Prelu,
-            "rrelu" => LeakyType::Rrelu,
-            other => crate::bail!(Param, "LeakyReLU: act_type must be 'leaky', 'elu', 'selu', 'gelu', 'prelu' or 'rrelu', got '{other}'"),
-        })
-    }
-    fn name(self) -> &'static str {
-        match self {
-            LeakyType::Leaky => "leaky",
-            LeakyType::Elu => "elu",
-            LeakyType::Selu => "selu",
-            LeakyType::Gelu => "gelu",
-            LeakyType::Prelu => "prelu",
-            LeakyType::Rrelu => "rrelu",
-        }
-    }
     #[inline(always)]
     fn value(self, x: f64, slope: f64) -> f64 {
         match self {
@@ -754,7 +741,7 @@ crate::op_params! {
 }
 
 fn leaky_relu(p: LeakyReLUParams) -> Result<LeakyReLU> {
-    let kind = LeakyType::parse(&p.act_type)?;
+    let kind = p.act_type;
     if kind == LeakyType::Rrelu && !(p.lower_bound <= p.upper_bound) {
         crate::bail!(Param, "LeakyReLU(rrelu): lower_bound {} must not exceed upper_bound {}", p.lower_bound, p.upper_bound);
     }
@@ -767,13 +754,12 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         &[],
         "Applies an activation function element-wise: relu, sigmoid, tanh, softrelu or softsign.",
         |p: ActivationParams| {
-            let unary = match p.act_type.as_str() {
-                "relu" => "relu",
-                "sigmoid" => "sigmoid",
-                "tanh" => "tanh",
-                "softrelu" => "_softrelu",
-                "softsign" => "softsign",
-                other => crate::bail!(Param, "Activation: act_type must be 'relu', 'sigmoid', 'tanh', 'softrelu' or 'softsign', got '{other}'"),
+            let unary = match p.act_type {
+                ActivationType::Relu => "relu",
+                ActivationType::Sigmoid => "sigmoid",
+                ActivationType::Tanh => "tanh",
+                ActivationType::Softrelu => "_softrelu",
+                ActivationType::Softsign => "softsign",
             };
             Ok(Activation { inner: super::lookup(unary)?.instantiate(unary, &Default::default())? })
         },

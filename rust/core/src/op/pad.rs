@@ -11,8 +11,8 @@ use crate::error::Result;
 
 crate::op_params! {
     pub struct PadParams {
-        /// Padding: 'constant', 'edge' or 'reflect'.
-        mode: String = "constant".to_string(),
+        /// How the padding is filled.
+        mode: PadMode = PadMode::Constant,
         /// Widths (before, after) for every axis, flattened: 2 * ndim values.
         pad_width: Vec<i64>,
         /// The value of constant padding.
@@ -20,15 +20,20 @@ crate::op_params! {
     }
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Mode {
-    Constant,
-    Edge,
-    Reflect,
+crate::param_choice! {
+    /// How Pad fills the padding.
+    pub enum PadMode {
+        /// `constant_value`.
+        Constant = "constant",
+        /// The edge value repeated.
+        Edge = "edge",
+        /// The values mirrored about the edge (the edge itself not repeated).
+        Reflect = "reflect",
+    }
 }
 
 struct Pad {
-    mode: Mode,
+    mode: PadMode,
     widths: Vec<(usize, usize)>,
     value: f64,
     params: PadParams,
@@ -36,12 +41,7 @@ struct Pad {
 
 impl Pad {
     fn new(p: PadParams) -> Result<Pad> {
-        let mode = match p.mode.as_str() {
-            "constant" => Mode::Constant,
-            "edge" => Mode::Edge,
-            "reflect" => Mode::Reflect,
-            other => crate::bail!(Param, "pad: mode must be 'constant', 'edge' or 'reflect', got '{other}'"),
-        };
+        let mode = p.mode;
         if !p.pad_width.len().is_multiple_of(2) || p.pad_width.iter().any(|&w| w < 0) {
             crate::bail!(Param, "pad: pad_width must hold non-negative (before, after) pairs, got {:?}", p.pad_width);
         }
@@ -54,10 +54,10 @@ impl Pad {
             crate::bail!(Shape, "pad: pad_width has {} pairs for an input of {} dimensions ({s})", self.widths.len(), s.ndim());
         }
         for (axis, &(before, after)) in self.widths.iter().enumerate() {
-            if self.mode == Mode::Reflect && (before >= s[axis] || after >= s[axis]) {
+            if self.mode == PadMode::Reflect && (before >= s[axis] || after >= s[axis]) {
                 crate::bail!(Shape, "pad: reflect padding of {before}/{after} needs axis {axis} of {s} to be longer");
             }
-            if self.mode == Mode::Edge && s[axis] == 0 && before + after > 0 {
+            if self.mode == PadMode::Edge && s[axis] == 0 && before + after > 0 {
                 crate::bail!(Shape, "pad: edge padding of an empty axis {axis} of {s}");
             }
         }
@@ -78,9 +78,9 @@ impl Pad {
                             return Some(i as usize);
                         }
                         match self.mode {
-                            Mode::Constant => None,
-                            Mode::Edge => Some(i.clamp(0, n - 1) as usize),
-                            Mode::Reflect => Some(if i < 0 { -i } else { 2 * (n - 1) - i } as usize),
+                            PadMode::Constant => None,
+                            PadMode::Edge => Some(i.clamp(0, n - 1) as usize),
+                            PadMode::Reflect => Some(if i < 0 { -i } else { 2 * (n - 1) - i } as usize),
                         }
                     })
                     .collect()
@@ -90,7 +90,7 @@ impl Pad {
 
     fn attrs(&self) -> Vec<(&'static str, String)> {
         vec![
-            ("mode", self.params.mode.clone()),
+            ("mode", self.params.mode.name().to_string()),
             ("pad_width", tuple_attr(&self.params.pad_width)),
             ("constant_value", format!("{:?}", self.params.constant_value)),
         ]

@@ -18,8 +18,8 @@ pub type Attrs = BTreeMap<String, String>;
 pub struct ParamSpec {
     pub name: &'static str,
     pub type_name: &'static str,
-    /// `None` when the parameter is required.
-    pub default: Option<&'static str>,
+    /// The default in MXNet's textual form; `None` when the parameter is required.
+    pub default: Option<String>,
     pub doc: &'static str,
 }
 
@@ -100,6 +100,71 @@ pub fn missing(op: &str, name: &str, valid: &[&str]) -> crate::error::Error {
     crate::err!(Param, "operator {op}: required parameter '{name}' is missing (parameters: {})", valid.join(", "))
 }
 
+/// Declare a parameter that takes one of a fixed set of names (MXNet's enum parameters, such as
+/// `act_type` or `pool_type`): an enum whose variants parse from those names (quoted or not),
+/// print as them, and show as `{'a', 'b'}` in docs and errors, as MXNet lists them.
+///
+/// ```
+/// oxnet::param_choice! {
+///     /// How far to go.
+///     pub enum Reach { Near = "near", Far = "far" }
+/// }
+/// use oxnet::op::params::ParamValue;
+/// assert_eq!(Reach::parse_param("'far'"), Ok(Reach::Far));
+/// assert_eq!(Reach::Near.to_param(), "near");
+/// assert_eq!(Reach::type_name(), "{'near', 'far'}");
+/// assert!(Reach::parse_param("away").is_err());
+/// ```
+#[macro_export]
+macro_rules! param_choice {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident { $( $(#[doc = $doc:literal])* $variant:ident = $text:literal ),+ $(,)? }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $( $(#[doc = $doc])* $variant, )+
+        }
+
+        impl $name {
+            /// The value's name in MXNet.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( $name::$variant => $text, )+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl $crate::op::params::ParamValue for $name {
+            fn type_name() -> &'static str {
+                static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+                NAME.get_or_init(|| $crate::op::params::choice_list(&[$($text),+]))
+            }
+            fn parse_param(text: &str) -> std::result::Result<Self, String> {
+                match text.trim().trim_matches('\'').trim_matches('"') {
+                    $( $text => Ok($name::$variant), )+
+                    _ => Err("not one of the valid values".to_string()),
+                }
+            }
+            fn to_param(&self) -> String {
+                self.name().to_string()
+            }
+        }
+    };
+}
+
+/// MXNet's form of a choice parameter's values: `{'relu', 'sigmoid'}`.
+pub fn choice_list(names: &[&str]) -> String {
+    format!("{{{}}}", names.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", "))
+}
+
 /// Declare an operator's parameter struct. Fields without `= default` are required.
 ///
 /// Besides the struct, its parser and its specs, the macro gives Rust callers the typed side:
@@ -126,7 +191,7 @@ macro_rules! op_params {
                     $crate::op::params::ParamSpec {
                         name: stringify!($field),
                         type_name: <$ty as $crate::op::params::ParamValue>::type_name(),
-                        default: $crate::op_params!(@default_text $($default)?),
+                        default: $crate::op_params!(@default_text $ty $(, $default)?),
                         doc: concat!($($doc),*),
                     }
                 ),*]
@@ -164,8 +229,11 @@ macro_rules! op_params {
             )*
         }
     };
-    (@default_text) => { None };
-    (@default_text $d:expr) => { Some(stringify!($d)) };
+    (@default_text $ty:ty) => { None };
+    (@default_text $ty:ty, $d:expr) => {{
+        let default: $ty = $d;
+        Some($crate::op::params::ParamValue::to_param(&default))
+    }};
     (@default_value $op:expr, $f:expr, $known:expr) => {
         return Err($crate::op::params::missing($op, $f, $known))
     };

@@ -9,20 +9,31 @@ use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 
+crate::param_choice! {
+    /// What a pooling window computes.
+    pub enum PoolingType { Max = "max", Avg = "avg", Sum = "sum", Lp = "lp" }
+}
+
+crate::param_choice! {
+    /// How the output size is rounded: 'valid' floors, 'full' ceils, 'same' keeps
+    /// ceil(input / stride).
+    pub enum PoolingConvention { Valid = "valid", Full = "full", Same = "same" }
+}
+
 crate::op_params! {
     /// cudnn_off only steers MXNet's GPU path: accepted, unused.
     #[allow(dead_code)]
     pub struct PoolingParams {
         /// Pooling window: (w,), (h, w) or (d, h, w); ignored with global_pool.
         kernel: Vec<i64> = Vec::new(),
-        /// 'max', 'avg', 'sum' or 'lp'.
-        pool_type: String = "max".to_string(),
+        /// What each window computes.
+        pool_type: PoolingType = PoolingType::Max,
         /// Pool over the whole spatial extent.
         global_pool: bool = false,
         /// Disable cuDNN (accepted for compatibility).
         cudnn_off: bool = false,
         /// Output size rounding: 'valid' (floor), 'full' (ceil) or 'same'.
-        pooling_convention: String = "valid".to_string(),
+        pooling_convention: PoolingConvention = PoolingConvention::Valid,
         /// Stride per spatial axis (default 1).
         stride: Vec<i64> = Vec::new(),
         /// Padding per spatial axis (default 0).
@@ -117,13 +128,13 @@ impl Pooling {
         let mut output = [1; 3];
         for a in 0..3 {
             let padded = input[a] + 2 * pad[a];
-            if padded < kernel[a] && self.p.pooling_convention != "same" {
+            if padded < kernel[a] && self.p.pooling_convention != PoolingConvention::Same {
                 crate::bail!(Shape, "Pooling: kernel {:?} is larger than the padded input {data}", self.p.kernel);
             }
-            output[a] = match self.p.pooling_convention.as_str() {
-                "full" => (padded - kernel[a]).div_ceil(stride[a]) + 1,
-                "same" => input[a].div_ceil(stride[a]),
-                _ => (padded - kernel[a]) / stride[a] + 1,
+            output[a] = match self.p.pooling_convention {
+                PoolingConvention::Full => (padded - kernel[a]).div_ceil(stride[a]) + 1,
+                PoolingConvention::Same => input[a].div_ceil(stride[a]),
+                PoolingConvention::Valid => (padded - kernel[a]) / stride[a] + 1,
             };
         }
         let mut dims = vec![batch];
@@ -472,8 +483,11 @@ impl Pooling {
     fn attrs(&self) -> Vec<(&'static str, String)> {
         let p = &self.p;
         let flag = |b: bool| if b { "True" } else { "False" }.to_string();
-        let mut attrs =
-            vec![("pool_type", p.pool_type.clone()), ("global_pool", flag(p.global_pool)), ("pooling_convention", p.pooling_convention.clone())];
+        let mut attrs = vec![
+            ("pool_type", p.pool_type.name().to_string()),
+            ("global_pool", flag(p.global_pool)),
+            ("pooling_convention", p.pooling_convention.name().to_string()),
+        ];
         for (name, v) in [("kernel", &p.kernel), ("stride", &p.stride), ("pad", &p.pad)] {
             if !v.is_empty() {
                 attrs.push((name, tuple_attr(v)));
@@ -592,19 +606,15 @@ fn unpool_plane<T: Elem>(w: &Window, kind: PoolType, include_pad: bool, g: &[T],
 }
 
 fn build(p: PoolingParams) -> Result<Pooling> {
-    let kind = match p.pool_type.as_str() {
-        "max" => PoolType::Max,
-        "avg" => PoolType::Avg,
-        "sum" => PoolType::Sum,
-        "lp" => match p.p_value {
+    let kind = match p.pool_type {
+        PoolingType::Max => PoolType::Max,
+        PoolingType::Avg => PoolType::Avg,
+        PoolingType::Sum => PoolType::Sum,
+        PoolingType::Lp => match p.p_value {
             Some(v) if v >= 1 => PoolType::Lp(v as i32),
             _ => crate::bail!(Param, "Pooling: lp pooling needs p_value >= 1, got {:?}", p.p_value),
         },
-        other => crate::bail!(Param, "Pooling: pool_type must be 'max', 'avg', 'sum' or 'lp', got '{other}'"),
     };
-    if !matches!(p.pooling_convention.as_str(), "valid" | "full" | "same") {
-        crate::bail!(Param, "Pooling: pooling_convention must be 'valid', 'full' or 'same', got '{}'", p.pooling_convention);
-    }
     if let Some(layout) = &p.layout {
         if !matches!(layout.as_str(), "NCW" | "NCHW" | "NCDHW" | "NWC" | "NHWC" | "NDHWC") {
             crate::bail!(Param, "Pooling: layout must be one of NCW, NCHW, NCDHW, NWC, NHWC, NDHWC, got {layout}");

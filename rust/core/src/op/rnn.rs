@@ -41,8 +41,8 @@ crate::op_params! {
         num_layers: usize,
         /// Whether each layer also runs backwards in time (outputs concatenated).
         bidirectional: bool = false,
-        /// 'rnn_relu', 'rnn_tanh', 'lstm' or 'gru'.
-        mode: String,
+        /// The recurrent cell.
+        mode: RnnMode,
         /// Dropout probability applied to the outputs of every layer but the last while training.
         p: f64 = 0.0,
         /// Whether the final hidden (and LSTM cell) states are outputs too.
@@ -60,20 +60,17 @@ crate::op_params! {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Debug)]
-enum Mode {
-    Relu,
-    Tanh,
-    Lstm,
-    Gru,
+crate::param_choice! {
+    /// The RNN operator's recurrent cell.
+    pub enum RnnMode { Relu = "rnn_relu", Tanh = "rnn_tanh", Lstm = "lstm", Gru = "gru" }
 }
 
-impl Mode {
+impl RnnMode {
     fn gates(self) -> usize {
         match self {
-            Mode::Relu | Mode::Tanh => 1,
-            Mode::Lstm => 4,
-            Mode::Gru => 3,
+            RnnMode::Relu | RnnMode::Tanh => 1,
+            RnnMode::Lstm => 4,
+            RnnMode::Gru => 3,
         }
     }
 }
@@ -113,7 +110,7 @@ impl Real for f64 {
 
 #[derive(Clone, Debug)]
 struct Rnn {
-    mode: Mode,
+    mode: RnnMode,
     hidden: usize,
     layers: usize,
     dirs: usize,
@@ -187,7 +184,7 @@ impl Rnn {
         self.dropout > 0.0 && self.layers > 1
     }
     fn num_states(&self) -> usize {
-        if self.mode == Mode::Lstm {
+        if self.mode == RnnMode::Lstm {
             2
         } else {
             1
@@ -205,7 +202,7 @@ impl Rnn {
     /// Shapes of the initial states: the hidden state, and for LSTM the cell.
     fn initial_state_shapes(&self, d: Dims) -> Vec<Shape> {
         let mut shapes = vec![self.state_shape(d)];
-        if self.mode == Mode::Lstm {
+        if self.mode == RnnMode::Lstm {
             shapes.push(self.cell_shape(d));
         }
         shapes
@@ -250,7 +247,7 @@ impl Rnn {
     }
     fn input_names(&self) -> Vec<String> {
         let mut names = vec!["data".to_string(), "parameters".into(), "state".into()];
-        if self.mode == Mode::Lstm {
+        if self.mode == RnnMode::Lstm {
             names.push("state_cell".into());
         }
         if self.use_lengths {
@@ -302,7 +299,7 @@ impl Rnn {
     fn trace_parts(&self, d: Dims) -> [usize; 4] {
         let rows = d.steps * d.batch;
         let per_step = |used: bool| if used { rows * self.hidden } else { 0 };
-        [rows * self.gate_width(), per_step(self.mode == Mode::Lstm), per_step(self.mode == Mode::Gru), per_step(self.projection.is_some())]
+        [rows * self.gate_width(), per_step(self.mode == RnnMode::Lstm), per_step(self.mode == RnnMode::Gru), per_step(self.projection.is_some())]
     }
     fn trace_len(&self, d: Dims) -> usize {
         self.trace_parts(d).iter().sum()
@@ -631,7 +628,7 @@ impl<T: Real> Pass<'_, T> {
         // SAFETY: x is (rows, input), w_ih (gh, input) read transposed, gates (rows, gh).
         unsafe { gemm(self.dtype, trace.gates, false, x, (rows, s.input, false), w_ih, (gh, s.input, true), self.threads) };
         add_rows(trace.gates, b_ih);
-        if rnn.mode != Mode::Gru {
+        if rnn.mode != RnnMode::Gru {
             add_rows(trace.gates, b_hh);
         }
         let shared = SweepBuffers {
@@ -692,14 +689,14 @@ impl<T: Real> Pass<'_, T> {
         let w_hr = &self.params[s.w_hr..][..rnn.projection_weights()];
         let (first, nb) = (range.start, range.len());
         let mut h_prev = h0[first * sw..][..nb * sw].to_vec();
-        let mut c_prev = if rnn.mode == Mode::Lstm { c0[first * h..][..nb * h].to_vec() } else { Vec::new() };
-        let mut recurrent = vec![T::ZERO; if rnn.mode == Mode::Gru { nb * gh } else { 0 }];
+        let mut c_prev = if rnn.mode == RnnMode::Lstm { c0[first * h..][..nb * h].to_vec() } else { Vec::new() };
+        let mut recurrent = vec![T::ZERO; if rnn.mode == RnnMode::Gru { nb * gh } else { 0 }];
         let mut projected = vec![T::ZERO; if projecting { nb * sw } else { 0 }];
         for step in 0..d.steps {
             let t = step_time(dir, d.steps, step);
             let gates = buf.gates.rows((t * n + first) * gh, nb * gh);
             // SAFETY: h_prev is (nb, sw), w_hh (gh, sw) read transposed, the destination (nb, gh).
-            if rnn.mode == Mode::Gru {
+            if rnn.mode == RnnMode::Gru {
                 w_hh.multiply(self.dtype, &mut recurrent, false, &h_prev, (nb, sw));
                 add_rows(&mut recurrent, b_hh);
             } else {
@@ -722,7 +719,7 @@ impl<T: Real> Pass<'_, T> {
                 let g = &mut gates[b * gh..][..gh];
                 let state = &mut h_prev[b * sw..][..sw];
                 match rnn.mode {
-                    Mode::Lstm => {
+                    RnnMode::Lstm => {
                         let cell = &mut c_prev[b * h..][..h];
                         let hidden: &mut [T] = if projecting { &mut unprojected[b * h..][..h] } else { &mut *out_row };
                         lstm_forward_row(LstmRow { gates: g, cell, out: hidden }, rnn.clip);
@@ -730,11 +727,11 @@ impl<T: Real> Pass<'_, T> {
                     }
                     // Vectorized like the LSTM rows: the fast tanh and sigmoid use FMA, which
                     // baseline x86-64 code would call through libm.
-                    Mode::Relu | Mode::Tanh => super::simd::vectorized(
+                    RnnMode::Relu | RnnMode::Tanh => super::simd::vectorized(
                         #[inline(always)]
                         || {
                             for (o, v) in out_row.iter_mut().zip(&mut g[..h]) {
-                                *v = if rnn.mode == Mode::Relu {
+                                *v = if rnn.mode == RnnMode::Relu {
                                     if *v > T::ZERO {
                                         *v
                                     } else {
@@ -747,7 +744,7 @@ impl<T: Real> Pass<'_, T> {
                             }
                         },
                     ),
-                    Mode::Gru => {
+                    RnnMode::Gru => {
                         let r = &recurrent[b * gh..][..gh];
                         let hidden_n = buf.hidden_n.rows((t * n + row) * h, h);
                         super::simd::vectorized(
@@ -779,7 +776,7 @@ impl<T: Real> Pass<'_, T> {
             }
         }
         buf.hy.rows(first * sw, nb * sw).copy_from_slice(&h_prev);
-        if rnn.mode == Mode::Lstm {
+        if rnn.mode == RnnMode::Lstm {
             buf.cy.rows(first * h, nb * h).copy_from_slice(&c_prev);
         }
     }
@@ -815,7 +812,7 @@ impl<T: Real> Pass<'_, T> {
         let rows = d.steps * n;
         // GRU's recurrent pre-activation gradients differ from its gate gradients (the reset gate
         // scales W_hn h + b_hn); for the other modes they are the gate gradients themselves.
-        let mut recurrent_grads = vec![T::ZERO; if rnn.mode == Mode::Gru { rows * gh } else { 0 }];
+        let mut recurrent_grads = vec![T::ZERO; if rnn.mode == RnnMode::Gru { rows * gh } else { 0 }];
         let mut projected_grads = vec![T::ZERO; if rnn.projection.is_some() { rows * sw } else { 0 }];
         let shared = GradBuffers {
             gates: Shared::new(gate_grads),
@@ -842,7 +839,7 @@ impl<T: Real> Pass<'_, T> {
             }
         }
         let gate_grads = &*gate_grads;
-        let recurrent = if rnn.mode == Mode::Gru { &recurrent_grads[..] } else { gate_grads };
+        let recurrent = if rnn.mode == RnnMode::Gru { &recurrent_grads[..] } else { gate_grads };
         // SAFETY: recurrent (rows, gh) read transposed times h_prev (rows, sw) into the (gh, sw)
         // weight gradient; gates (rows, gh) transposed times x (rows, input) into the
         // (gh, input) weight gradient; gates times w_ih (gh, input) into dx (rows, input);
@@ -910,7 +907,7 @@ impl<T: Real> Pass<'_, T> {
         let (rnn, d) = (self.rnn, self.d);
         let (h, sw, gh, n) = (rnn.hidden, rnn.state_width(), rnn.gate_width(), d.batch);
         let width = rnn.dirs * sw;
-        let lstm = rnn.mode == Mode::Lstm;
+        let lstm = rnn.mode == RnnMode::Lstm;
         let (cells, hidden_n) = (trace.cells, trace.hidden_n);
         let s = rnn.slots(d.input, layer, dir);
         let w_hr = &self.params[s.w_hr..][..rnn.projection_weights()];
@@ -938,7 +935,7 @@ impl<T: Real> Pass<'_, T> {
                 let dg = &mut grads[b * gh..][..gh];
                 if !self.active(row, t) {
                     dg.fill(T::ZERO);
-                    if rnn.mode == Mode::Gru {
+                    if rnn.mode == RnnMode::Gru {
                         buf.recurrent.rows((t * n + row) * gh, gh).fill(T::ZERO);
                     }
                     dh_next[b * sw..][..sw].copy_from_slice(&dh[b * sw..][..sw]);
@@ -951,7 +948,7 @@ impl<T: Real> Pass<'_, T> {
                 let grad = &h_grads[b * h..][..h];
                 dh_next[b * sw..][..sw].fill(T::ZERO);
                 match rnn.mode {
-                    Mode::Lstm => {
+                    RnnMode::Lstm => {
                         let prev_cell = match previous {
                             Some(tp) => &cells[(tp * n + row) * h..][..h],
                             None => &c0[row * h..][..h],
@@ -967,10 +964,10 @@ impl<T: Real> Pass<'_, T> {
                         };
                         lstm_backward_row(row_grads, rnn.clip);
                     }
-                    Mode::Relu | Mode::Tanh => {
+                    RnnMode::Relu | RnnMode::Tanh => {
                         for j in 0..h {
                             dg[j] = match rnn.mode {
-                                Mode::Relu => {
+                                RnnMode::Relu => {
                                     if g[j] > T::ZERO {
                                         grad[j]
                                     } else {
@@ -981,7 +978,7 @@ impl<T: Real> Pass<'_, T> {
                             };
                         }
                     }
-                    Mode::Gru => {
+                    RnnMode::Gru => {
                         let prev_h = match previous {
                             Some(tp) => &out[(tp * n + row) * width + dir * h..][..h],
                             None => &h0[row * h..][..h],
@@ -1003,7 +1000,7 @@ impl<T: Real> Pass<'_, T> {
             if lstm {
                 dc.copy_from_slice(&c_grads);
             }
-            let recurrent: &[T] = if rnn.mode == Mode::Gru { buf.recurrent.rows((t * n + first) * gh, nb * gh) } else { grads };
+            let recurrent: &[T] = if rnn.mode == RnnMode::Gru { buf.recurrent.rows((t * n + first) * gh, nb * gh) } else { grads };
             // SAFETY: recurrent (nb, gh) times w_hh (gh, sw) added to (nb, sw).
             w_hh.multiply(self.dtype, &mut dh_next, true, recurrent, (nb, gh));
             dh.copy_from_slice(&dh_next);
@@ -1059,8 +1056,8 @@ impl<T: Real> Pass<'_, T> {
             for dir in 0..rnn.dirs {
                 let k = layer * rnn.dirs + dir;
                 let block = if keep { &mut traces[k * trace_len..][..trace_len] } else { &mut traces[..] };
-                let cell = if rnn.mode == Mode::Lstm { &c0[k * cell_state..][..cell_state] } else { &[] };
-                let cell_out: &mut [T] = if rnn.mode == Mode::Lstm { &mut cy[k * cell_state..][..cell_state] } else { &mut [] };
+                let cell = if rnn.mode == RnnMode::Lstm { &c0[k * cell_state..][..cell_state] } else { &[] };
+                let cell_out: &mut [T] = if rnn.mode == RnnMode::Lstm { &mut cy[k * cell_state..][..cell_state] } else { &mut [] };
                 let trace = rnn.split_trace(d, block);
                 self.direction_forward(layer, dir, x, &h0[k * state..][..state], cell, target, trace, &mut hy[k * state..][..state], cell_out);
             }
@@ -1120,7 +1117,7 @@ impl Operator for Rnn {
         crate::dispatch_dtype!(inputs[0].dtype, [F32, F64], T => {
             // SAFETY: inputs are only read; each output is this op's alone and aliases no input.
             let (data, params, h0) = unsafe { (inputs[0].slice::<T>(), inputs[1].slice::<T>(), inputs[2].slice::<T>()) };
-            let c0 = if self.mode == Mode::Lstm { unsafe { inputs[3].slice::<T>() } } else { &[] };
+            let c0 = if self.mode == RnnMode::Lstm { unsafe { inputs[3].slice::<T>() } } else { &[] };
             let mut mask = self.has_mask().then(|| unsafe { outputs[self.num_visible()].slice_mut::<T>() });
             if let Some(mask) = mask.as_mut() {
                 let keep_scale = 1.0 / (1.0 - self.dropout);
@@ -1130,7 +1127,7 @@ impl Operator for Rnn {
                 }
             }
             let mut hy = vec![T::ZERO; directions * d.batch * self.state_width()];
-            let mut cy = vec![T::ZERO; if self.mode == Mode::Lstm { directions * d.batch * self.hidden } else { 0 }];
+            let mut cy = vec![T::ZERO; if self.mode == RnnMode::Lstm { directions * d.batch * self.hidden } else { 0 }];
             let pass = Pass { rnn: self, d, params, lengths: &lengths, dtype: inputs[0].dtype, threads: crate::engine::parallel::threads() };
             let out = unsafe { outputs[0].slice_mut::<T>() };
             let reserve = unsafe { outputs[outputs.len() - 1].slice_mut::<T>() };
@@ -1140,7 +1137,7 @@ impl Operator for Rnn {
             pass.forward(data, h0, c0, mask.as_deref(), out, &mut hy, &mut cy, reserve);
             if self.state_outputs {
                 unsafe { outputs[1].slice_mut::<T>() }.copy_from_slice(&hy);
-                if self.mode == Mode::Lstm {
+                if self.mode == RnnMode::Lstm {
                     unsafe { outputs[2].slice_mut::<T>() }.copy_from_slice(&cy);
                 }
             }
@@ -1166,17 +1163,11 @@ impl Operator for Rnn {
 impl Rnn {
     fn attrs(&self) -> Vec<(&'static str, String)> {
         let flag = |b: bool| if b { "True" } else { "False" }.to_string();
-        let mode = match self.mode {
-            Mode::Relu => "rnn_relu",
-            Mode::Tanh => "rnn_tanh",
-            Mode::Lstm => "lstm",
-            Mode::Gru => "gru",
-        };
         let mut attrs = vec![
             ("state_size", self.hidden.to_string()),
             ("num_layers", self.layers.to_string()),
             ("bidirectional", flag(self.dirs == 2)),
-            ("mode", mode.to_string()),
+            ("mode", self.mode.name().to_string()),
             ("p", format!("{:?}", self.dropout)),
             ("state_outputs", flag(self.state_outputs)),
         ];
@@ -1231,7 +1222,7 @@ impl Operator for RnnBackward {
         let d = rnn.dims(&inputs[first].shape)?;
         let lengths = rnn.lengths(&inputs[first..], d)?;
         let (state, cell_state) = (d.batch * rnn.state_width(), d.batch * rnn.hidden);
-        let lstm = rnn.mode == Mode::Lstm;
+        let lstm = rnn.mode == RnnMode::Lstm;
         crate::dispatch_dtype!(inputs[first].dtype, [F32, F64], T => {
             // SAFETY: inputs are only read; each output is this op's alone and aliases no input.
             let read = |i: usize| unsafe { inputs[i].slice::<T>() };
@@ -1299,13 +1290,7 @@ impl Operator for RnnBackward {
 }
 
 fn build(p: RnnParams) -> Result<Rnn> {
-    let mode = match p.mode.as_str() {
-        "rnn_relu" => Mode::Relu,
-        "rnn_tanh" => Mode::Tanh,
-        "lstm" => Mode::Lstm,
-        "gru" => Mode::Gru,
-        other => crate::bail!(Param, "RNN: mode must be 'rnn_relu', 'rnn_tanh', 'lstm' or 'gru', got '{other}'"),
-    };
+    let mode = p.mode;
     if p.state_size == 0 || p.num_layers == 0 {
         crate::bail!(Param, "RNN: state_size and num_layers must be positive");
     }
@@ -1314,8 +1299,8 @@ fn build(p: RnnParams) -> Result<Rnn> {
     }
     let projection = match p.projection_size {
         None => None,
-        Some(size) if size > 0 && mode == Mode::Lstm => Some(size as usize),
-        Some(size) if size > 0 => crate::bail!(Param, "RNN: projection_size applies to mode 'lstm' only, got mode '{}'", p.mode),
+        Some(size) if size > 0 && mode == RnnMode::Lstm => Some(size as usize),
+        Some(size) if size > 0 => crate::bail!(Param, "RNN: projection_size applies to mode 'lstm' only, got mode '{}'", p.mode.name()),
         Some(size) => crate::bail!(Param, "RNN: projection_size must be positive, got {size}"),
     };
     let clip = match (p.lstm_state_clip_min, p.lstm_state_clip_max) {
@@ -1323,7 +1308,7 @@ fn build(p: RnnParams) -> Result<Rnn> {
         (None, None) => None,
         _ => crate::bail!(Param, "RNN: lstm_state_clip_min and lstm_state_clip_max must be given together, min <= max"),
     };
-    if clip.is_some() && mode != Mode::Lstm {
+    if clip.is_some() && mode != RnnMode::Lstm {
         crate::bail!(Param, "RNN: state clipping applies to mode 'lstm' only");
     }
     Ok(Rnn {

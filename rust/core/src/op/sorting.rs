@@ -30,8 +30,8 @@ crate::op_params! {
         axis: Option<i64> = Some(-1),
         /// Number of elements to keep.
         k: i64 = 1,
-        /// What to return: 'value', 'indices', 'mask' or 'both' (values and indices).
-        ret_typ: String = "indices".to_string(),
+        /// What to return.
+        ret_typ: TopkReturn = TopkReturn::Indices,
         /// Whether the k smallest (True) or the k largest (False) are returned.
         is_ascend: bool = false,
         /// Data type of the returned indices.
@@ -39,12 +39,16 @@ crate::op_params! {
     }
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Returns {
-    Values,
-    Indices,
-    Mask,
-    Both,
+crate::param_choice! {
+    /// What topk returns.
+    pub enum TopkReturn {
+        Values = "value",
+        Indices = "indices",
+        /// Ones where the top k are, zeros elsewhere.
+        Mask = "mask",
+        /// Values and indices.
+        Both = "both",
+    }
 }
 
 /// sort, argsort and topk are one operator: order each lane, keep the first `k`, return a view.
@@ -52,7 +56,7 @@ struct Order {
     axis: Option<i64>,
     ascending: bool,
     k: Option<i64>,
-    returns: Returns,
+    returns: TopkReturn,
     index_dtype: DType,
 }
 
@@ -81,7 +85,7 @@ impl Order {
 
 impl Operator for Order {
     fn num_outputs(&self) -> usize {
-        if self.returns == Returns::Both {
+        if self.returns == TopkReturn::Both {
             2
         } else {
             1
@@ -90,25 +94,25 @@ impl Operator for Order {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         let (_, _, out) = self.layout(&inputs[0])?;
         Ok(match self.returns {
-            Returns::Mask => vec![inputs[0].clone()],
-            Returns::Both => vec![out.clone(), out],
+            TopkReturn::Mask => vec![inputs[0].clone()],
+            TopkReturn::Both => vec![out.clone(), out],
             _ => vec![out],
         })
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(match self.returns {
-            Returns::Values | Returns::Mask => vec![inputs[0]],
-            Returns::Indices => vec![self.index_dtype],
-            Returns::Both => vec![inputs[0], self.index_dtype],
+            TopkReturn::Values | TopkReturn::Mask => vec![inputs[0]],
+            TopkReturn::Indices => vec![self.index_dtype],
+            TopkReturn::Both => vec![inputs[0], self.index_dtype],
         })
     }
     fn gradient(&self, d: &mut super::grad::Grad) -> Result<super::grad::InputGrads> {
-        if matches!(self.returns, Returns::Indices | Returns::Mask) {
+        if matches!(self.returns, TopkReturn::Indices | TopkReturn::Mask) {
             return super::zero_gradient(d);
         }
         let (x, g) = (d.input(0), d.out_grad(0));
         let axis = self.axis.map_or("None".to_string(), |a| a.to_string());
-        let indices = if self.returns == Returns::Both {
+        let indices = if self.returns == TopkReturn::Both {
             d.output(1)
         } else {
             let attrs = [
@@ -159,13 +163,13 @@ impl Operator for Order {
             })
         };
         match self.returns {
-            Returns::Values => write(&outputs[0], &|e| e.0),
-            Returns::Indices => write(&outputs[0], &|e| e.1 as f64),
-            Returns::Both => {
+            TopkReturn::Values => write(&outputs[0], &|e| e.0),
+            TopkReturn::Indices => write(&outputs[0], &|e| e.1 as f64),
+            TopkReturn::Both => {
                 write(&outputs[0], &|e| e.0);
                 write(&outputs[1], &|e| e.1 as f64);
             }
-            Returns::Mask => {
+            TopkReturn::Mask => {
                 let out = &outputs[0];
                 crate::dispatch_dtype!(out.dtype, T => {
                     // SAFETY: the op owns its output, which has the input's (outer, r, inner) layout.
@@ -212,7 +216,7 @@ impl Operator for OrderBackward {
     }
     fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let (g, idx, out) = (&inputs[0], &inputs[1], &outputs[0]);
-        let order = Order { axis: self.axis, ascending: true, k: None, returns: Returns::Values, index_dtype: DType::F32 };
+        let order = Order { axis: self.axis, ascending: true, k: None, returns: TopkReturn::Values, index_dtype: DType::F32 };
         let ((outer, r, inner), _, _) = order.layout(&out.shape)?;
         let keep = g.size() / (outer * inner).max(1);
         let positions: Vec<usize> = crate::dispatch_dtype!(idx.dtype, I => {
@@ -248,24 +252,15 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         |p: OrderBackwardParams| Ok(OrderBackward { axis: p.axis }),
     ));
     add(OpDef::new("sort", &[], "Returns a sorted copy of the input along an axis.", |p: SortParams| {
-        Ok(Order { axis: p.axis, ascending: p.is_ascend, k: None, returns: Returns::Values, index_dtype: DType::F32 })
+        Ok(Order { axis: p.axis, ascending: p.is_ascend, k: None, returns: TopkReturn::Values, index_dtype: DType::F32 })
     }));
     add(OpDef::new("argsort", &[], "Returns the indices that would sort the input along an axis.", |p: ArgsortParams| {
-        Ok(Order { axis: p.axis, ascending: p.is_ascend, k: None, returns: Returns::Indices, index_dtype: p.dtype })
+        Ok(Order { axis: p.axis, ascending: p.is_ascend, k: None, returns: TopkReturn::Indices, index_dtype: p.dtype })
     }));
     add(OpDef::new(
         "topk",
         &[],
         "Returns the top k elements along an axis: their values, indices, a mask, or both values and indices.",
-        |p: TopkParams| {
-            let returns = match p.ret_typ.as_str() {
-                "value" => Returns::Values,
-                "indices" => Returns::Indices,
-                "mask" => Returns::Mask,
-                "both" => Returns::Both,
-                other => crate::bail!(Param, "topk: ret_typ must be 'value', 'indices', 'mask' or 'both', got '{other}'"),
-            };
-            Ok(Order { axis: p.axis, ascending: p.is_ascend, k: Some(p.k), returns, index_dtype: p.dtype })
-        },
+        |p: TopkParams| Ok(Order { axis: p.axis, ascending: p.is_ascend, k: Some(p.k), returns: p.ret_typ, index_dtype: p.dtype }),
     ));
 }

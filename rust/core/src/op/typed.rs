@@ -8,7 +8,9 @@
 //!
 //! Two families name a struct `DiagParams`: linear algebra's is `LinalgDiagParams` here.
 
-pub use super::activation::{ActivationParams, LeakyReLUParams, SoftmaxActivationParams, SoftmaxBackwardParams, SoftmaxParams};
+pub use super::activation::{
+    ActivationParams, ActivationType, LeakyReLUParams, LeakyType, SoftmaxActivationParams, SoftmaxBackwardParams, SoftmaxParams,
+};
 pub use super::amp::{AllFiniteParams, AmpCastParams, AmpMultiCastParams, MultiAllFiniteParams};
 pub use super::convolution::{ConvolutionBackwardParams, ConvolutionParams};
 pub use super::creation::{
@@ -35,17 +37,17 @@ pub use super::optimizer_updates::{
     MultiSgdParams, MultiSumSqParams, PreloadedMultiSgdParams, RmspropParams, SgdMomParams, SgdParams, SignumParams,
 };
 pub use super::output_layers::{MakeLossParams, RegressionBackwardParams, RegressionOutputParams, SoftmaxOutputParams};
-pub use super::pad::PadParams;
+pub use super::pad::{PadMode, PadParams};
 pub use super::params::{NoParams, Params};
-pub use super::pooling::PoolingParams;
+pub use super::pooling::{PoolingConvention, PoolingParams, PoolingType};
 pub use super::rearrange::{
     BlockSizeParams, BroadcastAxisParams, BroadcastLikeParams, BroadcastToParams, FlipParams, RepeatParams, SqueezeParams, StackParams,
     SwapAxesParams, TileParams,
 };
 pub use super::reduce::{ArgReduceParams, MomentsParams, NormParams, ReduceParams, SpreadParams};
-pub use super::rnn::RnnParams;
+pub use super::rnn::{RnnMode, RnnParams};
 pub use super::sampling::{MultinomialParams, SampleParams};
 pub use super::select::{AddNParams, ClipParams};
 pub use super::sequence::SequenceParams;
 pub use super::shape_ops::{CastParams, ConcatParams, ExpandDimsParams, ReshapeParams, SliceChannelParams, TransposeParams};
-pub use super::sorting::{ArgsortParams, OrderBackwardParams, SortParams, TopkParams};
+pub use super::sorting::{ArgsortParams, OrderBackwardParams, SortParams, TopkParams, TopkReturn};
