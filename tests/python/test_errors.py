@@ -38,7 +38,7 @@ def test_parameter_errors_list_valid_parameters(ctx):
         mx.nd.split(x)
     with pytest.raises(mx.MXNetError, match="axis 5 is out of bounds"):
         mx.nd.sum(x, axis=5)
-    with pytest.raises(mx.MXNetError, match="mode must be"):
+    with pytest.raises(mx.MXNetError, match=r"invalid value 'nearest' for parameter 'mode' \(\{'clip', 'wrap', 'raise'\}\)"):
         mx.nd.take(x, mx.nd.ones((1,), ctx=ctx), mode="nearest")
     with pytest.raises(mx.MXNetError, match="expects 2 input"):
         mx.nd.broadcast_add(x)

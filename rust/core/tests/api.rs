@@ -107,7 +107,7 @@ fn a_failing_kernel_reports_operator_shapes_and_call_site_at_the_next_read() -> 
     let data = NDArray::from_slice(&[0f32; 6], [3, 2], cpu())?;
     let index = NDArray::from_slice(&[5f32], [1], cpu())?;
     let line = line!() + 1;
-    let out = ops::take(&data, &index, TakeParams::new().mode("raise".into()))?;
+    let out = ops::take(&data, &index, TakeParams::new().mode(TakeMode::Raise))?;
     let e = out.to_vec::<f32>().unwrap_err();
     let site = format!("api.rs:{line}");
     assert!(e.message.contains("take") && e.message.contains("(3, 2)") && e.message.contains(&site), "{}", e.message);

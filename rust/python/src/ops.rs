@@ -481,10 +481,8 @@ fn list_ops() -> Vec<(String, Vec<String>, String, bool, Vec<(String, String, Op
         .defs()
         .iter()
         .map(|d| {
-            let params = (d.params)()
-                .into_iter()
-                .map(|p| (p.name.to_string(), p.type_name.to_string(), p.default, p.doc.trim().to_string()))
-                .collect();
+            let params =
+                (d.params)().into_iter().map(|p| (p.name.to_string(), p.type_name.to_string(), p.default, p.doc.trim().to_string())).collect();
             (d.name.to_string(), d.aliases.iter().map(|s| s.to_string()).collect(), d.doc.to_string(), d.variadic, params)
         })
         .collect()

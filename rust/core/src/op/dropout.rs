@@ -7,14 +7,24 @@ use super::{ExecContext, OpDef, Operator, Tensor};
 use crate::base::{normalize_axis, Elem, Shape};
 use crate::error::Result;
 
+crate::param_choice! {
+    /// When Dropout drops.
+    pub enum DropoutMode {
+        /// Only while training.
+        Training = "training",
+        /// At inference too.
+        Always = "always",
+    }
+}
+
 crate::op_params! {
     /// Some parameters are accepted for compatibility only (see their docs).
     #[allow(dead_code)]
     pub struct DropoutParams {
         /// Fraction of the input that gets dropped out during training.
         p: f64 = 0.5,
-        /// 'training': active only while training; 'always': active at inference too.
-        mode: String = "training".to_string(),
+        /// When dropout is active.
+        mode: DropoutMode = DropoutMode::Training,
         /// Axes along which one mask value is shared (variational dropout).
         axes: Vec<i64> = Vec::new(),
         /// Accepted for compatibility (there is no cuDNN path on CPU).
@@ -95,11 +105,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         if !(0.0..=1.0).contains(&p.p) {
             crate::bail!(Param, "Dropout: p must be in [0, 1], got {}", p.p);
         }
-        let always = match p.mode.as_str() {
-            "training" => false,
-            "always" => true,
-            other => crate::bail!(Param, "Dropout: mode must be 'training' or 'always', got '{other}'"),
-        };
+        let always = p.mode == DropoutMode::Always;
         Ok(Dropout { p: p.p, always, axes: p.axes })
     }));
 }

@@ -17,17 +17,26 @@ fn read_indices(idx: &Tensor) -> Vec<i64> {
 }
 
 /// Clip or wrap `i` into `0..n` (MXNet's index modes); `raise` reports an out-of-bounds index.
-fn resolve_index(op: &str, i: i64, n: usize, mode: &str) -> Result<usize> {
+fn resolve_index(op: &str, i: i64, n: usize, mode: PickMode) -> Result<usize> {
     if n == 0 {
         // No mode can map an index into an empty axis (clip would give -1, wrap divides by 0).
         crate::bail!(Index, "{op}: index {i} cannot address an axis of size 0");
     }
     let n = n as i64;
     Ok(match mode {
-        "wrap" => i.rem_euclid(n.max(1)),
-        "raise" if i < 0 || i >= n => crate::bail!(Index, "{op}: index {i} is out of bounds for an axis of size {n}"),
-        _ => i.clamp(0, (n - 1).max(0)),
+        PickMode::Wrap => i.rem_euclid(n.max(1)),
+        PickMode::Clip => i.clamp(0, (n - 1).max(0)),
     } as usize)
+}
+
+crate::param_choice! {
+    /// What `pick` does with an index outside the axis.
+    pub enum PickMode {
+        /// Clamp it to the axis.
+        Clip = "clip",
+        /// Wrap it around (modulo the axis length).
+        Wrap = "wrap",
+    }
 }
 
 fn zero_fill(out: &Tensor) {
@@ -41,8 +50,8 @@ crate::op_params! {
         axis: Option<i64> = Some(-1),
         /// Keep the picked axis with size 1.
         keepdims: bool = false,
-        /// How out-of-bound indices behave: 'clip' (default) or 'wrap'.
-        mode: String = "clip".to_string(),
+        /// How out-of-bound indices behave.
+        mode: PickMode = PickMode::Clip,
     }
 }
 
@@ -72,22 +81,17 @@ impl Pick {
     /// The parameters as attribute strings, shared by pick and its gradient.
     fn attrs(&self) -> Vec<(&'static str, String)> {
         let axis = self.p.axis.map_or("None".to_string(), |a| a.to_string());
-        vec![("axis", axis), ("keepdims", if self.p.keepdims { "True" } else { "False" }.to_string()), ("mode", self.p.mode.clone())]
+        vec![("axis", axis), ("keepdims", if self.p.keepdims { "True" } else { "False" }.to_string()), ("mode", self.p.mode.name().to_string())]
     }
 
-    /// Whether indices wrap on a GPU (else they are clipped); 'raise' cannot stop a kernel.
+    /// Whether indices wrap on a GPU (else they are clipped).
     #[cfg(feature = "cuda")]
-    fn wraps_on_gpu(&self) -> Result<bool> {
-        match self.p.mode.as_str() {
-            "raise" => {
-                crate::bail!(Device, "pick: mode='raise' has no GPU kernel (out-of-range indices are found on cpu contexts); use 'clip' or 'wrap'")
-            }
-            mode => Ok(mode == "wrap"),
-        }
+    fn wraps_on_gpu(&self) -> bool {
+        self.p.mode == PickMode::Wrap
     }
 
     fn positions(&self, index: &Tensor, n: usize) -> Result<Vec<usize>> {
-        read_indices(index).into_iter().map(|i| resolve_index("pick", i, n, &self.p.mode)).collect()
+        read_indices(index).into_iter().map(|i| resolve_index("pick", i, n, self.p.mode)).collect()
     }
 }
 
@@ -137,7 +141,7 @@ impl Operator for Pick {
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         let ((_, n, inner), _) = self.layout(&inputs[0].shape)?;
-        crate::backend::cuda::kernels::pick(gpu, n, inner, self.wraps_on_gpu()?, false, &inputs[0], &inputs[1], &outputs[0])
+        crate::backend::cuda::kernels::pick(gpu, n, inner, self.wraps_on_gpu(), false, &inputs[0], &inputs[1], &outputs[0])
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, idx, g) = (d.input(0), d.input(1), d.out_grad(0));
@@ -214,7 +218,7 @@ impl Operator for PickBackward {
         let out = &outputs[0];
         let ((_, n, inner), _) = self.pick.layout(&out.shape)?;
         crate::backend::cuda::kernels::fill(gpu, out, 0.0)?;
-        crate::backend::cuda::kernels::pick(gpu, n, inner, self.pick.wraps_on_gpu()?, true, &inputs[0], &inputs[1], out)
+        crate::backend::cuda::kernels::pick(gpu, n, inner, self.pick.wraps_on_gpu(), true, &inputs[0], &inputs[1], out)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (idx, g) = (d.input(1), d.out_grad(0));
@@ -737,34 +741,24 @@ crate::op_params! {
         axis: Option<i64> = Some(-1),
         /// Whether the picked axis was kept with size 1.
         keepdims: bool = false,
-        /// How out-of-bound indices behave: 'clip' or 'wrap'.
-        mode: String = "clip".to_string(),
+        /// How out-of-bound indices behave.
+        mode: PickMode = PickMode::Clip,
     }
 }
 
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
-    let check_mode = |mode: &str| -> Result<()> {
-        if !matches!(mode, "clip" | "wrap") {
-            crate::bail!(Param, "pick: mode must be 'clip' or 'wrap', got '{mode}'");
-        }
-        Ok(())
-    };
     // MXNet's legacy `choose_element_0index(lhs, rhs)` is pick along the last axis.
     add(OpDef::new(
         "pick",
         &["choose_element_0index"],
         "Picks elements from an input array along an axis, by the indices in `index`.",
-        move |p: PickParams| {
-            check_mode(&p.mode)?;
-            Ok(Pick { p })
-        },
+        |p: PickParams| Ok(Pick { p }),
     ));
-    add(OpDef::new("_backward_pick", &[], "Gradient of pick: places grad where pick took its values.", move |p: BackwardPickParams| {
-        check_mode(&p.mode)?;
+    add(OpDef::new("_backward_pick", &[], "Gradient of pick: places grad where pick took its values.", |p: BackwardPickParams| {
         Ok(PickBackward { pick: Pick { p: PickParams { axis: p.axis, keepdims: p.keepdims, mode: p.mode } } })
     }));
     add(OpDef::new("batch_take", &[], "Takes a[i, indices[i]] for each row i of a 2-D array.", |_: NoParams| {
-        Ok(BatchTake(Pick { p: PickParams { axis: Some(-1), keepdims: false, mode: "clip".to_string() } }))
+        Ok(BatchTake(Pick { p: PickParams { axis: Some(-1), keepdims: false, mode: PickMode::Clip } }))
     }));
     add(OpDef::new("gather_nd", &[], "Gathers elements or slices of data at the N-d positions given by indices (M, ...).", |_: NoParams| {
         Ok(GatherNd)

@@ -228,14 +228,26 @@ crate::op_params! {
     pub struct TakeParams {
         /// The axis of the input array to be taken.
         axis: i64 = 0,
-        /// How out-of-bound indices behave: 'clip' (default), 'wrap' or 'raise'.
-        mode: String = "clip".to_string(),
+        /// How out-of-bound indices behave.
+        mode: TakeMode = TakeMode::Clip,
+    }
+}
+
+crate::param_choice! {
+    /// What `take` does with an index outside the axis.
+    pub enum TakeMode {
+        /// Clamp it to the axis.
+        Clip = "clip",
+        /// Wrap it around (modulo the axis length).
+        Wrap = "wrap",
+        /// Raise an error (a negative index counts from the end).
+        Raise = "raise",
     }
 }
 
 struct Take {
     axis: i64,
-    mode: String,
+    mode: TakeMode,
 }
 
 impl Operator for Take {
@@ -278,7 +290,7 @@ impl Operator for Take {
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (a, idx, g) = (d.input(0), d.input(1), d.out_grad(0));
-        let attrs = [("axis", self.axis.to_string()), ("mode", self.mode.clone())];
+        let attrs = [("axis", self.axis.to_string()), ("mode", self.mode.name().to_string())];
         Ok(vec![Some(d.op("_backward_take", &attrs, &[&g, &idx, &a])?), None])
     }
 }
@@ -293,13 +305,13 @@ impl Take {
         indices
             .into_iter()
             .map(|i| {
-                Ok(match self.mode.as_str() {
-                    "wrap" => i.rem_euclid(n.max(1)),
-                    "raise" if i < -n || i >= n => {
+                Ok(match self.mode {
+                    TakeMode::Wrap => i.rem_euclid(n.max(1)),
+                    TakeMode::Raise if i < -n || i >= n => {
                         crate::bail!(Index, "take: index {i} is out of bounds for axis {axis} with size {n}")
                     }
-                    "raise" => i.rem_euclid(n.max(1)),
-                    _ => i.clamp(0, (n - 1).max(0)),
+                    TakeMode::Raise => i.rem_euclid(n.max(1)),
+                    TakeMode::Clip => i.clamp(0, (n - 1).max(0)),
                 } as usize)
             })
             .collect()
@@ -357,7 +369,7 @@ impl Operator for TakeBackward {
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (idx, g) = (d.input(1), d.out_grad(0));
-        let attrs = [("axis", self.take.axis.to_string()), ("mode", self.take.mode.clone())];
+        let attrs = [("axis", self.take.axis.to_string()), ("mode", self.take.mode.name().to_string())];
         Ok(vec![Some(d.op("take", &attrs, &[&g, &idx])?), None, None])
     }
 }
@@ -454,16 +466,13 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         |p: SliceAxisParams| Ok(SliceAxisBackward { slice: SliceAxis { axis: p.axis, begin: p.begin, end: p.end } }),
     ));
     add(OpDef::new("take", &[], "Takes elements from an input array along the given axis, by integer indices.", |p: TakeParams| {
-        if !matches!(p.mode.as_str(), "clip" | "wrap" | "raise") {
-            crate::bail!(Param, "take: mode must be 'clip', 'wrap' or 'raise', got '{}'", p.mode);
-        }
         Ok(Take { axis: p.axis, mode: p.mode })
     }));
     add(OpDef::new("Embedding", &[], "Maps integer indices to rows of a weight matrix (input_dim, output_dim).", |p: EmbeddingParams| {
         if p.input_dim == 0 || p.output_dim == 0 {
             crate::bail!(Param, "Embedding: input_dim and output_dim must be at least 1, got input_dim={} output_dim={}", p.input_dim, p.output_dim);
         }
-        Ok(Embedding { take: Take { axis: 0, mode: "clip".to_string() }, input_dim: p.input_dim, output_dim: p.output_dim })
+        Ok(Embedding { take: Take { axis: 0, mode: TakeMode::Clip }, input_dim: p.input_dim, output_dim: p.output_dim })
     }));
     add(OpDef::new("_backward_take", &[], "Gradient of take: scatter-adds grad rows back to the rows they were taken from.", |p: TakeParams| {
         Ok(TakeBackward { take: Take { axis: p.axis, mode: p.mode } })
@@ -531,7 +540,7 @@ impl Operator for Embedding {
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (data, weight, g) = (d.input(0), d.input(1), d.out_grad(0));
-        let attrs = [("axis", "0".to_string()), ("mode", self.take.mode.clone())];
+        let attrs = [("axis", "0".to_string()), ("mode", self.take.mode.name().to_string())];
         Ok(vec![None, Some(d.op("_backward_take", &attrs, &[&g, &data, &weight])?)])
     }
 }

@@ -8,6 +8,18 @@ use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 
+crate::param_choice! {
+    /// What an output layer's gradient is divided by.
+    pub enum GradNormalization {
+        /// Nothing.
+        Null = "null",
+        /// The batch size.
+        Batch = "batch",
+        /// The number of valid (not ignored) labels, or values above `valid_thresh`.
+        Valid = "valid",
+    }
+}
+
 crate::op_params! {
     pub struct SoftmaxOutputParams {
         /// Scales the gradient.
@@ -20,8 +32,8 @@ crate::op_params! {
         use_ignore: bool = false,
         /// Softmax over the last axis, keeping the input's shape.
         preserve_shape: bool = false,
-        /// Gradient normalization: 'null', 'batch' or 'valid'.
-        normalization: String = "null".to_string(),
+        /// What the gradient is divided by.
+        normalization: GradNormalization = GradNormalization::Null,
         /// Multiply the gradient by the incoming output gradient (accepted; must be False).
         out_grad: bool = false,
         /// Label smoothing: the target puts 1 - alpha on the label and spreads alpha.
@@ -102,7 +114,7 @@ impl Operator for SoftmaxOutput {
             ("multi_output", flag(p.multi_output)),
             ("use_ignore", flag(p.use_ignore)),
             ("preserve_shape", flag(p.preserve_shape)),
-            ("normalization", p.normalization.clone()),
+            ("normalization", p.normalization.name().to_string()),
             ("smooth_alpha", format!("{:?}", p.smooth_alpha)),
         ];
         Ok(vec![Some(d.op("_backward_SoftmaxOutput", &attrs, &[&out, &label])?), None])
@@ -138,10 +150,10 @@ impl Operator for SoftmaxOutputBackward {
         }
         let ignored = |l: f64| self.p.use_ignore && l == self.p.ignore_label;
         let valid = labels.iter().filter(|&&l| !ignored(l)).count();
-        let normalizer = match self.p.normalization.as_str() {
-            "batch" => outer as f64,
-            "valid" => valid.max(1) as f64,
-            _ => 1.0,
+        let normalizer = match self.p.normalization {
+            GradNormalization::Batch => outer as f64,
+            GradNormalization::Valid => valid.max(1) as f64,
+            GradNormalization::Null => 1.0,
         };
         let scale = self.p.grad_scale / normalizer;
         let alpha = self.p.smooth_alpha;
@@ -322,8 +334,8 @@ crate::op_params! {
         grad_scale: f64 = 1.0,
         /// Elements at or below this count as invalid for 'valid' normalization.
         valid_thresh: f64 = 0.0,
-        /// Gradient normalization: 'null', 'batch' or 'valid'.
-        normalization: String = "null".to_string(),
+        /// What the gradient is divided by.
+        normalization: GradNormalization = GradNormalization::Null,
     }
 }
 
@@ -348,7 +360,7 @@ impl Operator for MakeLoss {
         let attrs = [
             ("grad_scale", format!("{:?}", self.p.grad_scale)),
             ("valid_thresh", format!("{:?}", self.p.valid_thresh)),
-            ("normalization", self.p.normalization.clone()),
+            ("normalization", self.p.normalization.name().to_string()),
         ];
         Ok(vec![Some(d.op("_backward_MakeLoss", &attrs, &[&x])?)])
     }
@@ -369,10 +381,10 @@ impl Operator for MakeLossBackward {
             // SAFETY: data is an input this op does not write.
             unsafe { x.slice::<T>() }.iter().map(|v| v.to_f64()).collect()
         });
-        let normalizer = match self.p.normalization.as_str() {
-            "batch" => x.shape.dims().first().copied().unwrap_or(1).max(1) as f64,
-            "valid" => values.iter().filter(|&&v| v > self.p.valid_thresh).count().max(1) as f64,
-            _ => 1.0,
+        let normalizer = match self.p.normalization {
+            GradNormalization::Batch => x.shape.dims().first().copied().unwrap_or(1).max(1) as f64,
+            GradNormalization::Valid => values.iter().filter(|&&v| v > self.p.valid_thresh).count().max(1) as f64,
+            GradNormalization::Null => 1.0,
         };
         let value = self.p.grad_scale / normalizer;
         crate::dispatch_dtype!(outputs[0].dtype, T => {
@@ -384,18 +396,11 @@ impl Operator for MakeLossBackward {
 }
 
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
-    let check_normalization = |op: &str, n: &str| -> Result<()> {
-        if !matches!(n, "null" | "batch" | "valid") {
-            crate::bail!(Param, "{op}: normalization must be 'null', 'batch' or 'valid', got '{n}'");
-        }
-        Ok(())
-    };
     add(OpDef::new(
         "SoftmaxOutput",
         &["Softmax"],
         "Softmax with a cross-entropy gradient against integer labels (a network's output layer).",
-        move |p: SoftmaxOutputParams| {
-            check_normalization("SoftmaxOutput", &p.normalization)?;
+        |p: SoftmaxOutputParams| {
             if p.out_grad {
                 crate::bail!(Param, "SoftmaxOutput: out_grad=True is not supported");
             }
@@ -413,8 +418,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     add(OpDef::new("_backward_RegressionOutput", &[], "Gradient of the regression output layers.", |p: RegressionBackwardParams| {
         Ok(RegressionBackward { kind: Regression::parse(&p.kind)?, grad_scale: p.grad_scale })
     }));
-    add(OpDef::new("MakeLoss", &["make_loss"], "Marks its input as a loss: the gradient is grad_scale, normalized.", move |p: MakeLossParams| {
-        check_normalization("MakeLoss", &p.normalization)?;
+    add(OpDef::new("MakeLoss", &["make_loss"], "Marks its input as a loss: the gradient is grad_scale, normalized.", |p: MakeLossParams| {
         Ok(MakeLoss { p })
     }));
     add(OpDef::new("_backward_MakeLoss", &[], "Gradient of MakeLoss.", |p: MakeLossParams| Ok(MakeLossBackward { p })));

@@ -19,14 +19,14 @@ pub use super::creation::{
 };
 pub use super::ctc::CtcLossParams;
 pub use super::deconvolution::{DeconvolutionBackwardParams, DeconvolutionParams};
-pub use super::dropout::DropoutParams;
+pub use super::dropout::{DropoutMode, DropoutParams};
 pub use super::elemwise_binary::ScalarParams;
-pub use super::gather_scatter::{BackwardPickParams, BooleanMaskParams, DiagParams, PickParams, ScatterNdParams, SliceLikeParams};
+pub use super::gather_scatter::{BackwardPickParams, BooleanMaskParams, DiagParams, PickMode, PickParams, ScatterNdParams, SliceLikeParams};
 pub use super::group_norm::{GroupNormBackwardParams, GroupNormParams, InstanceNormParams, L2NormalizationParams};
 pub use super::image::{
     AdjustLightingParams, ColorJitterParams, CropParams, NormalizeParams, RandomEnhanceParams, RandomLightingParams, ResizeParams,
 };
-pub use super::indexing::{EmbeddingParams, OneHotParams, SliceAssignScalarParams, SliceAxisParams, SliceParams, TakeParams};
+pub use super::indexing::{EmbeddingParams, OneHotParams, SliceAssignScalarParams, SliceAxisParams, SliceParams, TakeMode, TakeParams};
 pub use super::linalg::{DotParams, FullyConnectedBackwardParams, FullyConnectedParams};
 pub use super::linalg_la::{CholeskyParams, DiagParams as LinalgDiagParams, Gemm2Params, GemmParams, SyrkParams, TrianParams, TriangularParams};
 pub use super::local::{LRNParams, UpSamplingParams};
@@ -36,7 +36,7 @@ pub use super::optimizer_updates::{
     AdamParams, AdamWParams, FtmlParams, FtrlParams, LambPhase1Params, LambPhase2Params, MultiAdamParams, MultiAdamWParams, MultiLarsParams,
     MultiSgdParams, MultiSumSqParams, PreloadedMultiSgdParams, RmspropParams, SgdMomParams, SgdParams, SignumParams,
 };
-pub use super::output_layers::{MakeLossParams, RegressionBackwardParams, RegressionOutputParams, SoftmaxOutputParams};
+pub use super::output_layers::{GradNormalization, MakeLossParams, RegressionBackwardParams, RegressionOutputParams, SoftmaxOutputParams};
 pub use super::pad::{PadMode, PadParams};
 pub use super::params::{NoParams, Params};
 pub use super::pooling::{PoolingConvention, PoolingParams, PoolingType};
