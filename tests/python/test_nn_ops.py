@@ -1023,7 +1023,7 @@ def test_group_instance_l2_normalization_gradients_and_errors(ctx):
         check_gradient(lambda a: nd.L2Normalization(a, mode=mode), [(2, 3, 4)], ctx, dtypes=["float64"])
     with pytest.raises(mx.MXNetError, match="cannot be split into 4 groups"):
         nd.GroupNorm(nd.ones((2, 6, 3), ctx=ctx), nd.ones((4,), ctx=ctx), nd.ones((4,), ctx=ctx), num_groups=4)
-    with pytest.raises(mx.MXNetError, match="mode must be"):
+    with pytest.raises(mx.MXNetError, match=r"invalid value 'pixel' for parameter 'mode' \(\{'instance', 'channel', 'spatial'\}\)"):
         nd.L2Normalization(nd.ones((2, 3), ctx=ctx), mode="pixel")
     sym = mx.sym.GroupNorm(mx.sym.var("data"), num_groups=2, name="gn")
     assert sym.infer_shape(data=(2, 6, 4, 4))[0] == [(2, 6, 4, 4), (2,), (2,)]
@@ -1047,5 +1047,5 @@ def test_lrn_and_upsampling_gradients_and_errors(ctx):
     check_gradient(lambda a: nd.UpSampling(a, scale=3, sample_type="nearest"), [(1, 2, 2, 3)], ctx, dtypes=["float64"])
     with pytest.raises(mx.MXNetError, match="odd"):
         nd.LRN(nd.ones((1, 4, 2), ctx=ctx), nsize=2)
-    with pytest.raises(mx.MXNetError, match="sample_type must be"):
+    with pytest.raises(mx.MXNetError, match=r"invalid value 'cubic' for parameter 'sample_type' \(\{'nearest', 'bilinear'\}\)"):
         nd.UpSampling(nd.ones((1, 1, 2, 2), ctx=ctx), scale=2, sample_type="cubic")

@@ -1071,7 +1071,7 @@ fn group_instance_l2_and_local_response_normalization_match_reference() {
 #[test]
 fn nearest_upsampling_and_padding_match_reference() {
     let x = Host::random(&[1, 2, 2, 3], 69, -1.0, 1.0);
-    let got = ops::call1("UpSampling", &[&x.nd()], &UpSamplingParams::new(2, "nearest".into())).unwrap();
+    let got = ops::call1("UpSampling", &[&x.nd()], &UpSamplingParams::new(2, SampleType::Nearest)).unwrap();
     assert_eq!(got.shape().dims(), [1, 2, 4, 6]);
     let want: Vec<f64> = (0..48)
         .map(|i| {

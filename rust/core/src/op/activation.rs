@@ -733,10 +733,20 @@ impl Operator for SoftmaxBackward {
     }
 }
 
+crate::param_choice! {
+    /// What SoftmaxActivation normalizes over.
+    pub enum SoftmaxActivationMode {
+        /// Each row over all its features.
+        Instance = "instance",
+        /// Axis 1.
+        Channel = "channel",
+    }
+}
+
 crate::op_params! {
     pub struct SoftmaxActivationParams {
-        /// 'instance' normalizes each row over all its features; 'channel' normalizes axis 1.
-        mode: String = "instance".to_string(),
+        /// What is normalized together.
+        mode: SoftmaxActivationMode = SoftmaxActivationMode::Instance,
     }
 }
 
@@ -797,11 +807,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         &[],
         "Softmax over each instance (mode='instance') or over channels (mode='channel').",
         |p: SoftmaxActivationParams| {
-            let per_instance = match p.mode.as_str() {
-                "instance" => true,
-                "channel" => false,
-                other => crate::bail!(Param, "SoftmaxActivation: mode must be 'instance' or 'channel', got '{other}'"),
-            };
+            let per_instance = p.mode == SoftmaxActivationMode::Instance;
             Ok(Softmax { kind: SoftmaxKind::Softmax, dtype: None, axis: 1, temperature: 1.0, per_instance, use_length: false })
         },
     ));

@@ -202,17 +202,21 @@ crate::op_params! {
     pub struct L2NormalizationParams {
         /// Added to the sum of squares to avoid dividing by zero.
         eps: f64 = 1e-10,
-        /// 'instance' (all values of an instance), 'channel' (across channels at each position)
-        /// or 'spatial' (across positions within each channel).
-        mode: String = "instance".to_string(),
+        /// What is normalized together.
+        mode: L2Mode = L2Mode::Instance,
     }
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum L2Mode {
-    Instance,
-    Channel,
-    Spatial,
+crate::param_choice! {
+    /// What L2Normalization normalizes together.
+    pub enum L2Mode {
+        /// All values of an instance.
+        Instance = "instance",
+        /// Across channels at each position.
+        Channel = "channel",
+        /// Across positions within each channel.
+        Spatial = "spatial",
+    }
 }
 
 /// out = data / sqrt(sum(data^2) + eps) over the values `mode` groups together.
@@ -274,12 +278,8 @@ impl Operator for L2Normalization {
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (g, x) = (d.out_grad(0), d.input(0));
-        let mode = match self.mode {
-            L2Mode::Instance => "instance",
-            L2Mode::Channel => "channel",
-            L2Mode::Spatial => "spatial",
-        };
-        Ok(vec![Some(d.op("_backward_L2Normalization", &[("eps", format!("{:?}", self.eps)), ("mode", mode.to_string())], &[&g, &x])?)])
+        let attrs = [("eps", format!("{:?}", self.eps)), ("mode", self.mode.name().to_string())];
+        Ok(vec![Some(d.op("_backward_L2Normalization", &attrs, &[&g, &x])?)])
     }
 }
 
@@ -308,15 +308,6 @@ impl Operator for L2NormalizationBackward {
     }
 }
 
-fn l2_mode(mode: &str) -> Result<L2Mode> {
-    Ok(match mode {
-        "instance" => L2Mode::Instance,
-        "channel" => L2Mode::Channel,
-        "spatial" => L2Mode::Spatial,
-        other => crate::bail!(Param, "L2Normalization: mode must be 'instance', 'channel' or 'spatial', got '{other}'"),
-    })
-}
-
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     add(OpDef::new(
         "GroupNorm",
@@ -342,9 +333,9 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         "L2Normalization",
         &[],
         "Scales the input by its inverse L2 norm per instance, channel position or channel.",
-        |p: L2NormalizationParams| Ok(L2Normalization { mode: l2_mode(&p.mode)?, eps: p.eps }),
+        |p: L2NormalizationParams| Ok(L2Normalization { mode: p.mode, eps: p.eps }),
     ));
     add(OpDef::new("_backward_L2Normalization", &[], "Gradient of L2Normalization.", |p: L2NormalizationParams| {
-        Ok(L2NormalizationBackward(L2Normalization { mode: l2_mode(&p.mode)?, eps: p.eps }))
+        Ok(L2NormalizationBackward(L2Normalization { mode: p.mode, eps: p.eps }))
     }));
 }

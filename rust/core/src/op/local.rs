@@ -118,6 +118,21 @@ impl Operator for LrnBackward {
     }
 }
 
+crate::param_choice! {
+    /// How UpSampling makes new pixels.
+    pub enum SampleType {
+        /// Each pixel repeated scale x scale times.
+        Nearest = "nearest",
+        /// A depthwise deconvolution with a bilinear-interpolation weight input.
+        Bilinear = "bilinear",
+    }
+}
+
+crate::param_choice! {
+    /// How UpSampling combines several inputs.
+    pub enum MultiInputMode { Concat = "concat", Sum = "sum" }
+}
+
 crate::op_params! {
     /// Parameters of several inputs are accepted so that MXNet graphs parse; nearest mode with
     /// several inputs is rejected at creation.
@@ -127,10 +142,10 @@ crate::op_params! {
         scale: usize,
         /// Filters of the bilinear mode's deconvolution.
         num_filter: usize = 0,
-        /// 'nearest' or 'bilinear'.
-        sample_type: String,
-        /// How several inputs combine: 'concat' or 'sum'.
-        multi_input_mode: String = "concat".to_string(),
+        /// How new pixels are made.
+        sample_type: SampleType,
+        /// How several inputs combine.
+        multi_input_mode: MultiInputMode = MultiInputMode::Concat,
         /// Number of inputs.
         num_args: usize = 1,
         /// Accepted for compatibility.
@@ -203,12 +218,15 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             if p.scale == 0 {
                 crate::bail!(Param, "UpSampling: scale must be positive");
             }
-            match p.sample_type.as_str() {
-                "nearest" if p.num_args == 1 => Ok(UpSampling::Nearest(NearestUpSampling { scale: p.scale })),
-                "nearest" => crate::bail!(Param, "UpSampling: {} inputs given; nearest mode with several inputs is not implemented", p.num_args),
-                "bilinear" if p.num_filter == 0 => crate::bail!(Param, "UpSampling: bilinear mode needs num_filter (the number of channels)"),
-                "bilinear" => Ok(UpSampling::Bilinear(Deconvolution::bilinear_upsampling(p.scale, p.num_filter))),
-                other => crate::bail!(Param, "UpSampling: sample_type must be 'nearest' or 'bilinear', got '{other}'"),
+            match p.sample_type {
+                SampleType::Nearest if p.num_args == 1 => Ok(UpSampling::Nearest(NearestUpSampling { scale: p.scale })),
+                SampleType::Nearest => {
+                    crate::bail!(Param, "UpSampling: {} inputs given; nearest mode with several inputs is not implemented", p.num_args)
+                }
+                SampleType::Bilinear if p.num_filter == 0 => {
+                    crate::bail!(Param, "UpSampling: bilinear mode needs num_filter (the number of channels)")
+                }
+                SampleType::Bilinear => Ok(UpSampling::Bilinear(Deconvolution::bilinear_upsampling(p.scale, p.num_filter))),
             }
         },
     )

@@ -9,7 +9,8 @@
 //! Two families name a struct `DiagParams`: linear algebra's is `LinalgDiagParams` here.
 
 pub use super::activation::{
-    ActivationParams, ActivationType, LeakyReLUParams, LeakyType, SoftmaxActivationParams, SoftmaxBackwardParams, SoftmaxParams,
+    ActivationParams, ActivationType, LeakyReLUParams, LeakyType, SoftmaxActivationMode, SoftmaxActivationParams, SoftmaxBackwardParams,
+    SoftmaxParams,
 };
 pub use super::amp::{AllFiniteParams, AmpCastParams, AmpMultiCastParams, MultiAllFiniteParams};
 pub use super::convolution::{ConvolutionBackwardParams, ConvolutionParams};
@@ -22,14 +23,14 @@ pub use super::deconvolution::{DeconvolutionBackwardParams, DeconvolutionParams}
 pub use super::dropout::{DropoutMode, DropoutParams};
 pub use super::elemwise_binary::ScalarParams;
 pub use super::gather_scatter::{BackwardPickParams, BooleanMaskParams, DiagParams, PickMode, PickParams, ScatterNdParams, SliceLikeParams};
-pub use super::group_norm::{GroupNormBackwardParams, GroupNormParams, InstanceNormParams, L2NormalizationParams};
+pub use super::group_norm::{GroupNormBackwardParams, GroupNormParams, InstanceNormParams, L2Mode, L2NormalizationParams};
 pub use super::image::{
     AdjustLightingParams, ColorJitterParams, CropParams, NormalizeParams, RandomEnhanceParams, RandomLightingParams, ResizeParams,
 };
 pub use super::indexing::{EmbeddingParams, OneHotParams, SliceAssignScalarParams, SliceAxisParams, SliceParams, TakeMode, TakeParams};
 pub use super::linalg::{DotParams, FullyConnectedBackwardParams, FullyConnectedParams};
 pub use super::linalg_la::{CholeskyParams, DiagParams as LinalgDiagParams, Gemm2Params, GemmParams, SyrkParams, TrianParams, TriangularParams};
-pub use super::local::{LRNParams, UpSamplingParams};
+pub use super::local::{LRNParams, MultiInputMode, SampleType, UpSamplingParams};
 pub use super::losses::SmoothL1Params;
 pub use super::normalization::{BatchNormParams, LayerNormParams};
 pub use super::optimizer_updates::{
