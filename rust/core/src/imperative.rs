@@ -11,7 +11,7 @@ use crate::base::{Context, DType, Shape};
 use crate::engine::{self, OpDescription, PushProps};
 use crate::error::Result;
 use crate::ndarray::NDArray;
-use crate::op::{self, Attrs, ExecContext, Operator};
+use crate::op::{self, Attrs, Compute, ExecContext, KernelArgs, Operator};
 
 /// Outputs at most this large run on the pushing thread when their inputs are ready: a thread
 /// hand-off costs more than the kernel.
@@ -98,9 +98,8 @@ pub fn invoke_operator(
     let fail = |e: crate::Error| e.context(format!("operator {name}({})", describe_inputs(&shapes_and_types(inputs))));
     let ctx = validate(operator.as_ref(), inputs, default_ctx).map_err(fail)?;
     let host_into: Vec<Option<NDArray>> = out.iter().flatten().cloned().map(Some).collect();
-    if let Some(result) = operator.run_on_host(inputs, &host_into) {
-        // Operators computed by the host (`Custom`) produce whole arrays themselves.
-        let outputs = result.map_err(fail)?;
+    if operator.compute() != Compute::Kernel {
+        let outputs = operator.compute_arrays(inputs, &host_into).map_err(fail)?;
         for (given, computed) in out.iter().flatten().zip(&outputs) {
             if !given.same_data(computed) {
                 copy(computed, given, site.clone()).map_err(fail)?;
@@ -265,7 +264,13 @@ fn run_kernel(operator: &dyn Operator, exec: &ExecContext, inputs: &[NDArray], o
     match outputs.first().or(inputs.first()).map(NDArray::context) {
         #[cfg(feature = "cuda")]
         Some(ctx) if !ctx.is_host() => operator.forward_gpu(crate::backend::cuda::gpu(ctx)?, exec, &ins, &outs),
-        _ => operator.forward(exec, &ins, &outs),
+        _ => {
+            // SAFETY: the tensors view arrays this call holds (the caller holds their vars: read
+            // access to the inputs, write access to the outputs and mutated inputs), and only
+            // these arguments reach them while the kernel runs.
+            let args = unsafe { KernelArgs::new(&ins, &outs, operator.inplace_pairs(), operator.mutated_inputs()) }?;
+            operator.forward(exec, &args)
+        }
     }
 }
 
@@ -372,10 +377,9 @@ fn cast_on_device(src: &NDArray, dst: &NDArray) -> Result<()> {
     match src.context() {
         #[cfg(feature = "cuda")]
         ctx if !ctx.is_host() => crate::backend::cuda::kernels::cast(crate::backend::cuda::gpu(ctx)?, &s, &d),
-        _ => {
-            op::cast_into(&s, &d);
-            Ok(())
-        }
+        // SAFETY: the caller holds src's var for reading and dst's for writing; they are
+        // different chunks (`copy` stages copies within one chunk), reached only here.
+        _ => unsafe { op::cast_into(&s, &d) },
     }
 }
 

@@ -418,7 +418,10 @@ impl Operator for HostFunction {
     fn infer_shape(&self, _inputs: &[crate::base::Shape]) -> Result<Vec<crate::base::Shape>> {
         crate::bail!(Value, "an autograd.Function node has no shape inference: it only exists in recorded graphs")
     }
-    fn forward(&self, _ctx: &crate::op::ExecContext, _inputs: &[crate::op::Tensor], _outputs: &[crate::op::Tensor]) -> Result<()> {
+    fn compute(&self) -> crate::op::Compute {
+        crate::op::Compute::Host
+    }
+    fn compute_arrays(&self, _inputs: &[NDArray], _into: &[Option<NDArray>]) -> Result<Vec<NDArray>> {
         crate::bail!(Value, "an autograd.Function is computed by its Python forward, not by the engine")
     }
     fn gradient_identity(&self) -> crate::op::GradientIdentity {
@@ -448,17 +451,16 @@ impl Operator for HostFunctionBackward {
     fn infer_shape(&self, _inputs: &[crate::base::Shape]) -> Result<Vec<crate::base::Shape>> {
         crate::bail!(Value, "the backward of an autograd.Function has no shape inference")
     }
-    fn forward(&self, _ctx: &crate::op::ExecContext, _inputs: &[crate::op::Tensor], _outputs: &[crate::op::Tensor]) -> Result<()> {
-        crate::bail!(Value, "the backward of an autograd.Function runs in Python, not as a kernel")
+    fn compute(&self) -> crate::op::Compute {
+        crate::op::Compute::Host
     }
-    fn run_on_host(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
+    fn compute_arrays(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Result<Vec<NDArray>> {
         let grads = inputs.iter().map(NDArray::detached).collect::<Vec<_>>();
-        Some((self.backward)(&grads).and_then(|g| {
-            if g.len() != self.num_inputs {
-                crate::bail!(Value, "autograd.Function backward returned {} gradient(s) for {} input(s)", g.len(), self.num_inputs);
-            }
-            Ok(g.iter().map(NDArray::detached).collect())
-        }))
+        let g = (self.backward)(&grads)?;
+        if g.len() != self.num_inputs {
+            crate::bail!(Value, "autograd.Function backward returned {} gradient(s) for {} input(s)", g.len(), self.num_inputs);
+        }
+        Ok(g.iter().map(NDArray::detached).collect())
     }
 }
 

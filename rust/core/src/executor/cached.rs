@@ -22,7 +22,7 @@ use crate::error::Result;
 use crate::graph::{address, node_key, topo_order, AddressMap, AddressSet, Entry, EntryKey, Node};
 use crate::ndarray::NDArray;
 use crate::op::grad::{Grad, InputGrads};
-use crate::op::{Attrs, ExecContext, GradientIdentity, Operator, Tensor};
+use crate::op::{Attrs, GradientIdentity, Operator};
 use crate::pass::fuse::fusion_enabled;
 use crate::pass::gradient::{self, SymbolGradient};
 use crate::pass::inference_graph;
@@ -459,13 +459,13 @@ impl Operator for CachedCall {
             .map(|e| shapes.get(&e.key()).cloned().ok_or_else(|| crate::err!(Shape, "cannot infer the shape of node '{}'", e.node.name)))
             .collect()
     }
-    fn forward(&self, _ctx: &ExecContext, _inputs: &[Tensor], _outputs: &[Tensor]) -> Result<()> {
-        crate::bail!(Runtime, "a cached graph runs its operators itself, not as one kernel")
+    fn compute(&self) -> crate::op::Compute {
+        crate::op::Compute::Graph
     }
-    fn run_on_host(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
+    fn compute_arrays(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Result<Vec<NDArray>> {
         // A recorded graph re-run as one node (a recorded backward differentiating it again).
         let ctx = inputs.first().map_or(Context::cpu(0), NDArray::context);
-        Some(self.graph.allocation(&self.run).and_then(|allocation| self.graph.forward(&self.run, &allocation, inputs, ctx, None)))
+        self.graph.allocation(&self.run).and_then(|allocation| self.graph.forward(&self.run, &allocation, inputs, ctx, None))
     }
     /// The compiled run (graph, input signature, gradient plan); the gradient holds nothing of
     /// this call (it finds the call's blocks by its saved values).
@@ -514,11 +514,11 @@ impl Operator for CachedBackward {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(self.plan.grads.iter().zip(inputs).filter(|(grad, _)| grad.is_some()).map(|(_, s)| s.clone()).collect())
     }
-    fn forward(&self, _ctx: &ExecContext, _inputs: &[Tensor], _outputs: &[Tensor]) -> Result<()> {
-        crate::bail!(Runtime, "a cached graph's gradient runs its operators itself, not as one kernel")
+    fn compute(&self) -> crate::op::Compute {
+        crate::op::Compute::Graph
     }
-    fn run_on_host(&self, inputs: &[NDArray], into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
-        Some(self.differentiate(inputs, into))
+    fn compute_arrays(&self, inputs: &[NDArray], into: &[Option<NDArray>]) -> Result<Vec<NDArray>> {
+        self.differentiate(inputs, into)
     }
 }
 

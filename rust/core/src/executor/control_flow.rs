@@ -31,7 +31,7 @@ use crate::imperative;
 use crate::ndarray::NDArray;
 use crate::op::grad::{Grad, InputGrads};
 use crate::op::params::{check_known, parse_value};
-use crate::op::{Attrs, ExecContext, GradientIdentity, Operator, Tensor};
+use crate::op::{Attrs, GradientIdentity, Operator};
 use crate::pass::gradient::SymbolGradient;
 use crate::pass::infer;
 use crate::symbol::Symbol;
@@ -353,10 +353,6 @@ fn gradient_node(g: &mut Grad, name: &str, visible: usize, backward: Arc<dyn Ope
     grads.into_iter().enumerate().map(|(i, e)| g.input_needed(i).then_some(e)).collect()
 }
 
-fn host_only(op: &str) -> Result<()> {
-    crate::bail!(Runtime, "{op} runs its subgraphs on the host, not as one kernel")
-}
-
 // ---- _foreach -----------------------------------------------------------------------------------
 
 /// `_foreach`: the body once per slice of the data along its first axis, states carried over.
@@ -566,11 +562,11 @@ impl Operator for Foreach {
     fn deterministic(&self) -> bool {
         false
     }
-    fn forward(&self, _ctx: &ExecContext, _inputs: &[Tensor], _outputs: &[Tensor]) -> Result<()> {
-        host_only(Self::NAME)
+    fn compute(&self) -> crate::op::Compute {
+        crate::op::Compute::Graph
     }
-    fn run_on_host(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
-        Some(self.run(inputs))
+    fn compute_arrays(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Result<Vec<NDArray>> {
+        self.run(inputs)
     }
     /// The gradient runs the subgraphs this instance holds.
     fn gradient_identity(&self) -> GradientIdentity {
@@ -658,11 +654,11 @@ impl Operator for ForeachBackward {
     fn deterministic(&self) -> bool {
         false
     }
-    fn forward(&self, _ctx: &ExecContext, _inputs: &[Tensor], _outputs: &[Tensor]) -> Result<()> {
-        host_only("_backward_foreach")
+    fn compute(&self) -> crate::op::Compute {
+        crate::op::Compute::Graph
     }
-    fn run_on_host(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
-        Some(self.run(inputs))
+    fn compute_arrays(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Result<Vec<NDArray>> {
+        self.run(inputs)
     }
 }
 
@@ -879,11 +875,11 @@ impl Operator for WhileLoop {
     fn deterministic(&self) -> bool {
         false
     }
-    fn forward(&self, _ctx: &ExecContext, _inputs: &[Tensor], _outputs: &[Tensor]) -> Result<()> {
-        host_only(Self::NAME)
+    fn compute(&self) -> crate::op::Compute {
+        crate::op::Compute::Graph
     }
-    fn run_on_host(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
-        Some(self.run(inputs))
+    fn compute_arrays(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Result<Vec<NDArray>> {
+        self.run(inputs)
     }
     /// The gradient runs the subgraphs this instance holds.
     fn gradient_identity(&self) -> GradientIdentity {
@@ -967,11 +963,11 @@ impl Operator for WhileLoopBackward {
     fn deterministic(&self) -> bool {
         false
     }
-    fn forward(&self, _ctx: &ExecContext, _inputs: &[Tensor], _outputs: &[Tensor]) -> Result<()> {
-        host_only(Self::NAME)
+    fn compute(&self) -> crate::op::Compute {
+        crate::op::Compute::Graph
     }
-    fn run_on_host(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
-        Some(self.run(inputs))
+    fn compute_arrays(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Result<Vec<NDArray>> {
+        self.run(inputs)
     }
 }
 
@@ -1128,11 +1124,11 @@ impl Operator for Cond {
     fn deterministic(&self) -> bool {
         false
     }
-    fn forward(&self, _ctx: &ExecContext, _inputs: &[Tensor], _outputs: &[Tensor]) -> Result<()> {
-        host_only(Self::NAME)
+    fn compute(&self) -> crate::op::Compute {
+        crate::op::Compute::Graph
     }
-    fn run_on_host(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
-        Some(self.run(inputs))
+    fn compute_arrays(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Result<Vec<NDArray>> {
+        self.run(inputs)
     }
     /// The gradient runs the subgraphs this instance holds.
     fn gradient_identity(&self) -> GradientIdentity {
@@ -1197,10 +1193,10 @@ impl Operator for CondBackward {
     fn deterministic(&self) -> bool {
         false
     }
-    fn forward(&self, _ctx: &ExecContext, _inputs: &[Tensor], _outputs: &[Tensor]) -> Result<()> {
-        host_only(Self::NAME)
+    fn compute(&self) -> crate::op::Compute {
+        crate::op::Compute::Graph
     }
-    fn run_on_host(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
-        Some(self.run(inputs))
+    fn compute_arrays(&self, inputs: &[NDArray], _into: &[Option<NDArray>]) -> Result<Vec<NDArray>> {
+        self.run(inputs)
     }
 }

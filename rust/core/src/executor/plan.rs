@@ -12,7 +12,7 @@ use crate::error::Result;
 use crate::graph::{node_key, AddressMap, AddressSet, Entry, EntryKey, Node};
 use crate::imperative;
 use crate::ndarray::NDArray;
-use crate::op::Operator;
+use crate::op::{Compute, Operator};
 use crate::pass::infer::Inferred;
 use crate::pass::plan_memory::{inplace_enabled, plan_memory, MemoryPlan, PlanRequest};
 
@@ -123,9 +123,9 @@ impl Schedule {
             let visible = op.operator.num_visible_outputs();
             let operator = self.completed.get(&node_key(node)).unwrap_or(&op.operator).clone();
             let fixed = self.fixed.get(step).and_then(Option::as_ref).filter(|_| use_fixed);
-            let outputs = match operator.run_on_host(&inputs, &into) {
-                Some(result) => result,
-                None if fixed.is_some() => {
+            let outputs = match operator.compute() {
+                Compute::Host | Compute::Graph => operator.compute_arrays(&inputs, &into),
+                Compute::Kernel if fixed.is_some() => {
                     let signature = fixed.into_iter().flatten();
                     into.into_iter()
                         .zip(signature)
@@ -135,12 +135,14 @@ impl Schedule {
                 }
                 // Every output planned, or every visible one (hidden outputs may be left to the
                 // operator), or some: the others are allocated as the operator infers them.
-                None if into.iter().all(Option::is_some) || into.iter().take(visible).all(Option::is_some) && visible > 0 => {
+                Compute::Kernel if into.iter().all(Option::is_some) || into.iter().take(visible).all(Option::is_some) && visible > 0 => {
                     let out = into.into_iter().take_while(Option::is_some).flatten().collect();
                     imperative::invoke_operator(&op.name, operator, &op.attrs, &inputs, Some(out), ctx, None)
                 }
-                None if into.iter().any(Option::is_some) => imperative::invoke_operator_into(&op.name, operator, &op.attrs, &inputs, into, ctx),
-                None => imperative::invoke_operator(&op.name, operator, &op.attrs, &inputs, None, ctx, None),
+                Compute::Kernel if into.iter().any(Option::is_some) => {
+                    imperative::invoke_operator_into(&op.name, operator, &op.attrs, &inputs, into, ctx)
+                }
+                Compute::Kernel => imperative::invoke_operator(&op.name, operator, &op.attrs, &inputs, None, ctx, None),
             }
             .map_err(|e| e.context(format!("node '{}'", node.name)))?;
             if let Some(observe) = observe.as_mut() {

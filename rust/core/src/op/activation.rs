@@ -1,6 +1,7 @@
 //! Activation layers: Activation, LeakyReLU (leaky, elu, selu, gelu, prelu), and the softmax
 //! family (softmax, log_softmax, softmin, SoftmaxActivation), one pass per row.
 
+use crate::op::KernelArgs;
 use std::sync::Arc;
 
 use super::grad::{Grad, InputGrads};
@@ -37,8 +38,8 @@ impl Operator for Activation {
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         self.inner.inplace_pairs()
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        self.inner.forward(ctx, inputs, outputs)
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        self.inner.forward(ctx, args)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         self.inner.gradient(d)
@@ -206,7 +207,8 @@ impl Operator for LeakyReLU {
         }
         Ok(vec![inputs[0].clone(); self.num_outputs()])
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (x, out) = (&inputs[0], &outputs[0]);
         if self.kind == LeakyType::Rrelu {
             self.randomized_forward(ctx, x, out, &outputs[1]);
@@ -273,7 +275,8 @@ impl Operator for LeakyReLUBackward {
         super::check_out_grad("_backward_LeakyReLU", &inputs[0], &forward_output[0])?;
         Ok(inputs[1..].to_vec())
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (g, x) = (&inputs[0], &inputs[1]);
         let slopes: Vec<f64> = match inputs.get(2) {
             Some(gamma) => crate::dispatch_dtype!(gamma.dtype, T => {
@@ -545,7 +548,8 @@ impl Operator for Softmax {
             _ => Ok(vec![inputs[0]]),
         }
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (_, outer, n, inner) = self.layout(&inputs[0].shape)?;
         let scale = if self.kind == SoftmaxKind::Softmin { -1.0 } else { 1.0 } / self.temperature;
         if self.use_length {
@@ -649,7 +653,8 @@ impl Operator for SoftmaxBackward {
         normalize_axis(self.axis, inputs[0].ndim())?;
         Ok(vec![inputs[0].clone()])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let shape = &inputs[0].shape;
         let axis = normalize_axis(self.axis, shape.ndim())?;
         let d = shape.dims();

@@ -8,10 +8,11 @@
 //! cast is the output gradient cast back to the input's dtype.
 
 use super::grad::{Grad, InputGrads};
-use super::shape_ops::cast_into;
+use super::shape_ops::cast_args;
 use super::{ExecContext, OpDef, Operator, Tensor, PARALLEL_GRAIN};
 use crate::base::{merge_partial, unify_partial, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 /// Whether AMP casts values of this dtype.
 fn amp_float(dtype: DType) -> bool {
@@ -48,9 +49,8 @@ impl Operator for AmpCast {
     /// The output's dtype tells nothing about the input's: an unknown input stays unknown (AMP's
     /// graph conversion decides it).
     fn complete_input_types(&self, _inputs: &mut [Option<DType>]) {}
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        cast_into(&inputs[0], &outputs[0]);
-        Ok(())
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        cast_args(args, 0, 0)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
@@ -116,11 +116,8 @@ impl Operator for AmpMultiCast {
     }
     /// Which dtype an input should have depends on all of them: unknown inputs stay unknown.
     fn complete_input_types(&self, _inputs: &mut [Option<DType>]) {}
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        for (x, y) in inputs.iter().zip(outputs) {
-            cast_into(x, y);
-        }
-        Ok(())
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        (0..args.outputs().len()).try_for_each(|i| cast_args(args, i, i))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         (0..self.p.num_outputs)
@@ -215,7 +212,8 @@ impl Operator for AllFinite {
         Some(vec![DType::F32])
     }
     fn complete_input_types(&self, _inputs: &mut [Option<DType>]) {}
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let mut all_finite = true;
         for t in inputs {
             all_finite = all_finite && finite(self.name, t)?;

@@ -6,16 +6,8 @@
 //! on whether each input advances or stays put so that it vectorizes, and large outputs are split
 //! across the engine's threads.
 
-use std::mem::MaybeUninit;
-
-use super::{parallel_chunks, SendPtr, Tensor, PARALLEL_GRAIN};
-
-/// Elements per block that in-place loops copy out before overwriting: the compiler vectorizes
-/// a loop only where it can tell its input and output apart (its run-time overlap check fails
-/// on exactly aliased pointers and falls back to scalar code), so an aliased input is read
-/// through a small local copy instead.
-pub(super) const STAGE: usize = 256;
-use crate::base::Shape;
+use super::{parallel_units, InOut, KernelArgs, PARALLEL_GRAIN};
+use crate::base::{Elem, Shape};
 use crate::error::Result;
 
 /// NumPy broadcasting of two shapes (dims aligned on the right), as MXNet's broadcast ops do.
@@ -46,39 +38,48 @@ pub fn truth<F: num_traits::Float>(c: bool) -> F {
     }
 }
 
-/// Apply `f` to every element of `x`, writing `y` (which may alias `x`).
-pub fn map1<A: Copy + Send + Sync, B: Copy + Send + Sync>(x: &Tensor, y: &Tensor, f: impl Fn(A) -> B + Sync) {
-    map1_with_grain(x, y, PARALLEL_GRAIN, f)
+/// `ys[i] = f(xs[i])` over separate slices of one length, split across threads in pieces of at
+/// least `grain` elements (a costlier `f` repays the hand-off on fewer elements).
+pub fn map_into<A: Copy + Sync, B: Copy + Send>(xs: &[A], ys: &mut [B], grain: usize, f: impl Fn(A) -> B + Sync) -> Result<()> {
+    if xs.len() != ys.len() {
+        crate::bail!(Runtime, "element-wise map: {} input elements for {} outputs", xs.len(), ys.len());
+    }
+    parallel_units(ys, 1, grain, |start, piece| {
+        let source = xs.get(start..start + piece.len()).unwrap_or_default();
+        map_slices(source, piece, &f);
+        Ok(())
+    })
 }
 
-/// [`map1`] splitting across threads in chunks of at least `grain` elements (a costlier `f`
-/// repays the hand-off on fewer elements).
-pub fn map1_with_grain<A: Copy + Send + Sync, B: Copy + Send + Sync>(x: &Tensor, y: &Tensor, grain: usize, f: impl Fn(A) -> B + Sync) {
-    let n = y.size();
-    let (xp, yp) = (SendPtr(x.ptr::<A>()), SendPtr(y.ptr::<B>()));
-    let in_place = xp.get().addr() == yp.get().addr();
-    parallel_chunks(n, grain, |r| {
-        let (xp, yp) = (xp.get(), yp.get());
-        if in_place {
-            let mut staged = [MaybeUninit::<A>::uninit(); STAGE];
-            for start in r.clone().step_by(STAGE) {
-                let len = STAGE.min(r.end - start);
-                // SAFETY: start..start + len lies in this task's range of both n-element tensors;
-                // the block is copied out before any of it is overwritten, and `staged` is a
-                // separate local array, so the map reads initialized, unaliased values.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(xp.add(start), staged.as_mut_ptr() as *mut A, len);
-                    let xs = std::slice::from_raw_parts(staged.as_ptr() as *const A, len);
-                    map_slices(xs, std::slice::from_raw_parts_mut(yp.add(start), len), &f);
-                }
-            }
-            return;
-        }
-        // SAFETY: distinct tensors never overlap (the runner stages partial overlaps through a
-        // temporary), both hold n elements, and this task owns the output range r.
-        let (xs, ys) = unsafe { (std::slice::from_raw_parts(xp.add(r.start), r.len()), std::slice::from_raw_parts_mut(yp.add(r.start), r.len())) };
-        map_slices(xs, ys, &f);
-    });
+/// `ys = xs` over slices of one length, split across threads in pieces of at least 1 MiB.
+pub fn copy_into<T: Copy + Send + Sync>(xs: &[T], ys: &mut [T]) -> Result<()> {
+    if xs.len() != ys.len() {
+        crate::bail!(Runtime, "copy: {} elements into {}", xs.len(), ys.len());
+    }
+    let grain = (1 << 20) / std::mem::size_of::<T>().max(1);
+    parallel_units(ys, 1, grain, |start, piece| {
+        piece.copy_from_slice(xs.get(start..start + piece.len()).unwrap_or_default());
+        Ok(())
+    })
+}
+
+/// `ys[i] = f(ys[i])`, split across threads as [`map_into`] splits.
+pub fn update_in_place<T: Copy + Send>(ys: &mut [T], grain: usize, f: impl Fn(T) -> T + Sync) -> Result<()> {
+    parallel_units(ys, 1, grain, |_, piece| {
+        super::simd::vectorized(
+            #[inline(always)]
+            || piece.iter_mut().for_each(|y| *y = f(*y)),
+        );
+        Ok(())
+    })
+}
+
+/// Output 0 as `f` of input 0, element for element; the output may be the input's memory.
+pub fn map_args<T: Elem>(args: &KernelArgs, grain: usize, f: impl Fn(T) -> T + Sync) -> Result<()> {
+    match args.in_place::<T>(0, 0)? {
+        InOut::Separate(xs, ys) => map_into(xs, ys, grain, f),
+        InOut::Same(ys) => update_in_place(ys, grain, f),
+    }
 }
 
 /// `ys[i] = f(xs[i])`, compiled for the CPU's widest vectors (`simd::vectorized`): math-heavy
@@ -131,115 +132,133 @@ fn collapse(dims: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usiz
     (out_dims, out_strides)
 }
 
-#[inline(always)]
-unsafe fn inner_loop<A: Copy, O: Copy>(n: usize, a: *const A, sa: usize, b: *const A, sb: usize, o: *mut O, f: &impl Fn(A, A) -> O) {
-    let a_aliased = sa == 1 && a.addr() == o.addr();
-    if a_aliased || (sb == 1 && b.addr() == o.addr()) {
-        let mut staged = [MaybeUninit::<A>::uninit(); STAGE];
-        for start in (0..n).step_by(STAGE) {
-            let len = STAGE.min(n - start);
-            let source = if a_aliased { a } else { b };
-            // SAFETY (for the caller, as below): the block is copied out before the output
-            // overwrites it; `staged` is a separate local array holding len initialized values.
-            std::ptr::copy_nonoverlapping(source.add(start), staged.as_mut_ptr() as *mut A, len);
-            let copy = staged.as_ptr() as *const A;
-            let (a_block, b_block) = if a_aliased { (copy, b.add(start * sb)) } else { (a.add(start * sa), copy) };
-            strided_loop(len, a_block, sa, b_block, sb, o.add(start), f);
-        }
-        return;
-    }
-    strided_loop(n, a, sa, b, sb, o, f)
+/// One operand of [`zip_into`].
+#[derive(Clone, Copy)]
+pub enum Operand<'a, T> {
+    /// Its own elements, of its own shape.
+    Values(&'a [T], &'a Shape),
+    /// The output's memory, read before it is overwritten (an operand of the output's shape
+    /// computed in place).
+    Output,
 }
 
-#[inline(always)]
-unsafe fn strided_loop<A: Copy, O: Copy>(n: usize, a: *const A, sa: usize, b: *const A, sb: usize, o: *mut O, f: &impl Fn(A, A) -> O) {
-    // SAFETY (for the caller): a/b/o are valid for n steps of their strides.
-    match (sa, sb) {
-        (1, 1) => {
-            for i in 0..n {
-                *o.add(i) = f(*a.add(i), *b.add(i));
-            }
-        }
-        (1, 0) => {
-            let bv = *b;
-            for i in 0..n {
-                *o.add(i) = f(*a.add(i), bv);
-            }
-        }
-        (0, 1) => {
-            let av = *a;
-            for i in 0..n {
-                *o.add(i) = f(av, *b.add(i));
-            }
-        }
-        _ => {
-            for i in 0..n {
-                *o.add(i) = f(*a.add(i * sa), *b.add(i * sb));
-            }
-        }
+/// The part of one operand that one output row reads.
+#[derive(Clone, Copy)]
+enum Lane<'a, T> {
+    Run(&'a [T]),
+    Repeat(T),
+    Output,
+}
+
+impl<'a, T: Copy> Lane<'a, T> {
+    /// `len` elements from `offset` at `stride`: a run, or one value repeated. After `collapse`
+    /// an operand's innermost stride is 1 or 0 (a broadcast axis): a C-contiguous last axis
+    /// either moves by one or is broadcast.
+    fn of(operand: Operand<'a, T>, offset: usize, stride: usize, len: usize) -> Result<Self> {
+        let Operand::Values(values, _) = operand else {
+            return Ok(Lane::Output);
+        };
+        let lane = match stride {
+            0 => values.get(offset).copied().map(Lane::Repeat),
+            1 => values.get(offset..offset + len).map(Lane::Run),
+            _ => None,
+        };
+        lane.ok_or_else(|| crate::err!(Runtime, "broadcast: no {len} elements at {offset} (stride {stride}) in an operand of {}", values.len()))
     }
 }
 
-/// `out = f(a, b)` with broadcasting; `out` has the broadcast shape and may alias `a` or `b` when
-/// that operand has the output's shape.
-pub fn zip2<A: Copy + Send + Sync, O: Copy + Send + Sync>(a: &Tensor, b: &Tensor, out: &Tensor, f: impl Fn(A, A) -> O + Sync) {
-    let (ap, bp, op) = (SendPtr(a.ptr::<A>()), SendPtr(b.ptr::<A>()), SendPtr(out.ptr::<O>()));
-    if out.size() == 0 {
-        return;
+/// `out[i] = f(a[i], b[i])` for one row, each operand as its lane reads it.
+#[inline(always)]
+fn zip_lane<T: Copy>(a: Lane<T>, b: Lane<T>, out: &mut [T], f: &impl Fn(T, T) -> T) {
+    use Lane::{Output, Repeat, Run};
+    match (a, b) {
+        (Run(a), Run(b)) => out.iter_mut().zip(a).zip(b).for_each(|((o, &x), &y)| *o = f(x, y)),
+        (Run(a), Repeat(y)) => out.iter_mut().zip(a).for_each(|(o, &x)| *o = f(x, y)),
+        (Repeat(x), Run(b)) => out.iter_mut().zip(b).for_each(|(o, &y)| *o = f(x, y)),
+        (Repeat(x), Repeat(y)) => out.fill(f(x, y)),
+        (Output, Run(b)) => out.iter_mut().zip(b).for_each(|(o, &y)| *o = f(*o, y)),
+        (Output, Repeat(y)) => out.iter_mut().for_each(|o| *o = f(*o, y)),
+        (Run(a), Output) => out.iter_mut().zip(a).for_each(|(o, &x)| *o = f(x, *o)),
+        (Repeat(x), Output) => out.iter_mut().for_each(|o| *o = f(x, *o)),
+        (Output, Output) => out.iter_mut().for_each(|o| *o = f(*o, *o)),
     }
-    if a.shape == out.shape && b.shape == out.shape {
+}
+
+/// `out = f(a, b)` with NumPy broadcasting; `out` has the broadcast shape `out_shape`.
+pub fn zip_into<T: Copy + Send + Sync>(a: Operand<T>, b: Operand<T>, out: &mut [T], out_shape: &Shape, f: impl Fn(T, T) -> T + Sync) -> Result<()> {
+    let shape_of = |operand: &Operand<'_, T>| match operand {
+        Operand::Values(_, shape) => (*shape).clone(),
+        Operand::Output => out_shape.clone(),
+    };
+    let (shape_a, shape_b) = (shape_of(&a), shape_of(&b));
+    if shape_a == *out_shape && shape_b == *out_shape {
         // The usual case needs no strides worked out (that costs as much as adding 2x2 arrays).
-        return zip_run(out.size(), (ap, 1), (bp, 1), op, &f);
+        return zip_flat(a, b, out, (1, 1), &f);
     }
-    let sa = broadcast_strides(&a.shape, &out.shape);
-    let sb = broadcast_strides(&b.shape, &out.shape);
-    let (dims, strides) = collapse(out.shape.dims(), &[sa, sb]);
-    let nd = dims.len();
-    let inner = dims[nd - 1];
-    let (ia, ib) = (strides[0][nd - 1], strides[1][nd - 1]);
-    let rows: usize = dims[..nd - 1].iter().product();
-    if rows == 1 {
-        return zip_run(inner, (ap, ia), (bp, ib), op, &f);
+    let (dims, strides) = collapse(out_shape.dims(), &[broadcast_strides(&shape_a, out_shape), broadcast_strides(&shape_b, out_shape)]);
+    let inner_stride = |operand: usize| strides.get(operand).and_then(|s| s.last()).copied().unwrap_or(0);
+    let (ia, ib) = (inner_stride(0), inner_stride(1));
+    let (Some((&inner, outer_dims)), false) = (dims.split_last(), out.is_empty()) else {
+        return Ok(());
+    };
+    if outer_dims.is_empty() {
+        return zip_flat(a, b, out, (ia, ib), &f);
     }
-    let outer_dims = &dims[..nd - 1];
-    let rows_per_chunk = (PARALLEL_GRAIN / inner.max(1)).max(1);
-    parallel_chunks(rows, rows_per_chunk, |r| {
+    // The offsets where each operand's part of output row `row` starts.
+    let row_offsets = |row: usize| {
+        let (mut rest, mut offsets) = (row, [0usize; 2]);
+        for (d, &extent) in outer_dims.iter().enumerate().rev() {
+            let index = rest % extent;
+            rest /= extent;
+            for (offset, operand_strides) in offsets.iter_mut().zip(&strides) {
+                *offset += index * operand_strides.get(d).copied().unwrap_or(0);
+            }
+        }
+        offsets
+    };
+    parallel_units(out, inner, (PARALLEL_GRAIN / inner.max(1)).max(1), |first_row, piece| {
         super::simd::vectorized(
             #[inline(always)]
-            || {
-                for row in r {
-                    let (mut rem, mut oa, mut ob) = (row, 0usize, 0usize);
-                    for d in (0..outer_dims.len()).rev() {
-                        let idx = rem % outer_dims[d];
-                        rem /= outer_dims[d];
-                        oa += idx * strides[0][d];
-                        ob += idx * strides[1][d];
-                    }
-                    // SAFETY: offsets come from in-range indices of the output shape mapped through each
-                    // operand's (broadcast) strides.
-                    unsafe { inner_loop(inner, ap.get().add(oa), ia, bp.get().add(ob), ib, op.get().add(row * inner), &f) }
+            || -> Result<()> {
+                for (row, values) in (first_row..).zip(piece.chunks_mut(inner)) {
+                    let [oa, ob] = row_offsets(row);
+                    zip_lane(Lane::of(a, oa, ia, inner)?, Lane::of(b, ob, ib, inner)?, values, &f);
                 }
+                Ok(())
             },
         )
-    });
+    })
 }
 
-/// `out[i] = f(a[i * ia], b[i * ib])` for `i` in `0..len`, `out` contiguous.
-fn zip_run<A: Copy + Send + Sync, O: Copy + Send + Sync>(
-    len: usize,
-    (ap, ia): (SendPtr<A>, usize),
-    (bp, ib): (SendPtr<A>, usize),
-    op: SendPtr<O>,
-    f: &(impl Fn(A, A) -> O + Sync),
-) {
-    parallel_chunks(len, PARALLEL_GRAIN, |r| {
-        // SAFETY: r lies in 0..len, and each operand spans len elements at its stride (the
-        // caller's contract: these are the operands' extents along one collapsed dim).
+/// [`zip_into`] where the output is one row, each operand read at a stride of 1 or 0.
+fn zip_flat<T: Copy + Send + Sync>(
+    a: Operand<T>,
+    b: Operand<T>,
+    out: &mut [T],
+    (ia, ib): (usize, usize),
+    f: &(impl Fn(T, T) -> T + Sync),
+) -> Result<()> {
+    parallel_units(out, 1, PARALLEL_GRAIN, |first, piece| {
+        let lanes = (Lane::of(a, first * ia, ia, piece.len())?, Lane::of(b, first * ib, ib, piece.len())?);
         super::simd::vectorized(
             #[inline(always)]
-            || unsafe { inner_loop(r.len(), ap.get().add(r.start * ia), ia, bp.get().add(r.start * ib), ib, op.get().add(r.start), f) },
-        )
-    });
+            || zip_lane(lanes.0, lanes.1, piece, f),
+        );
+        Ok(())
+    })
+}
+
+/// Output 0 as `f` of inputs 0 and 1 broadcast together; an input of the output's shape may be
+/// the output's memory.
+pub fn zip_args<T: Elem>(args: &KernelArgs, f: impl Fn(T, T) -> T + Sync) -> Result<()> {
+    let operand = |i: usize| -> Result<Operand<'_, T>> {
+        if args.shares_memory(i, 0) {
+            return Ok(Operand::Output);
+        }
+        Ok(Operand::Values(args.input::<T>(i)?, args.input_shape(i)?))
+    };
+    let (a, b) = (operand(0)?, operand(1)?);
+    zip_into(a, b, args.output::<T>(0)?, args.output_shape(0)?, f)
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use super::{parallel_chunks, simd, Attrs, ExecContext, Operator, Params, Scratch
 use crate::base::{normalize_axis, DType, Shape};
 use crate::error::Result;
 use crate::graph::NodeOp;
+use crate::op::KernelArgs;
 use std::sync::Arc;
 
 /// What happens to each output plane of a float32 convolution after its products: times a
@@ -121,7 +122,8 @@ impl ConvolutionWithEpilogue {
 
     /// Training with batch statistics: the convolution into a scratch array, then BatchNorm's
     /// own kernel (which updates the moving statistics) into the output, then relu.
-    fn forward_training(&self, bn: &BatchNormParams, ctx: &ExecContext, inputs: &[Tensor], out: &Tensor) -> Result<()> {
+    fn forward_training(&self, bn: &BatchNormParams, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, out) = (args.inputs(), &args.outputs()[0]);
         let n = self.conv_inputs();
         let g = self.conv.geometry("Convolution", &inputs[0].shape)?;
         let channels = Shape::new(vec![g.filters]);
@@ -138,7 +140,8 @@ impl ConvolutionWithEpilogue {
         };
         convolve(&g, &inputs[0], &inputs[1], &conv_out, &Epilogue::with_bias(inputs.get(2).filter(|_| !self.conv.no_bias)))?;
         let norm_inputs = [conv_out, inputs[n].clone(), inputs[n + 1].clone(), inputs[n + 2].clone(), inputs[n + 3].clone()];
-        BatchNorm::new(bn.clone()).forward(ctx, &norm_inputs, &[out.clone(), mean, var])?;
+        let batch_norm = BatchNorm::new(bn.clone());
+        args.delegate(&batch_norm, &norm_inputs, &[out.clone(), mean, var], |normalize| batch_norm.forward(ctx, normalize))?;
         let relu = Epilogue { relu: self.relu, ..Epilogue::default() };
         // SAFETY: the output is this operator's alone while it runs.
         relu.apply_images(unsafe { out.slice_mut::<f32>() }, g.filters, g.output_size(), crate::engine::parallel::threads());
@@ -181,9 +184,10 @@ impl Operator for ConvolutionWithEpilogue {
             None => Ok(vec![DType::F32]),
         }
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         match &self.batch_norm {
-            Some(bn) if ctx.is_train && !bn.use_global_stats => self.forward_training(bn, ctx, inputs, &outputs[0]),
+            Some(bn) if ctx.is_train && !bn.use_global_stats => self.forward_training(bn, ctx, args),
             _ => {
                 let g = self.conv.geometry("Convolution", &inputs[0].shape)?;
                 convolve(&g, &inputs[0], &inputs[1], &outputs[0], &self.inference_epilogue(inputs))

@@ -14,6 +14,7 @@ use super::stencil;
 use super::{simd, sum_lanes, ExecContext, OpDef, Operator, Scratch, SendPtr, Tensor};
 use crate::base::{merge_partial, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 use std::ops::Range;
 
 crate::op_params! {
@@ -855,7 +856,8 @@ impl Operator for Convolution {
         check_parameter_shapes(&g, inputs)?;
         Ok(vec![g.output_shape()])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let g = self.p.geometry("Convolution", &inputs[0].shape)?;
         if inputs[0].dtype == DType::F32 {
             return convolve(&g, &inputs[0], &inputs[1], &outputs[0], &Epilogue::with_bias(inputs.get(2)));
@@ -1000,7 +1002,8 @@ impl Operator for ConvolutionBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]; 3])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (gt, x) = (&inputs[0], &inputs[1]);
         let g = self.p.geometry("Convolution", &x.shape)?;
         let (dx, dw, db) = (&outputs[0], &outputs[1], &outputs[2]);

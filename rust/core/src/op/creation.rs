@@ -1,6 +1,7 @@
 //! Operators that create arrays: zeros, ones, full, arange, zeros_like, ones_like and the random
 //! samplers. Creation ops have no inputs; shape, dtype and device come from their parameters.
 
+use crate::op::KernelArgs;
 use std::sync::Arc;
 
 use super::params::NoParams;
@@ -72,7 +73,8 @@ impl Operator for Create {
     fn needs_rng(&self) -> bool {
         self.random
     }
-    fn forward(&self, ctx: &ExecContext, _inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let outputs = args.outputs();
         if let Some(error) = &self.invalid_params {
             return Err(error.clone());
         }
@@ -282,7 +284,8 @@ impl Operator for FillLike {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![inputs[0].clone()])
     }
-    fn forward(&self, _ctx: &ExecContext, _inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let outputs = args.outputs();
         let v = self.value;
         fill_tensor(&outputs[0], |_| v);
         Ok(())

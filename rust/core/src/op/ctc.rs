@@ -19,6 +19,7 @@ use super::normalization::to_f64;
 use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 crate::op_params! {
     pub struct CtcLossParams {
@@ -338,7 +339,8 @@ impl Operator for CtcLoss {
             *d = Some(DType::F32);
         }
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let dims = self.0.infer_shape(&inputs.iter().map(|t| t.shape.clone()).collect::<Vec<_>>())?;
         let sequences = self.0.sequences(inputs, &dims)?;
         let blank = self.0.blank(dims.alphabet);
@@ -396,7 +398,8 @@ impl Operator for CtcLossBackward {
         self.0.check_data_dtype(inputs[1])?;
         Ok(vec![inputs[1]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let dims = self.0.infer_shape(&inputs.iter().map(|t| t.shape.clone()).collect::<Vec<_>>())?;
         let sequences = self.0.sequences(inputs, &dims)?;
         let blank = self.0.blank(dims.alphabet);

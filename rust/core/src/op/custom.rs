@@ -15,7 +15,7 @@ use crate::engine::{self, PushProps};
 use crate::error::Result;
 use crate::ndarray::NDArray;
 use crate::op::grad::{Grad, InputGrads};
-use crate::op::{Attrs, ExecContext, OpDef, Operator, ParamSpec, Tensor};
+use crate::op::{Attrs, OpDef, Operator, ParamSpec};
 
 /// How an operator writes one of its results (MXNet's `OpReqType`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -264,15 +264,15 @@ impl Operator for Custom {
             }
         }
     }
-    fn forward(&self, _ctx: &ExecContext, _inputs: &[Tensor], _outputs: &[Tensor]) -> Result<()> {
-        crate::bail!(Runtime, "custom operator '{}' runs its Python forward on whole arrays, not as a kernel", self.node.op_type)
-    }
     /// User code: two calls are two computations.
     fn deterministic(&self) -> bool {
         false
     }
-    fn run_on_host(&self, inputs: &[NDArray], into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
-        Some(self.forward_on_host(inputs, into))
+    fn compute(&self) -> crate::op::Compute {
+        crate::op::Compute::Host
+    }
+    fn compute_arrays(&self, inputs: &[NDArray], into: &[Option<NDArray>]) -> Result<Vec<NDArray>> {
+        self.forward_on_host(inputs, into)
     }
     /// The gradient calls back into this call's Python operator object.
     fn gradient_identity(&self) -> super::GradientIdentity {
@@ -373,10 +373,10 @@ impl Operator for CustomBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         self.arguments_of(inputs)
     }
-    fn forward(&self, _ctx: &ExecContext, _inputs: &[Tensor], _outputs: &[Tensor]) -> Result<()> {
-        crate::bail!(Runtime, "custom operator '{}' runs its Python backward on whole arrays, not as a kernel", self.node.op_type)
+    fn compute(&self) -> crate::op::Compute {
+        crate::op::Compute::Host
     }
-    fn run_on_host(&self, inputs: &[NDArray], into: &[Option<NDArray>]) -> Option<Result<Vec<NDArray>>> {
-        Some(self.backward_on_host(inputs, into))
+    fn compute_arrays(&self, inputs: &[NDArray], into: &[Option<NDArray>]) -> Result<Vec<NDArray>> {
+        self.backward_on_host(inputs, into)
     }
 }

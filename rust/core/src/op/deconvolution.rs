@@ -6,9 +6,10 @@
 use super::conv_shifted::Uses;
 use super::convolution::{add_channel_bias, channel_sums, spatial, weight_grad_over_chunks, Geometry, ImageProducts};
 use super::grad::{tuple_attr, Grad, InputGrads};
-use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::{ExecContext, OpDef, Operator, SendPtr};
 use crate::base::{DType, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 crate::op_params! {
     /// workspace, cudnn_tune and cudnn_off only steer MXNet's GPU algorithms: accepted, unused.
@@ -199,7 +200,8 @@ impl Operator for Deconvolution {
         }
         Ok(vec![out])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let g = self.p.geometry(&inputs[0].shape)?;
         let (x, out) = (&inputs[0], &outputs[0]);
         let plane = g.input_size();
@@ -283,7 +285,8 @@ impl Operator for DeconvolutionBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]; 3])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (gt, x) = (&inputs[0], &inputs[1]);
         let g = self.p.geometry(&x.shape)?;
         let (dx, dw, db) = (&outputs[0], &outputs[1], &outputs[2]);

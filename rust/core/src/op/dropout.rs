@@ -1,11 +1,13 @@
 //! Dropout: zeroes elements with probability p while training (scaling the rest by 1/(1-p)),
 //! identity at inference. The mask is a hidden second output that the gradient multiplies by.
 
+use super::broadcast::{zip_into, Operand};
 use super::grad::{Grad, InputGrads};
 use super::rearrange::broadcast_into;
-use super::{ExecContext, OpDef, Operator, Tensor};
+use super::{ExecContext, InOut, OpDef, Operator, Tensor};
 use crate::base::{normalize_axis, Elem, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 crate::param_choice! {
     /// When Dropout drops.
@@ -54,8 +56,9 @@ impl Operator for Dropout {
     fn needs_rng(&self) -> bool {
         true
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        let (x, out, mask) = (&inputs[0], &outputs[0], &outputs[1]);
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
+        let (x, mask, out_shape) = (&inputs[0], &outputs[1], outputs[0].shape.clone());
         let active = (ctx.is_train || self.always) && self.p > 0.0;
         let mut shared = x.shape.dims().to_vec();
         for &a in &self.axes {
@@ -74,9 +77,13 @@ impl Operator for Dropout {
             // SAFETY: `draws` holds shared.size() elements of T for the duration of the copy.
             let small = unsafe { Tensor::new(draws.as_ptr() as *mut u8, shared.clone(), x.dtype) };
             broadcast_into(&small, mask)?;
-            super::broadcast::zip2(x, mask, out, |a: T, m: T| T::from_f64(a.to_f64() * m.to_f64()));
-        });
-        Ok(())
+            let mask: &[T] = args.output::<T>(1)?;
+            let scaled = |a: T, m: T| T::from_f64(a.to_f64() * m.to_f64());
+            match args.in_place::<T>(0, 0)? {
+                InOut::Separate(x_values, out) => zip_into(Operand::Values(x_values, &x.shape), Operand::Values(mask, &x.shape), out, &out_shape, scaled),
+                InOut::Same(out) => zip_into(Operand::Output, Operand::Values(mask, &x.shape), out, &out_shape, scaled),
+            }
+        })
     }
     /// The same draws as on the host (the generator is counter-based), made on the device.
     #[cfg(feature = "cuda")]

@@ -1,16 +1,17 @@
 //! Element-wise binary math in its three MXNet forms: `broadcast_<op>` (NumPy broadcasting),
 //! `elemwise_<op>` / `_<op>` (equal shapes) and `_<op>_scalar` / `_r<op>_scalar` (a scalar operand).
 
+use crate::op::KernelArgs;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 use half::{bf16, f16};
 use num_traits::Float;
 
-use super::broadcast::{broadcast_shape, map1, truth, zip2};
+use super::broadcast::{broadcast_shape, map_args, truth, zip_args};
 use super::grad::{Grad, InputGrads};
 use super::params::{NoParams, UncheckedParams};
-use super::{BlockKernel, Elementwise, ExecContext, OpDef, Operator, Tensor};
+use super::{BlockKernel, Elementwise, ExecContext, OpDef, Operator, PARALLEL_GRAIN};
 use crate::base::{unify_partial, Bool8, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 use crate::graph::Entry;
@@ -28,17 +29,17 @@ pub trait BinaryMath: Send + Sync + 'static {
     fn scalar_grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, s: f64, reverse: bool) -> Result<Option<Entry>>;
 }
 
-fn apply_zip<M: BinaryMath>(a: &Tensor, b: &Tensor, out: &Tensor) {
-    match a.dtype {
-        DType::F32 => zip2(a, b, out, M::float::<f32>),
-        DType::F64 => zip2(a, b, out, M::float::<f64>),
-        DType::F16 => zip2(a, b, out, |x: f16, y: f16| f16::from_f32(M::float(x.to_f32(), y.to_f32()))),
-        DType::BF16 => zip2(a, b, out, |x: bf16, y: bf16| bf16::from_f32(M::float(x.to_f32(), y.to_f32()))),
-        DType::U8 => zip2(a, b, out, int_path::<M, u8>),
-        DType::I8 => zip2(a, b, out, int_path::<M, i8>),
-        DType::I32 => zip2(a, b, out, int_path::<M, i32>),
-        DType::I64 => zip2(a, b, out, int_path::<M, i64>),
-        DType::Bool => zip2(a, b, out, int_path::<M, Bool8>),
+fn apply_zip<M: BinaryMath>(args: &KernelArgs) -> Result<()> {
+    match args.input_dtype(0)? {
+        DType::F32 => zip_args(args, M::float::<f32>),
+        DType::F64 => zip_args(args, M::float::<f64>),
+        DType::F16 => zip_args(args, |x: f16, y: f16| f16::from_f32(M::float(x.to_f32(), y.to_f32()))),
+        DType::BF16 => zip_args(args, |x: bf16, y: bf16| bf16::from_f32(M::float(x.to_f32(), y.to_f32()))),
+        DType::U8 => zip_args(args, int_path::<M, u8>),
+        DType::I8 => zip_args(args, int_path::<M, i8>),
+        DType::I32 => zip_args(args, int_path::<M, i32>),
+        DType::I64 => zip_args(args, int_path::<M, i64>),
+        DType::Bool => zip_args(args, int_path::<M, Bool8>),
     }
 }
 
@@ -48,18 +49,18 @@ fn int_path<M: BinaryMath, T: Elem>(a: T, b: T) -> T {
 }
 
 /// `x op s` (or `s op x` when reversed). The scalar is cast to the array's dtype first, as MXNet does.
-fn apply_scalar<M: BinaryMath>(x: &Tensor, y: &Tensor, s: f64, reverse: bool) {
+fn apply_scalar<M: BinaryMath>(args: &KernelArgs, s: f64, reverse: bool) -> Result<()> {
     macro_rules! run {
         ($t:ty, $conv:expr, $back:expr, $f:expr) => {{
             let sv = $conv(<$t as Elem>::from_f64(s));
             if reverse {
-                map1(x, y, |v: $t| $back($f(sv, $conv(v))))
+                map_args(args, PARALLEL_GRAIN, |v: $t| $back($f(sv, $conv(v))))
             } else {
-                map1(x, y, |v: $t| $back($f($conv(v), sv)))
+                map_args(args, PARALLEL_GRAIN, |v: $t| $back($f($conv(v), sv)))
             }
         }};
     }
-    match x.dtype {
+    match args.input_dtype(0)? {
         DType::F32 => run!(f32, |v: f32| v, |v: f32| v, M::float::<f32>),
         DType::F64 => run!(f64, |v: f64| v, |v: f64| v, M::float::<f64>),
         DType::F16 => run!(f16, |v: f16| v.to_f32(), f16::from_f32, M::float::<f32>),
@@ -128,9 +129,8 @@ impl<M: BinaryMath> Operator for Binary<M> {
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0), (1, 0)]
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        apply_zip::<M>(&inputs[0], &inputs[1], &outputs[0]);
-        Ok(())
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        apply_zip::<M>(args)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (a, b, y, g) = (d.input(0), d.input(1), d.output(0), d.out_grad(0));
@@ -201,9 +201,8 @@ impl<M: BinaryMath> Operator for Scalar<M> {
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        apply_scalar::<M>(&inputs[0], &outputs[0], self.scalar, self.reverse);
-        Ok(())
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        apply_scalar::<M>(args, self.scalar, self.reverse)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, y, g) = (d.input(0), d.output(0), d.out_grad(0));

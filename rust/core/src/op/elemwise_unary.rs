@@ -1,15 +1,16 @@
 //! Element-wise unary math: one table row per operator.
 
+use crate::op::KernelArgs;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 use half::{bf16, f16};
 use num_traits::Float;
 
-use super::broadcast::{map1, map1_with_grain, map_slices, truth};
+use super::broadcast::{map_args, map_slices, truth};
 use super::grad::{Grad, InputGrads};
 use super::params::NoParams;
-use super::{Elementwise, ExecContext, OpDef, Operator, Tensor};
+use super::{Elementwise, ExecContext, OpDef, Operator, PARALLEL_GRAIN};
 use crate::base::{Bool8, DType, Elem, Shape};
 use crate::error::Result;
 use crate::graph::Entry;
@@ -58,9 +59,8 @@ impl<M: UnaryMath> Operator for Unary<M> {
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        apply_unary::<M>(&inputs[0], &outputs[0]);
-        Ok(())
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        apply_unary::<M>(args)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, y, dy) = (d.input(0), d.output(0), d.out_grad(0));
@@ -68,17 +68,17 @@ impl<M: UnaryMath> Operator for Unary<M> {
     }
 }
 
-fn apply_unary<M: UnaryMath>(x: &Tensor, y: &Tensor) {
-    match x.dtype {
-        DType::F32 => map1_with_grain(x, y, M::GRAIN, M::float_f32),
-        DType::F64 => map1_with_grain(x, y, M::GRAIN, M::float::<f64>),
-        DType::F16 => map1_with_grain(x, y, M::GRAIN, |v: f16| f16::from_f32(M::float(v.to_f32()))),
-        DType::BF16 => map1_with_grain(x, y, M::GRAIN, |v: bf16| bf16::from_f32(M::float(v.to_f32()))),
-        DType::U8 => map1(x, y, int_path::<M, u8>),
-        DType::I8 => map1(x, y, int_path::<M, i8>),
-        DType::I32 => map1(x, y, int_path::<M, i32>),
-        DType::I64 => map1(x, y, int_path::<M, i64>),
-        DType::Bool => map1(x, y, int_path::<M, Bool8>),
+fn apply_unary<M: UnaryMath>(args: &KernelArgs) -> Result<()> {
+    match args.input_dtype(0)? {
+        DType::F32 => map_args(args, M::GRAIN, M::float_f32),
+        DType::F64 => map_args(args, M::GRAIN, M::float::<f64>),
+        DType::F16 => map_args(args, M::GRAIN, |v: f16| f16::from_f32(M::float(v.to_f32()))),
+        DType::BF16 => map_args(args, M::GRAIN, |v: bf16| bf16::from_f32(M::float(v.to_f32()))),
+        DType::U8 => map_args(args, PARALLEL_GRAIN, int_path::<M, u8>),
+        DType::I8 => map_args(args, PARALLEL_GRAIN, int_path::<M, i8>),
+        DType::I32 => map_args(args, PARALLEL_GRAIN, int_path::<M, i32>),
+        DType::I64 => map_args(args, PARALLEL_GRAIN, int_path::<M, i64>),
+        DType::Bool => map_args(args, PARALLEL_GRAIN, int_path::<M, Bool8>),
     }
 }
 

@@ -12,9 +12,10 @@
 //! no prefetch, 81% with 128-value blocks prefetched 512 values ahead; a hand-written single
 //! loop reaches 86%).
 
-use super::{parallel_chunks, BlockKernel, ExecContext, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
+use super::{parallel_chunks, BlockKernel, ExecContext, Operator, SendPtr, PARALLEL_GRAIN};
 use crate::base::{unify_partial, DType, PartialShape, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 /// Values per block: eight 16-lane vectors, so even a transcendental step leaves the block's
 /// program within the out-of-order window.
@@ -67,7 +68,8 @@ impl Operator for FusedOp {
         }
         Ok(vec![DType::F32])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let n = outputs[0].size();
         let ins: Vec<SendPtr<f32>> = inputs.iter().map(|t| SendPtr(t.ptr::<f32>())).collect();
         let out = SendPtr(outputs[0].ptr::<f32>());

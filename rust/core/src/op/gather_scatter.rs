@@ -7,6 +7,7 @@ use super::shape_ops::strided_copy;
 use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{merge_partial, normalize_axis, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 /// Index values of an integer- or float-typed index tensor, as i64.
 fn read_indices(idx: &Tensor) -> Vec<i64> {
@@ -125,7 +126,8 @@ impl Operator for Pick {
         }
         merge_partial(&mut outputs[0], &out).map(|_| ())
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let ((_, n, inner), _) = self.layout(&inputs[0].shape)?;
         let pos = self.positions(&inputs[1], n)?;
         crate::dispatch_dtype!(inputs[0].dtype, T => {
@@ -163,8 +165,8 @@ impl Operator for BatchTake {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         self.0.infer_type(inputs)
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        self.0.forward(ctx, inputs, outputs)
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        self.0.forward(ctx, args)
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
@@ -198,7 +200,8 @@ impl Operator for PickBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let out = &outputs[0];
         let ((_, n, inner), _) = self.pick.layout(&out.shape)?;
         let pos = self.pick.positions(&inputs[1], n)?;
@@ -278,7 +281,8 @@ impl Operator for GatherNd {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (offsets, block) = nd_offsets("gather_nd", &inputs[0].shape, &inputs[1].shape, &read_indices(&inputs[1]))?;
         let es = inputs[0].dtype.size();
         let (xp, yp) = (SendPtr(inputs[0].raw()), SendPtr(outputs[0].raw()));
@@ -332,7 +336,8 @@ impl Operator for ScatterNd {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let out = &outputs[0];
         let (offsets, block) = nd_offsets("scatter_nd", &out.shape, &inputs[1].shape, &read_indices(&inputs[1]))?;
         zero_fill(out);
@@ -393,7 +398,8 @@ impl Operator for ScatterSetNd {
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let out = &outputs[0];
         let (offsets, block) = nd_offsets("_scatter_set_nd", &out.shape, &inputs[2].shape, &read_indices(&inputs[2]))?;
         let row_bytes = block * out.dtype.size();
@@ -465,7 +471,8 @@ impl Operator for SliceLike {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let out = &outputs[0];
         corner_copy(out.dtype, out.shape.dims(), &inputs[0].shape, inputs[0].raw(), out.raw(), false);
         Ok(())
@@ -492,7 +499,8 @@ impl Operator for SliceLikeBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let out = &outputs[0];
         zero_fill(out);
         corner_copy(out.dtype, inputs[0].shape.dims(), &out.shape, out.raw(), inputs[0].raw(), true);
@@ -567,7 +575,8 @@ impl Operator for Diag {
             _ => Ok(vec![self.plan(&inputs[0])?.out]),
         }
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (x, out) = (&inputs[0], &outputs[0]);
         if x.shape.ndim() == 1 {
             zero_fill(out);
@@ -604,7 +613,8 @@ impl Operator for DiagBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (g, out) = (&inputs[0], &outputs[0]);
         if out.shape.ndim() == 1 {
             // The input was the diagonal of the gradient matrix.
@@ -693,7 +703,8 @@ impl Operator for BooleanMask {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (layout, rows) = self.kept(&inputs[0].shape, &inputs[1])?;
         move_rows(inputs[0].dtype, layout, &rows, inputs[0].raw(), outputs[0].raw(), false);
         Ok(())
@@ -719,7 +730,8 @@ impl Operator for BooleanMaskBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let out = &outputs[0];
         let (layout, rows) = self.mask.kept(&out.shape, &inputs[1])?;
         if rows.len() * layout.0 * layout.2 != inputs[0].size() {

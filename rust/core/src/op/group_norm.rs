@@ -4,9 +4,10 @@
 
 use super::grad::{Grad, InputGrads};
 use super::normalization::{to_f64, write_f64};
-use super::{ExecContext, OpDef, Operator, Tensor};
+use super::{ExecContext, OpDef, Operator};
 use crate::base::{DType, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 crate::op_params! {
     pub struct GroupNormParams {
@@ -94,7 +95,8 @@ impl Operator for GroupNorm {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]; 3])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (n, groups, m) = group_layout(self.name, &inputs[0].shape, self.groups(&inputs[0].shape))?;
         if m == 0 {
             // No (instance, group) blocks: every output is empty.
@@ -161,7 +163,8 @@ impl Operator for GroupNormBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[1]; 3])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let shape = &inputs[1].shape;
         let groups = self.groups.unwrap_or_else(|| shape.dims().get(1).copied().unwrap_or(1));
         let (_, groups, m) = group_layout("_backward_GroupNorm", shape, groups)?;
@@ -268,7 +271,8 @@ impl Operator for L2Normalization {
         self.group_of(&inputs[0])?;
         Ok(vec![inputs[0].clone()])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (groups, index) = self.group_of(&inputs[0].shape)?;
         let x = to_f64(&inputs[0]);
         let norms = self.norms(&x, groups, &index);
@@ -294,7 +298,8 @@ impl Operator for L2NormalizationBackward {
         super::check_out_grad("_backward_L2Normalization", &inputs[0], &inputs[1])?;
         Ok(vec![inputs[1].clone()])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (groups, index) = self.0.group_of(&inputs[1].shape)?;
         let (gy, x) = (to_f64(&inputs[0]), to_f64(&inputs[1]));
         let norms = self.0.norms(&x, groups, &index);

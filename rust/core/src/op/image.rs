@@ -19,6 +19,7 @@ use super::params::NoParams;
 use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 use crate::random;
 
 /// The geometry of an image or image batch in (N, height, width, channels) layout.
@@ -112,7 +113,8 @@ impl Operator for ToTensor {
     fn fixed_output_types(&self) -> Option<Vec<DType>> {
         Some(vec![DType::F32])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (x, out) = (&inputs[0], &outputs[0]);
         let l = Layout::of("_image_to_tensor", &x.shape)?;
         let (pixels, channels) = (l.height * l.width, l.channels);
@@ -161,7 +163,8 @@ impl Operator for ToTensorBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[1]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (g, out) = (&inputs[0], &outputs[0]);
         let l = Layout::of("_backward_image_to_tensor", &out.shape)?;
         let (pixels, channels) = (l.height * l.width, l.channels);
@@ -262,7 +265,8 @@ impl Operator for Normalize {
         self.geometry(&inputs[0])?;
         Ok(vec![inputs[0].clone()])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         // The backward op shares the kernel: the gradient is the output gradient over std.
         self.apply(&inputs[0], &outputs[0], self.name == "_image_normalize")
     }
@@ -444,7 +448,8 @@ impl Operator for Resize {
         let (h, w) = self.target(l.height, l.width)?;
         Ok(vec![l.with_size(h, w)])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (x, out) = (&inputs[0], &outputs[0]);
         let l = Layout::of("_image_resize", &x.shape)?;
         let (h, w) = self.target(l.height, l.width)?;
@@ -529,7 +534,8 @@ impl Operator for Crop {
         let l = self.check("_image_crop", &inputs[0])?;
         Ok(vec![l.with_size(self.params.height as usize, self.params.width as usize)])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (x, out) = (&inputs[0], &outputs[0]);
         let l = self.check("_image_crop", &x.shape)?;
         let window = (self.params.width * self.params.height) as usize * l.channels;
@@ -567,7 +573,8 @@ impl Operator for CropBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (g, out) = (&inputs[0], &outputs[0]);
         let l = self.crop.check("_backward_image_crop", &out.shape)?;
         let window = g.size() / l.batch.max(1);
@@ -626,7 +633,8 @@ impl Operator for Flip {
     fn needs_rng(&self) -> bool {
         self.random
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (x, out) = (&inputs[0], &outputs[0]);
         let l = Layout::of(self.name, &x.shape)?;
         let size = l.image_size();
@@ -861,7 +869,8 @@ impl Operator for Color {
     fn needs_rng(&self) -> bool {
         !matches!(self.op, ColorOp::AdjustLighting(_))
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (x, out) = (&inputs[0], &outputs[0]);
         let l = Layout::of_color(self.name, &x.shape)?;
         let size = l.image_size();

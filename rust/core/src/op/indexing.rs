@@ -6,6 +6,7 @@ use super::shape_ops::{copy_bytes, strided_copy};
 use super::{zero_gradient, ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{merge_partial, normalize_axis, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 crate::op_params! {
     pub struct SliceParams {
@@ -101,7 +102,8 @@ impl Operator for Slice {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![Shape::new(self.p.region("slice", &inputs[0])?.len)])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let x = &inputs[0];
         let r = self.p.region("slice", &x.shape)?;
         let (base, ss) = r.strides_in(&x.shape);
@@ -141,7 +143,8 @@ impl Operator for SliceAssign {
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (lhs, rhs, out) = (&inputs[0], &inputs[1], &outputs[0]);
         copy_bytes(lhs, out);
         let r = self.p.region("_slice_assign", &out.shape)?;
@@ -194,7 +197,8 @@ impl Operator for SliceAssignScalar {
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let out = &outputs[0];
         copy_bytes(&inputs[0], out);
         let r = self.p.region("_slice_assign_scalar", &out.shape)?;
@@ -269,7 +273,8 @@ impl Operator for Take {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (a, idx, out) = (&inputs[0], &inputs[1], &outputs[0]);
         let axis = normalize_axis(self.axis, a.shape.ndim())?;
         let n = a.shape[axis] as i64;
@@ -338,7 +343,8 @@ impl Operator for TakeBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (g, idx, out) = (&inputs[0], &inputs[1], &outputs[0]);
         let axis = normalize_axis(self.take.axis, out.shape.ndim())?;
         let n = out.shape[axis];
@@ -406,7 +412,8 @@ impl Operator for OneHot {
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         zero_gradient(d)
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let idx = &inputs[0];
         let indices: Vec<i64> = crate::dispatch_dtype!(idx.dtype, I => {
             // SAFETY: the indices are an input this op does not write.
@@ -535,8 +542,9 @@ impl Operator for Embedding {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[1]])
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        self.take.forward(ctx, &[inputs[1].clone(), inputs[0].clone()], outputs)
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
+        args.delegate(&self.take, &[inputs[1].clone(), inputs[0].clone()], outputs, |swapped| self.take.forward(ctx, swapped))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (data, weight, g) = (d.input(0), d.input(1), d.out_grad(0));
@@ -567,8 +575,8 @@ impl Operator for SliceAxis {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Slice { p: self.as_slice(&inputs[0])? }.infer_shape(inputs)
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        Slice { p: self.as_slice(&inputs[0].shape)? }.forward(ctx, inputs, outputs)
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        Slice { p: self.as_slice(&args.inputs()[0].shape)? }.forward(ctx, args)
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
@@ -601,7 +609,8 @@ impl Operator for SliceAxisBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (g, out) = (&inputs[0], &outputs[0]);
         // SAFETY: the output is this op's alone.
         unsafe { std::ptr::write_bytes(out.raw(), 0, out.size() * out.dtype.size()) };

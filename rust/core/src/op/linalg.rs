@@ -2,6 +2,7 @@
 //! float64, float16; bfloat16 through float32 copies), with an f64-accumulating loop for the
 //! other dtypes.
 
+use crate::op::KernelArgs;
 use half::{bf16, f16};
 
 use super::grad::{Grad, InputGrads};
@@ -532,7 +533,8 @@ impl Operator for Dot {
         }
         Ok(vec![self.operands(&inputs[0], &inputs[1])?.2])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (am, bm, _) = self.operands(&inputs[0].shape, &inputs[1].shape)?;
         let threads = crate::engine::parallel::threads();
         // SAFETY: operand views were derived from the tensors' own shapes; out has m*n elements.
@@ -648,7 +650,8 @@ impl Operator for BatchDot {
             _ => Ok(()),
         }
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (batch, am, bm) = self.operands(&inputs[0].shape, &inputs[1].shape)?;
         let es = inputs[0].dtype.size();
         let (a_step, b_step, o_step) = (am.rows * am.cols * es, bm.rows * bm.cols * es, am.rows * bm.cols * es);
@@ -771,7 +774,8 @@ impl Operator for FullyConnected {
         }
         Ok(vec![out])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let ((rows, features), _) = self.layout(&inputs[0].shape)?;
         let (out, hidden) = (&outputs[0], self.p.num_hidden);
         let accumulate = match inputs.get(2) {
@@ -886,7 +890,8 @@ impl Operator for FullyConnectedBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[1]; self.num_outputs()])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let ((rows, features), _) = self.forward.layout(&inputs[1].shape)?;
         let hidden = self.forward.p.num_hidden;
         let (g, x, w) = (&inputs[0], &inputs[1], &inputs[2]);

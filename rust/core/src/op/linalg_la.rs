@@ -8,6 +8,7 @@
 //! batch. As in MXNet, only float32 and float64 are supported. Gradients are graphs of these
 //! same operators, so they serve autograd, symbols and higher-order gradients alike.
 
+use crate::op::KernelArgs;
 use std::borrow::Cow;
 use std::sync::Mutex;
 
@@ -725,7 +726,8 @@ impl Operator for Gemm {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         real_dtype(self.name, inputs, 1)
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let l = self.layout(&inputs[0].shape, &inputs[1].shape)?;
         crate::dispatch_dtype!(outputs[0].dtype, [F32, F64], T => self.run::<T>(&l, inputs, &outputs[0]), other => crate::bail!(Type, "linear algebra operators support float32 and float64 only, got {other}"))
     }
@@ -830,7 +832,8 @@ impl Operator for Triangular {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         real_dtype(self.name, inputs, 1)
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let dims = self.dims(&inputs[0].shape, &inputs[1].shape)?;
         if self.solve {
             self.solve(&inputs[0], &inputs[1], &outputs[0], dims)
@@ -924,7 +927,8 @@ impl Operator for Syrk {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         real_dtype("_linalg_syrk", inputs, 1)
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         crate::dispatch_dtype!(outputs[0].dtype, [F32, F64], T => self.run::<T>(&inputs[0], &outputs[0]), other => crate::bail!(Type, "linear algebra operators support float32 and float64 only, got {other}"))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
@@ -1019,7 +1023,8 @@ impl Operator for Square {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         real_dtype(self.name, inputs, self.num_outputs())
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let a = &inputs[0];
         let dims = split_square(self.name, "A", &a.shape)?;
         let n = dims.1;
@@ -1206,7 +1211,8 @@ impl Operator for Gelqf {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         real_dtype("_linalg_gelqf", inputs, 2)
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (batch, m, n) = split_matrix("_linalg_gelqf", "A", &inputs[0].shape)?;
         let a = values_f64(&inputs[0])?;
         let (mut q, mut l) = (vec![0.0; batch * m * n], vec![0.0; batch * m * m]);
@@ -1355,7 +1361,8 @@ impl Operator for Packing {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         real_dtype(self.name, inputs, 1)
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         crate::dispatch_dtype!(outputs[0].dtype, [F32, F64], T => self.run::<T>(&inputs[0], &outputs[0]), other => crate::bail!(Type, "linear algebra operators support float32 and float64 only, got {other}"))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {

@@ -4,9 +4,10 @@
 use super::deconvolution::Deconvolution;
 use super::grad::{Grad, InputGrads};
 use super::normalization::{to_f64, write_f64};
-use super::{ExecContext, OpDef, Operator, Tensor};
+use super::{ExecContext, OpDef, Operator};
 use crate::base::Shape;
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 crate::op_params! {
     pub struct LRNParams {
@@ -62,7 +63,8 @@ impl Operator for Lrn {
         Lrn::layout(&inputs[0])?;
         Ok(vec![inputs[0].clone()])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let layout = Lrn::layout(&inputs[0].shape)?;
         let x = to_f64(&inputs[0]);
         let norm = self.normalizers(&x, layout);
@@ -92,7 +94,8 @@ impl Operator for LrnBackward {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![inputs[1].clone()])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let lrn = self.0;
         let (outer, c, inner) = Lrn::layout(&inputs[1].shape)?;
         let (gy, x) = (to_f64(&inputs[0]), to_f64(&inputs[1]));
@@ -175,7 +178,8 @@ impl Operator for NearestUpSampling {
         let d = inputs[0].dims();
         Ok(vec![Shape::new(vec![d[0], d[1], d[2] * self.scale, d[3] * self.scale])])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (_, h, w) = image_dims("UpSampling", &inputs[0].shape)?;
         let s = self.scale;
         crate::dispatch_dtype!(inputs[0].dtype, T => {
@@ -260,8 +264,8 @@ impl Operator for UpSampling {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         self.mode().infer_shape(inputs)
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        self.mode().forward(ctx, inputs, outputs)
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        self.mode().forward(ctx, args)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         self.mode().gradient(d)

@@ -1,11 +1,12 @@
 //! Loss operators: `smooth_l1` (element-wise Huber) and `softmax_cross_entropy` (summed
 //! cross-entropy of softmax against integer labels), with their gradient kernels.
 
-use super::broadcast::{map1, zip2};
+use super::broadcast::{map_args, zip_args};
 use super::grad::{Grad, InputGrads};
-use super::{ExecContext, OpDef, Operator, Tensor};
+use super::{ExecContext, OpDef, Operator};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 crate::op_params! {
     /// `is_int` is accepted for compatibility only.
@@ -47,9 +48,8 @@ impl Operator for SmoothL1 {
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        crate::dispatch_dtype!(inputs[0].dtype, T => map1(&inputs[0], &outputs[0], |x: T| T::from_f64(self.value(x.to_f64()))));
-        Ok(())
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => map_args(args, super::PARALLEL_GRAIN, |x: T| T::from_f64(self.value(x.to_f64()))))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (g, x) = (d.out_grad(0), d.input(0));
@@ -69,11 +69,10 @@ impl Operator for SmoothL1Backward {
         super::check_out_grad("_backward_smooth_l1", &inputs[0], &inputs[1])?;
         Ok(vec![inputs[1].clone()])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        crate::dispatch_dtype!(inputs[1].dtype, T => {
-            zip2(&inputs[0], &inputs[1], &outputs[0], |g: T, x: T| T::from_f64(g.to_f64() * self.0.slope(x.to_f64())))
-        });
-        Ok(())
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        crate::dispatch_dtype!(args.input_dtype(1)?, T => {
+            zip_args(args, |g: T, x: T| T::from_f64(g.to_f64() * self.0.slope(x.to_f64())))
+        })
     }
 }
 
@@ -131,7 +130,8 @@ impl Operator for SoftmaxCrossEntropy {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (n, k) = batch_layout("softmax_cross_entropy", &inputs[0].shape, &inputs[1].shape)?;
         let labels: Vec<f64> = crate::dispatch_dtype!(inputs[1].dtype, L => {
             // SAFETY: the label is an input this op only reads.
@@ -170,7 +170,8 @@ impl Operator for SoftmaxCrossEntropyBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[1]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let op = "_backward_softmax_cross_entropy";
         let (n, k) = batch_layout(op, &inputs[1].shape, &inputs[2].shape)?;
         let labels: Vec<f64> = crate::dispatch_dtype!(inputs[2].dtype, L => {

@@ -27,6 +27,7 @@ mod gather_scatter;
 mod group_norm;
 mod image;
 mod indexing;
+mod kernel_args;
 mod linalg;
 mod linalg_la;
 mod local;
@@ -56,6 +57,7 @@ use crate::base::{Context, DType, PartialShape, Shape};
 use crate::error::Result;
 pub(crate) use conv_epilogue::convolution_with_epilogue;
 pub use fused::FusedOp;
+pub use kernel_args::{InOut, KernelArgs};
 pub use params::{Attrs, ParamSpec, Params};
 pub(crate) use shape_ops::cast_into;
 pub use shape_ops::infer_reshape;
@@ -219,6 +221,30 @@ pub enum GradientIdentity {
     Unique,
 }
 
+/// How an operator computes its outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compute {
+    /// A kernel over the arrays' elements ([`Operator::forward`] on the CPU, `forward_gpu` on a
+    /// GPU), pushed onto the engine.
+    Kernel,
+    /// Whole arrays, by calling back into the host language (`CustomOp`, `autograd.Function`):
+    /// [`Operator::compute_arrays`].
+    Host,
+    /// Whole arrays, by running the graphs the operator holds (control flow, a cached graph and
+    /// its gradient): [`Operator::compute_arrays`].
+    Graph,
+}
+
+impl std::fmt::Display for Compute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Compute::Kernel => "with a kernel",
+            Compute::Host => "whole arrays in the host language",
+            Compute::Graph => "whole arrays by running its graphs",
+        })
+    }
+}
+
 /// A parsed operator instance.
 pub trait Operator: Send + Sync + 'static {
     /// Argument names of the inputs, in order (`data`, `lhs`/`rhs`, `weight`, ...).
@@ -333,8 +359,15 @@ pub trait Operator: Send + Sync + 'static {
     fn needs_rng(&self) -> bool {
         false
     }
-    /// The kernel. Errors are reported on the outputs at the next sync point.
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()>;
+    /// How the operator computes: a kernel over elements (the default) or whole arrays.
+    fn compute(&self) -> Compute {
+        Compute::Kernel
+    }
+    /// The CPU kernel, over the call's arrays lent as typed slices. Errors are reported on the
+    /// outputs at the next sync point.
+    fn forward(&self, _ctx: &ExecContext, _args: &KernelArgs) -> Result<()> {
+        crate::bail!(Runtime, "the operator computes {}, not with a kernel", self.compute())
+    }
     /// The kernel on a GPU: enqueue the work on `gpu`'s stream over device tensors. An
     /// element-wise operator has one generated from its [`Operator::elementwise`] expression;
     /// other operators define their own, and one without a GPU kernel says so.
@@ -345,16 +378,11 @@ pub trait Operator: Send + Sync + 'static {
             _ => crate::bail!(Device, "the operator has no GPU kernel yet (it runs on cpu contexts)"),
         }
     }
-    /// Operators computed by calling back into the host language (`autograd.Function`) or by
-    /// running a graph (a cached graph's gradient) take whole arrays instead of running a kernel:
-    /// `Some` result means the runner used this. `into` may name arrays to compute outputs into
-    /// (an operator is free to ignore it; the caller copies what did not land there).
-    fn run_on_host(
-        &self,
-        _inputs: &[crate::ndarray::NDArray],
-        _into: &[Option<crate::ndarray::NDArray>],
-    ) -> Option<Result<Vec<crate::ndarray::NDArray>>> {
-        None
+    /// The outputs of an operator that computes whole arrays ([`Compute::Host`],
+    /// [`Compute::Graph`]). `into` may name arrays to compute outputs into (an operator is free
+    /// to ignore it; the caller copies what did not land there).
+    fn compute_arrays(&self, _inputs: &[crate::ndarray::NDArray], _into: &[Option<crate::ndarray::NDArray>]) -> Result<Vec<crate::ndarray::NDArray>> {
+        crate::bail!(Runtime, "the operator computes {}, not on whole arrays", self.compute())
     }
     /// What besides the graph around it and the shapes decides this operator's gradient: autograd
     /// reuses the compiled gradient of a recording that repeats an earlier one node for node.
@@ -550,6 +578,22 @@ pub(crate) fn parallel_chunks(n: usize, min_chunk: usize, f: impl Fn(std::ops::R
     }
     let chunk = (n.div_ceil(threads * 4)).max(min_chunk);
     crate::engine::parallel::run(n.div_ceil(chunk), &|p| f(p * chunk..((p + 1) * chunk).min(n)));
+}
+
+/// `f(first_unit, piece)` over `out` cut into pieces of whole units (`unit` elements each, the
+/// last unit possibly shorter), in parallel when it holds more than `min_units` units: the
+/// counterpart of [`parallel_chunks`] for a kernel holding its output as a slice. Pieces are
+/// split as `parallel_chunks` splits, so the two parallelize alike. The first error is returned.
+pub(crate) fn parallel_units<T: Send>(out: &mut [T], unit: usize, min_units: usize, f: impl Fn(usize, &mut [T]) -> Result<()> + Sync) -> Result<()> {
+    let unit = unit.max(1);
+    let units = out.len().div_ceil(unit);
+    let threads = crate::engine::parallel::threads();
+    if units <= min_units || threads <= 1 {
+        return f(0, out);
+    }
+    let per_piece = units.div_ceil(threads * 4).max(min_units);
+    let pieces: Vec<&mut [T]> = out.chunks_mut(per_piece * unit).collect();
+    crate::engine::parallel::map_owned(pieces, |p, piece| f(p * per_piece, piece)).into_iter().collect()
 }
 
 /// Zeroed temporary memory for a kernel, from the pooled host allocator: large scratch buffers

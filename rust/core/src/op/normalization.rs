@@ -5,6 +5,7 @@ use super::grad::{Grad, InputGrads};
 use super::{parallel_chunks, simd, sum_lanes, ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 crate::op_params! {
     /// cudnn_off and the calibration ranges only matter to MXNet's GPU and quantized paths.
@@ -138,7 +139,8 @@ impl Operator for BatchNorm {
             *d = Some(param);
         }
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (outer, c, inner) = channel_layout(&inputs[0].shape, self.p.axis)?;
         let gamma = if self.p.fix_gamma { vec![1.0; c] } else { to_f64(&inputs[1]) };
         let beta = to_f64(&inputs[2]);
@@ -228,7 +230,8 @@ impl Operator for BatchNormBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[1], inputs[2], inputs[2]])
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (outer, c, inner) = channel_layout(&inputs[1].shape, self.p.axis)?;
         let gamma = if self.p.fix_gamma { vec![1.0; c] } else { to_f64(&inputs[2]) };
         let (mean, var) = (to_f64(&inputs[3]), to_f64(&inputs[4]));
@@ -339,7 +342,8 @@ impl Operator for LayerNorm {
         stats[axis] = 1;
         Ok(vec![inputs[0].clone(), Shape::new(stats.clone()), Shape::new(stats)])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (outer, n, inner) = self.layout(&inputs[0].shape)?;
         let (x, gamma, beta) = (to_f64(&inputs[0]), to_f64(&inputs[1]), to_f64(&inputs[2]));
         let mut y = vec![0.0; x.len()];
@@ -390,7 +394,8 @@ impl Operator for LayerNormBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[1], inputs[2], inputs[2]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (outer, n, inner) = self.norm.layout(&inputs[1].shape)?;
         let (g, x, gamma) = (to_f64(&inputs[0]), to_f64(&inputs[1]), to_f64(&inputs[2]));
         let (means, stds) = (to_f64(&inputs[3]), to_f64(&inputs[4]));

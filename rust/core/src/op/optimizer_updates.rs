@@ -4,9 +4,11 @@
 //! forms update a float32 master copy of a lower-precision weight; `multi_` forms update many
 //! weights, each with its own lr and wd, in one operator call.
 
+use super::broadcast::{map_into, zip_args, zip_into, Operand};
 use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 /// Hyper-parameters that vary per weight (`multi_` forms) or per call (a rescale array input).
 #[derive(Clone, Copy, Debug)]
@@ -199,7 +201,7 @@ unsafe fn update_range<W: Elem, S: Elem, O: Elem, const N: usize>(
     // through the raw pointers would make every store a possible alias of every later load and
     // keep the loop scalar (4.5x slower on a 784x256 sgd_update); local arrays cannot alias. The
     // hyper-parameters are copied for the same reason.
-    const STAGE: usize = super::broadcast::STAGE;
+    const STAGE: usize = 256;
     let hyper = *h;
     let h = &hyper;
     let (mut weights, mut grads, mut news) = ([0f64; STAGE], [0f64; STAGE], [0f64; STAGE]);
@@ -307,7 +309,8 @@ impl<R: Rule> Operator for Update<R> {
     fn mutated_inputs(&self) -> &[usize] {
         &self.mutated
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let per = self.layout.per_weight();
         let rescale = if self.layout.rescale_input {
             let t = &inputs[inputs.len() - 1];
@@ -316,7 +319,10 @@ impl<R: Rule> Operator for Update<R> {
                 // MXNet skips the step (a dynamic loss scaler found an overflow).
                 for (i, out) in outputs.iter().enumerate() {
                     if !std::ptr::eq(out.raw(), inputs[i * per].raw()) {
-                        super::shape_ops::cast_into(&inputs[i * per], out);
+                        // SAFETY: this kernel holds the weight for reading and its output for
+                        // writing, separate memory (checked just above), and touches neither
+                        // while the cast runs.
+                        unsafe { super::shape_ops::cast_into(&inputs[i * per], out) }?;
                     }
                 }
                 return Ok(());
@@ -1134,7 +1140,8 @@ impl Operator for LambPhase2 {
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let inputs = args.inputs();
         let (mut r1, r2) = (super::normalization::to_f64(&inputs[2])[0], super::normalization::to_f64(&inputs[3])[0]);
         if self.p.lower_bound > 0.0 {
             r1 = r1.max(self.p.lower_bound);
@@ -1145,15 +1152,16 @@ impl Operator for LambPhase2 {
         let ratio = if r1 == 0.0 || r2 == 0.0 { 1.0 } else { r1 / r2 };
         let step = self.p.lr * ratio;
         if self.master {
-            let weight32 = &inputs[4];
-            super::broadcast::zip2(weight32, &inputs[1], weight32, |w: f32, g: f32| (w as f64 - step * g as f64) as f32);
-            super::shape_ops::cast_into(weight32, &outputs[0]);
-            return Ok(());
+            let (gradient, shape) = (args.input::<f32>(1)?, args.input_shape(1)?);
+            let weight32 = args.mutated::<f32>(4)?;
+            zip_into(Operand::Output, Operand::Values(gradient, shape), weight32, shape, |w: f32, g: f32| (w as f64 - step * g as f64) as f32)?;
+            return crate::dispatch_dtype!(args.output_dtype(0)?, [F32, F64, F16, BF16], T => {
+                map_into(weight32, args.output::<T>(0)?, PARALLEL_GRAIN, |w: f32| T::from_f64(w as f64))
+            }, other => crate::bail!(Type, "optimizer updates need floating-point weights, got {other}"));
         }
-        crate::dispatch_dtype!(inputs[0].dtype, [F32, F64, F16, BF16], T => {
-            super::broadcast::zip2(&inputs[0], &inputs[1], &outputs[0], |w: T, g: T| T::from_f64(w.to_f64() - step * g.to_f64()));
-        }, other => crate::bail!(Type, "optimizer updates need floating-point weights, got {other}"));
-        Ok(())
+        crate::dispatch_dtype!(args.input_dtype(0)?, [F32, F64, F16, BF16], T => {
+            zip_args(args, |w: T, g: T| T::from_f64(w.to_f64() - step * g.to_f64()))
+        }, other => crate::bail!(Type, "optimizer updates need floating-point weights, got {other}"))
     }
 }
 
@@ -1175,7 +1183,8 @@ impl Operator for MultiSumSq {
         }
         Ok(vec![DType::F32])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let sums: Vec<f64> = inputs.iter().map(|t| super::normalization::to_f64(t).iter().map(|v| v * v).sum()).collect();
         super::normalization::write_f64(&outputs[0], &sums);
         Ok(())
@@ -1206,7 +1215,8 @@ impl Operator for MultiLars {
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let [lrs, w_sq, g_sq, wds] = [0, 1, 2, 3].map(|i| super::normalization::to_f64(&inputs[i]));
         let rates: Vec<f64> = (0..lrs.len())
             .map(|i| {

@@ -4,9 +4,10 @@
 //! MXNet, where they end a network).
 
 use super::grad::{Grad, InputGrads};
-use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 crate::param_choice! {
     /// What an output layer's gradient is divided by.
@@ -98,7 +99,8 @@ impl Operator for SoftmaxOutput {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let layout = softmax_output_layout(&self.p, &inputs[0].shape)?;
         // In place over the data (the in-place pair) or disjoint from it: both are allowed.
         super::activation::softmax_lanes(&inputs[0], &outputs[0], layout, 1.0, super::activation::SoftmaxKind::Softmax);
@@ -136,7 +138,8 @@ impl Operator for SoftmaxOutputBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (outer, c, inner) = softmax_output_layout(&self.p, &inputs[0].shape)?;
         let labels: Vec<f64> = crate::dispatch_dtype!(inputs[1].dtype, L => {
             // SAFETY: labels are an input this op does not write.
@@ -267,12 +270,11 @@ impl Operator for RegressionOutput {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
         let logistic = self.kind == Regression::Logistic;
-        crate::dispatch_dtype!(inputs[0].dtype, T => super::broadcast::map1(&inputs[0], &outputs[0], |v: T| {
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => super::broadcast::map_args(args, super::PARALLEL_GRAIN, |v: T| {
             if logistic { T::from_f64(1.0 / (1.0 + (-v.to_f64()).exp())) } else { v }
-        }));
-        Ok(())
+        }))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (out, label) = (d.output(0), d.input(1));
@@ -307,7 +309,8 @@ impl Operator for RegressionBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (out, label) = (&inputs[0], &inputs[1]);
         let rows = out.shape.dims().first().copied().unwrap_or(1).max(1);
         let scale = self.grad_scale / (out.size() / rows).max(1) as f64;
@@ -351,7 +354,8 @@ impl Operator for MakeLoss {
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         super::shape_ops::copy_bytes(&inputs[0], &outputs[0]);
         Ok(())
     }
@@ -375,7 +379,8 @@ impl Operator for MakeLossBackward {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![inputs[0].clone()])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let x = &inputs[0];
         let values: Vec<f64> = crate::dispatch_dtype!(x.dtype, T => {
             // SAFETY: data is an input this op does not write.

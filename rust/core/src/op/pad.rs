@@ -5,9 +5,10 @@
 //! them, so edge and reflect padding send every padded gradient back to its source element.
 
 use super::grad::{tuple_attr, Grad, InputGrads};
-use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 crate::op_params! {
     pub struct PadParams {
@@ -120,7 +121,8 @@ impl Operator for Pad {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![self.out_shape(&inputs[0])?])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (x, out) = (&inputs[0], &outputs[0]);
         let offsets = source_offsets(&self.maps(&x.shape), &x.shape);
         crate::dispatch_dtype!(x.dtype, T => {
@@ -160,7 +162,8 @@ impl Operator for PadBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (g, out) = (&inputs[0], &outputs[0]);
         let offsets = source_offsets(&self.pad.maps(&out.shape), &out.shape);
         crate::dispatch_dtype!(out.dtype, T => {

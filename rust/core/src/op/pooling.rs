@@ -8,6 +8,7 @@ use super::stencil::{self, Frame};
 use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 crate::param_choice! {
     /// What a pooling window computes.
@@ -374,7 +375,8 @@ impl Operator for Pooling {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![self.window(&inputs[0])?.out_shape])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let w = self.window(&inputs[0].shape)?;
         let (plane, outs) = (w.input.iter().product::<usize>(), w.output.iter().product::<usize>());
         let (kind, include_pad) = (self.kind, self.include_pad());
@@ -521,7 +523,8 @@ impl Operator for PoolingBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let w = self.pool.window(&inputs[1].shape)?;
         let (plane, outs) = (w.input.iter().product::<usize>(), w.output.iter().product::<usize>());
         let (kind, include_pad) = (self.pool.kind, self.pool.include_pad());

@@ -7,6 +7,7 @@ use super::shape_ops::{copy_bytes, strided_copy};
 use super::{ExecContext, OpDef, Operator, Tensor};
 use crate::base::{normalize_axis, DType, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 /// A strided view of the input to copy into the contiguous output: the index space `dims`, the
 /// input's base offset and its stride (in elements, possibly 0 or negative) along each dim.
@@ -34,7 +35,8 @@ impl Operator for Rearrange {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Ok(vec![(self.plan)(&inputs[0]).map_err(|e| e.context(self.name))?.0])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (_, g) = (self.plan)(&inputs[0].shape)?;
         let out = &outputs[0];
         let dst_strides = input_strides(&Shape::new(g.dims.clone()));
@@ -282,7 +284,8 @@ impl Operator for Stack {
         dims.insert(axis, inputs.len());
         Ok(vec![Shape::new(dims)])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let out = &outputs[0];
         let axis = normalize_axis(self.axis, out.shape.ndim())?;
         let outer: usize = out.shape.dims()[..axis].iter().product();
@@ -335,7 +338,8 @@ impl Operator for Squeeze {
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         copy_bytes(&inputs[0], &outputs[0]);
         Ok(())
     }
@@ -394,13 +398,11 @@ impl Operator for BroadcastLike {
     fn infer_type(&self, inputs: &[crate::base::DType]) -> Result<Vec<crate::base::DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let target = self.target(&inputs[0].shape, &inputs[1].shape)?;
-        Rearrange { name: "broadcast_like", plan: Box::new(move |s| like_plan(s, &target)), grad: unbroadcast_grad() }.forward(
-            ctx,
-            &inputs[..1],
-            outputs,
-        )
+        let rearrange = Rearrange { name: "broadcast_like", plan: Box::new(move |s| like_plan(s, &target)), grad: unbroadcast_grad() };
+        args.delegate(&rearrange, &inputs[..1], outputs, |data_only| rearrange.forward(ctx, data_only))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
@@ -451,7 +453,8 @@ impl Operator for TileBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         // The tile gather's index space is (rep0, dim0, rep1, dim1, ...): sum over the reps.
         let (_, gather) = tile_plan(self.reps.clone())(&inputs[1].shape)?;
         let mask: Vec<bool> = (0..gather.dims.len()).map(|i| i % 2 == 0).collect();
@@ -481,7 +484,8 @@ impl Operator for RepeatBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         // The repeat gather's index space has a repeats axis right after the repeated one.
         let (_, gather) = repeat_plan(self.params.clone())(&inputs[1].shape)?;
         let axis = match self.params.axis {

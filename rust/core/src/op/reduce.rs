@@ -5,6 +5,7 @@
 //! float32 vector lanes over short blocks whose totals are added in f64 (accurate and as fast as
 //! the memory); other reductions accumulate eight independent f64 lanes.
 
+use crate::op::KernelArgs;
 use std::marker::PhantomData;
 
 use super::grad::{tuple_attr, Grad, InputGrads};
@@ -323,9 +324,10 @@ impl Operator for Moments {
         let s = self.mean.infer_shape(inputs)?.swap_remove(0);
         Ok(vec![s.clone(), s])
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let x = &inputs[0];
-        self.mean.forward(ctx, inputs, &outputs[..1])?;
+        args.delegate(&self.mean, inputs, &outputs[..1], |mean_only| self.mean.forward(ctx, mean_only))?;
         let mask = self.mean.mask(x.shape.ndim())?;
         let kept: Vec<usize> = x.shape.dims().iter().zip(&mask).map(|(&d, &m)| if m { 1 } else { d }).collect();
         crate::dispatch_dtype!(x.dtype, T => {
@@ -420,7 +422,8 @@ impl<R: Reducer> Operator for Reduce<R> {
         Ok(vec![out])
     }
 
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let x = &inputs[0];
         let mask = self.mask(x.shape.ndim())?;
         crate::dispatch_dtype!(x.dtype, T => reduce_tensor::<T, R>(x, &outputs[0], &mask));
@@ -459,8 +462,8 @@ impl Operator for Norm {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         self.inner().infer_shape(inputs)
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        self.inner().forward(ctx, inputs, outputs)
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        self.inner().forward(ctx, args)
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
@@ -516,7 +519,8 @@ impl Operator for SumToLike {
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let x = &inputs[0];
         let mask = SumToLike::mask(&x.shape, &inputs[1].shape)?;
         if !mask.contains(&true) {
@@ -571,7 +575,8 @@ impl Operator for BroadcastReducedLike {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let like = &inputs[1].shape;
         let mask = self.reduce.mask(like.ndim())?;
         let kept: Vec<usize> = like.dims().iter().zip(&mask).map(|(&d, &m)| if m { 1 } else { d }).collect();
@@ -937,7 +942,8 @@ impl Operator for ArgReduce {
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         zero_gradient(d)
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let ((outer, r, inner), _) = self.layout(&inputs[0].shape)?;
         let max = self.max;
         if inner == 1 && inputs[0].dtype == DType::F32 {

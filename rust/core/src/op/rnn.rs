@@ -32,6 +32,7 @@ use super::packed_gemm::{Operand, PackedB};
 use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 crate::op_params! {
     pub struct RnnParams {
@@ -1109,7 +1110,8 @@ impl Operator for Rnn {
     fn needs_rng(&self) -> bool {
         self.has_mask()
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         supported(inputs[0].dtype)?;
         let d = self.dims(&inputs[0].shape)?;
         let lengths = self.lengths(inputs, d)?;
@@ -1215,7 +1217,8 @@ impl Operator for RnnBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]; self.num_outputs()])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let rnn = &self.0;
         let first = rnn.num_visible();
         supported(inputs[first].dtype)?;

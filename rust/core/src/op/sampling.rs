@@ -9,9 +9,10 @@
 //! (`_backward_sample_multinomial`), the score-function estimator of reinforcement learning.
 
 use super::grad::{Grad, InputGrads};
-use super::{parallel_chunks, zero_gradient, ExecContext, OpDef, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
+use super::{parallel_chunks, zero_gradient, ExecContext, OpDef, Operator, SendPtr, PARALLEL_GRAIN};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 use crate::random;
 
 crate::op_params! {
@@ -51,7 +52,8 @@ impl Operator for Sample {
     fn needs_rng(&self) -> bool {
         true
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let params: Vec<Vec<f64>> = inputs
             .iter()
             .map(|t| {
@@ -132,7 +134,8 @@ impl Operator for Multinomial {
     fn needs_rng(&self) -> bool {
         true
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let x = &inputs[0];
         let k = *x.shape.dims().last().unwrap_or(&1);
         let probs: Vec<f64> = crate::dispatch_dtype!(x.dtype, T => {
@@ -218,7 +221,8 @@ impl Operator for MultinomialBackward {
         }
         Ok(vec![inputs[1]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let shapes: Vec<Shape> = inputs.iter().map(|t| t.shape.clone()).collect();
         let (_, k, per_row) = Self::layout(&shapes)?;
         let picks: Vec<f64> = crate::dispatch_dtype!(inputs[2].dtype, I => {
@@ -251,7 +255,8 @@ impl Operator for Shuffle {
     fn needs_rng(&self) -> bool {
         true
     }
-    fn forward(&self, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (x, out) = (&inputs[0], &outputs[0]);
         let rows = x.shape.dims().first().copied().unwrap_or(1);
         let mut order: Vec<usize> = (0..rows).collect();

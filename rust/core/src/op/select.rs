@@ -1,10 +1,11 @@
 //! Element-wise selection and accumulation: clip, where, add_n.
 
-use super::broadcast::map1;
+use super::broadcast::map_args;
 use super::grad::{Grad, InputGrads};
 use super::{parallel_chunks, same_dtype, ExecContext, OpDef, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
 use crate::base::{unify_partial, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 crate::op_params! {
     pub struct ClipParams {
@@ -27,12 +28,11 @@ impl Operator for Clip {
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        crate::dispatch_dtype!(inputs[0].dtype, T => {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
             let (lo, hi) = (T::from_f64(self.lo), T::from_f64(self.hi));
-            map1(&inputs[0], &outputs[0], |v: T| if v < lo { lo } else if v > hi { hi } else { v })
-        });
-        Ok(())
+            map_args(args, super::PARALLEL_GRAIN, |v: T| if v < lo { lo } else if v > hi { hi } else { v })
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
@@ -77,7 +77,8 @@ impl Operator for Where {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         same_dtype(&inputs[1..], 1)
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (c, x, y, out) = (&inputs[0], &inputs[1], &inputs[2], &outputs[0]);
         let mask: Vec<bool> = crate::dispatch_dtype!(c.dtype, C => {
             // SAFETY: the condition is an input this op does not write.
@@ -129,7 +130,8 @@ impl Operator for AddN {
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let out = &outputs[0];
         let add = super::lookup("elemwise_add")?.instantiate("elemwise_add", &Default::default())?;
         match inputs {
@@ -137,9 +139,11 @@ impl Operator for AddN {
             [only] => super::shape_ops::copy_bytes(only, out),
             [first, second, rest @ ..] => {
                 // Accumulate pairwise into the output: out = a + b, then out += c, ...
-                add.forward(&ExecContext::default(), &[first.clone(), second.clone()], std::slice::from_ref(out))?;
+                let add = add.as_ref();
+                let ctx = ExecContext::default();
+                args.delegate(add, &[first.clone(), second.clone()], std::slice::from_ref(out), |pair| add.forward(&ctx, pair))?;
                 for x in rest {
-                    add.forward(&ExecContext::default(), &[out.clone(), x.clone()], std::slice::from_ref(out))?;
+                    args.delegate(add, &[out.clone(), x.clone()], std::slice::from_ref(out), |pair| add.forward(&ctx, pair))?;
                 }
             }
         }

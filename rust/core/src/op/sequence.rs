@@ -7,6 +7,7 @@ use super::normalization::to_f64;
 use super::{ExecContext, OpDef, Operator, Tensor};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 crate::op_params! {
     pub struct SequenceParams {
@@ -125,7 +126,8 @@ impl Operator for Sequence {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[self.data_index()]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let data = &inputs[self.data_index()];
         let layout = self.layout(&data.shape)?;
         let lengths = self.lengths(inputs, &layout)?;

@@ -3,9 +3,10 @@
 //! reads and the writes stay in cache.
 
 use super::grad::{tuple_attr, Grad, InputGrads};
-use super::{parallel_chunks, zero_gradient, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::{parallel_chunks, zero_gradient, ExecContext, OpDef, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
 use crate::base::{merge_partial, normalize_axis, unify_partial, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 /// Copy an N-d block: element `idx` of `dims` goes from `src[sb + idx·ss]` to `dst[db + idx·ds]`.
 pub(crate) fn strided_copy<T: Copy + Send + Sync>(dims: &[usize], src: *const T, sb: isize, ss: &[isize], dst: *mut T, db: isize, ds: &[isize]) {
@@ -176,7 +177,8 @@ impl Operator for Transpose {
         }
         Ok(())
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let perm = self.perm(inputs[0].shape.ndim())?;
         crate::dispatch_dtype!(inputs[0].dtype, T => transpose_into::<T>(&inputs[0], &outputs[0], &perm));
         Ok(())
@@ -229,7 +231,8 @@ impl Operator for ReshapeLike {
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         copy_bytes(&inputs[0], &outputs[0]);
         Ok(())
     }
@@ -266,7 +269,8 @@ impl Operator for IdentityLikeRhs {
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         copy_bytes(&inputs[0], &outputs[0]);
         Ok(())
     }
@@ -401,7 +405,8 @@ impl Operator for Relayout {
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         copy_bytes(&inputs[0], &outputs[0]);
         Ok(())
     }
@@ -477,7 +482,8 @@ impl Operator for Concat {
         merge_partial(&mut outputs[0], &out)?;
         Ok(())
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let out = &outputs[0];
         let axis = normalize_axis(self.dim, out.shape.ndim())?;
         let es = out.dtype.size();
@@ -548,7 +554,8 @@ impl Operator for ConcatBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]; self.num_args])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let g = &inputs[0];
         let axis = normalize_axis(self.dim, g.shape.ndim())?;
         let es = g.dtype.size();
@@ -667,7 +674,8 @@ impl Operator for SliceChannel {
         merge_partial(&mut inputs[0], &whole)?;
         Ok(())
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let x = &inputs[0];
         let axis = normalize_axis(self.p.axis, x.shape.ndim())?;
         let es = x.dtype.size();
@@ -719,25 +727,39 @@ fn convert<A: Elem, B: Elem>(v: A) -> B {
     }
 }
 
-/// Element-wise dtype conversion of `x` into `y`.
-pub(crate) fn cast_into(x: &Tensor, y: &Tensor) {
-    if x.dtype == y.dtype {
-        copy_bytes(x, y);
-        return;
+/// Output `o` of a kernel call as its input `i` converted to the output's dtype.
+pub(crate) fn cast_args(args: &KernelArgs, i: usize, o: usize) -> Result<()> {
+    use super::broadcast::{copy_into, map_into};
+    use half::{bf16, f16};
+    let (from, to) = (args.input_dtype(i)?, args.output_dtype(o)?);
+    if args.shares_memory(i, o) {
+        return Ok(());
+    }
+    if from == to {
+        return crate::dispatch_dtype!(from, T => copy_into(args.input::<T>(i)?, args.output::<T>(o)?));
     }
     // Between float32 and the 16-bit floats, through float32 rather than float64: the same values
     // (float32 holds every 16-bit float exactly, and rounding a float32 to 16 bits directly
     // equals rounding it through float64), with conversions that vectorize. AMP casts every
     // weight and gradient each step; float32 -> bfloat16 of 1M elements took 0.44 ms through f64.
-    use half::{bf16, f16};
-    match (x.dtype, y.dtype) {
-        (DType::F32, DType::BF16) => return super::broadcast::map1(x, y, bf16::from_f32),
-        (DType::BF16, DType::F32) => return super::broadcast::map1(x, y, bf16::to_f32),
-        (DType::F32, DType::F16) => return super::broadcast::map1(x, y, f16::from_f32),
-        (DType::F16, DType::F32) => return super::broadcast::map1(x, y, f16::to_f32),
-        _ => {}
+    match (from, to) {
+        (DType::F32, DType::BF16) => map_into(args.input::<f32>(i)?, args.output::<bf16>(o)?, PARALLEL_GRAIN, bf16::from_f32),
+        (DType::BF16, DType::F32) => map_into(args.input::<bf16>(i)?, args.output::<f32>(o)?, PARALLEL_GRAIN, bf16::to_f32),
+        (DType::F32, DType::F16) => map_into(args.input::<f32>(i)?, args.output::<f16>(o)?, PARALLEL_GRAIN, f16::from_f32),
+        (DType::F16, DType::F32) => map_into(args.input::<f16>(i)?, args.output::<f32>(o)?, PARALLEL_GRAIN, f16::to_f32),
+        _ => {
+            crate::dispatch_dtype!(from, A => crate::dispatch_dtype!(to, B => map_into(args.input::<A>(i)?, args.output::<B>(o)?, PARALLEL_GRAIN, convert::<A, B>)))
+        }
     }
-    crate::dispatch_dtype!(x.dtype, A => crate::dispatch_dtype!(y.dtype, B => super::broadcast::map1(x, y, convert::<A, B>)));
+}
+
+/// [`cast_args`] from `x` into `y`, for a caller holding tensors.
+///
+/// # Safety
+/// As for [`KernelArgs::new`]: the caller holds `x` for reading and `y` for writing, and nothing
+/// else reaches them while the cast runs.
+pub(crate) unsafe fn cast_into(x: &Tensor, y: &Tensor) -> Result<()> {
+    cast_args(&KernelArgs::new(std::slice::from_ref(x), std::slice::from_ref(y), &[], &[])?, 0, 0)
 }
 
 impl Operator for Cast {
@@ -755,9 +777,8 @@ impl Operator for Cast {
     fn fixed_output_types(&self) -> Option<Vec<DType>> {
         Some(vec![self.dtype])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        cast_into(&inputs[0], &outputs[0]);
-        Ok(())
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        cast_args(args, 0, 0)
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
@@ -782,9 +803,8 @@ impl Operator for CastLike {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[1]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        cast_into(&inputs[0], &outputs[0]);
-        Ok(())
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        cast_args(args, 0, 0)
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
@@ -808,7 +828,8 @@ impl Operator for ShapeInfo {
     fn infer_type(&self, _inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![DType::I64])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let s = &inputs[0].shape;
         let values: Vec<i64> = if self.size_only { vec![s.size() as i64] } else { s.dims().iter().map(|&d| d as i64).collect() };
         // SAFETY: the output is an int64 array of exactly values.len() elements owned by this op.

@@ -3,6 +3,7 @@
 use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
 use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
+use crate::op::KernelArgs;
 
 crate::op_params! {
     pub struct SortParams {
@@ -125,7 +126,8 @@ impl Operator for Order {
         };
         Ok(vec![Some(d.op("_backward_order", &[("axis", axis)], &[&g, &indices, &x])?)])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let ((outer, r, inner), keep, _) = self.layout(&inputs[0].shape)?;
         let x = &inputs[0];
         let lanes: Vec<Vec<(f64, usize)>> = crate::dispatch_dtype!(x.dtype, T => {
@@ -214,7 +216,8 @@ impl Operator for OrderBackward {
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![inputs[0]])
     }
-    fn forward(&self, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (inputs, outputs) = (args.inputs(), args.outputs());
         let (g, idx, out) = (&inputs[0], &inputs[1], &outputs[0]);
         let order = Order { axis: self.axis, ascending: true, k: None, returns: TopkReturn::Values, index_dtype: DType::F32 };
         let ((outer, r, inner), _, _) = order.layout(&out.shape)?;
