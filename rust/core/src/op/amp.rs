@@ -213,13 +213,12 @@ impl Operator for AllFinite {
     }
     fn complete_input_types(&self, _inputs: &mut [Option<DType>]) {}
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
+        let inputs = args.inputs();
         let mut all_finite = true;
         for t in inputs {
             all_finite = all_finite && finite(self.name, t)?;
         }
-        // SAFETY: the output is this op's float32 array of one element.
-        let out = unsafe { outputs[0].slice_mut::<f32>() };
+        let out = args.output::<f32>(0)?;
         if !all_finite {
             out[0] = 0.0;
         } else if self.init_output {

@@ -142,6 +142,19 @@ pub enum Operand<'a, T> {
     Output,
 }
 
+impl<'a, T> Operand<'a, T> {
+    /// The operand's shape: its own, or `output`'s when it is the output.
+    fn shape_or<'s>(&self, output: &'s Shape) -> &'s Shape
+    where
+        'a: 's,
+    {
+        match self {
+            Operand::Values(_, shape) => shape,
+            Operand::Output => output,
+        }
+    }
+}
+
 /// The part of one operand that one output row reads.
 #[derive(Clone, Copy)]
 enum Lane<'a, T> {
@@ -186,16 +199,12 @@ fn zip_lane<T: Copy>(a: Lane<T>, b: Lane<T>, out: &mut [T], f: &impl Fn(T, T) ->
 
 /// `out = f(a, b)` with NumPy broadcasting; `out` has the broadcast shape `out_shape`.
 pub fn zip_into<T: Copy + Send + Sync>(a: Operand<T>, b: Operand<T>, out: &mut [T], out_shape: &Shape, f: impl Fn(T, T) -> T + Sync) -> Result<()> {
-    let shape_of = |operand: &Operand<'_, T>| match operand {
-        Operand::Values(_, shape) => (*shape).clone(),
-        Operand::Output => out_shape.clone(),
-    };
-    let (shape_a, shape_b) = (shape_of(&a), shape_of(&b));
-    if shape_a == *out_shape && shape_b == *out_shape {
+    let (shape_a, shape_b) = (a.shape_or(out_shape), b.shape_or(out_shape));
+    if shape_a == out_shape && shape_b == out_shape {
         // The usual case needs no strides worked out (that costs as much as adding 2x2 arrays).
         return zip_flat(a, b, out, (1, 1), &f);
     }
-    let (dims, strides) = collapse(out_shape.dims(), &[broadcast_strides(&shape_a, out_shape), broadcast_strides(&shape_b, out_shape)]);
+    let (dims, strides) = collapse(out_shape.dims(), &[broadcast_strides(shape_a, out_shape), broadcast_strides(shape_b, out_shape)]);
     let inner_stride = |operand: usize| strides.get(operand).and_then(|s| s.last()).copied().unwrap_or(0);
     let (ia, ib) = (inner_stride(0), inner_stride(1));
     let (Some((&inner, outer_dims)), false) = (dims.split_last(), out.is_empty()) else {
@@ -273,6 +282,34 @@ mod tests {
         assert_eq!(broadcast_shape("t", &s(&[0, 3]), &s(&[1, 3])).unwrap(), s(&[0, 3]));
         let e = broadcast_shape("broadcast_add", &s(&[2, 3]), &s(&[4])).unwrap_err();
         assert!(e.message.contains("(2, 3) (4,)"), "{}", e.message);
+    }
+
+    #[test]
+    fn zips_broadcast_and_read_the_output_in_place() {
+        let s = |v: &[usize]| Shape::new(v.to_vec());
+        let (rows, row) = ([1f32, 2.0, 3.0, 4.0, 5.0, 6.0], [10f32, 20.0, 30.0]);
+        let mut out = [0f32; 6];
+        zip_into(Operand::Values(&rows, &s(&[2, 3])), Operand::Values(&row, &s(&[3])), &mut out, &s(&[2, 3]), |a, b| a + b).unwrap();
+        assert_eq!(out, [11.0, 22.0, 33.0, 14.0, 25.0, 36.0]);
+        let column = [100f32, 200.0];
+        zip_into(Operand::Values(&column, &s(&[2, 1])), Operand::Output, &mut out, &s(&[2, 3]), |a, b| b - a).unwrap();
+        assert_eq!(out, [-89.0, -78.0, -67.0, -186.0, -175.0, -164.0]);
+        zip_into(Operand::Output, Operand::Output, &mut out, &s(&[2, 3]), |a, b| a * b).unwrap();
+        assert_eq!(out[0], 89.0 * 89.0);
+        let short = [1f32];
+        let refused = zip_into(Operand::Values(&short, &s(&[2, 3])), Operand::Output, &mut out, &s(&[2, 3]), |a, b| a + b);
+        assert!(refused.is_err(), "an operand shorter than its shape is an error, not a read past it");
+    }
+
+    #[test]
+    fn maps_split_across_threads_match_the_sequential_map() {
+        let xs: Vec<f32> = (0..200_000).map(|i| i as f32).collect();
+        let mut ys = vec![0f32; xs.len()];
+        map_into(&xs, &mut ys, 1024, |x| x * 2.0 + 1.0).unwrap();
+        assert!(xs.iter().zip(&ys).all(|(x, y)| *y == x * 2.0 + 1.0));
+        update_in_place(&mut ys, 1024, |y| y - 1.0).unwrap();
+        assert!(xs.iter().zip(&ys).all(|(x, y)| *y == x * 2.0));
+        assert!(map_into(&xs[1..], &mut ys, 1024, |x| x).is_err());
     }
 
     #[test]

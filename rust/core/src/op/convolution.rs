@@ -863,10 +863,9 @@ impl Operator for Convolution {
             return convolve(&g, &inputs[0], &inputs[1], &outputs[0], &Epilogue::with_bias(inputs.get(2)));
         }
         convolve(&g, &inputs[0], &inputs[1], &outputs[0], &Epilogue::default())?;
-        if let Some(bias) = inputs.get(2) {
+        if inputs.len() > 2 {
             crate::dispatch_dtype!(outputs[0].dtype, T => {
-                // SAFETY: the bias is read-only here; the output is this op's alone.
-                add_channel_bias(unsafe { outputs[0].slice_mut::<T>() }, unsafe { bias.slice::<T>() }, g.output_size());
+                add_channel_bias(args.output::<T>(0)?, args.input::<T>(2)?, g.output_size());
             });
         }
         Ok(())

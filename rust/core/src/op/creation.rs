@@ -5,23 +5,23 @@ use crate::op::KernelArgs;
 use std::sync::Arc;
 
 use super::params::NoParams;
-use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
+use super::{parallel_units, ExecContext, OpDef, Operator, Tensor, PARALLEL_GRAIN};
 use crate::base::{Context, DType, Elem, Shape};
 use crate::error::{Error, Result};
 
 /// Fill `out` with `value(i)` for each flat index `i`.
-fn fill_with<T: Elem>(out: &Tensor, value: impl Fn(usize) -> f64 + Sync) {
-    let p = SendPtr(out.ptr::<T>());
-    parallel_chunks(out.size(), PARALLEL_GRAIN, |r| {
-        for i in r {
-            // SAFETY: i < out.size(); the op owns its output.
-            unsafe { *p.get().add(i) = T::from_f64(value(i)) };
+fn fill_with<T: Elem>(out: &mut [T], value: impl Fn(usize) -> f64 + Sync) -> Result<()> {
+    parallel_units(out, 1, PARALLEL_GRAIN, |start, piece| {
+        for (i, element) in (start..).zip(piece.iter_mut()) {
+            *element = T::from_f64(value(i));
         }
-    });
+        Ok(())
+    })
 }
 
-fn fill_tensor(out: &Tensor, value: impl Fn(usize) -> f64 + Sync) {
-    crate::dispatch_dtype!(out.dtype, T => fill_with::<T>(out, value));
+/// Fill output 0 of a kernel call with `value(i)` for each flat index `i`.
+fn fill_output(args: &KernelArgs, value: impl Fn(usize) -> f64 + Sync) -> Result<()> {
+    crate::dispatch_dtype!(args.output_dtype(0)?, T => fill_with::<T>(args.output(0)?, value))
 }
 
 fn shape_from(op: &str, dims: &[i64]) -> Result<Shape> {
@@ -74,13 +74,11 @@ impl Operator for Create {
         self.random
     }
     fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let outputs = args.outputs();
         if let Some(error) = &self.invalid_params {
             return Err(error.clone());
         }
         let seed = ctx.seed;
-        fill_tensor(&outputs[0], |i| (self.value)(seed, i));
-        Ok(())
+        fill_output(args, |i| (self.value)(seed, i))
     }
     /// Constants are filled on the device. Samples and ranges are drawn on the host from the
     /// same seed (so a GPU array holds exactly the numbers a CPU one would) and copied over.
@@ -97,7 +95,8 @@ impl Operator for Create {
         // SAFETY: `host` is a fresh block of out's byte size, used by no one else.
         let staged = unsafe { Tensor::new(host.as_ptr(), out.shape.clone(), out.dtype) };
         let seed = ctx.seed;
-        fill_tensor(&staged, |i| (self.value)(seed, i));
+        // SAFETY: as above; the arguments are the only way to the block while they live.
+        fill_output(&unsafe { KernelArgs::new(&[], std::slice::from_ref(&staged), &[], &[]) }?, |i| (self.value)(seed, i))?;
         // SAFETY: the block holds out's bytes; out is device memory this op owns.
         unsafe { gpu.copy_from_host(out.raw(), std::slice::from_raw_parts(host.as_ptr(), host.len())) }
     }
@@ -285,10 +284,8 @@ impl Operator for FillLike {
         Ok(vec![inputs[0].clone()])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let outputs = args.outputs();
         let v = self.value;
-        fill_tensor(&outputs[0], |_| v);
-        Ok(())
+        fill_output(args, |_| v)
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, _inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {

@@ -346,9 +346,7 @@ impl Operator for CtcLoss {
         let blank = self.0.blank(dims.alphabet);
         let max_states = sequences.iter().map(|s| 2 * s.labels.len() + 1).max().unwrap_or(1);
         crate::dispatch_dtype!(inputs[0].dtype, T => {
-            // SAFETY: data is only read; the loss output is this op's alone, and each task
-            // writes only its own batch element's loss.
-            let data = unsafe { inputs[0].slice::<T>() };
+            let data = args.input::<T>(0)?;
             let losses = SendPtr(outputs[0].ptr::<T>());
             for_each_sequence(&dims, max_states, |b| {
                 let loss = Lattice::new(data, &dims, b, &sequences[b], blank).map_or(0.0, |lattice| -lattice.alphas().1);
@@ -399,15 +397,14 @@ impl Operator for CtcLossBackward {
         Ok(vec![inputs[1]])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
+        let inputs = args.inputs();
         let dims = self.0.infer_shape(&inputs.iter().map(|t| t.shape.clone()).collect::<Vec<_>>())?;
         let sequences = self.0.sequences(inputs, &dims)?;
         let blank = self.0.blank(dims.alphabet);
         let scales = to_f64(&inputs[0]);
         let max_states = sequences.iter().map(|s| 2 * s.labels.len() + 1).max().unwrap_or(1);
         crate::dispatch_dtype!(inputs[1].dtype, T => {
-            // SAFETY: data is only read; the gradient output is this op's alone.
-            let (data, dx) = unsafe { (inputs[1].slice::<T>(), outputs[0].slice_mut::<T>()) };
+            let (data, dx) = (args.input::<T>(1)?, args.output::<T>(0)?);
             dx.fill(T::from_f64(0.0));
             let dx = SendPtr(dx.as_mut_ptr());
             let c = dims.alphabet;

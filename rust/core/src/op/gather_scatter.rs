@@ -127,12 +127,11 @@ impl Operator for Pick {
         merge_partial(&mut outputs[0], &out).map(|_| ())
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
+        let inputs = args.inputs();
         let ((_, n, inner), _) = self.layout(&inputs[0].shape)?;
         let pos = self.positions(&inputs[1], n)?;
         crate::dispatch_dtype!(inputs[0].dtype, T => {
-            // SAFETY: data is read-only here; the output is this op's alone.
-            let (x, y) = unsafe { (inputs[0].slice::<T>(), outputs[0].slice_mut::<T>()) };
+            let (x, y) = (args.input::<T>(0)?, args.output::<T>(0)?);
             for (cell, v) in y.iter_mut().enumerate() {
                 let (o, j) = (cell / inner, cell % inner);
                 *v = x[(o * n + pos[cell]) * inner + j];

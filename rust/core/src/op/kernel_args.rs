@@ -40,13 +40,17 @@ pub struct KernelArgs<'t> {
     inputs: &'t [Tensor],
     outputs: &'t [Tensor],
     mutated: &'t [usize],
-    /// For each input, the output whose memory it is (a declared in-place pair being used).
-    written_by: SmallVec<[Option<usize>; 4]>,
+    /// For each input, the output whose memory it is (a declared in-place pair being used), or
+    /// [`NOT_WRITTEN`].
+    written_by: SmallVec<[u32; 4]>,
     /// Inputs first, then outputs.
     lent: SmallVec<[Cell<Lent>; 6]>,
 }
 
+const NOT_WRITTEN: u32 = u32::MAX;
+
 /// The bytes a tensor occupies; empty for an empty tensor, which overlaps nothing.
+#[inline]
 fn extent(t: &Tensor) -> std::ops::Range<usize> {
     let start = t.raw().addr();
     start..start + t.size() * t.dtype.size()
@@ -65,60 +69,62 @@ impl<'t> KernelArgs<'t> {
     /// else reads or writes the tensors' memory except through them (no other `KernelArgs`
     /// over the same outputs, no raw access to them).
     pub(crate) unsafe fn new(inputs: &'t [Tensor], outputs: &'t [Tensor], inplace: &[(usize, usize)], mutated: &'t [usize]) -> Result<Self> {
-        let mut written_by: SmallVec<[Option<usize>; 4]> = SmallVec::from_elem(None, inputs.len());
-        let output_extents: SmallVec<[_; 2]> = outputs.iter().map(extent).collect();
-        for (o, a) in output_extents.iter().enumerate() {
-            if let Some(b) = output_extents.iter().skip(o + 1).position(|b| overlap(a, b)) {
+        let mut written_by: SmallVec<[u32; 4]> = SmallVec::from_elem(NOT_WRITTEN, inputs.len());
+        // Each array's bytes, worked out once: inputs first, then outputs.
+        let extents: SmallVec<[std::ops::Range<usize>; 6]> = inputs.iter().chain(outputs).map(extent).collect();
+        let (input_extents, output_extents) = extents.split_at(inputs.len());
+        for ((o, span), out) in output_extents.iter().enumerate().zip(outputs) {
+            if let Some(b) = output_extents.iter().skip(o + 1).position(|other| overlap(span, other)) {
                 crate::bail!(Runtime, "kernel arguments: outputs {o} and {} share memory", o + 1 + b);
             }
-        }
-        for ((i, input), written) in inputs.iter().enumerate().zip(written_by.iter_mut()) {
-            let span = extent(input);
-            for (o, out) in output_extents.iter().enumerate().filter(|(_, out)| overlap(&span, out)) {
-                let declared = inplace.contains(&(i, o)) && span == *out && outputs.get(o).is_some_and(|t| t.dtype == input.dtype);
+            let overlapping =
+                input_extents.iter().zip(inputs).zip(written_by.iter_mut()).enumerate().filter(|(_, ((input_span, _), _))| overlap(span, input_span));
+            for (i, ((input_span, input), written)) in overlapping {
+                let declared = inplace.contains(&(i, o)) && span == input_span && out.dtype == input.dtype;
                 if !declared {
                     crate::bail!(Runtime, "kernel arguments: output {o} overlaps input {i}, which the operator does not compute in place");
                 }
-                *written = Some(o);
-            }
-            if mutated.contains(&i) {
-                let shared = written.is_some() || inputs.iter().enumerate().any(|(j, other)| j != i && overlap(&span, &extent(other)));
-                if shared {
-                    crate::bail!(Runtime, "kernel arguments: input {i}, which the kernel updates, shares memory with another argument");
-                }
+                *written = o as u32;
             }
         }
-        let lent = (0..inputs.len() + outputs.len()).map(|_| Cell::new(Lent::Not)).collect();
+        for &i in mutated {
+            let span = input_extents.get(i).cloned().unwrap_or_default();
+            let shared = written_by.get(i).is_some_and(|&w| w != NOT_WRITTEN)
+                || input_extents.iter().enumerate().any(|(j, other)| j != i && overlap(&span, other));
+            if shared {
+                crate::bail!(Runtime, "kernel arguments: input {i}, which the kernel updates, shares memory with another argument");
+            }
+        }
+        let lent = SmallVec::from_elem(Cell::new(Lent::Not), inputs.len() + outputs.len());
         Ok(KernelArgs { inputs, outputs, mutated, written_by, lent })
     }
 
     /// The input tensors: shapes and dtypes (their elements through [`KernelArgs::input`]).
+    #[inline]
     pub fn inputs(&self) -> &'t [Tensor] {
         self.inputs
     }
     /// The output tensors: shapes and dtypes (their elements through [`KernelArgs::output`]).
+    #[inline]
     pub fn outputs(&self) -> &'t [Tensor] {
         self.outputs
     }
 
-    fn tensor<T: Elem>(&self, slot: usize) -> Result<&'t Tensor> {
-        let (kind, index, tensor) = match slot.checked_sub(self.inputs.len()) {
-            None => ("input", slot, self.inputs.get(slot)),
-            Some(o) => ("output", o, self.outputs.get(o)),
-        };
-        let Some(tensor) = tensor else {
-            crate::bail!(Runtime, "kernel arguments: no {kind} {index} (the call has {} inputs, {} outputs)", self.inputs.len(), self.outputs.len());
-        };
+    /// `tensor`, checked to hold elements of `T`.
+    #[inline]
+    fn of_type<T: Elem>(tensor: &'t Tensor, kind: &str, index: usize) -> Result<&'t Tensor> {
         if tensor.dtype != T::DTYPE {
             crate::bail!(Runtime, "kernel arguments: {kind} {index} holds {}, asked for as {}", tensor.dtype, T::DTYPE);
         }
         Ok(tensor)
     }
 
+    #[inline]
     fn state(&self, slot: usize) -> Lent {
         self.lent.get(slot).map_or(Lent::Not, Cell::get)
     }
 
+    #[inline]
     fn mark(&self, slot: usize, how: Lent) {
         if let Some(cell) = self.lent.get(slot) {
             cell.set(how);
@@ -126,9 +132,10 @@ impl<'t> KernelArgs<'t> {
     }
 
     /// Input `i`'s elements.
+    #[inline]
     pub fn input<T: Elem>(&self, i: usize) -> Result<&[T]> {
-        let tensor = self.tensor::<T>(i)?;
-        let output_written = self.written_by.get(i).copied().flatten().is_some_and(|o| self.state(self.inputs.len() + o) == Lent::Written);
+        let tensor = Self::of_type::<T>(self.input_tensor(i)?, "input", i)?;
+        let output_written = self.written_by.get(i).is_some_and(|&o| o != NOT_WRITTEN && self.state(self.inputs.len() + o as usize) == Lent::Written);
         if self.state(i) == Lent::Written || output_written {
             crate::bail!(Runtime, "kernel arguments: input {i} is being written (ask for it with in_place)");
         }
@@ -147,10 +154,11 @@ impl<'t> KernelArgs<'t> {
 
     /// Output `o`'s elements to write, lent once.
     #[allow(clippy::mut_from_ref)] // lent at most once, checked at run time as a RefCell does
+    #[inline]
     pub fn output<T: Elem>(&self, o: usize) -> Result<&mut [T]> {
         let slot = self.inputs.len() + o;
-        let tensor = self.tensor::<T>(slot)?;
-        let input_read = self.written_by.iter().enumerate().any(|(i, w)| *w == Some(o) && self.state(i) != Lent::Not);
+        let tensor = Self::of_type::<T>(self.output_tensor(o)?, "output", o)?;
+        let input_read = self.written_by.iter().enumerate().any(|(i, &w)| w as usize == o && self.state(i) != Lent::Not);
         if self.state(slot) != Lent::Not || input_read {
             crate::bail!(Runtime, "kernel arguments: output {o} is already lent, or its memory is lent as an input (ask for it with in_place)");
         }
@@ -165,7 +173,7 @@ impl<'t> KernelArgs<'t> {
     /// [`mutated_inputs`](super::Operator::mutated_inputs)), lent once for writing.
     #[allow(clippy::mut_from_ref)] // lent at most once, checked at run time as a RefCell does
     pub fn mutated<T: Elem>(&self, i: usize) -> Result<&mut [T]> {
-        let tensor = self.tensor::<T>(i)?;
+        let tensor = Self::of_type::<T>(self.input_tensor(i)?, "input", i)?;
         if !self.mutated.contains(&i) || self.state(i) != Lent::Not {
             crate::bail!(Runtime, "kernel arguments: input {i} is not an updated input, or is already lent");
         }
@@ -176,6 +184,7 @@ impl<'t> KernelArgs<'t> {
     }
 
     /// Input `i` and output `o` of an operator that may compute `o` in `i`'s memory.
+    #[inline]
     pub fn in_place<T: Elem>(&self, i: usize, o: usize) -> Result<InOut<'_, T>> {
         if self.shares_memory(i, o) {
             // Lent as the output; the input is marked too, so that it is not read beside it.
@@ -210,26 +219,33 @@ impl<'t> KernelArgs<'t> {
     }
 
     /// Whether output `o` is input `i`'s memory (the call computes that declared pair in place).
+    #[inline]
     pub fn shares_memory(&self, i: usize, o: usize) -> bool {
-        self.written_by.get(i).copied().flatten() == Some(o)
+        self.written_by.get(i).is_some_and(|&w| w as usize == o)
     }
 
+    #[inline]
     fn input_tensor(&self, i: usize) -> Result<&'t Tensor> {
         self.inputs.get(i).ok_or_else(|| crate::err!(Runtime, "kernel arguments: no input {i} (the call has {})", self.inputs.len()))
     }
+    #[inline]
     fn output_tensor(&self, o: usize) -> Result<&'t Tensor> {
         self.outputs.get(o).ok_or_else(|| crate::err!(Runtime, "kernel arguments: no output {o} (the call has {})", self.outputs.len()))
     }
     /// The dtype of input `i` (the first input's decides most kernels' element type).
+    #[inline]
     pub fn input_dtype(&self, i: usize) -> Result<DType> {
         Ok(self.input_tensor(i)?.dtype)
     }
+    #[inline]
     pub fn output_dtype(&self, o: usize) -> Result<DType> {
         Ok(self.output_tensor(o)?.dtype)
     }
+    #[inline]
     pub fn input_shape(&self, i: usize) -> Result<&'t Shape> {
         Ok(&self.input_tensor(i)?.shape)
     }
+    #[inline]
     pub fn output_shape(&self, o: usize) -> Result<&'t Shape> {
         Ok(&self.output_tensor(o)?.shape)
     }
@@ -258,7 +274,7 @@ mod tests {
         for ((z, x), y) in z.iter_mut().zip(x).zip(y) {
             *z = x + y;
         }
-        assert!(matches!(args.in_place::<f32>(0, 0), Err(_)), "the output is already lent");
+        assert!(args.in_place::<f32>(0, 0).is_err(), "the output is already lent");
         drop(args);
         assert_eq!(out, vec![4.0, 6.0]);
     }
@@ -296,18 +312,19 @@ mod tests {
         let whole = tensor(&mut a);
         // SAFETY: a view of the vector's first half, alive as long as it.
         let half = unsafe { Tensor::new(whole.raw(), Shape::new(vec![2]), DType::F32) };
+        let one = std::slice::from_ref::<Tensor>;
         // SAFETY: these arguments are refused before any slice is made.
         let refuse = |inputs: &[Tensor], outputs: &[Tensor], pairs: &[(usize, usize)], mutated: &[usize]| unsafe {
             KernelArgs::new(inputs, outputs, pairs, mutated).err().map(|e| e.message).unwrap_or_default()
         };
-        assert!(refuse(&[whole.clone()], &[whole.clone()], &[], &[]).contains("does not compute in place"));
-        assert!(refuse(&[whole.clone()], &[half.clone()], &[(0, 0)], &[]).contains("does not compute in place"));
+        assert!(refuse(one(&whole), one(&whole), &[], &[]).contains("does not compute in place"));
+        assert!(refuse(one(&whole), one(&half), &[(0, 0)], &[]).contains("does not compute in place"));
         assert!(refuse(&[], &[whole.clone(), half.clone()], &[], &[]).contains("outputs 0 and 1 share memory"));
         assert!(refuse(&[whole.clone(), half], &[], &[], &[0]).contains("updates, shares memory"));
         let mut empty: Vec<f32> = Vec::new();
         let nothing = tensor(&mut empty);
         // SAFETY: empty tensors reach no memory.
-        assert!(unsafe { KernelArgs::new(&[nothing.clone()], &[nothing], &[], &[]) }.is_ok(), "empty arrays overlap nothing");
+        assert!(unsafe { KernelArgs::new(one(&nothing), one(&nothing), &[], &[]) }.is_ok(), "empty arrays overlap nothing");
     }
 
     #[test]

@@ -179,12 +179,11 @@ impl Operator for NearestUpSampling {
         Ok(vec![Shape::new(vec![d[0], d[1], d[2] * self.scale, d[3] * self.scale])])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
+        let inputs = args.inputs();
         let (_, h, w) = image_dims("UpSampling", &inputs[0].shape)?;
         let s = self.scale;
         crate::dispatch_dtype!(inputs[0].dtype, T => {
-            // SAFETY: the input is only read; the output is this op's alone.
-            let (x, y) = unsafe { (inputs[0].slice::<T>(), outputs[0].slice_mut::<T>()) };
+            let (x, y) = (args.input::<T>(0)?, args.output::<T>(0)?);
             for (src, dst) in x.chunks_exact(h * w).zip(y.chunks_exact_mut(h * w * s * s)) {
                 for (r, row) in dst.chunks_exact_mut(w * s).enumerate() {
                     let from = &src[(r / s) * w..(r / s + 1) * w];

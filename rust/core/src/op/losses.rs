@@ -131,15 +131,13 @@ impl Operator for SoftmaxCrossEntropy {
         Ok(vec![inputs[0]])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
+        let inputs = args.inputs();
         let (n, k) = batch_layout("softmax_cross_entropy", &inputs[0].shape, &inputs[1].shape)?;
         let labels: Vec<f64> = crate::dispatch_dtype!(inputs[1].dtype, L => {
-            // SAFETY: the label is an input this op only reads.
-            unsafe { inputs[1].slice::<L>() }.iter().map(|v| v.to_f64()).collect()
+            args.input::<L>(1)?.iter().map(|v| v.to_f64()).collect()
         });
         crate::dispatch_dtype!(inputs[0].dtype, T => {
-            // SAFETY: data is read-only here; the one-element output is this op's alone.
-            let (x, y) = unsafe { (inputs[0].slice::<T>(), outputs[0].slice_mut::<T>()) };
+            let (x, y) = (args.input::<T>(0)?, args.output::<T>(0)?);
             let logp = log_softmax_rows(x, n, k);
             let mut total = 0.0;
             for (r, &l) in labels.iter().enumerate() {
@@ -171,16 +169,14 @@ impl Operator for SoftmaxCrossEntropyBackward {
         Ok(vec![inputs[1]])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
+        let inputs = args.inputs();
         let op = "_backward_softmax_cross_entropy";
         let (n, k) = batch_layout(op, &inputs[1].shape, &inputs[2].shape)?;
         let labels: Vec<f64> = crate::dispatch_dtype!(inputs[2].dtype, L => {
-            // SAFETY: the label is an input this op only reads.
-            unsafe { inputs[2].slice::<L>() }.iter().map(|v| v.to_f64()).collect()
+            args.input::<L>(2)?.iter().map(|v| v.to_f64()).collect()
         });
         crate::dispatch_dtype!(inputs[1].dtype, T => {
-            // SAFETY: out_grad and data are read-only here; the output is this op's alone.
-            let (g, x, dx) = unsafe { (inputs[0].slice::<T>(), inputs[1].slice::<T>(), outputs[0].slice_mut::<T>()) };
+            let (g, x, dx) = (args.input::<T>(0)?, args.input::<T>(1)?, args.output::<T>(0)?);
             let scale = g[0].to_f64();
             let logp = log_softmax_rows(x, n, k);
             for (o, lp) in dx.iter_mut().zip(&logp) {

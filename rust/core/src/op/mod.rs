@@ -158,6 +158,8 @@ pub struct Tensor {
     ptr: *mut u8,
     pub shape: Shape,
     pub dtype: DType,
+    /// `shape.size()`, worked out once: kernels and the dispatcher's checks ask for it often.
+    len: usize,
 }
 
 // SAFETY: a Tensor is only created for an op the engine is running, and the engine grants that op
@@ -170,10 +172,12 @@ impl Tensor {
     /// `ptr` must address `shape.size()` elements of `dtype` that stay valid and are not written
     /// by anyone else while the tensor is used.
     pub unsafe fn new(ptr: *mut u8, shape: Shape, dtype: DType) -> Self {
-        Tensor { ptr, shape, dtype }
+        let len = shape.size();
+        Tensor { ptr, shape, dtype, len }
     }
+    #[inline]
     pub fn size(&self) -> usize {
-        self.shape.size()
+        self.len
     }
     pub fn ptr<T>(&self) -> *mut T {
         debug_assert_eq!(std::mem::size_of::<T>(), self.dtype.size());
@@ -375,7 +379,7 @@ pub trait Operator: Send + Sync + 'static {
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         match (self.elementwise(), outputs) {
             (Some(op), [output]) => crate::backend::cuda::kernels::elementwise(gpu, &op, inputs, output),
-            _ => crate::bail!(Device, "the operator has no GPU kernel yet (it runs on cpu contexts)"),
+            _ => crate::bail!(Device, "the operator has no kernel for {} yet (it runs on cpu contexts)", gpu.context()),
         }
     }
     /// The outputs of an operator that computes whole arrays ([`Compute::Host`],
@@ -584,6 +588,7 @@ pub(crate) fn parallel_chunks(n: usize, min_chunk: usize, f: impl Fn(std::ops::R
 /// last unit possibly shorter), in parallel when it holds more than `min_units` units: the
 /// counterpart of [`parallel_chunks`] for a kernel holding its output as a slice. Pieces are
 /// split as `parallel_chunks` splits, so the two parallelize alike. The first error is returned.
+#[inline]
 pub(crate) fn parallel_units<T: Send>(out: &mut [T], unit: usize, min_units: usize, f: impl Fn(usize, &mut [T]) -> Result<()> + Sync) -> Result<()> {
     let unit = unit.max(1);
     let units = out.len().div_ceil(unit);

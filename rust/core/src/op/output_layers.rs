@@ -142,8 +142,7 @@ impl Operator for SoftmaxOutputBackward {
         let (inputs, outputs) = (args.inputs(), args.outputs());
         let (outer, c, inner) = softmax_output_layout(&self.p, &inputs[0].shape)?;
         let labels: Vec<f64> = crate::dispatch_dtype!(inputs[1].dtype, L => {
-            // SAFETY: labels are an input this op does not write.
-            unsafe { inputs[1].slice::<L>() }.iter().map(|v| v.to_f64()).collect()
+            args.input::<L>(1)?.iter().map(|v| v.to_f64()).collect()
         });
         if labels.len() == inputs[0].size() {
             crate::bail!(Value, "SoftmaxOutput: probability labels (one per class) are not supported yet; give class indices");
@@ -355,9 +354,7 @@ impl Operator for MakeLoss {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        super::shape_ops::copy_bytes(&inputs[0], &outputs[0]);
-        Ok(())
+        super::shape_ops::copy_args(args)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let x = d.input(0);
@@ -393,8 +390,7 @@ impl Operator for MakeLossBackward {
         };
         let value = self.p.grad_scale / normalizer;
         crate::dispatch_dtype!(outputs[0].dtype, T => {
-            // SAFETY: the output is this op's alone.
-            unsafe { outputs[0].slice_mut::<T>() }.iter_mut().for_each(|v| *v = T::from_f64(value));
+            args.output::<T>(0)?.iter_mut().for_each(|v| *v = T::from_f64(value));
         });
         Ok(())
     }

@@ -384,8 +384,7 @@ impl Operator for Pooling {
         if kind == PoolType::Max && !tiled_max && w.channels_last.is_none() && inputs[0].dtype == DType::F32 {
             let frame = Frame { input: w.input, kernel: w.kernel, stride: w.stride, dilate: [1; 3], pad: w.pad, output: w.output };
             if frame.windows_inside() {
-                // SAFETY: the input is read-only here; the output is this op's alone.
-                let (x, y) = unsafe { (inputs[0].slice::<f32>(), outputs[0].slice_mut::<f32>()) };
+                let (x, y) = (args.input::<f32>(0)?, args.output::<f32>(0)?);
                 return stencil::max_pool(&frame, x, y);
             }
         }

@@ -3,7 +3,7 @@
 //! repeat, stack and squeeze.
 
 use super::grad::{tuple_attr, Grad, InputGrads};
-use super::shape_ops::{copy_bytes, strided_copy};
+use super::shape_ops::strided_copy;
 use super::{ExecContext, OpDef, Operator, Tensor};
 use crate::base::{normalize_axis, DType, Shape};
 use crate::error::Result;
@@ -339,9 +339,7 @@ impl Operator for Squeeze {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        copy_bytes(&inputs[0], &outputs[0]);
-        Ok(())
+        super::shape_ops::copy_args(args)
     }
 }
 

@@ -1117,10 +1117,9 @@ impl Operator for Rnn {
         let lengths = self.lengths(inputs, d)?;
         let directions = self.layers * self.dirs;
         crate::dispatch_dtype!(inputs[0].dtype, [F32, F64], T => {
-            // SAFETY: inputs are only read; each output is this op's alone and aliases no input.
-            let (data, params, h0) = unsafe { (inputs[0].slice::<T>(), inputs[1].slice::<T>(), inputs[2].slice::<T>()) };
-            let c0 = if self.mode == RnnMode::Lstm { unsafe { inputs[3].slice::<T>() } } else { &[] };
-            let mut mask = self.has_mask().then(|| unsafe { outputs[self.num_visible()].slice_mut::<T>() });
+            let (data, params, h0) = (args.input::<T>(0)?, args.input::<T>(1)?, args.input::<T>(2)?);
+            let c0 = if self.mode == RnnMode::Lstm { args.input::<T>(3)? } else { &[] };
+            let mut mask = self.has_mask().then(|| args.output::<T>(self.num_visible())).transpose()?;
             if let Some(mask) = mask.as_mut() {
                 let keep_scale = 1.0 / (1.0 - self.dropout);
                 for (i, m) in mask.iter_mut().enumerate() {
@@ -1131,16 +1130,16 @@ impl Operator for Rnn {
             let mut hy = vec![T::ZERO; directions * d.batch * self.state_width()];
             let mut cy = vec![T::ZERO; if self.mode == RnnMode::Lstm { directions * d.batch * self.hidden } else { 0 }];
             let pass = Pass { rnn: self, d, params, lengths: &lengths, dtype: inputs[0].dtype, threads: crate::engine::parallel::threads() };
-            let out = unsafe { outputs[0].slice_mut::<T>() };
-            let reserve = unsafe { outputs[outputs.len() - 1].slice_mut::<T>() };
+            let out = args.output::<T>(0)?;
+            let reserve = args.output::<T>(outputs.len() - 1)?;
             if !reserve.is_empty() && reserve.len() != self.reserve_len(d) {
                 crate::bail!(Shape, "RNN: reserve holds {} elements, expected {} or none", reserve.len(), self.reserve_len(d));
             }
             pass.forward(data, h0, c0, mask.as_deref(), out, &mut hy, &mut cy, reserve);
             if self.state_outputs {
-                unsafe { outputs[1].slice_mut::<T>() }.copy_from_slice(&hy);
+                args.output::<T>(1)?.copy_from_slice(&hy);
                 if self.mode == RnnMode::Lstm {
-                    unsafe { outputs[2].slice_mut::<T>() }.copy_from_slice(&cy);
+                    args.output::<T>(2)?.copy_from_slice(&cy);
                 }
             }
         }, other => crate::bail!(Type, "RNN supports float32 and float64, got {other}"));
@@ -1218,7 +1217,7 @@ impl Operator for RnnBackward {
         Ok(vec![inputs[0]; self.num_outputs()])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
+        let inputs = args.inputs();
         let rnn = &self.0;
         let first = rnn.num_visible();
         supported(inputs[first].dtype)?;
@@ -1253,7 +1252,7 @@ impl Operator for RnnBackward {
             // The final states' gradients (zero unless they are outputs).
             let mut dh = if rnn.state_outputs { read(1).to_vec() } else { vec![T::ZERO; h0.len()] };
             let mut dc = if rnn.state_outputs && lstm { read(2).to_vec() } else { vec![T::ZERO; c0.len()] };
-            let dparams = unsafe { outputs[1].slice_mut::<T>() };
+            let dparams = args.output::<T>(1)?;
             dparams.fill(T::ZERO);
             let mut d_layer_out = dout.to_vec();
             let layer_output = |layer: usize| if layer + 1 == rnn.layers { top } else { &layer_outputs[layer * layer_out..][..layer_out] };
@@ -1282,10 +1281,10 @@ impl Operator for RnnBackward {
                     (_, None) => dx,
                 };
             }
-            unsafe { outputs[0].slice_mut::<T>() }.copy_from_slice(&d_layer_out);
-            unsafe { outputs[2].slice_mut::<T>() }.copy_from_slice(&dh);
+            args.output::<T>(0)?.copy_from_slice(&d_layer_out);
+            args.output::<T>(2)?.copy_from_slice(&dh);
             if lstm {
-                unsafe { outputs[3].slice_mut::<T>() }.copy_from_slice(&dc);
+                args.output::<T>(3)?.copy_from_slice(&dc);
             }
         }, other => crate::bail!(Type, "RNN supports float32 and float64, got {other}"));
         Ok(())

@@ -157,14 +157,12 @@ impl Operator for Multinomial {
                 .unwrap_or(k - 1);
         }
         crate::dispatch_dtype!(outputs[0].dtype, T => {
-            // SAFETY: the output is this op's alone.
-            let y = unsafe { outputs[0].slice_mut::<T>() };
+            let y = args.output::<T>(0)?;
             y.iter_mut().zip(&picks).for_each(|(v, &p)| *v = T::from_f64(p as f64));
         });
         if self.get_prob {
             crate::dispatch_dtype!(outputs[1].dtype, T => {
-                // SAFETY: the second output is this op's alone.
-                let y = unsafe { outputs[1].slice_mut::<T>() };
+                let y = args.output::<T>(1)?;
                 for (i, (v, &p)) in y.iter_mut().zip(&picks).enumerate() {
                     *v = T::from_f64(probs[(i / per_row.max(1)) * k + p].ln());
                 }
@@ -226,15 +224,13 @@ impl Operator for MultinomialBackward {
         let shapes: Vec<Shape> = inputs.iter().map(|t| t.shape.clone()).collect();
         let (_, k, per_row) = Self::layout(&shapes)?;
         let picks: Vec<f64> = crate::dispatch_dtype!(inputs[2].dtype, I => {
-            // SAFETY: samples are an input this op does not write.
-            unsafe { inputs[2].slice::<I>() }.iter().map(|v| v.to_f64()).collect()
+            args.input::<I>(2)?.iter().map(|v| v.to_f64()).collect()
         });
         if let Some(bad) = picks.iter().find(|&&p| !(p >= 0.0 && p < k as f64 && p.fract() == 0.0)) {
             crate::bail!(Index, "_backward_sample_multinomial: sample {bad} is not a category index of a distribution over {k} categories");
         }
         crate::dispatch_dtype!(outputs[0].dtype, T => {
-            // SAFETY: gradient and data are inputs this op does not write; the output is its own.
-            let (grad, data, out) = unsafe { (inputs[0].slice::<T>(), inputs[1].slice::<T>(), outputs[0].slice_mut::<T>()) };
+            let (grad, data, out) = (args.input::<T>(0)?, args.input::<T>(1)?, args.output::<T>(0)?);
             out.iter_mut().for_each(|v| *v = T::from_f64(0.0));
             for (i, (&pick, g)) in picks.iter().zip(grad).enumerate() {
                 let at = (i / per_row.max(1)) * k + pick as usize;

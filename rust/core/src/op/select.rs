@@ -136,7 +136,7 @@ impl Operator for AddN {
         let add = super::lookup("elemwise_add")?.instantiate("elemwise_add", &Default::default())?;
         match inputs {
             [] => crate::bail!(Value, "add_n needs at least one input"),
-            [only] => super::shape_ops::copy_bytes(only, out),
+            [_] => super::shape_ops::copy_args(args)?,
             [first, second, rest @ ..] => {
                 // Accumulate pairwise into the output: out = a + b, then out += c, ...
                 let add = add.as_ref();

@@ -143,8 +143,7 @@ impl Operator for Sequence {
                     }
                 }
                 Kind::LastBackward => {
-                    // SAFETY: as above; the gradient input is (batch, inner).
-                    let g = unsafe { inputs[0].slice::<T>() };
+                    let g = args.input::<T>(0)?;
                     y.fill(T::default());
                     for (n, &len) in lengths.iter().enumerate() {
                         let dst = layout.at(len.max(1) - 1, n);

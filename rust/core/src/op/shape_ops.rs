@@ -113,6 +113,15 @@ pub(crate) fn transpose_into<T: Copy + Send + Sync>(x: &Tensor, y: &Tensor, perm
     strided_copy::<T>(y.shape.dims(), x.ptr::<T>(), 0, &ss, y.ptr::<T>(), 0, &contiguous_strides(&y.shape));
 }
 
+/// Output 0 of a kernel call as a copy of input 0 (same dtype and element count; a reshape):
+/// nothing to do when the call computes it in place.
+pub(crate) fn copy_args(args: &KernelArgs) -> Result<()> {
+    if args.shares_memory(0, 0) {
+        return Ok(());
+    }
+    crate::dispatch_dtype!(args.input_dtype(0)?, T => super::broadcast::copy_into(args.input::<T>(0)?, args.output::<T>(0)?))
+}
+
 /// Copy the bytes of one tensor into another of equal byte size.
 pub(crate) fn copy_bytes(x: &Tensor, y: &Tensor) {
     let n = y.size() * y.dtype.size();
@@ -232,9 +241,7 @@ impl Operator for ReshapeLike {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        copy_bytes(&inputs[0], &outputs[0]);
-        Ok(())
+        copy_args(args)
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
@@ -270,9 +277,7 @@ impl Operator for IdentityLikeRhs {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        copy_bytes(&inputs[0], &outputs[0]);
-        Ok(())
+        copy_args(args)
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
@@ -406,9 +411,7 @@ impl Operator for Relayout {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        copy_bytes(&inputs[0], &outputs[0]);
-        Ok(())
+        copy_args(args)
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
@@ -829,11 +832,10 @@ impl Operator for ShapeInfo {
         Ok(vec![DType::I64])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
+        let inputs = args.inputs();
         let s = &inputs[0].shape;
         let values: Vec<i64> = if self.size_only { vec![s.size() as i64] } else { s.dims().iter().map(|&d| d as i64).collect() };
-        // SAFETY: the output is an int64 array of exactly values.len() elements owned by this op.
-        unsafe { outputs[0].slice_mut::<i64>() }.copy_from_slice(&values);
+        args.output::<i64>(0)?.copy_from_slice(&values);
         Ok(())
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
