@@ -3,7 +3,7 @@
 //! and unpark) is explored, not only those a stress test happens to hit.
 //!
 //! ```sh
-//! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p oxnet --lib sync::
+//! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --profile release-nolto -p oxnet --lib sync::
 //! ```
 //!
 //! (The rest of the crate's atomics are statistics counters and a memory estimate, whose races only
