@@ -21,6 +21,7 @@ impl Shape {
     /// The element count. A product that overflows `usize` saturates at `usize::MAX`, a count no
     /// array can have, so size comparisons and allocation checks fail instead of wrapping to a
     /// small number; [`Shape::checked_size`] reports the overflow as an error.
+    #[inline]
     pub fn size(&self) -> usize {
         self.0.iter().try_fold(1usize, |count, &d| count.checked_mul(d)).unwrap_or(usize::MAX)
     }

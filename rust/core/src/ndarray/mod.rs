@@ -165,6 +165,7 @@ impl NDArray {
 
     /// The kernel's view of this array, for an op that holds its var; on a GPU the tensor holds a
     /// device address, for GPU kernels only.
+    #[inline]
     pub fn tensor(&self) -> Result<Tensor> {
         // SAFETY: the pointer addresses shape.size() elements of dtype inside the chunk, which
         // the op's closure keeps alive by holding this NDArray.

@@ -171,6 +171,7 @@ impl Tensor {
     /// # Safety
     /// `ptr` must address `shape.size()` elements of `dtype` that stay valid and are not written
     /// by anyone else while the tensor is used.
+    #[inline]
     pub unsafe fn new(ptr: *mut u8, shape: Shape, dtype: DType) -> Self {
         let len = shape.size();
         Tensor { ptr, shape, dtype, len }
