@@ -16,15 +16,14 @@
 //! `_while_loop` and `_cond`: one list of inputs that every subgraph picks from
 //! (`cond_input_locs`, `func_input_locs`, `then_input_locs`, `else_input_locs`); the loop
 //! variables of `_while_loop` are the node inputs its body's inputs `func_var_locs` read.
-// Not yet under the executor's lint discipline (issue 23): its subgraph input positions are
-// indexed directly, checked when the operator is built from its attributes.
-#![cfg_attr(not(test), allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
+use std::fmt::Debug;
+use std::slice::SliceIndex;
 use std::sync::Arc;
 
 use super::{run, Source};
 use crate::autograd::{self, FlagsGuard};
-use crate::base::{merge_partial, Context, DType, PartialShape, Shape};
+use crate::base::{merge_partial, Context, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 use crate::graph::{address, node_key, AddressMap, AddressSet, Entry, Node};
 use crate::imperative;
@@ -88,6 +87,41 @@ fn check_locations(op: &str, what: &str, locs: &[usize], bound: usize) -> Result
 fn take_subgraphs<const N: usize>(op: &str, subgraphs: Vec<Symbol>) -> Result<[Symbol; N]> {
     let given = subgraphs.len();
     subgraphs.try_into().map_err(|_| crate::err!(Param, "operator {op} holds {N} subgraph(s), got {given}"))
+}
+
+// ---- positions ----------------------------------------------------------------------------------
+
+// Subgraph input locations are checked when the operator is built, and every other position
+// follows from the layout of its own inputs and outputs: these look-ups fail only for a graph that
+// breaks that layout, which then gets an error naming the operator instead of a panic.
+
+/// Item `i` of `items`; the error names the operator `op` and the kind of item, `what`.
+fn at<'a, T>(items: &'a [T], i: usize, op: &str, what: &str) -> Result<&'a T> {
+    items.get(i).ok_or_else(|| crate::err!(Value, "{op}: expected {what} {i}, but there are only {}", items.len()))
+}
+
+/// [`at`], mutable.
+fn at_mut<'a, T>(items: &'a mut [T], i: usize, op: &str, what: &str) -> Result<&'a mut T> {
+    let len = items.len();
+    items.get_mut(i).ok_or_else(|| crate::err!(Value, "{op}: expected {what} {i}, but there are only {len}"))
+}
+
+/// Items `range` of `items`.
+fn part<'a, T, R>(items: &'a [T], range: R, op: &str, what: &str) -> Result<&'a [T]>
+where
+    R: SliceIndex<[T], Output = [T]> + Clone + Debug,
+{
+    items.get(range.clone()).ok_or_else(|| crate::err!(Value, "{op}: expected {what} {range:?}, but there are only {}", items.len()))
+}
+
+/// `items` split after the first `mid`.
+fn split<'a, T>(items: &'a [T], mid: usize, op: &str, what: &str) -> Result<(&'a [T], &'a [T])> {
+    items.split_at_checked(mid).ok_or_else(|| crate::err!(Value, "{op}: expected at least {mid} {what}, but there are only {}", items.len()))
+}
+
+/// The items at `locs` (a subgraph's inputs, picked from the node's).
+fn gather<T: Clone>(items: &[T], locs: &[usize], op: &str, what: &str) -> Result<Vec<T>> {
+    locs.iter().map(|&i| at(items, i, op, what).cloned()).collect()
 }
 
 // ---- one subgraph -------------------------------------------------------------------------------
@@ -202,7 +236,7 @@ impl Subgraph {
         let mut saved_values: AddressMap<usize, Vec<Option<NDArray>>> = AddressMap::default();
         for (entry, value) in plan.saved.iter().zip(saved) {
             let slots = saved_values.entry(node_key(&entry.node)).or_insert_with(|| vec![None; entry.node.num_outputs()]);
-            slots[entry.index] = Some(value.detached());
+            *at_mut(slots, entry.index, op, "output of a saved node")? = Some(value.detached());
         }
         let targets: Vec<Entry> = plan.grads.iter().flatten().cloned().collect();
         let _flags = FlagsGuard::set(false, autograd::is_training());
@@ -211,7 +245,10 @@ impl Subgraph {
                 return Ok(Source::Known(vec![a.clone()]));
             }
             match saved_values.get(&node_key(node)) {
-                Some(slots) => Ok(Source::Known(slots.iter().map(|s| s.clone().expect("every output of a saved node is saved")).collect())),
+                Some(slots) => {
+                    let unsaved = || crate::err!(Value, "{op}: an output of saved node '{}' was not saved", node.name);
+                    slots.iter().map(|s| s.clone().ok_or_else(unsaved)).collect::<Result<_>>().map(Source::Known)
+                }
                 None if node.is_variable() => crate::bail!(Value, "subgraph input '{}' is not bound", node.name),
                 None => Ok(Source::Compute),
             }
@@ -282,7 +319,12 @@ fn truth(op: &str, a: &NDArray) -> Result<bool> {
     }
     let attrs: Attrs = [("dtype".to_string(), "float64".to_string())].into_iter().collect();
     let as_f64 = imperative::invoke("Cast", std::slice::from_ref(a), &attrs, None, a.context(), None)?.swap_remove(0);
-    Ok(as_f64.to_vec::<f64>()?[0] != 0.0)
+    Ok(first_element::<f64>(op, &as_f64, "the condition")? != 0.0)
+}
+
+/// The first element of `a`, a one-element array (a condition, a flag or a count).
+fn first_element<T: Elem>(op: &str, a: &NDArray, what: &str) -> Result<T> {
+    a.to_vec::<T>()?.first().copied().ok_or_else(|| crate::err!(Value, "{op}: {what} has no element"))
 }
 
 fn context_of(inputs: &[NDArray]) -> Context {
@@ -298,10 +340,10 @@ fn stacked(len: Option<usize>, shape: &Option<PartialShape>) -> Option<PartialSh
 /// The shape of one iteration's slice of data of shape `shape`, and the number of slices. As
 /// MXNet's `NDArray::At`, a slice of 1-d data keeps one axis: shape (1,).
 fn unstacked(shape: &Option<PartialShape>) -> (Option<PartialShape>, Option<usize>) {
-    match shape {
-        Some(s) if s.ndim() == 1 => (Some(PartialShape(vec![Some(1)])), s.dims()[0]),
-        Some(s) if s.ndim() > 1 => (Some(PartialShape(s.dims()[1..].to_vec())), s.dims()[0]),
-        _ => (None, None),
+    match shape.as_ref().and_then(|s| s.dims().split_first()) {
+        Some((&rows, [])) => (Some(PartialShape(vec![Some(1)])), rows),
+        Some((&rows, slice)) => (Some(PartialShape(slice.to_vec())), rows),
+        None => (None, None),
     }
 }
 
@@ -345,12 +387,12 @@ fn partial_inputs(inputs: &[Shape]) -> Vec<Option<PartialShape>> {
 
 /// The gradient node of a control flow operator: it reads the node's inputs, the gradients of its
 /// visible outputs and its hidden outputs, and gives the gradients of the node's inputs.
-fn gradient_node(g: &mut Grad, name: &str, visible: usize, backward: Arc<dyn Operator>) -> InputGrads {
+fn gradient_node(g: &mut Grad, name: &str, visible: usize, backward: Arc<dyn Operator>) -> Result<InputGrads> {
     let mut inputs: Vec<Entry> = (0..g.num_inputs()).map(|i| g.input(i)).collect();
-    inputs.extend(g.out_grads()[..visible].iter().cloned());
+    inputs.extend_from_slice(part(g.out_grads(), ..visible, name, "output gradients")?);
     inputs.extend((visible..g.num_outputs()).map(|i| g.output(i)));
     let grads = g.instance_outputs(name, backward, &inputs);
-    grads.into_iter().enumerate().map(|(i, e)| g.input_needed(i).then_some(e)).collect()
+    Ok(grads.into_iter().enumerate().map(|(i, e)| g.input_needed(i).then_some(e)).collect())
 }
 
 // ---- _foreach -----------------------------------------------------------------------------------
@@ -417,115 +459,144 @@ impl Foreach {
         self.num_out_data + self.num_states
     }
 
-    fn state_locs(&self) -> &[usize] {
-        &self.body_locs[self.num_data..self.num_data + self.num_states]
+    /// Body input position of each state.
+    fn state_locs(&self) -> impl Iterator<Item = &usize> {
+        self.body_locs.iter().skip(self.num_data).take(self.num_states)
+    }
+
+    /// Node input positions of the initial states.
+    fn state_inputs(&self) -> std::ops::Range<usize> {
+        self.num_data..self.num_data + self.num_states
     }
 
     /// Node input shapes refined and every output's shape, from partly known input shapes.
     fn shapes(&self, inputs: &mut [Option<PartialShape>]) -> Result<Vec<Option<PartialShape>>> {
+        let op = Self::NAME;
         let mut len = None;
         let mut body_in = vec![None; self.body_locs.len()];
         // 1-d data stays 1-d: its (1,) slices stack back to (len,), not (len, 1).
-        let one_dimensional: Vec<bool> = inputs[..self.num_data].iter().map(|s| s.as_ref().is_some_and(|s| s.ndim() == 1)).collect();
+        let data = part(inputs, ..self.num_data, op, "data shapes")?;
+        let one_dimensional: Vec<bool> = data.iter().map(|s| s.as_ref().is_some_and(|s| s.ndim() == 1)).collect();
         for (i, &loc) in self.body_locs.iter().enumerate() {
+            let input = at(inputs, i, op, "input shape")?;
+            let slot = at_mut(&mut body_in, loc, op, "body input")?;
             if i < self.num_data {
-                let (slice, rows) = unstacked(&inputs[i]);
-                body_in[loc] = slice;
+                let (slice, rows) = unstacked(input);
+                *slot = slice;
                 len = len.or(rows);
             } else {
-                body_in[loc] = inputs[i].clone();
+                *slot = input.clone();
             }
         }
         let (refined, mut targets) = self.body.partial_shapes(&body_in)?;
         // A state keeps its shape from one iteration to the next.
-        for (s, &loc) in self.state_locs().iter().enumerate() {
-            let (input_side, output_side) = (refined[loc].clone(), targets[self.num_out_data + s].clone());
-            merge_into(&mut targets[self.num_out_data + s], &input_side)?;
-            merge_into(&mut inputs[self.num_data + s], &output_side)?;
+        for (s, &loc) in self.state_locs().enumerate() {
+            let input_side = at(&refined, loc, op, "body input")?.clone();
+            let output = at_mut(&mut targets, self.num_out_data + s, op, "body output")?;
+            let output_side = output.clone();
+            merge_into(output, &input_side)?;
+            merge_into(at_mut(inputs, self.num_data + s, op, "input shape")?, &output_side)?;
         }
         for (i, &loc) in self.body_locs.iter().enumerate() {
-            let value = match i {
-                i if i < self.num_data && one_dimensional[i] => Some(PartialShape(vec![len])),
-                i if i < self.num_data => stacked(len, &refined[loc]),
-                _ => refined[loc].clone(),
+            let body_shape = at(&refined, loc, op, "body input")?;
+            let value = if i >= self.num_data {
+                body_shape.clone()
+            } else if one_dimensional.get(i) == Some(&true) {
+                Some(PartialShape(vec![len]))
+            } else {
+                stacked(len, body_shape)
             };
-            merge_into(&mut inputs[i], &value)?;
+            merge_into(at_mut(inputs, i, op, "input shape")?, &value)?;
         }
-        let visible = self.num_visible();
-        let mut outputs: Vec<Option<PartialShape>> = targets[..self.num_out_data].iter().map(|s| stacked(len, s)).collect();
-        outputs.extend(targets[self.num_out_data..visible].iter().cloned());
-        outputs.extend((0..self.num_states).map(|s| stacked(len, &inputs[self.num_data + s])));
-        outputs.extend(targets[visible..].iter().map(|s| stacked(len, s)));
+        let (out_data, rest) = split(&targets, self.num_out_data, op, "body outputs")?;
+        let (states, saved) = split(rest, self.num_states, op, "body outputs")?;
+        let mut outputs: Vec<Option<PartialShape>> = out_data.iter().map(|s| stacked(len, s)).collect();
+        outputs.extend_from_slice(states);
+        outputs.extend(part(inputs, self.state_inputs(), op, "input shapes")?.iter().map(|s| stacked(len, s)));
+        outputs.extend(saved.iter().map(|s| stacked(len, s)));
         Ok(outputs)
     }
 
     fn types(&self, inputs: &mut [Option<DType>]) -> Result<Vec<Option<DType>>> {
+        let op = Self::NAME;
         let mut body_in = vec![None; self.body_locs.len()];
         for (i, &loc) in self.body_locs.iter().enumerate() {
-            body_in[loc] = inputs[i];
+            *at_mut(&mut body_in, loc, op, "body input")? = *at(inputs, i, op, "input dtype")?;
         }
         let (refined, targets) = self.body.types(&body_in)?;
         for (i, &loc) in self.body_locs.iter().enumerate() {
-            inputs[i] = inputs[i].or(refined[loc]);
+            let dtype = at_mut(inputs, i, op, "input dtype")?;
+            *dtype = dtype.or(*at(&refined, loc, op, "body input")?);
         }
-        let visible = self.num_visible();
-        let mut outputs = targets[..visible].to_vec();
-        outputs.extend((0..self.num_states).map(|s| inputs[self.num_data + s]));
-        outputs.extend(targets[visible..].iter().copied());
+        let (visible, saved) = split(&targets, self.num_visible(), op, "body outputs")?;
+        let mut outputs = visible.to_vec();
+        outputs.extend_from_slice(part(inputs, self.state_inputs(), op, "input dtypes")?);
+        outputs.extend_from_slice(saved);
         Ok(outputs)
     }
 
     /// The body's inputs for iteration `t`.
     fn body_inputs(&self, inputs: &[NDArray], states: &[NDArray], t: usize) -> Result<Vec<NDArray>> {
+        let op = Self::NAME;
         let mut body_in: Vec<Option<NDArray>> = vec![None; self.body_locs.len()];
         for (i, &loc) in self.body_locs.iter().enumerate() {
-            body_in[loc] = Some(if i < self.num_data {
-                data_slice(&inputs[i], t)?
+            let value = if i < self.num_data {
+                data_slice(at(inputs, i, op, "input")?, t)?
             } else if i < self.num_data + self.num_states {
-                states[i - self.num_data].clone()
+                at(states, i - self.num_data, op, "state")?.clone()
             } else {
-                inputs[i].clone()
-            });
+                at(inputs, i, op, "input")?.clone()
+            };
+            *at_mut(&mut body_in, loc, op, "body input")? = Some(value);
         }
-        Ok(body_in.into_iter().map(|a| a.expect("the locations are a permutation")).collect())
+        // The locations are a permutation (checked when the operator is built): each is bound.
+        body_in.into_iter().enumerate().map(|(loc, a)| a.ok_or_else(|| crate::err!(Value, "{op}: no input is bound to body input {loc}"))).collect()
     }
 
     fn iterations(&self, inputs: &[NDArray]) -> Result<usize> {
-        let len = inputs[0].shape().dims().first().copied().ok_or_else(|| crate::err!(Shape, "{}: data must have at least one axis", Self::NAME))?;
-        for (i, data) in inputs[..self.num_data].iter().enumerate() {
+        let op = Self::NAME;
+        let data = part(inputs, ..self.num_data, op, "inputs")?;
+        let first = at(data, 0, op, "data array")?;
+        let len = first.shape().dims().first().copied().ok_or_else(|| crate::err!(Shape, "{op}: data must have at least one axis"))?;
+        for (i, data) in data.iter().enumerate() {
             if data.shape().dims().first() != Some(&len) {
-                crate::bail!(Shape, "{}: data {i} has shape {}, but every data array must have {len} rows (the first's)", Self::NAME, data.shape());
+                crate::bail!(Shape, "{op}: data {i} has shape {}, but every data array must have {len} rows (the first's)", data.shape());
             }
         }
         Ok(len)
     }
 
     fn run(&self, inputs: &[NDArray]) -> Result<Vec<NDArray>> {
+        let op = Self::NAME;
         if inputs.len() != self.body_locs.len() {
-            crate::bail!(Value, "{}: {} input(s) given, expected {}", Self::NAME, inputs.len(), self.body_locs.len());
+            crate::bail!(Value, "{op}: {} input(s) given, expected {}", inputs.len(), self.body_locs.len());
         }
         let ctx = context_of(inputs);
         let shapes = self.infer_shape(&inputs.iter().map(|a| a.shape().clone()).collect::<Vec<_>>())?;
         let types = self.infer_type(&inputs.iter().map(NDArray::dtype).collect::<Vec<_>>())?;
         let outputs = shapes.iter().zip(&types).map(|(s, &d)| NDArray::empty(s.clone(), d, ctx)).collect::<Result<Vec<_>>>()?;
+        let (out_stacks, rest) = split(&outputs, self.num_out_data, op, "outputs")?;
+        let (final_states, rest) = split(rest, self.num_states, op, "outputs")?;
+        let (state_stacks, saved_stacks) = split(rest, self.num_states, op, "outputs")?;
         let len = self.iterations(inputs)?;
-        let visible = self.num_visible();
-        let mut states: Vec<NDArray> = inputs[self.num_data..self.num_data + self.num_states].to_vec();
+        let mut states: Vec<NDArray> = part(inputs, self.state_inputs(), op, "inputs")?.to_vec();
         for t in 0..len {
             let values = self.body.forward(&self.body_inputs(inputs, &states, t)?, ctx)?;
-            for k in 0..self.num_out_data {
-                put_row(&outputs[k], t, &values[k])?;
+            let (out_values, rest) = split(&values, self.num_out_data, op, "body outputs")?;
+            let (new_states, saved) = split(rest, self.num_states, op, "body outputs")?;
+            for (stack, value) in out_stacks.iter().zip(out_values) {
+                put_row(stack, t, value)?;
             }
-            for (s, state) in states.iter().enumerate() {
-                put_row(&outputs[visible + s], t, state)?;
+            for (stack, state) in state_stacks.iter().zip(&states) {
+                put_row(stack, t, state)?;
             }
-            for (i, saved) in values[visible..].iter().enumerate() {
-                put_row(&outputs[visible + self.num_states + i], t, saved)?;
+            for (stack, value) in saved_stacks.iter().zip(saved) {
+                put_row(stack, t, value)?;
             }
-            states = values[self.num_out_data..visible].to_vec();
+            states = new_states.to_vec();
         }
-        for (s, state) in states.iter().enumerate() {
-            imperative::copy(state, &outputs[self.num_out_data + s], None)?;
+        for (dest, state) in final_states.iter().zip(&states) {
+            imperative::copy(state, dest, None)?;
         }
         Ok(outputs)
     }
@@ -575,7 +646,7 @@ impl Operator for Foreach {
     fn gradient(&self, g: &mut Grad) -> Result<InputGrads> {
         self.body.gradient(Self::NAME)?;
         let backward = ForeachBackward { forward: self.clone() };
-        Ok(gradient_node(g, "_backward_foreach", self.num_visible(), Arc::new(backward)))
+        gradient_node(g, ForeachBackward::NAME, self.num_visible(), Arc::new(backward))
     }
     fn subgraphs(&self) -> Vec<Symbol> {
         vec![self.body.symbol.clone()]
@@ -589,43 +660,52 @@ struct ForeachBackward {
 }
 
 impl ForeachBackward {
+    const NAME: &'static str = "_backward_foreach";
+
     fn run(&self, inputs: &[NDArray]) -> Result<Vec<NDArray>> {
+        let op = Self::NAME;
         let f = &self.forward;
         let num_in = f.body_locs.len();
         let visible = f.num_visible();
         let expected = num_in + visible + f.num_states + f.body.saved().len();
         if inputs.len() != expected {
-            crate::bail!(Value, "_backward_foreach: {} input(s) given, expected {expected}", inputs.len());
+            crate::bail!(Value, "{op}: {} input(s) given, expected {expected}", inputs.len());
         }
         let ctx = context_of(inputs);
-        let (node_inputs, rest) = inputs.split_at(num_in);
-        let (out_grads, hidden) = rest.split_at(visible);
-        let (state_stacks, saved_stacks) = hidden.split_at(f.num_states);
+        let (node_inputs, rest) = split(inputs, num_in, op, "inputs")?;
+        let (out_grads, hidden) = split(rest, visible, op, "inputs")?;
+        let (state_stacks, saved_stacks) = split(hidden, f.num_states, op, "inputs")?;
+        let (data_out_grads, state_out_grads) = split(out_grads, f.num_out_data, op, "output gradients")?;
+        let (data, rest) = split(node_inputs, f.num_data, op, "inputs")?;
+        let (_, remain) = split(rest, f.num_states, op, "inputs")?;
         let len = f.iterations(node_inputs)?;
-        let data_grads = node_inputs[..f.num_data].iter().map(zeros_like).collect::<Result<Vec<_>>>()?;
-        let mut remain_grads: Vec<Option<NDArray>> = vec![None; num_in - f.num_data - f.num_states];
-        let mut carried: Vec<NDArray> = out_grads[f.num_out_data..].to_vec();
+        let data_grads = data.iter().map(zeros_like).collect::<Result<Vec<_>>>()?;
+        let mut remain_grads: Vec<Option<NDArray>> = vec![None; remain.len()];
+        let mut carried: Vec<NDArray> = state_out_grads.to_vec();
         for t in (0..len).rev() {
             let states = state_stacks.iter().map(|s| s.at_view(t)).collect::<Result<Vec<_>>>()?;
             let body_in = f.body_inputs(node_inputs, &states, t)?;
             let saved = saved_stacks.iter().map(|s| s.at_view(t)).collect::<Result<Vec<_>>>()?;
-            let mut heads = out_grads[..f.num_out_data].iter().map(|g| g.at_view(t)).collect::<Result<Vec<_>>>()?;
+            let mut heads = data_out_grads.iter().map(|g| g.at_view(t)).collect::<Result<Vec<_>>>()?;
             heads.extend(carried.iter().cloned());
-            let grads = f.body.backward("_backward_foreach", &body_in, &saved, &heads, ctx)?;
+            let grads = f.body.backward(op, &body_in, &saved, &heads, ctx)?;
             for (i, &loc) in f.body_locs.iter().enumerate() {
-                let Some(grad) = &grads[loc] else { continue };
+                let Some(grad) = at(&grads, loc, op, "body input gradient")? else { continue };
                 if i < f.num_data {
-                    put(&data_slice(&data_grads[i], t)?, grad)?;
+                    put(&data_slice(at(&data_grads, i, op, "data gradient")?, t)?, grad)?;
                 } else if i >= f.num_data + f.num_states {
-                    accumulate(&mut remain_grads[i - f.num_data - f.num_states], grad.clone())?;
+                    accumulate(at_mut(&mut remain_grads, i - f.num_data - f.num_states, op, "input gradient")?, grad.clone())?;
                 }
             }
-            carried =
-                f.state_locs().iter().zip(&states).map(|(&loc, s)| grads[loc].clone().map_or_else(|| zeros_like(s), Ok)).collect::<Result<_>>()?;
+            carried = f
+                .state_locs()
+                .zip(&states)
+                .map(|(&loc, s)| at(&grads, loc, op, "body input gradient")?.clone().map_or_else(|| zeros_like(s), Ok))
+                .collect::<Result<_>>()?;
         }
         let mut result = data_grads;
         result.extend(carried.iter().map(copy_of).collect::<Result<Vec<_>>>()?);
-        for (grad, input) in remain_grads.into_iter().zip(&node_inputs[f.num_data + f.num_states..]) {
+        for (grad, input) in remain_grads.into_iter().zip(remain) {
             result.push(grad.map_or_else(|| zeros_like(input), Ok)?);
         }
         Ok(result)
@@ -646,10 +726,10 @@ impl Operator for ForeachBackward {
         self.forward.body_locs.len()
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        forward_input_attrs("_backward_foreach", inputs, self.num_outputs())
+        forward_input_attrs(Self::NAME, inputs, self.num_outputs())
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        forward_input_attrs("_backward_foreach", inputs, self.num_outputs())
+        forward_input_attrs(Self::NAME, inputs, self.num_outputs())
     }
     fn deterministic(&self) -> bool {
         false
@@ -721,10 +801,10 @@ impl WhileLoop {
         if func.num_outputs() != num_outputs || func.inputs.len() != func_locs.len() {
             crate::bail!(Param, "operator {op}: the body must have {num_outputs} output(s) and {} input(s)", func_locs.len());
         }
-        let var_slots: Vec<usize> = var_func_pos.iter().map(|&j| func_locs[j]).collect();
+        let var_slots = gather(&func_locs, &var_func_pos, op, "func_input_locs entry")?;
         for (j, p) in func_locs.iter().enumerate() {
             if let Some(k) = var_slots.iter().position(|s| s == p) {
-                if var_func_pos[k] != j {
+                if var_func_pos.get(k) != Some(&j) {
                     crate::bail!(Param, "operator {op}: node input {p} is both loop variable {k} and another body input");
                 }
             }
@@ -751,54 +831,64 @@ impl WhileLoop {
     }
 
     fn shapes(&self, inputs: &mut [Option<PartialShape>]) -> Result<Vec<Option<PartialShape>>> {
-        let cond_in: Vec<_> = self.cond_locs.iter().map(|&p| inputs[p].clone()).collect();
+        let op = Self::NAME;
+        let cond_in = gather(inputs, &self.cond_locs, op, "input shape")?;
         let (cond_refined, _) = self.cond.partial_shapes(&cond_in)?;
         for (&p, shape) in self.cond_locs.iter().zip(&cond_refined) {
-            merge_into(&mut inputs[p], shape)?;
+            merge_into(at_mut(inputs, p, op, "input shape")?, shape)?;
         }
-        let func_in: Vec<_> = self.func_locs.iter().map(|&p| inputs[p].clone()).collect();
+        let func_in = gather(inputs, &self.func_locs, op, "input shape")?;
         let (refined, mut targets) = self.func.partial_shapes(&func_in)?;
         for (&p, shape) in self.func_locs.iter().zip(&refined) {
-            merge_into(&mut inputs[p], shape)?;
+            merge_into(at_mut(inputs, p, op, "input shape")?, shape)?;
         }
         // A loop variable keeps its shape from one iteration to the next.
         for (k, &slot) in self.var_slots.iter().enumerate() {
-            let (input_side, output_side) = (inputs[slot].clone(), targets[self.num_out_data + k].clone());
-            merge_into(&mut targets[self.num_out_data + k], &input_side)?;
-            merge_into(&mut inputs[slot], &output_side)?;
+            let input = at_mut(inputs, slot, op, "input shape")?;
+            let output = at_mut(&mut targets, self.num_out_data + k, op, "body output")?;
+            let (input_side, output_side) = (input.clone(), output.clone());
+            merge_into(output, &input_side)?;
+            merge_into(input, &output_side)?;
         }
         let rows = Some(self.max_iterations);
-        let visible = self.num_visible();
-        let mut outputs: Vec<Option<PartialShape>> = targets[..self.num_out_data].iter().map(|s| stacked(rows, s)).collect();
-        outputs.extend(targets[self.num_out_data..visible].iter().cloned());
-        outputs.extend(self.var_slots.iter().map(|&slot| stacked(rows, &inputs[slot])));
-        outputs.extend(targets[visible..].iter().map(|s| stacked(rows, s)));
+        let (out_data, rest) = split(&targets, self.num_out_data, op, "body outputs")?;
+        let (vars, saved) = split(rest, self.num_vars(), op, "body outputs")?;
+        let mut outputs: Vec<Option<PartialShape>> = out_data.iter().map(|s| stacked(rows, s)).collect();
+        outputs.extend_from_slice(vars);
+        for &slot in &self.var_slots {
+            outputs.push(stacked(rows, at(inputs, slot, op, "input shape")?));
+        }
+        outputs.extend(saved.iter().map(|s| stacked(rows, s)));
         outputs.push(Some(PartialShape(vec![Some(1)])));
         Ok(outputs)
     }
 
     fn types(&self, inputs: &mut [Option<DType>]) -> Result<Vec<Option<DType>>> {
-        let func_in: Vec<_> = self.func_locs.iter().map(|&p| inputs[p]).collect();
+        let op = Self::NAME;
+        let func_in = gather(inputs, &self.func_locs, op, "input dtype")?;
         let (refined, targets) = self.func.types(&func_in)?;
         for (&p, dtype) in self.func_locs.iter().zip(refined) {
-            inputs[p] = inputs[p].or(dtype);
+            let input = at_mut(inputs, p, op, "input dtype")?;
+            *input = input.or(dtype);
         }
-        let cond_in: Vec<_> = self.cond_locs.iter().map(|&p| inputs[p]).collect();
+        let cond_in = gather(inputs, &self.cond_locs, op, "input dtype")?;
         let (cond_refined, _) = self.cond.types(&cond_in)?;
         for (&p, dtype) in self.cond_locs.iter().zip(cond_refined) {
-            inputs[p] = inputs[p].or(dtype);
+            let input = at_mut(inputs, p, op, "input dtype")?;
+            *input = input.or(dtype);
         }
-        let visible = self.num_visible();
-        let mut outputs = targets[..visible].to_vec();
-        outputs.extend(self.var_slots.iter().map(|&slot| inputs[slot]));
-        outputs.extend(targets[visible..].iter().copied());
+        let (visible, saved) = split(&targets, self.num_visible(), op, "body outputs")?;
+        let mut outputs = visible.to_vec();
+        outputs.extend(gather(inputs, &self.var_slots, op, "input dtype")?);
+        outputs.extend_from_slice(saved);
         outputs.push(Some(DType::I64));
         Ok(outputs)
     }
 
     fn run(&self, inputs: &[NDArray]) -> Result<Vec<NDArray>> {
+        let op = Self::NAME;
         if inputs.len() != self.num_inputs {
-            crate::bail!(Value, "{}: {} input(s) given, expected {}", Self::NAME, inputs.len(), self.num_inputs);
+            crate::bail!(Value, "{op}: {} input(s) given, expected {}", inputs.len(), self.num_inputs);
         }
         let ctx = context_of(inputs);
         let shapes = self.infer_shape(&inputs.iter().map(|a| a.shape().clone()).collect::<Vec<_>>())?;
@@ -812,34 +902,38 @@ impl WhileLoop {
             .enumerate()
             .map(|(i, (s, &d))| if final_vars.contains(&i) { NDArray::empty(s.clone(), d, ctx) } else { zeros(s, d, ctx) })
             .collect::<Result<Vec<_>>>()?;
+        let (count, stacks) = outputs.split_last_mut().ok_or_else(|| crate::err!(Value, "{op}: no output for the iteration count"))?;
+        let (out_stacks, rest) = split(stacks, self.num_out_data, op, "outputs")?;
+        let (final_values, rest) = split(rest, self.num_vars(), op, "outputs")?;
+        let (var_stacks, saved_stacks) = split(rest, self.num_vars(), op, "outputs")?;
         let mut current = inputs.to_vec();
         let mut steps = 0;
         while steps < self.max_iterations {
-            let cond_in: Vec<NDArray> = self.cond_locs.iter().map(|&p| current[p].clone()).collect();
-            if !truth(Self::NAME, &self.cond.forward(&cond_in, ctx)?[0])? {
+            let cond_out = self.cond.forward(&gather(&current, &self.cond_locs, op, "input")?, ctx)?;
+            if !truth(op, at(&cond_out, 0, op, "condition output")?)? {
                 break;
             }
-            let func_in: Vec<NDArray> = self.func_locs.iter().map(|&p| current[p].clone()).collect();
-            let values = self.func.forward(&func_in, ctx)?;
-            for k in 0..self.num_out_data {
-                put_row(&outputs[k], steps, &values[k])?;
+            let values = self.func.forward(&gather(&current, &self.func_locs, op, "input")?, ctx)?;
+            let (out_values, rest) = split(&values, self.num_out_data, op, "body outputs")?;
+            let (new_vars, saved) = split(rest, self.num_vars(), op, "body outputs")?;
+            for (stack, value) in out_stacks.iter().zip(out_values) {
+                put_row(stack, steps, value)?;
             }
-            for (k, &slot) in self.var_slots.iter().enumerate() {
-                put_row(&outputs[visible + k], steps, &current[slot])?;
+            for (stack, &slot) in var_stacks.iter().zip(&self.var_slots) {
+                put_row(stack, steps, at(&current, slot, op, "input")?)?;
             }
-            for (i, saved) in values[visible..].iter().enumerate() {
-                put_row(&outputs[visible + self.num_vars() + i], steps, saved)?;
+            for (stack, value) in saved_stacks.iter().zip(saved) {
+                put_row(stack, steps, value)?;
             }
-            for (k, &slot) in self.var_slots.iter().enumerate() {
-                current[slot] = values[self.num_out_data + k].clone();
+            for (&slot, value) in self.var_slots.iter().zip(new_vars) {
+                *at_mut(&mut current, slot, op, "input")? = value.clone();
             }
             steps += 1;
         }
-        for (k, &slot) in self.var_slots.iter().enumerate() {
-            imperative::copy(&current[slot], &outputs[self.num_out_data + k], None)?;
+        for (dest, &slot) in final_values.iter().zip(&self.var_slots) {
+            imperative::copy(at(&current, slot, op, "input")?, dest, None)?;
         }
-        let last = outputs.len() - 1;
-        outputs[last] = NDArray::from_vec::<i64>(Shape::new(vec![1]), &[steps as i64], ctx)?;
+        *count = NDArray::from_vec::<i64>(Shape::new(vec![1]), &[steps as i64], ctx)?;
         Ok(outputs)
     }
 }
@@ -887,7 +981,7 @@ impl Operator for WhileLoop {
     }
     fn gradient(&self, g: &mut Grad) -> Result<InputGrads> {
         self.func.gradient(Self::NAME)?;
-        Ok(gradient_node(g, "_backward_while_loop", self.num_visible(), Arc::new(WhileLoopBackward { forward: self.clone() })))
+        gradient_node(g, WhileLoopBackward::NAME, self.num_visible(), Arc::new(WhileLoopBackward { forward: self.clone() }))
     }
     fn subgraphs(&self) -> Vec<Symbol> {
         vec![self.cond.symbol.clone(), self.func.symbol.clone()]
@@ -903,45 +997,55 @@ impl WhileLoopBackward {
     const NAME: &'static str = "_backward_while_loop";
 
     fn run(&self, inputs: &[NDArray]) -> Result<Vec<NDArray>> {
+        let op = Self::NAME;
         let f = &self.forward;
         let visible = f.num_visible();
         let expected = f.num_inputs + f.num_outputs();
         if inputs.len() != expected {
-            crate::bail!(Value, "{}: {} input(s) given, expected {expected}", Self::NAME, inputs.len());
+            crate::bail!(Value, "{op}: {} input(s) given, expected {expected}", inputs.len());
         }
         let ctx = context_of(inputs);
-        let (node_inputs, rest) = inputs.split_at(f.num_inputs);
-        let (out_grads, hidden) = rest.split_at(visible);
-        let (var_stacks, rest) = hidden.split_at(f.num_vars());
-        let (saved_stacks, steps) = rest.split_at(rest.len() - 1);
-        let steps = usize::try_from(steps[0].to_vec::<i64>()?[0]).map_err(|_| crate::err!(Value, "{}: negative iteration count", Self::NAME))?;
-        let mut carried: Vec<NDArray> = out_grads[f.num_out_data..].to_vec();
+        let (node_inputs, rest) = split(inputs, f.num_inputs, op, "inputs")?;
+        let (out_grads, hidden) = split(rest, visible, op, "inputs")?;
+        let (var_stacks, rest) = split(hidden, f.num_vars(), op, "inputs")?;
+        let (steps, saved_stacks) = rest.split_last().ok_or_else(|| crate::err!(Value, "{op}: no input holds the iteration count"))?;
+        let steps = usize::try_from(first_element::<i64>(op, steps, "the iteration count")?)
+            .map_err(|_| crate::err!(Value, "{op}: negative iteration count"))?;
+        let (data_out_grads, var_out_grads) = split(out_grads, f.num_out_data, op, "output gradients")?;
+        let mut carried: Vec<NDArray> = var_out_grads.to_vec();
         let mut free: Vec<Option<NDArray>> = vec![None; f.num_inputs];
         for t in (0..steps).rev() {
             let vars = var_stacks.iter().map(|s| s.at_view(t)).collect::<Result<Vec<_>>>()?;
-            let func_in: Vec<NDArray> = f
+            let func_in = f
                 .func_locs
                 .iter()
                 .map(|p| match f.var_slots.iter().position(|s| s == p) {
-                    Some(k) => vars[k].clone(),
-                    None => node_inputs[*p].clone(),
+                    Some(k) => at(&vars, k, op, "loop variable").cloned(),
+                    None => at(node_inputs, *p, op, "input").cloned(),
                 })
-                .collect();
+                .collect::<Result<Vec<_>>>()?;
             let saved = saved_stacks.iter().map(|s| s.at_view(t)).collect::<Result<Vec<_>>>()?;
-            let mut heads = out_grads[..f.num_out_data].iter().map(|g| g.at_view(t)).collect::<Result<Vec<_>>>()?;
+            let mut heads = data_out_grads.iter().map(|g| g.at_view(t)).collect::<Result<Vec<_>>>()?;
             heads.extend(carried.iter().cloned());
-            let grads = f.func.backward(Self::NAME, &func_in, &saved, &heads, ctx)?;
+            let grads = f.func.backward(op, &func_in, &saved, &heads, ctx)?;
             for (j, &p) in f.func_locs.iter().enumerate() {
-                if let (Some(grad), false) = (&grads[j], f.var_slots.contains(&p)) {
-                    accumulate(&mut free[p], grad.clone())?;
+                if let (Some(grad), false) = (at(&grads, j, op, "body input gradient")?, f.var_slots.contains(&p)) {
+                    accumulate(at_mut(&mut free, p, op, "input gradient")?, grad.clone())?;
                 }
             }
-            carried = f.var_func_pos.iter().zip(&vars).map(|(&j, v)| grads[j].clone().map_or_else(|| zeros_like(v), Ok)).collect::<Result<_>>()?;
+            carried = f
+                .var_func_pos
+                .iter()
+                .zip(&vars)
+                .map(|(&j, v)| at(&grads, j, op, "body input gradient")?.clone().map_or_else(|| zeros_like(v), Ok))
+                .collect::<Result<_>>()?;
         }
-        (0..f.num_inputs)
-            .map(|p| match f.var_slots.iter().position(|&s| s == p) {
-                Some(k) => copy_of(&carried[k]),
-                None => free[p].take().map_or_else(|| zeros_like(&node_inputs[p]), Ok),
+        free.into_iter()
+            .zip(node_inputs)
+            .enumerate()
+            .map(|(p, (grad, input))| match f.var_slots.iter().position(|&s| s == p) {
+                Some(k) => copy_of(at(&carried, k, op, "loop variable gradient")?),
+                None => grad.map_or_else(|| zeros_like(input), Ok),
             })
             .collect()
     }
@@ -1017,23 +1121,25 @@ impl Cond {
     }
 
     fn shapes(&self, inputs: &mut [Option<PartialShape>]) -> Result<Vec<Option<PartialShape>>> {
-        let pred_in: Vec<_> = self.pred_locs.iter().map(|&p| inputs[p].clone()).collect();
+        let op = Self::NAME;
+        let pred_in = gather(inputs, &self.pred_locs, op, "input shape")?;
         let (pred_refined, _) = self.pred.partial_shapes(&pred_in)?;
         for (&p, shape) in self.pred_locs.iter().zip(&pred_refined) {
-            merge_into(&mut inputs[p], shape)?;
+            merge_into(at_mut(inputs, p, op, "input shape")?, shape)?;
         }
         let mut outputs: Vec<Option<PartialShape>> = vec![None; self.num_outputs];
         let mut saved = Vec::new();
         for (branch, locs) in self.branches.iter().zip(&self.branch_locs) {
-            let branch_in: Vec<_> = locs.iter().map(|&p| inputs[p].clone()).collect();
+            let branch_in = gather(inputs, locs, op, "input shape")?;
             let (refined, targets) = branch.partial_shapes(&branch_in)?;
             for (&p, shape) in locs.iter().zip(&refined) {
-                merge_into(&mut inputs[p], shape)?;
+                merge_into(at_mut(inputs, p, op, "input shape")?, shape)?;
             }
-            for (slot, shape) in outputs.iter_mut().zip(&targets[..self.num_outputs]) {
-                merge_into(slot, shape).map_err(|e| e.context(format!("{}: the two branches' outputs must have the same shapes", Self::NAME)))?;
+            let (branch_outputs, branch_saved) = split(&targets, self.num_outputs, op, "branch outputs")?;
+            for (slot, shape) in outputs.iter_mut().zip(branch_outputs) {
+                merge_into(slot, shape).map_err(|e| e.context(format!("{op}: the two branches' outputs must have the same shapes")))?;
             }
-            saved.extend(targets[self.num_outputs..].iter().cloned());
+            saved.extend_from_slice(branch_saved);
         }
         outputs.push(Some(PartialShape(vec![Some(1)])));
         outputs.extend(saved);
@@ -1041,23 +1147,27 @@ impl Cond {
     }
 
     fn types(&self, inputs: &mut [Option<DType>]) -> Result<Vec<Option<DType>>> {
+        let op = Self::NAME;
         let mut outputs: Vec<Option<DType>> = vec![None; self.num_outputs];
         let mut saved = Vec::new();
         for (branch, locs) in self.branches.iter().zip(&self.branch_locs) {
-            let branch_in: Vec<_> = locs.iter().map(|&p| inputs[p]).collect();
+            let branch_in = gather(inputs, locs, op, "input dtype")?;
             let (refined, targets) = branch.types(&branch_in)?;
             for (&p, dtype) in locs.iter().zip(refined) {
-                inputs[p] = inputs[p].or(dtype);
+                let input = at_mut(inputs, p, op, "input dtype")?;
+                *input = input.or(dtype);
             }
-            for (slot, dtype) in outputs.iter_mut().zip(&targets[..self.num_outputs]) {
+            let (branch_outputs, branch_saved) = split(&targets, self.num_outputs, op, "branch outputs")?;
+            for (slot, dtype) in outputs.iter_mut().zip(branch_outputs) {
                 *slot = slot.or(*dtype);
             }
-            saved.extend(targets[self.num_outputs..].iter().copied());
+            saved.extend_from_slice(branch_saved);
         }
-        let pred_in: Vec<_> = self.pred_locs.iter().map(|&p| inputs[p]).collect();
+        let pred_in = gather(inputs, &self.pred_locs, op, "input dtype")?;
         let (pred_refined, _) = self.pred.types(&pred_in)?;
         for (&p, dtype) in self.pred_locs.iter().zip(pred_refined) {
-            inputs[p] = inputs[p].or(dtype);
+            let input = at_mut(inputs, p, op, "input dtype")?;
+            *input = input.or(dtype);
         }
         outputs.push(Some(DType::I64));
         outputs.extend(saved);
@@ -1069,24 +1179,37 @@ impl Cond {
         self.num_outputs + 1 + if b == 0 { 0 } else { self.branches[0].saved().len() }
     }
 
+    /// Branch `b` (0: then, 1: else) and the node inputs its subgraph reads.
+    fn branch(&self, b: usize) -> Result<(&Subgraph, &[usize])> {
+        let subgraph: &Subgraph = at(&self.branches, b, Self::NAME, "branch")?;
+        let locs: &[usize] = at(&self.branch_locs, b, Self::NAME, "branch")?;
+        Ok((subgraph, locs))
+    }
+
     fn run(&self, inputs: &[NDArray]) -> Result<Vec<NDArray>> {
+        let op = Self::NAME;
         if inputs.len() != self.num_inputs {
-            crate::bail!(Value, "{}: {} input(s) given, expected {}", Self::NAME, inputs.len(), self.num_inputs);
+            crate::bail!(Value, "{op}: {} input(s) given, expected {}", inputs.len(), self.num_inputs);
         }
         let ctx = context_of(inputs);
-        let pred_in: Vec<NDArray> = self.pred_locs.iter().map(|&p| inputs[p].clone()).collect();
-        let taken = if truth(Self::NAME, &self.pred.forward(&pred_in, ctx)?[0])? { 0 } else { 1 };
-        let branch_in: Vec<NDArray> = self.branch_locs[taken].iter().map(|&p| inputs[p].clone()).collect();
-        let values = self.branches[taken].forward(&branch_in, ctx)?;
-        let mut outputs = values[..self.num_outputs].iter().map(copy_of).collect::<Result<Vec<_>>>()?;
+        let pred_out = self.pred.forward(&gather(inputs, &self.pred_locs, op, "input")?, ctx)?;
+        let taken = if truth(op, at(&pred_out, 0, op, "predicate output")?)? { 0 } else { 1 };
+        let (branch, locs) = self.branch(taken)?;
+        let values = branch.forward(&gather(inputs, locs, op, "input")?, ctx)?;
+        let (branch_outputs, branch_saved) = split(&values, self.num_outputs, op, "branch outputs")?;
+        let mut outputs = branch_outputs.iter().map(copy_of).collect::<Result<Vec<_>>>()?;
         outputs.push(NDArray::from_vec::<i64>(Shape::new(vec![1]), &[(taken == 0) as i64], ctx)?);
         // The saved values of the branch not taken are never read; zeros keep the layout.
         let shapes = self.infer_shape(&inputs.iter().map(|a| a.shape().clone()).collect::<Vec<_>>())?;
         let types = self.infer_type(&inputs.iter().map(NDArray::dtype).collect::<Vec<_>>())?;
-        for b in 0..2 {
-            for i in 0..self.branches[b].saved().len() {
-                let at = self.saved_offset(b) + i;
-                outputs.push(if b == taken { values[self.num_outputs + i].clone() } else { zeros(&shapes[at], types[at], ctx)? });
+        for (b, branch) in self.branches.iter().enumerate() {
+            for i in 0..branch.saved().len() {
+                let position = self.saved_offset(b) + i;
+                outputs.push(if b == taken {
+                    at(branch_saved, i, op, "saved value")?.clone()
+                } else {
+                    zeros(at(&shapes, position, op, "output shape")?, *at(&types, position, op, "output dtype")?, ctx)?
+                });
             }
         }
         Ok(outputs)
@@ -1138,7 +1261,7 @@ impl Operator for Cond {
         for branch in &self.branches {
             branch.gradient(Self::NAME)?;
         }
-        Ok(gradient_node(g, "_backward_cond", self.num_outputs, Arc::new(CondBackward { forward: self.clone() })))
+        gradient_node(g, CondBackward::NAME, self.num_outputs, Arc::new(CondBackward { forward: self.clone() }))
     }
     fn subgraphs(&self) -> Vec<Symbol> {
         vec![self.pred.symbol.clone(), self.branches[0].symbol.clone(), self.branches[1].symbol.clone()]
@@ -1154,23 +1277,26 @@ impl CondBackward {
     const NAME: &'static str = "_backward_cond";
 
     fn run(&self, inputs: &[NDArray]) -> Result<Vec<NDArray>> {
+        let op = Self::NAME;
         let f = &self.forward;
         let expected = f.num_inputs + f.num_outputs();
         if inputs.len() != expected {
-            crate::bail!(Value, "{}: {} input(s) given, expected {expected}", Self::NAME, inputs.len());
+            crate::bail!(Value, "{op}: {} input(s) given, expected {expected}", inputs.len());
         }
         let ctx = context_of(inputs);
-        let (node_inputs, rest) = inputs.split_at(f.num_inputs);
-        let (out_grads, hidden) = rest.split_at(f.num_outputs);
-        let taken = if hidden[0].to_vec::<i64>()?[0] != 0 { 0 } else { 1 };
+        let (node_inputs, rest) = split(inputs, f.num_inputs, op, "inputs")?;
+        let (out_grads, hidden) = split(rest, f.num_outputs, op, "inputs")?;
+        let flag = at(hidden, 0, op, "hidden output")?;
+        let taken = if first_element::<i64>(op, flag, "the flag of the branch taken")? != 0 { 0 } else { 1 };
+        let (branch, locs) = f.branch(taken)?;
         let start = f.saved_offset(taken) - f.num_outputs;
-        let saved = &hidden[start..start + f.branches[taken].saved().len()];
-        let branch_in: Vec<NDArray> = f.branch_locs[taken].iter().map(|&p| node_inputs[p].clone()).collect();
-        let grads = f.branches[taken].backward(Self::NAME, &branch_in, saved, out_grads, ctx)?;
+        let saved = part(hidden, start..start + branch.saved().len(), op, "hidden outputs")?;
+        let branch_in = gather(node_inputs, locs, op, "input")?;
+        let grads = branch.backward(op, &branch_in, saved, out_grads, ctx)?;
         let mut result: Vec<Option<NDArray>> = vec![None; f.num_inputs];
-        for (&p, grad) in f.branch_locs[taken].iter().zip(grads) {
+        for (&p, grad) in locs.iter().zip(grads) {
             if let Some(grad) = grad {
-                accumulate(&mut result[p], grad)?;
+                accumulate(at_mut(&mut result, p, op, "input gradient")?, grad)?;
             }
         }
         result.into_iter().zip(node_inputs).map(|(g, input)| g.map_or_else(|| zeros_like(input), Ok)).collect()

@@ -9,7 +9,7 @@
 
 use super::grad::{Grad, InputGrads};
 use super::shape_ops::cast_args;
-use super::{ExecContext, OpDef, Operator, Tensor, PARALLEL_GRAIN};
+use super::{exactly, ExecContext, OpDef, Operator, Tensor, PARALLEL_GRAIN};
 use crate::base::{merge_partial, unify_partial, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -33,13 +33,15 @@ struct AmpCast {
 
 impl Operator for AmpCast {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![inputs[0].clone()])
+        let [x] = exactly("amp_cast", "input", inputs)?;
+        Ok(vec![x.clone()])
     }
     fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
         unify_partial(inputs, outputs)
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![if amp_float(inputs[0]) { self.dtype } else { inputs[0] }])
+        let &[x] = exactly("amp_cast", "input", inputs)?;
+        Ok(vec![if amp_float(x) { self.dtype } else { x }])
     }
     /// AMP casts floating-point values, and while the input's dtype is unknown it is taken to be
     /// one: the operators after the cast see `dtype` (MXNet infers the same through them).
@@ -162,8 +164,7 @@ fn finite(op: &str, t: &Tensor) -> Result<bool> {
         // SAFETY: a read-only input of the running op, of element type T.
         let values = unsafe { t.slice::<T>() };
         let parts = crate::engine::parallel::map(values.len().div_ceil(PARALLEL_GRAIN), |p| {
-            let end = ((p + 1) * PARALLEL_GRAIN).min(values.len());
-            values[p * PARALLEL_GRAIN..end].iter().all(|v| (v.to_f64() as f32).is_finite())
+            values.chunks(PARALLEL_GRAIN).nth(p).unwrap_or_default().iter().all(|v| (v.to_f64() as f32).is_finite())
         });
         Ok(parts.into_iter().all(|part| part))
     }, other => crate::bail!(Type, "{op}: arrays must be floating point, got {other}"))
@@ -173,7 +174,7 @@ fn finite(op: &str, t: &Tensor) -> Result<bool> {
 /// thread pool.
 fn none_all_ones<B: Copy + Send + Sync + PartialEq + std::ops::BitAnd<Output = B>>(values: &[B], mask: B) -> bool {
     let parts = crate::engine::parallel::map(values.len().div_ceil(PARALLEL_GRAIN), |p| {
-        let chunk = &values[p * PARALLEL_GRAIN..((p + 1) * PARALLEL_GRAIN).min(values.len())];
+        let chunk = values.chunks(PARALLEL_GRAIN).nth(p).unwrap_or_default();
         super::simd::vectorized(
             #[inline(always)]
             || chunk.iter().filter(|&&v| v & mask == mask).count(),
@@ -218,11 +219,13 @@ impl Operator for AllFinite {
         for t in inputs {
             all_finite = all_finite && finite(self.name, t)?;
         }
-        let out = args.output::<f32>(0)?;
+        let [verdict] = args.output::<f32>(0)? else {
+            crate::bail!(Runtime, "{}: the output must hold one value", self.name);
+        };
         if !all_finite {
-            out[0] = 0.0;
+            *verdict = 0.0;
         } else if self.init_output {
-            out[0] = 1.0;
+            *verdict = 1.0;
         }
         Ok(())
     }

@@ -12,12 +12,12 @@ use crate::error::Result;
 
 /// NumPy broadcasting of two shapes (dims aligned on the right), as MXNet's broadcast ops do.
 pub fn broadcast_shape(op: &str, a: &Shape, b: &Shape) -> Result<Shape> {
-    let n = a.ndim().max(b.ndim());
-    let mut out = crate::base::Dims::from_elem(0, n);
-    for i in 0..n {
-        let da = if i + a.ndim() >= n { a[i + a.ndim() - n] } else { 1 };
-        let db = if i + b.ndim() >= n { b[i + b.ndim() - n] } else { 1 };
-        out[i] = if da == db || db == 1 {
+    let mut out = crate::base::Dims::from_elem(0, a.ndim().max(b.ndim()));
+    // Walked from the last axis: the shorter shape reads as 1 past its first axis.
+    let from_last = |s: &Shape, k: usize| s.dims().iter().rev().nth(k).copied().unwrap_or(1);
+    for (k, dim) in out.iter_mut().rev().enumerate() {
+        let (da, db) = (from_last(a, k), from_last(b, k));
+        *dim = if da == db || db == 1 {
             da
         } else if da == 1 {
             db
@@ -97,9 +97,9 @@ pub(super) fn map_slices<A: Copy, B: Copy>(xs: &[A], ys: &mut [B], f: &impl Fn(A
 
 /// Strides of `t` as seen through the output shape `out`: broadcast dims advance by zero.
 fn broadcast_strides(t: &Shape, out: &Shape) -> Vec<usize> {
-    let offset = out.ndim() - t.ndim();
-    let own = t.strides();
-    (0..out.ndim()).map(|i| if i < offset || t[i - offset] == 1 { 0 } else { own[i - offset] }).collect()
+    let mut strides = vec![0; out.ndim().saturating_sub(t.ndim())];
+    strides.extend(t.dims().iter().zip(t.strides()).map(|(&d, s)| if d == 1 { 0 } else { s }));
+    strides
 }
 
 /// Merge adjacent dims that every operand walks contiguously; returns (dims, strides per operand).
@@ -110,16 +110,21 @@ fn collapse(dims: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usiz
         if d == 1 {
             continue;
         }
-        let mergeable = !out_dims.is_empty() && strides.iter().zip(&out_strides).all(|(s, os)| *os.last().unwrap() == s[i] * d);
-        if mergeable {
-            *out_dims.last_mut().unwrap() *= d;
-            for (s, os) in strides.iter().zip(out_strides.iter_mut()) {
-                *os.last_mut().unwrap() = s[i];
+        let stride = |s: &[usize]| s.get(i).copied().unwrap_or(0);
+        let merged = match out_dims.last_mut() {
+            Some(last) if strides.iter().zip(&out_strides).all(|(s, os)| os.last() == Some(&(stride(s) * d))) => {
+                *last *= d;
+                true
             }
-        } else {
+            _ => false,
+        };
+        if !merged {
             out_dims.push(d);
-            for (s, os) in strides.iter().zip(out_strides.iter_mut()) {
-                os.push(s[i]);
+        }
+        for (s, os) in strides.iter().zip(out_strides.iter_mut()) {
+            match os.last_mut() {
+                Some(last) if merged => *last = stride(s),
+                _ => os.push(stride(s)),
             }
         }
     }

@@ -5,7 +5,7 @@ use crate::op::KernelArgs;
 use std::sync::Arc;
 
 use super::params::NoParams;
-use super::{parallel_units, ExecContext, OpDef, Operator, Tensor, PARALLEL_GRAIN};
+use super::{exactly, parallel_units, ExecContext, OpDef, Operator, Tensor, PARALLEL_GRAIN};
 use crate::base::{Context, DType, Elem, Shape};
 use crate::error::{Error, Result};
 
@@ -62,7 +62,8 @@ impl Operator for Create {
         self.shape.dims().contains(&0).then(|| vec![self.shape.clone()])
     }
     fn with_output_shapes(&self, shapes: &[Shape]) -> Result<Arc<dyn Operator>> {
-        Ok(Arc::new(Create { shape: shapes[0].clone(), ..self.clone() }))
+        let [shape] = exactly("creation operator", "output shape", shapes)?;
+        Ok(Arc::new(Create { shape: shape.clone(), ..self.clone() }))
     }
     fn infer_type(&self, _inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![self.dtype])
@@ -87,7 +88,7 @@ impl Operator for Create {
         if let Some(error) = &self.invalid_params {
             return Err(error.clone());
         }
-        let out = &outputs[0];
+        let [out] = exactly("creation operator", "output", outputs)?;
         if let Some(value) = self.constant {
             return crate::backend::cuda::kernels::fill(gpu, out, value);
         }
@@ -281,7 +282,8 @@ struct FillLike {
 
 impl Operator for FillLike {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![inputs[0].clone()])
+        let [x] = exactly("zeros_like/ones_like", "input", inputs)?;
+        Ok(vec![x.clone()])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
         let v = self.value;
@@ -289,7 +291,8 @@ impl Operator for FillLike {
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, _inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        crate::backend::cuda::kernels::fill(gpu, &outputs[0], self.value)
+        let [out] = exactly("zeros_like/ones_like", "output", outputs)?;
+        crate::backend::cuda::kernels::fill(gpu, out, self.value)
     }
     fn gradient(&self, d: &mut super::grad::Grad) -> Result<super::grad::InputGrads> {
         super::zero_gradient(d)

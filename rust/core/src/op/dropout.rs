@@ -4,7 +4,7 @@
 use super::broadcast::{zip_into, Operand};
 use super::grad::{Grad, InputGrads};
 use super::rearrange::broadcast_into;
-use super::{ExecContext, InOut, OpDef, Operator, Tensor};
+use super::{exactly, ExecContext, InOut, OpDef, Operator, Tensor};
 use crate::base::{normalize_axis, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -40,6 +40,20 @@ struct Dropout {
     axes: Vec<i64>,
 }
 
+impl Dropout {
+    /// The shape of the drawn mask: the input's, with 1 along each of `axes` (one draw shared
+    /// along them).
+    fn mask_shape(&self, x: &Shape) -> Result<Shape> {
+        let mut shared = x.dims().to_vec();
+        for &a in &self.axes {
+            if let Some(dim) = shared.get_mut(normalize_axis(a, x.ndim())?) {
+                *dim = 1;
+            }
+        }
+        Ok(Shape::new(shared))
+    }
+}
+
 impl Operator for Dropout {
     fn num_outputs(&self) -> usize {
         2
@@ -48,23 +62,19 @@ impl Operator for Dropout {
         1
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        for &a in &self.axes {
-            normalize_axis(a, inputs[0].ndim())?;
-        }
-        Ok(vec![inputs[0].clone(), inputs[0].clone()])
+        let [x] = exactly("Dropout", "input", inputs)?;
+        self.mask_shape(x)?;
+        Ok(vec![x.clone(), x.clone()])
     }
     fn needs_rng(&self) -> bool {
         true
     }
     fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (x, mask, out_shape) = (&inputs[0], &outputs[1], outputs[0].shape.clone());
+        let [x] = exactly("Dropout", "input", args.inputs())?;
+        let [out, mask] = exactly("Dropout", "output", args.outputs())?;
+        let out_shape = out.shape.clone();
         let active = (ctx.is_train || self.always) && self.p > 0.0;
-        let mut shared = x.shape.dims().to_vec();
-        for &a in &self.axes {
-            shared[normalize_axis(a, x.shape.ndim())?] = 1;
-        }
-        let shared = Shape::new(shared);
+        let shared = self.mask_shape(&x.shape)?;
         let keep_scale = if self.p >= 1.0 { 0.0 } else { 1.0 / (1.0 - self.p) };
         let (p, seed) = (self.p, ctx.seed);
         crate::dispatch_dtype!(x.dtype, T => {
@@ -89,17 +99,14 @@ impl Operator for Dropout {
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         use crate::backend::cuda::kernels;
-        let (x, out, mask) = (&inputs[0], &outputs[0], &outputs[1]);
+        let [x] = exactly("Dropout", "input", inputs)?;
+        let [out, mask] = exactly("Dropout", "output", outputs)?;
         if !((ctx.is_train || self.always) && self.p > 0.0) {
             kernels::fill(gpu, mask, 1.0)?;
             return kernels::copy_bytes(gpu, x, out);
         }
-        let mut shared = x.shape.dims().to_vec();
-        for &a in &self.axes {
-            shared[normalize_axis(a, x.shape.ndim())?] = 1;
-        }
         let keep_scale = if self.p >= 1.0 { 0.0 } else { 1.0 / (1.0 - self.p) };
-        kernels::dropout(gpu, ctx.seed, self.p, keep_scale, &Shape::new(shared), x, out, mask)
+        kernels::dropout(gpu, ctx.seed, self.p, keep_scale, &self.mask_shape(&x.shape)?, x, out, mask)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (g, mask) = (d.out_grad(0), d.output(1));

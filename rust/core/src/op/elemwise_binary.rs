@@ -11,7 +11,7 @@ use num_traits::Float;
 use super::broadcast::{broadcast_shape, map_args, truth, zip_args};
 use super::grad::{Grad, InputGrads};
 use super::params::{NoParams, UncheckedParams};
-use super::{BlockKernel, Elementwise, ExecContext, OpDef, Operator, PARALLEL_GRAIN};
+use super::{exactly, BlockKernel, Elementwise, ExecContext, OpDef, Operator, PARALLEL_GRAIN};
 use crate::base::{unify_partial, Bool8, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 use crate::graph::Entry;
@@ -90,8 +90,10 @@ impl<M: BinaryMath> Operator for Binary<M> {
                 super::simd::vectorized(
                     #[inline(always)]
                     || {
-                        for ((o, &a), &b) in out.iter_mut().zip(inputs[0]).zip(inputs[1]) {
-                            *o = M::float(a, b);
+                        if let [a, b] = inputs {
+                            for ((o, &a), &b) in out.iter_mut().zip(*a).zip(*b) {
+                                *o = M::float(a, b);
+                            }
                         }
                     },
                 )
@@ -104,19 +106,14 @@ impl<M: BinaryMath> Operator for Binary<M> {
         2
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let [a, b] = exactly(self.name, "input", inputs)?;
         if self.broadcast {
-            return Ok(vec![broadcast_shape(self.name, &inputs[0], &inputs[1])?]);
+            return Ok(vec![broadcast_shape(self.name, a, b)?]);
         }
-        if inputs[0] != inputs[1] {
-            crate::bail!(
-                Shape,
-                "{}: operands must have the same shape, got {} and {} (use broadcast_* to broadcast)",
-                self.name,
-                inputs[0],
-                inputs[1]
-            );
+        if a != b {
+            crate::bail!(Shape, "{}: operands must have the same shape, got {a} and {b} (use broadcast_* to broadcast)", self.name);
         }
-        Ok(vec![inputs[0].clone()])
+        Ok(vec![a.clone()])
     }
     /// The equal-shape form makes both operands and the output agree; the broadcasting form
     /// needs both operands' shapes in full.
@@ -174,8 +171,10 @@ impl<M: BinaryMath> Operator for Scalar<M> {
                 super::simd::vectorized(
                     #[inline(always)]
                     || {
-                        for (o, &x) in out.iter_mut().zip(inputs[0]) {
-                            *o = M::float(s, x);
+                        if let [xs] = inputs {
+                            for (o, &x) in out.iter_mut().zip(*xs) {
+                                *o = M::float(s, x);
+                            }
                         }
                     },
                 )
@@ -185,8 +184,10 @@ impl<M: BinaryMath> Operator for Scalar<M> {
                 super::simd::vectorized(
                     #[inline(always)]
                     || {
-                        for (o, &x) in out.iter_mut().zip(inputs[0]) {
-                            *o = M::float(x, s);
+                        if let [xs] = inputs {
+                            for (o, &x) in out.iter_mut().zip(*xs) {
+                                *o = M::float(x, s);
+                            }
                         }
                     },
                 )
@@ -196,7 +197,8 @@ impl<M: BinaryMath> Operator for Scalar<M> {
         Some(Elementwise { kernel, cuda_expr: super::substitute_cuda(M::CUDA, &operands, "$s"), scalar: Some(self.scalar) })
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![inputs[0].clone()])
+        let [x] = exactly("scalar operator", "input", inputs)?;
+        Ok(vec![x.clone()])
     }
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]

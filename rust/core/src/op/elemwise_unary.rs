@@ -10,7 +10,7 @@ use num_traits::Float;
 use super::broadcast::{map_args, map_slices, truth};
 use super::grad::{Grad, InputGrads};
 use super::params::NoParams;
-use super::{Elementwise, ExecContext, OpDef, Operator, PARALLEL_GRAIN};
+use super::{exactly, Elementwise, ExecContext, OpDef, Operator, PARALLEL_GRAIN};
 use crate::base::{Bool8, DType, Elem, Shape};
 use crate::error::Result;
 use crate::graph::Entry;
@@ -48,13 +48,18 @@ impl<M: UnaryMath> Operator for Unary<M> {
     }
     fn elementwise(&self) -> Option<Elementwise> {
         Some(Elementwise {
-            kernel: Arc::new(|out: &mut [f32], inputs: &[&[f32]]| map_slices(inputs[0], out, &M::float_f32)),
+            kernel: Arc::new(|out: &mut [f32], inputs: &[&[f32]]| {
+                if let [x] = inputs {
+                    map_slices(x, out, &M::float_f32)
+                }
+            }),
             cuda_expr: self.cuda_expr.to_string(),
             scalar: None,
         })
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![inputs[0].clone()])
+        let [x] = exactly("unary operator", "input", inputs)?;
+        Ok(vec![x.clone()])
     }
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
@@ -89,7 +94,8 @@ fn int_path<M: UnaryMath, T: Elem>(v: T) -> T {
 
 #[inline(always)]
 fn lit<F: Float>(v: f64) -> F {
-    F::from(v).unwrap()
+    // A float type holds every f64 (rounded, or as an infinity), so `from` never gives None.
+    F::from(v).unwrap_or_else(F::nan)
 }
 
 /// Special functions have no generic form in num-traits: compute them in f64 with libm.

@@ -12,7 +12,7 @@
 //! no prefetch, 81% with 128-value blocks prefetched 512 values ahead; a hand-written single
 //! loop reaches 86%).
 
-use super::{parallel_chunks, BlockKernel, ExecContext, Operator, SendPtr, PARALLEL_GRAIN};
+use super::{first_input, parallel_units, BlockKernel, ExecContext, Operator, PARALLEL_GRAIN};
 use crate::base::{unify_partial, DType, PartialShape, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -52,10 +52,11 @@ impl Operator for FusedOp {
         self.num_inputs
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        if let Some(other) = inputs.iter().find(|s| *s != &inputs[0]) {
-            crate::bail!(Shape, "fused element-wise kernel: inputs must share one shape, got {} and {other}", inputs[0]);
+        let first = first_input("fused element-wise kernel", inputs)?;
+        if let Some(other) = inputs.iter().find(|s| *s != first) {
+            crate::bail!(Shape, "fused element-wise kernel: inputs must share one shape, got {first} and {other}");
         }
-        Ok(vec![inputs[0].clone()])
+        Ok(vec![first.clone()])
     }
     /// Every input and the output share one shape, so each tells the others' unknown
     /// dimensions (an RNN cell's begin state, `zeros((0, hidden))`, fused with its consumers).
@@ -69,72 +70,71 @@ impl Operator for FusedOp {
         Ok(vec![DType::F32])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let n = outputs[0].size();
-        let ins: Vec<SendPtr<f32>> = inputs.iter().map(|t| SendPtr(t.ptr::<f32>())).collect();
-        let out = SendPtr(outputs[0].ptr::<f32>());
-        parallel_chunks(n, PARALLEL_GRAIN, |range| {
+        let inputs = args.inputs_as::<f32>()?;
+        let out = args.output::<f32>(0)?;
+        if let Some(short) = inputs.iter().find(|x| x.len() != out.len()) {
+            crate::bail!(Runtime, "fused element-wise kernel: an input of {} elements for {} outputs", short.len(), out.len());
+        }
+        parallel_units(out, 1, PARALLEL_GRAIN, |first, piece| {
             let mut scratch = vec![0f32; BLOCK * self.steps.len()];
-            let mut start = range.start;
-            while start < range.end {
-                let len = BLOCK.min(range.end - start);
-                if start + PREFETCH_AHEAD < range.end {
-                    let ahead = start + PREFETCH_AHEAD;
-                    for input in &ins {
-                        prefetch_block(input.get(), ahead, BLOCK.min(range.end - ahead));
+            let piece_end = first + piece.len();
+            for (start, out_block) in (first..).step_by(BLOCK).zip(piece.chunks_mut(BLOCK)) {
+                let ahead = start + PREFETCH_AHEAD;
+                if ahead < piece_end {
+                    for input in &inputs {
+                        prefetch_block(input.get(ahead..(ahead + BLOCK).min(piece_end)).unwrap_or_default());
                     }
                 }
-                // SAFETY: the output's range `start..start + len` belongs to this task alone
-                // (parallel_chunks splits disjoint ranges) and does not alias any input (the
-                // operator declares no in-place pairs, so the runner never passes one).
-                let out_block = unsafe { std::slice::from_raw_parts_mut(out.get().add(start), len) };
-                self.run_block(&ins, start, &mut scratch, out_block);
-                start += len;
+                self.run_block(&inputs, start, &mut scratch, out_block)?;
             }
-        });
-        Ok(())
+            Ok(())
+        })
     }
 }
 
-/// Ask the cache hierarchy for `data[start..start + len]` (one request per 64-byte line).
-fn prefetch_block(data: *const f32, start: usize, len: usize) {
+/// Ask the cache hierarchy for `data` (one request per 64-byte line).
+fn prefetch_block(data: &[f32]) {
     #[cfg(target_arch = "x86_64")]
-    for offset in (start..start + len).step_by(64 / std::mem::size_of::<f32>()) {
-        // SAFETY: a prefetch is a hint that never faults or changes memory; the address lies
-        // inside the input anyway (the caller keeps `start + len` within the task's range).
+    for line in data.chunks(64 / std::mem::size_of::<f32>()) {
+        // SAFETY: a prefetch is a hint that never faults or changes memory, here of an address
+        // inside `data`.
         unsafe {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(data.wrapping_add(offset) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(line.as_ptr() as *const i8);
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (data, start, len);
+    let _ = data;
 }
 
 impl FusedOp {
     /// Most operands a fused step reads (element-wise operators are unary or binary).
     pub const MAX_OPERANDS: usize = 4;
 
-    fn run_block(&self, inputs: &[SendPtr<f32>], start: usize, scratch: &mut [f32], out: &mut [f32]) {
+    /// Every step over the block of values at `start`, the steps' values kept in `scratch`
+    /// (`BLOCK` values per step) and the last step's written to `out`.
+    fn run_block(&self, inputs: &[&[f32]], start: usize, scratch: &mut [f32], out: &mut [f32]) -> Result<()> {
         let len = out.len();
-        let last = self.steps.len() - 1;
+        let out_of_range = |o: Operand| crate::err!(Runtime, "fused element-wise kernel: operand {o:?} has no {len} values at {start}");
+        let last = self.steps.len().saturating_sub(1);
         for (i, step) in self.steps.iter().enumerate() {
-            let (done, rest) = scratch.split_at_mut(i * BLOCK);
+            let (done, rest) =
+                scratch.split_at_mut_checked(i * BLOCK).ok_or_else(|| crate::err!(Runtime, "fused element-wise kernel: scratch too short"))?;
             let mut operands: [&[f32]; Self::MAX_OPERANDS] = [&[]; Self::MAX_OPERANDS];
             for (slot, &o) in operands.iter_mut().zip(&step.operands) {
-                *slot = match o {
-                    // SAFETY: every input holds the output's element count, so `start..start +
-                    // len` is inside it; inputs are only read while the kernel runs.
-                    Operand::Input(k) => unsafe { std::slice::from_raw_parts(inputs[k].get().add(start), len) },
-                    Operand::Step(k) => &done[k * BLOCK..k * BLOCK + len],
+                let values = match o {
+                    Operand::Input(k) => inputs.get(k).and_then(|x| x.get(start..start + len)),
+                    Operand::Step(k) => done.get(k * BLOCK..k * BLOCK + len),
                 };
+                *slot = values.ok_or_else(|| out_of_range(o))?;
             }
-            let operands = &operands[..step.operands.len()];
+            let operands = operands.get(..step.operands.len()).unwrap_or_default();
             if i == last {
                 (step.kernel)(out, operands);
             } else {
-                (step.kernel)(&mut rest[..len], operands);
+                (step.kernel)(rest.get_mut(..len).unwrap_or_default(), operands);
             }
         }
+        Ok(())
     }
 }

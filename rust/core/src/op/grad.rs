@@ -53,12 +53,18 @@ impl<'a> Grad<'a> {
     pub fn known_same_shape(&self, a: &Entry, b: &Entry) -> bool {
         matches!(((self.shapes)(a), (self.shapes)(b)), (Some(x), Some(y)) if x == y)
     }
+    // The accessors below index directly: `i` is a constant of the operator's own gradient
+    // definition, never a value from input, and a node has exactly its operator's inputs and
+    // outputs (checked when the node is built), so an index past them is a bug in that definition.
+    #[allow(clippy::indexing_slicing)]
     pub fn input(&self, i: usize) -> Entry {
         self.inputs[i].clone()
     }
+    #[allow(clippy::indexing_slicing)]
     pub fn output(&self, i: usize) -> Entry {
         self.outputs[i].clone()
     }
+    #[allow(clippy::indexing_slicing)]
     pub fn out_grad(&self, i: usize) -> Entry {
         self.out_grads[i].clone()
     }
@@ -68,7 +74,7 @@ impl<'a> Grad<'a> {
     /// Whether output `i`'s gradient is known to be zero: the gradient pass hands an output that
     /// nothing downstream uses a `zeros_like` of it, and a definition may leave out its terms.
     pub fn out_grad_is_zero(&self, i: usize) -> bool {
-        self.out_grads[i].node.op.as_ref().is_some_and(|op| op.name == "zeros_like")
+        self.out_grads.get(i).and_then(|g| g.node.op.as_ref()).is_some_and(|op| op.name == "zeros_like")
     }
     pub fn num_inputs(&self) -> usize {
         self.inputs.len()

@@ -152,6 +152,11 @@ impl<'t> KernelArgs<'t> {
         Ok(unsafe { std::slice::from_raw_parts(tensor.ptr::<T>(), tensor.size()) })
     }
 
+    /// Input `i`'s elements as f64, whatever its dtype (sequence lengths, scalars held in arrays).
+    pub fn input_f64(&self, i: usize) -> Result<Vec<f64>> {
+        crate::dispatch_dtype!(self.input_dtype(i)?, T => Ok(self.input::<T>(i)?.iter().map(|v| v.to_f64()).collect()))
+    }
+
     /// Every input's elements, all of one dtype (`add_n`, `Concat`).
     pub fn inputs_as<T: Elem>(&self) -> Result<SmallVec<[&[T]; 4]>> {
         (0..self.inputs.len()).map(|i| self.input(i)).collect()

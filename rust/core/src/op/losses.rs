@@ -3,7 +3,7 @@
 
 use super::broadcast::{map_args, zip_args};
 use super::grad::{Grad, InputGrads};
-use super::{ExecContext, OpDef, Operator};
+use super::{exactly, ExecContext, OpDef, Operator};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -43,7 +43,8 @@ impl SmoothL1 {
 
 impl Operator for SmoothL1 {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![inputs[0].clone()])
+        let [x] = exactly("smooth_l1", "input", inputs)?;
+        Ok(vec![x.clone()])
     }
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
@@ -66,8 +67,9 @@ impl Operator for SmoothL1Backward {
         vec!["out_grad".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        super::check_out_grad("_backward_smooth_l1", &inputs[0], &inputs[1])?;
-        Ok(vec![inputs[1].clone()])
+        let [out_grad, data] = exactly("_backward_smooth_l1", "input", inputs)?;
+        super::check_out_grad("_backward_smooth_l1", out_grad, data)?;
+        Ok(vec![data.clone()])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
         crate::dispatch_dtype!(args.input_dtype(1)?, T => {
@@ -118,32 +120,35 @@ impl Operator for SoftmaxCrossEntropy {
         vec!["data".into(), "label".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        batch_layout("softmax_cross_entropy", &inputs[0], &inputs[1])?;
+        let [data, label] = exactly("softmax_cross_entropy", "input", inputs)?;
+        batch_layout("softmax_cross_entropy", data, label)?;
         Ok(vec![Shape::new(vec![1])])
     }
     fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
-        if let (Some(data), None) = (inputs[0].clone(), &inputs[1]) {
-            inputs[1] = Some(Shape::new(vec![data.dims().first().copied().unwrap_or(1)]));
+        if let [Some(data), label @ None] = inputs {
+            *label = Some(Shape::new(vec![data.dims().first().copied().unwrap_or(1)]));
         }
         Ok(())
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[data, _] = exactly("softmax_cross_entropy", "input", inputs)?;
+        Ok(vec![data])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let inputs = args.inputs();
-        let (n, k) = batch_layout("softmax_cross_entropy", &inputs[0].shape, &inputs[1].shape)?;
-        let labels: Vec<f64> = crate::dispatch_dtype!(inputs[1].dtype, L => {
-            args.input::<L>(1)?.iter().map(|v| v.to_f64()).collect()
-        });
-        crate::dispatch_dtype!(inputs[0].dtype, T => {
-            let (x, y) = (args.input::<T>(0)?, args.output::<T>(0)?);
+        let op = "softmax_cross_entropy";
+        let (n, k) = batch_layout(op, args.input_shape(0)?, args.input_shape(1)?)?;
+        let labels = args.input_f64(1)?;
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let x = args.input::<T>(0)?;
+            let [y] = args.output::<T>(0)? else {
+                crate::bail!(Runtime, "{op}: the output must hold one value");
+            };
             let logp = log_softmax_rows(x, n, k);
             let mut total = 0.0;
-            for (r, &l) in labels.iter().enumerate() {
-                total -= logp[r * k + class_index("softmax_cross_entropy", l, k)?];
+            for (row, &l) in logp.chunks_exact(k.max(1)).zip(&labels) {
+                total -= row.get(class_index(op, l, k)?).copied().unwrap_or(0.0);
             }
-            y[0] = T::from_f64(total);
+            *y = T::from_f64(total);
         });
         Ok(())
     }
@@ -161,30 +166,34 @@ impl Operator for SoftmaxCrossEntropyBackward {
         vec!["out_grad".into(), "data".into(), "label".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        batch_layout("_backward_softmax_cross_entropy", &inputs[1], &inputs[2])?;
-        super::check_out_grad("_backward_softmax_cross_entropy", &inputs[0], &Shape::new(vec![1]))?;
-        Ok(vec![inputs[1].clone()])
+        let op = "_backward_softmax_cross_entropy";
+        let [out_grad, data, label] = exactly(op, "input", inputs)?;
+        batch_layout(op, data, label)?;
+        super::check_out_grad(op, out_grad, &Shape::new(vec![1]))?;
+        Ok(vec![data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[1]])
+        let &[_, data, _] = exactly("_backward_softmax_cross_entropy", "input", inputs)?;
+        Ok(vec![data])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let inputs = args.inputs();
         let op = "_backward_softmax_cross_entropy";
-        let (n, k) = batch_layout(op, &inputs[1].shape, &inputs[2].shape)?;
-        let labels: Vec<f64> = crate::dispatch_dtype!(inputs[2].dtype, L => {
-            args.input::<L>(2)?.iter().map(|v| v.to_f64()).collect()
-        });
-        crate::dispatch_dtype!(inputs[1].dtype, T => {
-            let (g, x, dx) = (args.input::<T>(0)?, args.input::<T>(1)?, args.output::<T>(0)?);
-            let scale = g[0].to_f64();
+        let (n, k) = batch_layout(op, args.input_shape(1)?, args.input_shape(2)?)?;
+        let labels = args.input_f64(2)?;
+        crate::dispatch_dtype!(args.input_dtype(1)?, T => {
+            let (x, dx) = (args.input::<T>(1)?, args.output::<T>(0)?);
+            let [g] = args.input::<T>(0)? else {
+                crate::bail!(Runtime, "{op}: the output gradient must hold one value");
+            };
+            let scale = g.to_f64();
             let logp = log_softmax_rows(x, n, k);
-            for (o, lp) in dx.iter_mut().zip(&logp) {
-                *o = T::from_f64(scale * lp.exp());
-            }
-            for (r, &l) in labels.iter().enumerate() {
-                let at = r * k + class_index(op, l, k)?;
-                dx[at] = T::from_f64(dx[at].to_f64() - scale);
+            for (row, (lp, &l)) in dx.chunks_exact_mut(k.max(1)).zip(logp.chunks_exact(k.max(1)).zip(&labels)) {
+                for (o, lp) in row.iter_mut().zip(lp) {
+                    *o = T::from_f64(scale * lp.exp());
+                }
+                if let Some(o) = row.get_mut(class_index(op, l, k)?) {
+                    *o = T::from_f64(o.to_f64() - scale);
+                }
             }
         });
         Ok(())

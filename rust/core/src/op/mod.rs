@@ -3,52 +3,83 @@
 //! An [`OpDef`] names the operator (and its MXNet aliases), documents it, and parses MXNet's
 //! string attributes into an [`Operator`]: the typed instance that knows its inputs, infers
 //! shapes and dtypes, and runs its kernel. Python generates `mx.nd.<op>` from [`Registry::defs`].
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
-pub mod grad;
-pub mod params;
-pub mod typed;
-
-mod activation;
 mod amp;
 mod broadcast;
-mod conv_epilogue;
-mod conv_shifted;
-mod convolution;
 mod creation;
-mod ctc;
 pub mod custom;
-mod deconvolution;
 mod dropout;
 mod elemwise_binary;
 mod elemwise_unary;
 mod fast_math;
 pub mod fused;
-mod gather_scatter;
-mod group_norm;
-mod image;
-mod indexing;
+pub mod grad;
 mod kernel_args;
-mod linalg;
-mod linalg_la;
-mod local;
 mod losses;
-mod normalization;
-mod optimizer_updates;
-mod output_layers;
-#[cfg(target_arch = "x86_64")]
-mod packed_gemm;
 mod pad;
-mod pooling;
-mod rearrange;
-mod reduce;
-mod rnn;
-mod row_dots;
-mod sampling;
+pub mod params;
 mod select;
 mod sequence;
-mod shape_ops;
 mod simd;
+pub mod typed;
+
+// Kernels that still index their slices directly. Their indexes stay inside lengths the
+// dispatcher checked against the shapes inference validated (`KernelArgs`), and a slip is not a
+// crash: the engine turns a panicking kernel into an `MXNetError` of that operator. Each module
+// leaves this list when it reads its slices by iterators and checked access (issue 23).
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod activation;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod conv_epilogue;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod conv_shifted;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod convolution;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod ctc;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod deconvolution;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod gather_scatter;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod group_norm;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod image;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod indexing;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod linalg;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod linalg_la;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod local;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod normalization;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod optimizer_updates;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod output_layers;
+#[cfg(target_arch = "x86_64")]
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod packed_gemm;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod pooling;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod rearrange;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod reduce;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod rnn;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod row_dots;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod sampling;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
+mod shape_ops;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod sorting;
+#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod stencil;
 
 use std::sync::{Arc, OnceLock};
@@ -75,7 +106,9 @@ pub fn cpu_peak_gflops(threads: usize, bf16: bool) -> Option<f64> {
     }
 }
 
-/// A float32 element-wise kernel over one block of values: `out[i] = f(inputs[0][i], ...)`.
+/// A float32 element-wise kernel over one block of values: `out[i] = f(inputs[0][i], ...)`. It is
+/// given exactly its operator's inputs, in order (the fusion pass makes one operand per input of
+/// the node it fuses), so a kernel matches them by a slice pattern and writes nothing otherwise.
 pub type BlockKernel = Arc<dyn Fn(&mut [f32], &[&[f32]]) + Send + Sync>;
 
 /// What an element-wise operator contributes to fused and GPU kernels: its float32 block kernel
@@ -426,6 +459,13 @@ pub(crate) fn first_input<'a>(op: &str, inputs: &'a [Shape]) -> Result<&'a Shape
     inputs.first().ok_or_else(|| crate::err!(Shape, "{op}: at least one input is needed, got none"))
 }
 
+/// The `N` inputs (or outputs) an operator was given, as an array to destructure: `let [x] =
+/// exactly(op, "input", inputs)?;`. Callers check the count first, so this is the checked
+/// form of indexing that never panics.
+pub(crate) fn exactly<'a, T, const N: usize>(op: &str, what: &str, items: &'a [T]) -> Result<&'a [T; N]> {
+    items.try_into().map_err(|_| crate::err!(Value, "{op}: {N} {what}(s) expected, got {}", items.len()))
+}
+
 /// Shared dtype check: all inputs have one dtype, which every output takes.
 pub fn same_dtype(inputs: &[DType], num_outputs: usize) -> Result<Vec<DType>> {
     let Some(&first) = inputs.first() else {
@@ -504,7 +544,7 @@ impl Registry {
     }
 
     pub fn get(&self, name: &str) -> Result<&OpDef> {
-        self.by_name.get(name).map(|&i| &self.defs[i]).ok_or_else(|| crate::err!(Param, "operator '{name}' is not registered"))
+        self.by_name.get(name).and_then(|&i| self.defs.get(i)).ok_or_else(|| crate::err!(Param, "operator '{name}' is not registered"))
     }
 
     pub fn defs(&self) -> &[OpDef] {

@@ -5,7 +5,7 @@
 //! them, so edge and reflect padding send every padded gradient back to its source element.
 
 use super::grad::{tuple_attr, Grad, InputGrads};
-use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr};
+use super::{exactly, parallel_units, ExecContext, OpDef, Operator};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -46,7 +46,11 @@ impl Pad {
         if !p.pad_width.len().is_multiple_of(2) || p.pad_width.iter().any(|&w| w < 0) {
             crate::bail!(Param, "pad: pad_width must hold non-negative (before, after) pairs, got {:?}", p.pad_width);
         }
-        let widths = p.pad_width.chunks(2).map(|c| (c[0] as usize, c[1] as usize)).collect();
+        let widths = p.pad_width.chunks_exact(2).map(|pair| match *pair {
+            [before, after] => (before as usize, after as usize),
+            _ => (0, 0), // chunks_exact(2) gives pairs only
+        });
+        let widths = widths.collect();
         Ok(Pad { mode, widths, value: p.constant_value, params: p })
     }
 
@@ -54,11 +58,11 @@ impl Pad {
         if self.widths.len() != s.ndim() {
             crate::bail!(Shape, "pad: pad_width has {} pairs for an input of {} dimensions ({s})", self.widths.len(), s.ndim());
         }
-        for (axis, &(before, after)) in self.widths.iter().enumerate() {
-            if self.mode == PadMode::Reflect && (before >= s[axis] || after >= s[axis]) {
+        for (axis, (&(before, after), &len)) in self.widths.iter().zip(s.dims()).enumerate() {
+            if self.mode == PadMode::Reflect && (before >= len || after >= len) {
                 crate::bail!(Shape, "pad: reflect padding of {before}/{after} needs axis {axis} of {s} to be longer");
             }
-            if self.mode == PadMode::Edge && s[axis] == 0 && before + after > 0 {
+            if self.mode == PadMode::Edge && len == 0 && before + after > 0 {
                 crate::bail!(Shape, "pad: edge padding of an empty axis {axis} of {s}");
             }
         }
@@ -69,10 +73,10 @@ impl Pad {
     fn maps(&self, s: &Shape) -> Vec<Vec<Option<usize>>> {
         self.widths
             .iter()
-            .enumerate()
-            .map(|(axis, &(before, after))| {
-                let n = s[axis] as i64;
-                (0..(s[axis] + before + after) as i64)
+            .zip(s.dims())
+            .map(|(&(before, after), &len)| {
+                let n = len as i64;
+                (0..(len + before + after) as i64)
                     .map(|o| {
                         let i = o - before as i64;
                         if (0..n).contains(&i) {
@@ -100,14 +104,13 @@ impl Pad {
 
 /// Input element offset for each output element (None where constant), in output order.
 fn source_offsets(maps: &[Vec<Option<usize>>], in_shape: &Shape) -> Vec<Option<usize>> {
-    let strides = in_shape.strides();
     let mut offsets: Vec<Option<usize>> = vec![Some(0)];
-    for (axis, map) in maps.iter().enumerate() {
+    for (map, stride) in maps.iter().zip(in_shape.strides()) {
         let mut next = Vec::with_capacity(offsets.len() * map.len());
         for &base in &offsets {
             for &m in map {
                 next.push(match (base, m) {
-                    (Some(b), Some(i)) => Some(b + i * strides[axis]),
+                    (Some(b), Some(i)) => Some(b + i * stride),
                     _ => None,
                 });
             }
@@ -119,23 +122,25 @@ fn source_offsets(maps: &[Vec<Option<usize>>], in_shape: &Shape) -> Vec<Option<u
 
 impl Operator for Pad {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![self.out_shape(&inputs[0])?])
+        let [x] = exactly("pad", "input", inputs)?;
+        Ok(vec![self.out_shape(x)?])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (x, out) = (&inputs[0], &outputs[0]);
-        let offsets = source_offsets(&self.maps(&x.shape), &x.shape);
-        crate::dispatch_dtype!(x.dtype, T => {
+        let x_shape = args.input_shape(0)?;
+        let offsets = source_offsets(&self.maps(x_shape), x_shape);
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
             let fill = T::from_f64(self.value);
-            let (xp, op) = (SendPtr(x.ptr::<T>()), SendPtr(out.ptr::<T>()));
-            parallel_chunks(offsets.len(), super::PARALLEL_GRAIN, |range| {
-                for i in range {
-                    // SAFETY: offsets address elements of x; output element i is ours alone.
-                    unsafe { *op.get().add(i) = offsets[i].map_or(fill, |o| *xp.get().add(o)) };
+            let (xs, ys) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            if offsets.len() != ys.len() {
+                crate::bail!(Runtime, "pad: {} output elements for a padded shape of {}", ys.len(), offsets.len());
+            }
+            parallel_units(ys, 1, super::PARALLEL_GRAIN, |start, piece| {
+                for (y, offset) in piece.iter_mut().zip(offsets.iter().skip(start)) {
+                    *y = offset.and_then(|o| xs.get(o)).copied().unwrap_or(fill);
                 }
-            });
-        });
-        Ok(())
+                Ok(())
+            })
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
@@ -153,40 +158,37 @@ impl Operator for PadBackward {
         vec!["grad".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let padded = self.pad.out_shape(&inputs[1])?;
-        if padded != inputs[0] {
-            crate::bail!(Shape, "_backward_pad: gradient {} does not match the padded shape {padded}", inputs[0]);
+        let [grad, data] = exactly("_backward_pad", "input", inputs)?;
+        let padded = self.pad.out_shape(data)?;
+        if &padded != grad {
+            crate::bail!(Shape, "_backward_pad: gradient {grad} does not match the padded shape {padded}");
         }
-        Ok(vec![inputs[1].clone()])
+        Ok(vec![data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let [grad, _] = exactly("_backward_pad", "input", inputs)?;
+        Ok(vec![*grad])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (g, out) = (&inputs[0], &outputs[0]);
-        let offsets = source_offsets(&self.pad.maps(&out.shape), &out.shape);
-        crate::dispatch_dtype!(out.dtype, T => {
-            let mut acc = vec![0f64; out.size()];
-            // SAFETY: grad is read-only here.
-            let gv = unsafe { g.slice::<T>() };
-            for (o, &v) in offsets.iter().zip(gv) {
-                if let Some(o) = *o {
-                    acc[o] += v.to_f64();
+        let out_shape = args.output_shape(0)?;
+        let offsets = source_offsets(&self.pad.maps(out_shape), out_shape);
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            let (gs, ys) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            let mut sums = vec![0f64; ys.len()];
+            for (offset, &g) in offsets.iter().zip(gs) {
+                if let Some(sum) = offset.and_then(|o| sums.get_mut(o)) {
+                    *sum += g.to_f64();
                 }
             }
-            // SAFETY: the output is this op's alone.
-            let y = unsafe { out.slice_mut::<T>() };
-            y.iter_mut().zip(&acc).for_each(|(v, &a)| *v = T::from_f64(a));
-        });
-        Ok(())
+            ys.iter_mut().zip(&sums).for_each(|(y, &sum)| *y = T::from_f64(sum));
+            Ok(())
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let g = d.out_grad(0);
-        let mut attrs = self.pad.attrs();
         // The padded values themselves carry no gradient: pad the gradient with zeros for
         // constant mode, and with the same rule otherwise.
-        attrs[2] = ("constant_value", "0.0".to_string());
+        let attrs: Vec<_> = self.pad.attrs().into_iter().map(|(k, v)| if k == "constant_value" { (k, "0.0".to_string()) } else { (k, v) }).collect();
         Ok(vec![Some(d.op("pad", &attrs, &[&g])?), None])
     }
 }

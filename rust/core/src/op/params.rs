@@ -416,8 +416,8 @@ fn tuple_items(text: &str) -> Vec<&str> {
 /// Items as Python writes a tuple: `(2, 3)`, `(2,)`, `()`.
 fn tuple_text(items: impl Iterator<Item = String>) -> String {
     let items: Vec<String> = items.collect();
-    match items.len() {
-        1 => format!("({},)", items[0]),
+    match items.as_slice() {
+        [only] => format!("({only},)"),
         _ => format!("({})", items.join(", ")),
     }
 }

@@ -642,11 +642,9 @@ pub(super) fn sum_view(x: &Tensor, view: &[usize], mask: &[bool], out: &Tensor) 
 /// Split `dims` into (outer, reduced, inner) if the reduced axes are adjacent (ignoring size-1 axes).
 fn as_three_blocks(dims: &[usize], mask: &[bool]) -> Option<(usize, usize, usize)> {
     let significant: Vec<(usize, bool)> = dims.iter().zip(mask).filter(|(&d, _)| d != 1).map(|(&d, &m)| (d, m)).collect();
-    let first = significant.iter().position(|&(_, m)| m);
-    let Some(first) = first else {
+    let (Some(first), Some(last)) = (significant.iter().position(|&(_, m)| m), significant.iter().rposition(|&(_, m)| m)) else {
         return Some((significant.iter().map(|p| p.0).product(), 1, 1));
     };
-    let last = significant.iter().rposition(|&(_, m)| m).unwrap();
     if significant[first..=last].iter().any(|&(_, m)| !m) {
         return None;
     }

@@ -2,7 +2,7 @@
 
 use super::broadcast::map_args;
 use super::grad::{Grad, InputGrads};
-use super::{parallel_chunks, same_dtype, ExecContext, OpDef, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
+use super::{exactly, parallel_units, same_dtype, ExecContext, OpDef, Operator, Tensor, PARALLEL_GRAIN};
 use crate::base::{unify_partial, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -23,7 +23,8 @@ struct Clip {
 
 impl Operator for Clip {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![inputs[0].clone()])
+        let [x] = exactly("clip", "input", inputs)?;
+        Ok(vec![x.clone()])
     }
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
@@ -52,11 +53,11 @@ impl Operator for Where {
         vec!["condition".into(), "x".into(), "y".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let (c, x, y) = (&inputs[0], &inputs[1], &inputs[2]);
+        let [c, x, y] = exactly("where", "input", inputs)?;
         if x != y {
             crate::bail!(Shape, "where: x {x} and y {y} must have the same shape");
         }
-        let rows = c.ndim() == 1 && x.ndim() >= 1 && c[0] == x[0];
+        let rows = c.ndim() == 1 && x.ndim() >= 1 && c.dims().first() == x.dims().first();
         if c != x && !rows {
             crate::bail!(Shape, "where: condition {c} must have the shape of x {x}, or be 1-D of length {}", x.dims().first().unwrap_or(&0));
         }
@@ -68,33 +69,34 @@ impl Operator for Where {
     fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
         let (condition, values) = inputs.split_at_mut(1);
         unify_partial(values, outputs)?;
-        let condition_has_value_rank = matches!((&condition[0], &outputs[0]), (Some(c), Some(out)) if c.ndim() == out.ndim());
+        let condition_has_value_rank = matches!((condition.first(), outputs.first()), (Some(Some(c)), Some(Some(out))) if c.ndim() == out.ndim());
         if condition_has_value_rank {
             unify_partial(condition, outputs)?;
         }
         Ok(())
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        same_dtype(&inputs[1..], 1)
+        same_dtype(inputs.get(1..).unwrap_or_default(), 1)
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (c, x, y, out) = (&inputs[0], &inputs[1], &inputs[2], &outputs[0]);
-        let mask: Vec<bool> = crate::dispatch_dtype!(c.dtype, C => {
-            // SAFETY: the condition is an input this op does not write.
-            unsafe { c.slice::<C>() }.iter().map(|v| v.to_f64() != 0.0).collect()
+        let mask: Vec<bool> = crate::dispatch_dtype!(args.input_dtype(0)?, C => {
+            args.input::<C>(0)?.iter().map(|v| v.to_f64() != 0.0).collect()
         });
-        let per_mask = out.size() / mask.len().max(1);
-        crate::dispatch_dtype!(out.dtype, T => {
-            let (xp, yp, op) = (SendPtr(x.ptr::<T>()), SendPtr(y.ptr::<T>()), SendPtr(out.ptr::<T>()));
-            parallel_chunks(out.size(), PARALLEL_GRAIN, |r| {
-                for i in r {
-                    // SAFETY: i < out.size() = x.size() = y.size(); out may alias x or y elementwise.
-                    unsafe { *op.get().add(i) = if mask[i / per_mask.max(1)] { *xp.get().add(i) } else { *yp.get().add(i) } };
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            let (xs, ys, out) = (args.input::<T>(1)?, args.input::<T>(2)?, args.output::<T>(0)?);
+            if xs.len() != out.len() || ys.len() != out.len() {
+                crate::bail!(Runtime, "where: x ({}) and y ({}) must hold the output's {} elements", xs.len(), ys.len(), out.len());
+            }
+            // A condition of the values' shape selects each element; a 1-D one, whole rows.
+            let per_mask = (out.len() / mask.len().max(1)).max(1);
+            parallel_units(out, 1, PARALLEL_GRAIN, |start, piece| {
+                let values = xs.iter().zip(ys).enumerate().skip(start);
+                for (o, (i, (&x, &y))) in piece.iter_mut().zip(values) {
+                    *o = if mask.get(i / per_mask).copied().unwrap_or(false) { x } else { y };
                 }
+                Ok(())
             })
-        });
-        Ok(())
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (c, g) = (d.input(0), d.out_grad(0));
@@ -131,8 +133,8 @@ impl Operator for AddN {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let out = &outputs[0];
+        let inputs = args.inputs();
+        let [out] = exactly("add_n", "output", args.outputs())?;
         let add = super::lookup("elemwise_add")?.instantiate("elemwise_add", &Default::default())?;
         match inputs {
             [] => crate::bail!(Value, "add_n needs at least one input"),
@@ -152,7 +154,7 @@ impl Operator for AddN {
     /// Pairwise element-wise additions into the output, as on the CPU.
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        let out = &outputs[0];
+        let [out] = exactly("add_n", "output", outputs)?;
         let add = super::lookup("elemwise_add")?.instantiate("elemwise_add", &Default::default())?;
         match inputs {
             [] => crate::bail!(Value, "add_n needs at least one input"),

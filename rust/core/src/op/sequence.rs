@@ -3,8 +3,7 @@
 //! input. Mask and reverse are their own gradients; last scatters its gradient back.
 
 use super::grad::{Grad, InputGrads};
-use super::normalization::to_f64;
-use super::{ExecContext, OpDef, Operator, Tensor};
+use super::{ExecContext, OpDef, Operator};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -52,6 +51,17 @@ impl Layout {
     }
 }
 
+/// `inner` elements of `values` from `at`: one sequence's values at one time step.
+fn step<'a, T>(op: &str, values: &'a [T], at: usize, inner: usize) -> Result<&'a [T]> {
+    values.get(at..at + inner).ok_or_else(|| crate::err!(Runtime, "{op}: no {inner} elements at {at} in {}", values.len()))
+}
+
+/// [`step`], to write.
+fn step_mut<'a, T>(op: &str, values: &'a mut [T], at: usize, inner: usize) -> Result<&'a mut [T]> {
+    let len = values.len();
+    values.get_mut(at..at + inner).ok_or_else(|| crate::err!(Runtime, "{op}: no {inner} elements at {at} in {len}"))
+}
+
 impl Sequence {
     fn name(&self) -> &'static str {
         match self.kind {
@@ -66,19 +76,18 @@ impl Sequence {
         usize::from(self.kind == Kind::LastBackward)
     }
     fn layout(&self, data: &Shape) -> Result<Layout> {
-        if data.ndim() < 2 {
+        let &[first, second, ref rest @ ..] = data.dims() else {
             crate::bail!(Shape, "{}: data must have at least 2 dimensions (time and batch), got {data}", self.name());
-        }
-        let d = data.dims();
-        let (steps, batch) = if self.time_axis == 0 { (d[0], d[1]) } else { (d[1], d[0]) };
-        Ok(Layout { steps, batch, inner: d[2..].iter().product(), time_major: self.time_axis == 0 })
+        };
+        let (steps, batch) = if self.time_axis == 0 { (first, second) } else { (second, first) };
+        Ok(Layout { steps, batch, inner: rest.iter().product(), time_major: self.time_axis == 0 })
     }
     /// Each sequence's length, checked against the number of time steps.
-    fn lengths(&self, inputs: &[Tensor], layout: &Layout) -> Result<Vec<usize>> {
+    fn lengths(&self, args: &KernelArgs, layout: &Layout) -> Result<Vec<usize>> {
         if !self.use_length {
             return Ok(vec![layout.steps; layout.batch]);
         }
-        to_f64(&inputs[self.data_index() + 1])
+        args.input_f64(self.data_index() + 1)?
             .into_iter()
             .map(|v| {
                 if !(v >= 0.0 && v <= layout.steps as f64) || v.fract() != 0.0 {
@@ -99,7 +108,7 @@ impl Operator for Sequence {
         names
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let data = &inputs[self.data_index()];
+        let data = inputs.get(self.data_index()).ok_or_else(|| crate::err!(Shape, "{}: the data input is missing", self.name()))?;
         let layout = self.layout(data)?;
         if let Some(lengths) = inputs.get(self.data_index() + 1) {
             if lengths.dims() != [layout.batch] {
@@ -112,7 +121,8 @@ impl Operator for Sequence {
         if self.kind == Kind::LastBackward {
             let mut last = data.dims().to_vec();
             last.remove(self.time_axis);
-            super::check_out_grad("_backward_SequenceLast", &inputs[0], &Shape::new(last))?;
+            let grad = inputs.first().ok_or_else(|| crate::err!(Shape, "_backward_SequenceLast: the gradient input is missing"))?;
+            super::check_out_grad("_backward_SequenceLast", grad, &Shape::new(last))?;
         }
         Ok(vec![match self.kind {
             Kind::Last => {
@@ -124,51 +134,50 @@ impl Operator for Sequence {
         }])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[self.data_index()]])
+        let data = inputs.get(self.data_index()).ok_or_else(|| crate::err!(Type, "{}: the data input is missing", self.name()))?;
+        Ok(vec![*data])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let data = &inputs[self.data_index()];
-        let layout = self.layout(&data.shape)?;
-        let lengths = self.lengths(inputs, &layout)?;
+        let (op, data) = (self.name(), self.data_index());
+        let layout = self.layout(args.input_shape(data)?)?;
+        let lengths = self.lengths(args, &layout)?;
         let inner = layout.inner;
-        crate::dispatch_dtype!(data.dtype, T => {
-            // SAFETY: inputs are only read; the output is this op's alone and never aliases them.
-            let (x, y) = unsafe { (data.slice::<T>(), outputs[0].slice_mut::<T>()) };
+        crate::dispatch_dtype!(args.input_dtype(data)?, T => {
+            let y = args.output::<T>(0)?;
             match self.kind {
                 Kind::Last => {
-                    for (n, &len) in lengths.iter().enumerate() {
-                        let src = layout.at(len.max(1) - 1, n);
-                        y[n * inner..][..inner].copy_from_slice(&x[src..src + inner]);
+                    let x = args.input::<T>(data)?;
+                    for ((n, &len), last) in lengths.iter().enumerate().zip(y.chunks_mut(inner.max(1))) {
+                        last.copy_from_slice(step(op, x, layout.at(len.max(1) - 1, n), inner)?);
                     }
                 }
                 Kind::LastBackward => {
                     let g = args.input::<T>(0)?;
                     y.fill(T::default());
-                    for (n, &len) in lengths.iter().enumerate() {
-                        let dst = layout.at(len.max(1) - 1, n);
-                        y[dst..dst + inner].copy_from_slice(&g[n * inner..][..inner]);
+                    for ((n, &len), grad) in lengths.iter().enumerate().zip(g.chunks(inner.max(1))) {
+                        step_mut(op, y, layout.at(len.max(1) - 1, n), inner)?.copy_from_slice(grad);
                     }
                 }
                 Kind::Mask(value) => {
-                    let fill = T::from_f64(value);
+                    let (x, fill) = (args.input::<T>(data)?, T::from_f64(value));
                     for (n, &len) in lengths.iter().enumerate() {
                         for t in 0..layout.steps {
                             let at = layout.at(t, n);
+                            let out = step_mut(op, y, at, inner)?;
                             if t < len {
-                                y[at..at + inner].copy_from_slice(&x[at..at + inner]);
+                                out.copy_from_slice(step(op, x, at, inner)?);
                             } else {
-                                y[at..at + inner].fill(fill);
+                                out.fill(fill);
                             }
                         }
                     }
                 }
                 Kind::Reverse => {
+                    let x = args.input::<T>(data)?;
                     for (n, &len) in lengths.iter().enumerate() {
                         for t in 0..layout.steps {
                             let from = if t < len { len - 1 - t } else { t };
-                            let (dst, src) = (layout.at(t, n), layout.at(from, n));
-                            y[dst..dst + inner].copy_from_slice(&x[src..src + inner]);
+                            step_mut(op, y, layout.at(t, n), inner)?.copy_from_slice(step(op, x, layout.at(from, n), inner)?);
                         }
                     }
                 }
