@@ -124,6 +124,20 @@ def test_zero_size_gather_and_products():
     assert mx.nd.take(mx.nd.zeros((0, 3)), mx.nd.zeros((0,))).shape == (0, 3)
 
 
+def test_zero_size_kernels_return_empty_results():
+    """Kernels whose loops step by a size that can be zero (an image's plane, a sequence's
+    features, a row of classes) return empty results instead of failing."""
+    nd = mx.nd
+    assert nd.UpSampling(nd.zeros((1, 2, 0, 3)), scale=2, sample_type="nearest").asnumpy().shape == (1, 2, 0, 6)
+    assert nd.SequenceMask(nd.zeros((3, 2, 0)), nd.array([1, 2]), use_sequence_length=True).asnumpy().shape == (3, 2, 0)
+    assert nd.SequenceLast(nd.zeros((3, 2, 0))).asnumpy().shape == (2, 0)
+    assert nd.SequenceReverse(nd.zeros((3, 2, 0))).asnumpy().shape == (3, 2, 0)
+    assert nd.where(nd.zeros((0,)), nd.zeros((0, 4)), nd.zeros((0, 4))).asnumpy().shape == (0, 4)
+    assert nd.topk(nd.zeros((0, 5)), k=2).asnumpy().shape == (0, 2)
+    assert nd.LRN(nd.zeros((2, 0, 3, 3)), nsize=3).asnumpy().shape == (2, 0, 3, 3)
+    assert nd.pad(nd.zeros((1, 1, 0, 2)), mode="constant", pad_width=(0, 0, 0, 0, 1, 1, 1, 1)).asnumpy().shape == (1, 1, 2, 4)
+
+
 @pytest.mark.parametrize("reduce", ["max", "min"])
 def test_extremes_of_nothing_are_errors(reduce):
     with pytest.raises(mx.base.MXNetError, match="empty"):

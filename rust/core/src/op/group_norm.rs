@@ -3,8 +3,7 @@
 //! L2Normalization (scale by the inverse L2 norm per instance, channel position or channel).
 
 use super::grad::{Grad, InputGrads};
-use super::normalization::{to_f64, write_f64};
-use super::{ExecContext, OpDef, Operator};
+use super::{exactly, ExecContext, OpDef, Operator};
 use crate::base::{DType, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -29,23 +28,22 @@ crate::op_params! {
 
 /// (batch, groups, values per group) of data (N, C, ...) split into `groups` channel groups.
 fn group_layout(op: &str, data: &Shape, groups: usize) -> Result<(usize, usize, usize)> {
-    let d = data.dims();
-    if d.len() < 2 {
+    let &[batch, channels, ref spatial @ ..] = data.dims() else {
         crate::bail!(Shape, "{op}: data must be at least 2-D (batch, channels, ...), got {data}");
-    }
-    if op == "InstanceNorm" && d.len() < 3 {
+    };
+    if op == "InstanceNorm" && spatial.is_empty() {
         // Instance statistics are taken over spatial axes, which a 2-D input does not have.
         crate::bail!(Shape, "{op}: data must be at least 3-D (batch, channels, spatial...), got {data}");
     }
-    if groups == 0 || !d[1].is_multiple_of(groups) {
-        crate::bail!(Shape, "{op}: {} channels cannot be split into {groups} groups", d[1]);
+    if groups == 0 || !channels.is_multiple_of(groups) {
+        crate::bail!(Shape, "{op}: {channels} channels cannot be split into {groups} groups");
     }
-    let blocks = d[0] * groups;
+    let blocks = batch * groups;
     let per_block = data.size().checked_div(blocks).unwrap_or(0);
     if blocks > 0 && per_block == 0 {
         crate::bail!(Shape, "{op}: data {data} has no elements to normalize in each of its {blocks} (instance, group) blocks");
     }
-    Ok((d[0], groups, per_block))
+    Ok((batch, groups, per_block))
 }
 
 /// Normalization of each (instance, group) followed by a per-group scale and shift.
@@ -74,52 +72,53 @@ impl Operator for GroupNorm {
         self.visible
     }
     fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
-        if let Some(data) = inputs[0].clone() {
-            let (_, groups, _) = group_layout(self.name, &data, self.groups(&data))?;
-            for p in &mut inputs[1..] {
+        if let Some((Some(data), params)) = inputs.split_first_mut() {
+            let (_, groups, _) = group_layout(self.name, data, self.groups(data))?;
+            for p in params {
                 p.get_or_insert_with(|| Shape::new(vec![groups]));
             }
         }
         Ok(())
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let (n, groups, _) = group_layout(self.name, &inputs[0], self.groups(&inputs[0]))?;
-        for (name, s) in ["gamma", "beta"].iter().zip(&inputs[1..]) {
+        let [data, gamma, beta] = exactly(self.name, "input", inputs)?;
+        let (n, groups, _) = group_layout(self.name, data, self.groups(data))?;
+        for (name, s) in [("gamma", gamma), ("beta", beta)] {
             if s.size() != groups || s.ndim() != 1 {
-                crate::bail!(Shape, "{}: {name} has shape {s}, expected ({groups},) for data {}", self.name, inputs[0]);
+                crate::bail!(Shape, "{}: {name} has shape {s}, expected ({groups},) for data {data}", self.name);
             }
         }
         let stats = Shape::new(vec![n, groups]);
-        Ok(vec![inputs[0].clone(), stats.clone(), stats])
+        Ok(vec![data.clone(), stats.clone(), stats])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]; 3])
+        let &[data, _, _] = exactly(self.name, "input", inputs)?;
+        Ok(vec![data; 3])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (n, groups, m) = group_layout(self.name, &inputs[0].shape, self.groups(&inputs[0].shape))?;
+        let data = args.input_shape(0)?;
+        let (n, groups, m) = group_layout(self.name, data, self.groups(data))?;
         if m == 0 {
             // No (instance, group) blocks: every output is empty.
             return Ok(());
         }
-        let (x, gamma, beta) = (to_f64(&inputs[0]), to_f64(&inputs[1]), to_f64(&inputs[2]));
+        let (x, gamma, beta) = (args.input_f64(0)?, args.input_f64(1)?, args.input_f64(2)?);
         let mut y = vec![0.0; x.len()];
         let (mut means, mut stds) = (vec![0.0; n * groups], vec![0.0; n * groups]);
-        for (block, (xs, ys)) in x.chunks_exact(m).zip(y.chunks_exact_mut(m)).enumerate() {
-            let g = block % groups;
+        // Blocks run (instance, group) in order, so the groups' parameters repeat per instance.
+        let blocks = x.chunks_exact(m).zip(y.chunks_exact_mut(m)).zip(gamma.iter().zip(&beta).cycle()).zip(means.iter_mut().zip(stds.iter_mut()));
+        for (((xs, ys), (&scale, &shift)), (mean_out, std_out)) in blocks {
             let mean = xs.iter().sum::<f64>() / m as f64;
             let var = xs.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / m as f64;
             let std = (var + self.eps).sqrt();
             for (o, v) in ys.iter_mut().zip(xs) {
-                *o = (v - mean) / std * gamma[g] + beta[g];
+                *o = (v - mean) / std * scale + shift;
             }
-            means[block] = mean;
-            stds[block] = std;
+            (*mean_out, *std_out) = (mean, std);
         }
-        write_f64(&outputs[0], &y);
-        write_f64(&outputs[1], &means);
-        write_f64(&outputs[2], &stds);
-        Ok(())
+        args.output_from_f64(0, &y)?;
+        args.output_from_f64(1, &means)?;
+        args.output_from_f64(2, &stds)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (g, x, gamma, mean, std) = (d.out_grad(0), d.input(0), d.input(1), d.output(1), d.output(2));
@@ -149,7 +148,7 @@ impl Operator for GroupNormBackward {
         3
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let data = &inputs[1];
+        let [_, data, gamma, _, _] = exactly("_backward_GroupNorm", "input", inputs)?;
         let groups = self.groups.unwrap_or_else(|| data.dims().get(1).copied().unwrap_or(1));
         let (n, groups, _) = group_layout("_backward_GroupNorm", data, groups)?;
         let expected = [data.clone(), data.clone(), Shape::new(vec![groups]), Shape::new(vec![n, groups]), Shape::new(vec![n, groups])];
@@ -158,46 +157,49 @@ impl Operator for GroupNormBackward {
                 crate::bail!(Shape, "_backward_GroupNorm: {name} has shape {given}, expected {wanted} for data {data}");
             }
         }
-        Ok(vec![inputs[1].clone(), inputs[2].clone(), inputs[2].clone()])
+        Ok(vec![data.clone(), gamma.clone(), gamma.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[1]; 3])
+        let &[_, data, _, _, _] = exactly("_backward_GroupNorm", "input", inputs)?;
+        Ok(vec![data; 3])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let shape = &inputs[1].shape;
+        let shape = args.input_shape(1)?;
         let groups = self.groups.unwrap_or_else(|| shape.dims().get(1).copied().unwrap_or(1));
         let (_, groups, m) = group_layout("_backward_GroupNorm", shape, groups)?;
         if m == 0 {
             // No elements: the data gradient is empty, gamma's and beta's are empty sums.
-            write_f64(&outputs[1], &vec![0.0; groups]);
-            write_f64(&outputs[2], &vec![0.0; groups]);
-            return Ok(());
+            args.output_from_f64(1, &vec![0.0; groups])?;
+            return args.output_from_f64(2, &vec![0.0; groups]);
         }
-        let (gy, x, gamma, mean, std) = (to_f64(&inputs[0]), to_f64(&inputs[1]), to_f64(&inputs[2]), to_f64(&inputs[3]), to_f64(&inputs[4]));
+        let (gy, x, gamma, mean, std) = (args.input_f64(0)?, args.input_f64(1)?, args.input_f64(2)?, args.input_f64(3)?, args.input_f64(4)?);
         let mut dx = vec![0.0; x.len()];
         let (mut dgamma, mut dbeta) = (vec![0.0; groups], vec![0.0; groups]);
-        for (block, ((gs, xs), dxs)) in gy.chunks_exact(m).zip(x.chunks_exact(m)).zip(dx.chunks_exact_mut(m)).enumerate() {
+        let blocks = gy.chunks_exact(m).zip(x.chunks_exact(m)).zip(dx.chunks_exact_mut(m)).zip(mean.iter().zip(&std));
+        for (block, (((gs, xs), dxs), (&mu, &sigma))) in blocks.enumerate() {
             let grp = block % groups;
-            let (mu, sigma) = (mean[block], std[block]);
-            let (mut sum_dy, mut sum_dy_xhat) = (0.0, 0.0);
+            let scale = gamma.get(grp).copied().unwrap_or(0.0);
+            let (mut sum_dy, mut sum_dy_xhat, mut block_dgamma, mut block_dbeta) = (0.0, 0.0, 0.0, 0.0);
             for (&g, &v) in gs.iter().zip(xs) {
                 let xhat = (v - mu) / sigma;
-                dgamma[grp] += g * xhat;
-                dbeta[grp] += g;
-                sum_dy += g * gamma[grp];
-                sum_dy_xhat += g * gamma[grp] * xhat;
+                block_dgamma += g * xhat;
+                block_dbeta += g;
+                sum_dy += g * scale;
+                sum_dy_xhat += g * scale * xhat;
+            }
+            if let (Some(dg), Some(db)) = (dgamma.get_mut(grp), dbeta.get_mut(grp)) {
+                *dg += block_dgamma;
+                *db += block_dbeta;
             }
             let (mean_dy, mean_dy_xhat) = (sum_dy / m as f64, sum_dy_xhat / m as f64);
             for ((o, &g), &v) in dxs.iter_mut().zip(gs).zip(xs) {
                 let xhat = (v - mu) / sigma;
-                *o = (g * gamma[grp] - mean_dy - xhat * mean_dy_xhat) / sigma;
+                *o = (g * scale - mean_dy - xhat * mean_dy_xhat) / sigma;
             }
         }
-        write_f64(&outputs[0], &dx);
-        write_f64(&outputs[1], &dgamma);
-        write_f64(&outputs[2], &dbeta);
-        Ok(())
+        args.output_from_f64(0, &dx)?;
+        args.output_from_f64(1, &dgamma)?;
+        args.output_from_f64(2, &dbeta)
     }
 }
 
@@ -260,7 +262,9 @@ impl L2Normalization {
     fn norms(&self, x: &[f64], groups: usize, index: &[usize]) -> Vec<f64> {
         let mut sums = vec![self.eps; groups];
         for (&v, &g) in x.iter().zip(index) {
-            sums[g] += v * v;
+            if let Some(sum) = sums.get_mut(g) {
+                *sum += v * v;
+            }
         }
         sums.iter().map(|s| s.sqrt()).collect()
     }
@@ -268,17 +272,17 @@ impl L2Normalization {
 
 impl Operator for L2Normalization {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        self.group_of(&inputs[0])?;
-        Ok(vec![inputs[0].clone()])
+        let [x] = exactly("L2Normalization", "input", inputs)?;
+        self.group_of(x)?;
+        Ok(vec![x.clone()])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (groups, index) = self.group_of(&inputs[0].shape)?;
-        let x = to_f64(&inputs[0]);
+        let (groups, index) = self.group_of(args.input_shape(0)?)?;
+        let x = args.input_f64(0)?;
         let norms = self.norms(&x, groups, &index);
-        let y: Vec<f64> = x.iter().zip(&index).map(|(v, &g)| v / norms[g]).collect();
-        write_f64(&outputs[0], &y);
-        Ok(())
+        let norm_of = |g: usize| norms.get(g).copied().unwrap_or(1.0);
+        let y: Vec<f64> = x.iter().zip(&index).map(|(v, &g)| v / norm_of(g)).collect();
+        args.output_from_f64(0, &y)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (g, x) = (d.out_grad(0), d.input(0));
@@ -295,21 +299,24 @@ impl Operator for L2NormalizationBackward {
         vec!["out_grad".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        super::check_out_grad("_backward_L2Normalization", &inputs[0], &inputs[1])?;
-        Ok(vec![inputs[1].clone()])
+        let [out_grad, data] = exactly("_backward_L2Normalization", "input", inputs)?;
+        super::check_out_grad("_backward_L2Normalization", out_grad, data)?;
+        Ok(vec![data.clone()])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (groups, index) = self.0.group_of(&inputs[1].shape)?;
-        let (gy, x) = (to_f64(&inputs[0]), to_f64(&inputs[1]));
+        let (groups, index) = self.0.group_of(args.input_shape(1)?)?;
+        let (gy, x) = (args.input_f64(0)?, args.input_f64(1)?);
         let norms = self.0.norms(&x, groups, &index);
+        let norm_of = |k: usize| norms.get(k).copied().unwrap_or(1.0);
         let mut dots = vec![0.0; groups];
         for ((&g, &v), &k) in gy.iter().zip(&x).zip(&index) {
-            dots[k] += g * v / norms[k];
+            if let Some(dot) = dots.get_mut(k) {
+                *dot += g * v / norm_of(k);
+            }
         }
-        let dx: Vec<f64> = gy.iter().zip(&x).zip(&index).map(|((&g, &v), &k)| (g - v / norms[k] * dots[k]) / norms[k]).collect();
-        write_f64(&outputs[0], &dx);
-        Ok(())
+        let dot_of = |k: usize| dots.get(k).copied().unwrap_or(0.0);
+        let dx: Vec<f64> = gy.iter().zip(&x).zip(&index).map(|((&g, &v), &k)| (g - v / norm_of(k) * dot_of(k)) / norm_of(k)).collect();
+        args.output_from_f64(0, &dx)
     }
 }
 

@@ -16,7 +16,7 @@
 
 use super::grad::{tuple_attr, Grad, InputGrads};
 use super::params::NoParams;
-use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::{exactly, parallel_units, ExecContext, OpDef, Operator};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -76,23 +76,23 @@ fn store<T: Elem>(value: f64) -> T {
     }
 }
 
-/// Run `per_image(index, input image, output image)` over a batch, images in parallel.
-fn for_each_image<T: Elem>(x: &Tensor, out: &Tensor, in_size: usize, out_size: usize, per_image: impl Fn(usize, &[T], &mut [T]) + Sync) {
-    let batch = x.size().checked_div(in_size).unwrap_or(0);
-    let (xp, op) = (SendPtr(x.ptr::<T>()), SendPtr(out.ptr::<T>()));
-    parallel_chunks(batch, 1, |range| {
-        for n in range {
-            // SAFETY: image n occupies its own disjoint block of the input and of the output, and
-            // the engine grants this op the input for reading and the output for writing.
-            let (src, dst) = unsafe {
-                (
-                    std::slice::from_raw_parts(xp.get().add(n * in_size) as *const T, in_size),
-                    std::slice::from_raw_parts_mut(op.get().add(n * out_size), out_size),
-                )
-            };
-            per_image(n, src, dst);
+/// Run `per_image(index, input image, output image)` over a batch of `in_size`-element images
+/// into one of `out_size`-element images, images in parallel.
+fn for_each_image<A: Sync, B: Send>(
+    src: &[A],
+    dst: &mut [B],
+    in_size: usize,
+    out_size: usize,
+    per_image: impl Fn(usize, &[A], &mut [B]) -> Result<()> + Sync,
+) -> Result<()> {
+    // Chunk sizes of at least one: an empty image leaves nothing to compute.
+    let (in_size, out_size) = (in_size.max(1), out_size.max(1));
+    parallel_units(dst, out_size, 1, |first, images| {
+        for ((n, out), image) in (first..).zip(images.chunks_exact_mut(out_size)).zip(src.chunks_exact(in_size).skip(first)) {
+            per_image(n, image, out)?;
         }
-    });
+        Ok(())
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -101,11 +101,18 @@ fn for_each_image<T: Elem>(x: &Tensor, out: &Tensor, in_size: usize, out_size: u
 /// `_image_to_tensor`: (H, W, C) in [0, 255] to a float32 (C, H, W) tensor in [0, 1].
 struct ToTensor;
 
+impl ToTensor {
+    /// The (C, H, W) tensor shape, or (N, C, H, W), of an image shape.
+    fn tensor_shape(image: &Shape) -> Result<Shape> {
+        let l = Layout::of("_image_to_tensor", image)?;
+        Ok(Shape::new(if l.batched { vec![l.batch, l.channels, l.height, l.width] } else { vec![l.channels, l.height, l.width] }))
+    }
+}
+
 impl Operator for ToTensor {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let l = Layout::of("_image_to_tensor", &inputs[0])?;
-        let chw = [l.channels, l.height, l.width];
-        Ok(vec![if l.batched { Shape::new(vec![l.batch, chw[0], chw[1], chw[2]]) } else { Shape::new(chw.to_vec()) }])
+        let [image] = exactly("_image_to_tensor", "input", inputs)?;
+        Ok(vec![Self::tensor_shape(image)?])
     }
     fn infer_type(&self, _inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![DType::F32])
@@ -114,30 +121,19 @@ impl Operator for ToTensor {
         Some(vec![DType::F32])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (x, out) = (&inputs[0], &outputs[0]);
-        let l = Layout::of("_image_to_tensor", &x.shape)?;
-        let (pixels, channels) = (l.height * l.width, l.channels);
-        let size = l.image_size();
-        let op = SendPtr(out.ptr::<f32>());
-        crate::dispatch_dtype!(x.dtype, T => {
-            let xp = SendPtr(x.ptr::<T>());
-            parallel_chunks(l.batch, 1, |range| {
-                for n in range {
-                    // SAFETY: image n is a disjoint block of the input and of the output.
-                    let (src, dst) = unsafe {
-                        (std::slice::from_raw_parts(xp.get().add(n * size) as *const T, size),
-                         std::slice::from_raw_parts_mut(op.get().add(n * size), size))
-                    };
-                    for c in 0..channels {
-                        for p in 0..pixels {
-                            dst[c * pixels + p] = (src[p * channels + c].to_f64() / 255.0) as f32;
-                        }
+        let l = Layout::of("_image_to_tensor", args.input_shape(0)?)?;
+        let (pixels, channels, size) = (l.height * l.width, l.channels, l.image_size());
+        let out = args.output::<f32>(0)?;
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            for_each_image(args.input::<T>(0)?, out, size, size, |_, src, dst| {
+                for (c, plane) in dst.chunks_exact_mut(pixels.max(1)).enumerate() {
+                    for (y, v) in plane.iter_mut().zip(src.iter().skip(c).step_by(channels.max(1))) {
+                        *y = (v.to_f64() / 255.0) as f32;
                     }
                 }
-            });
-        });
-        Ok(())
+                Ok(())
+            })
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (g, x) = (d.out_grad(0), d.input(0));
@@ -154,31 +150,29 @@ impl Operator for ToTensorBackward {
         vec!["grad".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let expected = ToTensor.infer_shape(&inputs[1..])?.remove(0);
-        if inputs[0] != expected {
-            crate::bail!(Shape, "_backward_image_to_tensor: gradient {} does not match the tensor shape {expected}", inputs[0]);
+        let [grad, data] = exactly("_backward_image_to_tensor", "input", inputs)?;
+        let expected = ToTensor::tensor_shape(data)?;
+        if *grad != expected {
+            crate::bail!(Shape, "_backward_image_to_tensor: gradient {grad} does not match the tensor shape {expected}");
         }
-        Ok(vec![inputs[1].clone()])
+        Ok(vec![data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[1]])
+        let &[_, data] = exactly("_backward_image_to_tensor", "input", inputs)?;
+        Ok(vec![data])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (g, out) = (&inputs[0], &outputs[0]);
-        let l = Layout::of("_backward_image_to_tensor", &out.shape)?;
+        let l = Layout::of("_backward_image_to_tensor", args.output_shape(0)?)?;
         let (pixels, channels) = (l.height * l.width, l.channels);
-        crate::dispatch_dtype!(g.dtype, G => {
-            // SAFETY: the gradient is only read here.
-            let gv = unsafe { g.slice::<G>() };
-            crate::dispatch_dtype!(out.dtype, T => {
-                // SAFETY: the output is this op's alone.
-                let y = unsafe { out.slice_mut::<T>() };
+        crate::dispatch_dtype!(args.input_dtype(0)?, G => {
+            let gv = args.input::<G>(0)?;
+            crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+                let y = args.output::<T>(0)?;
                 let size = l.image_size().max(1);
                 for (dst, src) in y.chunks_mut(size).zip(gv.chunks(size)) {
-                    for c in 0..channels {
-                        for p in 0..pixels {
-                            dst[p * channels + c] = store(src[c * pixels + p].to_f64() / 255.0);
+                    for (c, plane) in src.chunks(pixels.max(1)).enumerate() {
+                        for (out, v) in dst.iter_mut().skip(c).step_by(channels.max(1)).zip(plane) {
+                            *out = store(v.to_f64() / 255.0);
                         }
                     }
                 }
@@ -229,46 +223,41 @@ impl Normalize {
         }
         Ok((channels, pixels))
     }
-    fn per_channel(values: &[f64], c: usize) -> f64 {
-        if values.len() == 1 {
-            values[0]
-        } else {
-            values[c]
-        }
-    }
     fn attrs(&self) -> Vec<(&'static str, String)> {
         let text = |v: &[f64]| format!("({})", v.iter().map(|x| format!("{x:?}")).collect::<Vec<_>>().join(", "));
         vec![("mean", text(&self.params.mean)), ("std", text(&self.params.std))]
     }
-    /// `out = (x - mean[c]) / std[c]` over channel planes, or `x / std[c]` for the gradient.
-    fn apply(&self, x: &Tensor, out: &Tensor, subtract_mean: bool) -> Result<()> {
-        let (channels, pixels) = self.geometry(&x.shape)?;
-        crate::dispatch_dtype!(x.dtype, T => {
-            // SAFETY: the input is only read and the output is this op's alone (no in-place pair).
-            let (src, dst) = unsafe { (x.slice::<T>(), out.slice_mut::<T>()) };
+}
+
+impl Operator for Normalize {
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let [x] = exactly(self.name, "input", inputs)?;
+        self.geometry(x)?;
+        Ok(vec![x.clone()])
+    }
+    /// `out = (x - mean[c]) / std[c]` over channel planes; the backward op shares the kernel, its
+    /// gradient being the output gradient over std.
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let (channels, pixels) = self.geometry(args.input_shape(0)?)?;
+        let subtract_mean = self.name == "_image_normalize";
+        // (mean, 1 / std) of each channel: `geometry` checked that a list holds one value for
+        // every channel or one per channel.
+        let per_channel = |values: &[f64]| values.iter().cycle().take(channels).copied().collect::<Vec<_>>();
+        let factors: Vec<(f64, f64)> = per_channel(&self.params.mean)
+            .into_iter()
+            .zip(per_channel(&self.params.std))
+            .map(|(mean, std)| (if subtract_mean { mean } else { 0.0 }, 1.0 / std))
+            .collect();
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let (src, dst) = (args.input::<T>(0)?, args.output::<T>(0)?);
             let plane = pixels.max(1);
-            for (k, (d, s)) in dst.chunks_mut(plane).zip(src.chunks(plane)).enumerate() {
-                let c = k % channels;
-                let mean = if subtract_mean { Self::per_channel(&self.params.mean, c) } else { 0.0 };
-                let inv_std = 1.0 / Self::per_channel(&self.params.std, c);
+            for ((d, s), &(mean, inv_std)) in dst.chunks_mut(plane).zip(src.chunks(plane)).zip(factors.iter().cycle()) {
                 for (o, &v) in d.iter_mut().zip(s) {
                     *o = store((v.to_f64() - mean) * inv_std);
                 }
             }
         });
         Ok(())
-    }
-}
-
-impl Operator for Normalize {
-    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        self.geometry(&inputs[0])?;
-        Ok(vec![inputs[0].clone()])
-    }
-    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        // The backward op shares the kernel: the gradient is the output gradient over std.
-        self.apply(&inputs[0], &outputs[0], self.name == "_image_normalize")
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         // Both the forward and the backward op are linear with slope 1 / std per channel.
@@ -392,26 +381,35 @@ fn axis_taps(interp: Interp, src: usize, dst: usize, area_shrinks: bool) -> Taps
 }
 
 /// Resample one (H, W, C) image into `dst` (h, w, C) through per-axis taps: rows first, then
-/// columns, in f64.
-fn resample<T: Elem>(src: &[T], dst: &mut [T], src_w: usize, channels: usize, rows: &Taps, cols: &Taps) {
-    let dst_w = cols.len();
-    let src_h = src.len() / (src_w * channels).max(1);
-    let mut horizontal = vec![0f64; src_h * dst_w * channels];
-    for (r, line) in horizontal.chunks_mut((dst_w * channels).max(1)).enumerate().take(src_h) {
-        let src_line = &src[r * src_w * channels..(r + 1) * src_w * channels];
-        for (x, taps) in cols.iter().enumerate() {
-            for c in 0..channels {
-                line[x * channels + c] = taps.iter().map(|&(s, w)| w * src_line[s * channels + c].to_f64()).sum();
+/// columns, in f64. Each sample adds its weighted taps in order starting from -0.0, as
+/// `Iterator::sum` does, a whole source pixel or line at a time.
+fn resample<T: Elem>(src: &[T], dst: &mut [T], src_w: usize, channels: usize, rows: &Taps, cols: &Taps) -> Result<()> {
+    let channels = channels.max(1);
+    let (src_row, dst_row) = ((src_w * channels).max(1), (cols.len() * channels).max(1));
+    let mut horizontal = vec![0f64; src.len() / src_row * dst_row];
+    for (line, src_line) in horizontal.chunks_exact_mut(dst_row).zip(src.chunks_exact(src_row)) {
+        for (pixel, taps) in line.chunks_exact_mut(channels).zip(cols) {
+            pixel.fill(-0.0);
+            for &(s, w) in taps {
+                let source = src_line
+                    .get(s * channels..(s + 1) * channels)
+                    .ok_or_else(|| crate::err!(Runtime, "_image_resize: column {s} is past the image's {src_w} columns"))?;
+                pixel.iter_mut().zip(source).for_each(|(sum, v)| *sum += w * v.to_f64());
             }
         }
     }
-    let row_len = dst_w * channels;
-    for (y, taps) in rows.iter().enumerate() {
-        let out_line = &mut dst[y * row_len..(y + 1) * row_len];
-        for (i, o) in out_line.iter_mut().enumerate() {
-            *o = store(taps.iter().map(|&(s, w)| w * horizontal[s * row_len + i]).sum());
+    let mut sums = vec![0f64; dst_row];
+    for (out_line, taps) in dst.chunks_exact_mut(dst_row).zip(rows) {
+        sums.fill(-0.0);
+        for &(s, w) in taps {
+            let line = horizontal
+                .get(s * dst_row..(s + 1) * dst_row)
+                .ok_or_else(|| crate::err!(Runtime, "_image_resize: row {s} is past the image's {} rows", src.len() / src_row))?;
+            sums.iter_mut().zip(line).for_each(|(sum, v)| *sum += w * v);
         }
+        out_line.iter_mut().zip(&sums).for_each(|(o, &v)| *o = store(v));
     }
+    Ok(())
 }
 
 /// `_image_resize`: OpenCV-compatible resize of an image or batch.
@@ -444,17 +442,16 @@ impl Resize {
 
 impl Operator for Resize {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let l = Layout::of("_image_resize", &inputs[0])?;
+        let [image] = exactly("_image_resize", "input", inputs)?;
+        let l = Layout::of("_image_resize", image)?;
         let (h, w) = self.target(l.height, l.width)?;
         Ok(vec![l.with_size(h, w)])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (x, out) = (&inputs[0], &outputs[0]);
-        let l = Layout::of("_image_resize", &x.shape)?;
+        let l = Layout::of("_image_resize", args.input_shape(0)?)?;
         let (h, w) = self.target(l.height, l.width)?;
         if l.height == 0 || l.width == 0 {
-            if out.size() > 0 {
+            if args.output_shape(0)?.size() > 0 {
                 crate::bail!(Shape, "_image_resize: cannot resize an empty {}x{} image to {h}x{w}", l.height, l.width);
             }
             return Ok(());
@@ -463,10 +460,11 @@ impl Operator for Resize {
         let rows = axis_taps(self.interp, l.height, h, area_shrinks);
         let cols = axis_taps(self.interp, l.width, w, area_shrinks);
         let out_size = h * w * l.channels;
-        crate::dispatch_dtype!(x.dtype, T => {
-            for_each_image::<T>(x, out, l.image_size(), out_size, |_, src, dst| resample(src, dst, l.width, l.channels, &rows, &cols));
-        });
-        Ok(())
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            for_each_image(args.input::<T>(0)?, args.output::<T>(0)?, l.image_size(), out_size, |_, src, dst| {
+                resample(src, dst, l.width, l.channels, &rows, &cols)
+            })
+        })
     }
 }
 
@@ -513,6 +511,11 @@ impl Crop {
         }
         Ok(l)
     }
+    /// The shape of the window cut out of `shape`.
+    fn window_shape(&self, shape: &Shape) -> Result<Shape> {
+        let l = self.check("_image_crop", shape)?;
+        Ok(l.with_size(self.params.height as usize, self.params.width as usize))
+    }
     fn attrs(&self) -> Vec<(&'static str, String)> {
         let p = &self.params;
         vec![("x", p.x.to_string()), ("y", p.y.to_string()), ("width", p.width.to_string()), ("height", p.height.to_string())]
@@ -531,22 +534,23 @@ impl Crop {
 
 impl Operator for Crop {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let l = self.check("_image_crop", &inputs[0])?;
-        Ok(vec![l.with_size(self.params.height as usize, self.params.width as usize)])
+        let [image] = exactly("_image_crop", "input", inputs)?;
+        Ok(vec![self.window_shape(image)?])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (x, out) = (&inputs[0], &outputs[0]);
-        let l = self.check("_image_crop", &x.shape)?;
+        let l = self.check("_image_crop", args.input_shape(0)?)?;
         let window = (self.params.width * self.params.height) as usize * l.channels;
-        crate::dispatch_dtype!(x.dtype, T => {
-            for_each_image::<T>(x, out, l.image_size(), window, |_, src, dst| {
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            for_each_image(args.input::<T>(0)?, args.output::<T>(0)?, l.image_size(), window, |_, src, dst| {
                 for (image_rows, window_rows) in self.window_rows(&l) {
-                    dst[window_rows].copy_from_slice(&src[image_rows]);
+                    let (Some(to), Some(from)) = (dst.get_mut(window_rows), src.get(image_rows)) else {
+                        crate::bail!(Runtime, "_image_crop: a window row lies outside the {}x{} image or its window", l.width, l.height);
+                    };
+                    to.copy_from_slice(from);
                 }
-            });
-        });
-        Ok(())
+                Ok(())
+            })
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (g, x) = (d.out_grad(0), d.input(0));
@@ -564,29 +568,33 @@ impl Operator for CropBackward {
         vec!["grad".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let window = self.crop.infer_shape(&inputs[1..])?.remove(0);
-        if inputs[0] != window {
-            crate::bail!(Shape, "_backward_image_crop: gradient {} does not match the crop shape {window}", inputs[0]);
+        let [grad, data] = exactly("_backward_image_crop", "input", inputs)?;
+        let window = self.crop.window_shape(data)?;
+        if *grad != window {
+            crate::bail!(Shape, "_backward_image_crop: gradient {grad} does not match the crop shape {window}");
         }
-        Ok(vec![inputs[1].clone()])
+        Ok(vec![data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[grad, _] = exactly("_backward_image_crop", "input", inputs)?;
+        Ok(vec![grad])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (g, out) = (&inputs[0], &outputs[0]);
-        let l = self.crop.check("_backward_image_crop", &out.shape)?;
-        let window = g.size() / l.batch.max(1);
-        crate::dispatch_dtype!(out.dtype, T => {
-            for_each_image::<T>(g, out, window, l.image_size(), |_, src, dst| {
+        let l = self.crop.check("_backward_image_crop", args.output_shape(0)?)?;
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            let grad = args.input::<T>(0)?;
+            let window = grad.len() / l.batch.max(1);
+            for_each_image(grad, args.output::<T>(0)?, window, l.image_size(), |_, src, dst| {
                 dst.fill(T::default());
                 for (image_rows, window_rows) in self.crop.window_rows(&l) {
-                    dst[image_rows].copy_from_slice(&src[window_rows]);
+                    let (Some(to), Some(from)) = (dst.get_mut(image_rows), src.get(window_rows)) else {
+                        crate::bail!(Runtime, "_backward_image_crop: a window row lies outside the {}x{} image or its window", l.width, l.height);
+                    };
+                    to.copy_from_slice(from);
                 }
-            });
-        });
-        Ok(())
+                Ok(())
+            })
+        })
     }
 }
 
@@ -603,17 +611,15 @@ enum FlipAxis {
 
 /// Mirror one (H, W, C) image.
 fn flip_image<T: Copy>(src: &[T], dst: &mut [T], l: &Layout, axis: FlipAxis) {
-    let row = l.width * l.channels;
-    for r in 0..l.height {
-        let source_row = if axis == FlipAxis::Height { l.height - 1 - r } else { r };
-        let (s, d) = (&src[source_row * row..(source_row + 1) * row], &mut dst[r * row..(r + 1) * row]);
-        if axis == FlipAxis::Width {
-            for x in 0..l.width {
-                let from = (l.width - 1 - x) * l.channels;
-                d[x * l.channels..(x + 1) * l.channels].copy_from_slice(&s[from..from + l.channels]);
+    let channels = l.channels.max(1);
+    let row = l.width * channels;
+    let (src_rows, dst_rows) = (src.chunks_exact(row.max(1)), dst.chunks_exact_mut(row.max(1)));
+    match axis {
+        FlipAxis::Height => dst_rows.zip(src_rows.rev()).for_each(|(d, s)| d.copy_from_slice(s)),
+        FlipAxis::Width => {
+            for (d, s) in dst_rows.zip(src_rows) {
+                d.chunks_exact_mut(channels).zip(s.chunks_exact(channels).rev()).for_each(|(to, from)| to.copy_from_slice(from));
             }
-        } else {
-            d.copy_from_slice(s);
         }
     }
 }
@@ -627,27 +633,26 @@ struct Flip {
 
 impl Operator for Flip {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Layout::of(self.name, &inputs[0])?;
-        Ok(vec![inputs[0].clone()])
+        let [image] = exactly(self.name, "input", inputs)?;
+        Layout::of(self.name, image)?;
+        Ok(vec![image.clone()])
     }
     fn needs_rng(&self) -> bool {
         self.random
     }
     fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (x, out) = (&inputs[0], &outputs[0]);
-        let l = Layout::of(self.name, &x.shape)?;
+        let l = Layout::of(self.name, args.input_shape(0)?)?;
         let size = l.image_size();
-        crate::dispatch_dtype!(x.dtype, T => {
-            for_each_image::<T>(x, out, size, size, |n, src, dst| {
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            for_each_image(args.input::<T>(0)?, args.output::<T>(0)?, size, size, |n, src, dst| {
                 if !self.random || random::uniform(ctx.seed, n as u64) < 0.5 {
                     flip_image(src, dst, &l, self.axis);
                 } else {
                     dst.copy_from_slice(src);
                 }
-            });
-        });
-        Ok(())
+                Ok(())
+            })
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let g = d.out_grad(0);
@@ -759,11 +764,22 @@ fn hls_to_rgb(h: f64, l: f64, s: f64) -> (f64, f64, f64) {
     let h = (h / 60.0).rem_euclid(6.0);
     let sector = (h as usize).min(5);
     let frac = h - sector as f64;
-    let table = [p2, p1, p1 + (p2 - p1) * (1.0 - frac), p1 + (p2 - p1) * frac];
-    // Which table entry each of (b, g, r) takes in each 60-degree sector.
-    const SECTORS: [[usize; 3]; 6] = [[1, 3, 0], [1, 0, 2], [3, 0, 1], [0, 2, 1], [0, 1, 3], [2, 1, 0]];
-    let [bi, gi, ri] = SECTORS[sector];
-    (table[ri] * 255.0, table[gi] * 255.0, table[bi] * 255.0)
+    let (falling, rising) = (p1 + (p2 - p1) * (1.0 - frac), p1 + (p2 - p1) * frac);
+    let (r, g, b) = match sector {
+        0 => (p2, rising, p1),
+        1 => (falling, p2, p1),
+        2 => (p1, p2, rising),
+        3 => (p1, falling, p2),
+        4 => (rising, p1, p2),
+        _ => (p2, p1, falling),
+    };
+    (r * 255.0, g * 255.0, b * 255.0)
+}
+
+/// The gray level of an RGB pixel.
+fn luma(&[r, g, b]: &[f64; 3]) -> f64 {
+    let [wr, wg, wb] = LUMA;
+    r * wr + g * wg + b * wb
 }
 
 /// Apply `adjust` to one (H, W, C) image held as f64, C being 1 or 3.
@@ -772,22 +788,22 @@ fn adjust_image(values: &mut [f64], channels: usize, adjust: Adjust) {
     match adjust {
         Adjust::Brightness(alpha) => values.iter_mut().for_each(|v| *v *= alpha),
         Adjust::Contrast(alpha) => {
-            let gray_sum: f64 =
-                if channels == 3 { values.chunks(3).map(|p| p[0] * LUMA[0] + p[1] * LUMA[1] + p[2] * LUMA[2]).sum() } else { values.iter().sum() };
+            let gray_sum: f64 = if channels == 3 { values.as_chunks::<3>().0.iter().map(luma).sum() } else { values.iter().sum() };
             let beta = (1.0 - alpha) * gray_sum / pixels.max(1) as f64;
             values.iter_mut().for_each(|v| *v = *v * alpha + beta);
         }
         Adjust::Saturation(alpha) if channels == 3 => {
-            for p in values.chunks_mut(3) {
-                let gray = (p[0] * LUMA[0] + p[1] * LUMA[1] + p[2] * LUMA[2]) * (1.0 - alpha);
+            for p in values.as_chunks_mut::<3>().0 {
+                let gray = luma(p) * (1.0 - alpha);
                 p.iter_mut().for_each(|v| *v = gray + *v * alpha);
             }
         }
         Adjust::Hue(turn) if channels == 3 => {
-            for p in values.chunks_mut(3) {
-                let (h, l, s) = rgb_to_hls(p[0], p[1], p[2]);
+            for p in values.as_chunks_mut::<3>().0 {
+                let [r, g, b] = *p;
+                let (h, l, s) = rgb_to_hls(r, g, b);
                 let (r, g, b) = hls_to_rgb(h + turn * 360.0, l, s);
-                p.copy_from_slice(&[r, g, b]);
+                *p = [r, g, b];
             }
         }
         Adjust::Lighting(alpha) if channels == 3 => {
@@ -863,19 +879,18 @@ struct Color {
 
 impl Operator for Color {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Layout::of_color(self.name, &inputs[0])?;
-        Ok(vec![inputs[0].clone()])
+        let [image] = exactly(self.name, "input", inputs)?;
+        Layout::of_color(self.name, image)?;
+        Ok(vec![image.clone()])
     }
     fn needs_rng(&self) -> bool {
         !matches!(self.op, ColorOp::AdjustLighting(_))
     }
     fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (x, out) = (&inputs[0], &outputs[0]);
-        let l = Layout::of_color(self.name, &x.shape)?;
+        let l = Layout::of_color(self.name, args.input_shape(0)?)?;
         let size = l.image_size();
-        crate::dispatch_dtype!(x.dtype, T => {
-            for_each_image::<T>(x, out, size, size, |n, src, dst| {
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            for_each_image(args.input::<T>(0)?, args.output::<T>(0)?, size, size, |n, src, dst| {
                 let mut values: Vec<f64> = src.iter().map(|v| v.to_f64()).collect();
                 for adjust in self.op.adjustments(ctx.seed, n) {
                     adjust_image(&mut values, l.channels, adjust);
@@ -883,9 +898,9 @@ impl Operator for Color {
                     values.iter_mut().for_each(|v| *v = store::<T>(*v).to_f64());
                 }
                 dst.iter_mut().zip(&values).for_each(|(o, &v)| *o = store(v));
-            });
-        });
-        Ok(())
+                Ok(())
+            })
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         // As MXNet: the augmentation passes the gradient through.

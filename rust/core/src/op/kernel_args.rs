@@ -157,6 +157,18 @@ impl<'t> KernelArgs<'t> {
         crate::dispatch_dtype!(self.input_dtype(i)?, T => Ok(self.input::<T>(i)?.iter().map(|v| v.to_f64()).collect()))
     }
 
+    /// Output `o` written from f64 values, converted to its dtype.
+    pub fn output_from_f64(&self, o: usize, values: &[f64]) -> Result<()> {
+        crate::dispatch_dtype!(self.output_dtype(o)?, T => {
+            let out = self.output::<T>(o)?;
+            if out.len() != values.len() {
+                crate::bail!(Runtime, "kernel arguments: {} values for output {o} of {} elements", values.len(), out.len());
+            }
+            out.iter_mut().zip(values).for_each(|(y, &v)| *y = T::from_f64(v));
+        });
+        Ok(())
+    }
+
     /// Every input's elements, all of one dtype (`add_n`, `Concat`).
     pub fn inputs_as<T: Elem>(&self) -> Result<SmallVec<[&[T]; 4]>> {
         (0..self.inputs.len()).map(|i| self.input(i)).collect()

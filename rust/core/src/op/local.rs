@@ -3,8 +3,7 @@
 
 use super::deconvolution::Deconvolution;
 use super::grad::{Grad, InputGrads};
-use super::normalization::{to_f64, write_f64};
-use super::{ExecContext, OpDef, Operator};
+use super::{exactly, ExecContext, OpDef, Operator};
 use crate::base::Shape;
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -34,24 +33,30 @@ struct Lrn {
 impl Lrn {
     /// (outer, channels, inner) of data (N, C, ...).
     fn layout(data: &Shape) -> Result<(usize, usize, usize)> {
-        let d = data.dims();
-        if d.len() < 3 {
+        let &[outer, channels, ref rest @ ..] = data.dims() else {
+            crate::bail!(Shape, "LRN: data must be at least 3-D (batch, channels, ...), got {data}");
+        };
+        if rest.is_empty() {
             crate::bail!(Shape, "LRN: data must be at least 3-D (batch, channels, ...), got {data}");
         }
-        Ok((d[0], d[1], d[2..].iter().product()))
+        Ok((outer, channels, rest.iter().product()))
+    }
+
+    /// The channels around `ch` (of `c`) whose squares make its normalizer.
+    fn window(&self, ch: usize, c: usize) -> std::ops::Range<usize> {
+        let half = self.nsize / 2;
+        ch.saturating_sub(half)..(ch + half + 1).min(c)
     }
 
     /// The normalizer of every element.
-    fn normalizers(&self, x: &[f64], (outer, c, inner): (usize, usize, usize)) -> Vec<f64> {
-        let half = self.nsize / 2;
+    fn normalizers(&self, x: &[f64], (_, c, inner): (usize, usize, usize)) -> Vec<f64> {
         let mut norm = vec![0.0; x.len()];
-        for o in 0..outer {
-            for ch in 0..c {
-                for i in 0..inner {
-                    let window = ch.saturating_sub(half)..(ch + half + 1).min(c);
-                    let squares: f64 = window.map(|j| x[(o * c + j) * inner + i].powi(2)).sum();
-                    norm[(o * c + ch) * inner + i] = self.knorm + self.alpha / self.nsize as f64 * squares;
-                }
+        let block = (c * inner).max(1);
+        for (xs, ns) in x.chunks(block).zip(norm.chunks_mut(block)) {
+            for (k, n) in ns.iter_mut().enumerate() {
+                let (ch, i) = (k / inner, k % inner);
+                let squares: f64 = self.window(ch, c).filter_map(|j| xs.get(j * inner + i)).map(|v| v.powi(2)).sum();
+                *n = self.knorm + self.alpha / self.nsize as f64 * squares;
             }
         }
         norm
@@ -60,17 +65,16 @@ impl Lrn {
 
 impl Operator for Lrn {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Lrn::layout(&inputs[0])?;
-        Ok(vec![inputs[0].clone()])
+        let [x] = exactly("LRN", "input", inputs)?;
+        Lrn::layout(x)?;
+        Ok(vec![x.clone()])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let layout = Lrn::layout(&inputs[0].shape)?;
-        let x = to_f64(&inputs[0]);
+        let layout = Lrn::layout(args.input_shape(0)?)?;
+        let x = args.input_f64(0)?;
         let norm = self.normalizers(&x, layout);
         let y: Vec<f64> = x.iter().zip(&norm).map(|(v, n)| v * n.powf(-self.beta)).collect();
-        write_f64(&outputs[0], &y);
-        Ok(())
+        args.output_from_f64(0, &y)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (g, x) = (d.out_grad(0), d.input(0));
@@ -92,32 +96,29 @@ impl Operator for LrnBackward {
         vec!["out_grad".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![inputs[1].clone()])
+        let [out_grad, data] = exactly("_backward_LRN", "input", inputs)?;
+        super::check_out_grad("_backward_LRN", out_grad, data)?;
+        Ok(vec![data.clone()])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
         let lrn = self.0;
-        let (outer, c, inner) = Lrn::layout(&inputs[1].shape)?;
-        let (gy, x) = (to_f64(&inputs[0]), to_f64(&inputs[1]));
+        let (outer, c, inner) = Lrn::layout(args.input_shape(1)?)?;
+        let (gy, x) = (args.input_f64(0)?, args.input_f64(1)?);
         let norm = lrn.normalizers(&x, (outer, c, inner));
         // d out_j / d x_c = [j == c] n_j^-beta - 2 alpha beta / nsize x_j x_c n_j^(-beta-1) for c in
         // the window of j, so each x_c gathers from the channels whose windows contain it.
         let coupling: Vec<f64> = gy.iter().zip(&x).zip(&norm).map(|((g, v), n)| g * v * n.powf(-lrn.beta - 1.0)).collect();
-        let half = lrn.nsize / 2;
         let scale = 2.0 * lrn.alpha * lrn.beta / lrn.nsize as f64;
-        let mut dx = vec![0.0; x.len()];
-        for o in 0..outer {
-            for ch in 0..c {
-                for i in 0..inner {
-                    let at = |j: usize| (o * c + j) * inner + i;
-                    let window = ch.saturating_sub(half)..(ch + half + 1).min(c);
-                    let gathered: f64 = window.map(|j| coupling[at(j)]).sum();
-                    dx[at(ch)] = gy[at(ch)] * norm[at(ch)].powf(-lrn.beta) - scale * x[at(ch)] * gathered;
-                }
+        let block = (c * inner).max(1);
+        let mut dx: Vec<f64> = gy.iter().zip(&norm).map(|(g, n)| g * n.powf(-lrn.beta)).collect();
+        for ((dxs, couplings), xs) in dx.chunks_mut(block).zip(coupling.chunks(block)).zip(x.chunks(block)) {
+            for (k, (d, v)) in dxs.iter_mut().zip(xs).enumerate() {
+                let (ch, i) = (k / inner, k % inner);
+                let gathered: f64 = lrn.window(ch, c).filter_map(|j| couplings.get(j * inner + i)).sum();
+                *d -= scale * v * gathered;
             }
         }
-        write_f64(&outputs[0], &dx);
-        Ok(())
+        args.output_from_f64(0, &dx)
     }
 }
 
@@ -162,11 +163,10 @@ struct NearestUpSampling {
 }
 
 fn image_dims(op: &str, s: &Shape) -> Result<(usize, usize, usize)> {
-    let d = s.dims();
-    if d.len() != 4 {
+    let &[batch, channels, height, width] = s.dims() else {
         crate::bail!(Shape, "{op}: data must be 4-D (batch, channels, height, width), got {s}");
-    }
-    Ok((d[0] * d[1], d[2], d[3]))
+    };
+    Ok((batch * channels, height, width))
 }
 
 impl Operator for NearestUpSampling {
@@ -174,21 +174,25 @@ impl Operator for NearestUpSampling {
         vec!["arg0".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        image_dims("UpSampling", &inputs[0])?;
-        let d = inputs[0].dims();
-        Ok(vec![Shape::new(vec![d[0], d[1], d[2] * self.scale, d[3] * self.scale])])
+        let [x] = exactly("UpSampling", "input", inputs)?;
+        let &[batch, channels, height, width] = x.dims() else {
+            crate::bail!(Shape, "UpSampling: data must be 4-D (batch, channels, height, width), got {x}");
+        };
+        Ok(vec![Shape::new(vec![batch, channels, height * self.scale, width * self.scale])])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let inputs = args.inputs();
-        let (_, h, w) = image_dims("UpSampling", &inputs[0].shape)?;
+        let (_, h, w) = image_dims("UpSampling", args.input_shape(0)?)?;
         let s = self.scale;
-        crate::dispatch_dtype!(inputs[0].dtype, T => {
+        if h * w * s == 0 {
+            return Ok(()); // an empty image, or scale 0 (refused when the operator is made)
+        }
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
             let (x, y) = (args.input::<T>(0)?, args.output::<T>(0)?);
             for (src, dst) in x.chunks_exact(h * w).zip(y.chunks_exact_mut(h * w * s * s)) {
-                for (r, row) in dst.chunks_exact_mut(w * s).enumerate() {
-                    let from = &src[(r / s) * w..(r / s + 1) * w];
-                    for (c, v) in row.iter_mut().enumerate() {
-                        *v = from[c / s];
+                // Output row r repeats input row r / s, each value s times.
+                for (row, from) in dst.chunks_exact_mut(w * s).zip(src.chunks_exact(w).flat_map(|line| std::iter::repeat_n(line, s))) {
+                    for (out, &v) in row.chunks_exact_mut(s).zip(from) {
+                        out.fill(v);
                     }
                 }
             }

@@ -15,13 +15,20 @@ mod elemwise_unary;
 mod fast_math;
 pub mod fused;
 pub mod grad;
+mod group_norm;
+mod image;
 mod kernel_args;
+mod local;
 mod losses;
+mod output_layers;
 mod pad;
 pub mod params;
+mod rearrange;
+mod sampling;
 mod select;
 mod sequence;
 mod simd;
+mod sorting;
 pub mod typed;
 
 // Kernels that still index their slices directly. Their indexes stay inside lengths the
@@ -43,30 +50,20 @@ mod deconvolution;
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod gather_scatter;
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod group_norm;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod image;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod indexing;
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod linalg;
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod linalg_la;
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod local;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod normalization;
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod optimizer_updates;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod output_layers;
 #[cfg(target_arch = "x86_64")]
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod packed_gemm;
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod pooling;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod rearrange;
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod reduce;
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
@@ -74,11 +71,7 @@ mod rnn;
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod row_dots;
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod sampling;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod shape_ops;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod sorting;
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod stencil;
 

@@ -4,7 +4,7 @@
 //! MXNet, where they end a network).
 
 use super::grad::{Grad, InputGrads};
-use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr};
+use super::{exactly, parallel_units, ExecContext, OpDef, Operator};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -44,20 +44,18 @@ crate::op_params! {
 
 /// How the softmax axis sits in the data: (outer, classes, inner); labels index (outer, inner).
 fn softmax_output_layout(p: &SoftmaxOutputParams, s: &Shape) -> Result<(usize, usize, usize)> {
-    let d = s.dims();
-    if d.is_empty() {
+    let (Some(&first), Some(&last)) = (s.dims().first(), s.dims().last()) else {
         crate::bail!(Shape, "SoftmaxOutput: data must have at least one dimension");
-    }
+    };
     Ok(if p.preserve_shape {
-        let c = d[d.len() - 1];
-        (s.size() / c.max(1), c, 1)
+        (s.size() / last.max(1), last, 1)
     } else if p.multi_output {
-        if d.len() < 2 {
+        let &[batch, classes, ref rest @ ..] = s.dims() else {
             crate::bail!(Shape, "SoftmaxOutput: multi_output needs data of at least 2 dimensions, got {s}");
-        }
-        (d[0], d[1], d[2..].iter().product())
+        };
+        (batch, classes, rest.iter().product())
     } else {
-        (d[0], s.size() / d[0].max(1), 1)
+        (first, s.size() / first.max(1), 1)
     })
 }
 
@@ -76,34 +74,37 @@ impl Operator for SoftmaxOutput {
     }
     /// The label has the data's shape without the class axis (one label per instance).
     fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
-        if let (Some(data), None) = (&inputs[0], &inputs[1]) {
+        if let [Some(data), label @ None] = inputs {
             let dims = data.dims();
-            let label = if self.p.preserve_shape {
-                dims[..dims.len().saturating_sub(1)].to_vec()
+            let kept: Vec<usize> = if self.p.preserve_shape {
+                dims.split_last().map(|(_, init)| init.to_vec()).unwrap_or_default()
             } else if self.p.multi_output && dims.len() > 1 {
-                [&dims[..1], &dims[2..]].concat()
+                dims.iter().enumerate().filter(|&(axis, _)| axis != 1).map(|(_, &d)| d).collect()
             } else {
-                dims[..dims.len().min(1)].to_vec()
+                dims.iter().take(1).copied().collect()
             };
-            inputs[1] = Some(Shape::new(label));
+            *label = Some(Shape::new(kept));
         }
         Ok(())
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let (outer, _, inner) = softmax_output_layout(&self.p, &inputs[0])?;
-        if inputs[1].size() != outer * inner && inputs[1].size() != inputs[0].size() {
-            crate::bail!(Shape, "SoftmaxOutput: label {} does not match data {} (expected {} labels)", inputs[1], inputs[0], outer * inner);
+        let [data, label] = exactly("SoftmaxOutput", "input", inputs)?;
+        let (outer, _, inner) = softmax_output_layout(&self.p, data)?;
+        if label.size() != outer * inner && label.size() != data.size() {
+            crate::bail!(Shape, "SoftmaxOutput: label {label} does not match data {data} (expected {} labels)", outer * inner);
         }
-        Ok(vec![inputs[0].clone()])
+        Ok(vec![data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[data, _] = exactly("SoftmaxOutput", "input", inputs)?;
+        Ok(vec![data])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let layout = softmax_output_layout(&self.p, &inputs[0].shape)?;
+        let [data, _] = exactly("SoftmaxOutput", "input", args.inputs())?;
+        let [out] = exactly("SoftmaxOutput", "output", args.outputs())?;
+        let layout = softmax_output_layout(&self.p, &data.shape)?;
         // In place over the data (the in-place pair) or disjoint from it: both are allowed.
-        super::activation::softmax_lanes(&inputs[0], &outputs[0], layout, 1.0, super::activation::SoftmaxKind::Softmax);
+        super::activation::softmax_lanes(data, out, layout, 1.0, super::activation::SoftmaxKind::Softmax);
         Ok(())
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
@@ -133,22 +134,22 @@ impl Operator for SoftmaxOutputBackward {
         vec!["out".into(), "label".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![inputs[0].clone()])
+        let [out, _] = exactly("_backward_SoftmaxOutput", "input", inputs)?;
+        Ok(vec![out.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[out, _] = exactly("_backward_SoftmaxOutput", "input", inputs)?;
+        Ok(vec![out])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (outer, c, inner) = softmax_output_layout(&self.p, &inputs[0].shape)?;
-        let labels: Vec<f64> = crate::dispatch_dtype!(inputs[1].dtype, L => {
-            args.input::<L>(1)?.iter().map(|v| v.to_f64()).collect()
-        });
-        if labels.len() == inputs[0].size() {
+        let out_shape = args.input_shape(0)?;
+        let (outer, c, inner) = softmax_output_layout(&self.p, out_shape)?;
+        let labels = args.input_f64(1)?;
+        if labels.len() == out_shape.size() {
             crate::bail!(Value, "SoftmaxOutput: probability labels (one per class) are not supported yet; give class indices");
         }
         if labels.len() != outer * inner {
-            crate::bail!(Shape, "_backward_SoftmaxOutput: {} labels for output {} (expected {})", labels.len(), inputs[0].shape, outer * inner);
+            crate::bail!(Shape, "_backward_SoftmaxOutput: {} labels for output {out_shape} (expected {})", labels.len(), outer * inner);
         }
         let ignored = |l: f64| self.p.use_ignore && l == self.p.ignore_label;
         let valid = labels.iter().filter(|&&l| !ignored(l)).count();
@@ -160,17 +161,15 @@ impl Operator for SoftmaxOutputBackward {
         let scale = self.p.grad_scale / normalizer;
         let alpha = self.p.smooth_alpha;
         let off_target = if c > 1 { alpha / (c - 1) as f64 } else { 0.0 };
-        let block = c * inner;
-        if inputs[0].dtype == DType::F32 && inner == 1 {
+        // One block of c * inner values per outer index; parallel pieces hold whole blocks.
+        let block = (c * inner).max(1);
+        let min_blocks = ((1usize << 14) / block).max(1);
+        if args.input_dtype(0)? == DType::F32 && inner == 1 {
             // Class rows (the common case): one vectorizable pass per row, then its label's entry.
-            let (yp, dxp) = (SendPtr(inputs[0].ptr::<f32>()), SendPtr(outputs[0].ptr::<f32>()));
+            let (ys, dxs) = (args.input::<f32>(0)?, args.output::<f32>(0)?);
             let (scale, off_target) = (scale as f32, off_target as f32);
-            parallel_chunks(outer, ((1usize << 14) / c.max(1)).max(1), |rows| {
-                for (o, &label) in rows.clone().zip(&labels[rows]) {
-                    // SAFETY: row o (c elements) lies inside both arrays; out is only read, and
-                    // this task alone writes row o of the gradient (no in-place pair).
-                    let (y, dx) =
-                        unsafe { (std::slice::from_raw_parts(yp.get().add(o * c), c), std::slice::from_raw_parts_mut(dxp.get().add(o * c), c)) };
+            return parallel_units(dxs, block, min_blocks, |first, piece| {
+                for ((dx, y), &label) in piece.chunks_mut(block).zip(ys.chunks(block).skip(first)).zip(labels.iter().skip(first)) {
                     if ignored(label) {
                         dx.fill(0.0);
                         continue;
@@ -183,33 +182,31 @@ impl Operator for SoftmaxOutputBackward {
                         }
                     }
                 }
+                Ok(())
             });
-            return Ok(());
         }
-        crate::dispatch_dtype!(inputs[0].dtype, T => {
-            let (yp, dxp) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
-            parallel_chunks(outer, ((1usize << 14) / block.max(1)).max(1), |blocks| {
-                for o in blocks {
-                    // SAFETY: block o (c * inner elements) lies inside both arrays; out is only
-                    // read, and this task alone writes block o of the gradient (no in-place pair).
-                    let (y, dx) = unsafe {
-                        (std::slice::from_raw_parts(yp.get().add(o * block), block), std::slice::from_raw_parts_mut(dxp.get().add(o * block), block))
-                    };
-                    for (j, &label) in labels[o * inner..(o + 1) * inner].iter().enumerate() {
-                        for k in 0..c {
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let (ys, dxs) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            parallel_units(dxs, block, min_blocks, |first, piece| {
+                let blocks = piece.chunks_mut(block).zip(ys.chunks(block).skip(first)).zip(labels.chunks(inner.max(1)).skip(first));
+                for ((dx, y), block_labels) in blocks {
+                    // Position j of the block's inner axis: class k at k * inner + j.
+                    for (j, &label) in block_labels.iter().enumerate() {
+                        let lane = dx.iter_mut().skip(j).step_by(inner.max(1)).zip(y.iter().skip(j).step_by(inner.max(1)));
+                        for (k, (d, v)) in lane.enumerate() {
                             let value = if ignored(label) {
                                 0.0
                             } else {
                                 let target = if k as f64 == label { 1.0 - alpha } else { off_target };
-                                (y[k * inner + j].to_f64() - target) * scale
+                                (v.to_f64() - target) * scale
                             };
-                            dx[k * inner + j] = T::from_f64(value);
+                            *d = T::from_f64(value);
                         }
                     }
                 }
-            });
-        });
-        Ok(())
+                Ok(())
+            })
+        })
     }
 }
 
@@ -255,19 +252,21 @@ impl Operator for RegressionOutput {
         vec!["data".into(), "label".into()]
     }
     fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
-        if let (Some(data), None) = (inputs[0].clone(), &inputs[1]) {
-            inputs[1] = Some(data);
+        if let [Some(data), label @ None] = inputs {
+            *label = Some(data.clone());
         }
         Ok(())
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        if inputs[1].size() != inputs[0].size() {
-            crate::bail!(Shape, "{}RegressionOutput: label {} must have as many elements as data {}", self.kind.name(), inputs[1], inputs[0]);
+        let [data, label] = exactly("RegressionOutput", "input", inputs)?;
+        if label.size() != data.size() {
+            crate::bail!(Shape, "{}RegressionOutput: label {label} must have as many elements as data {data}", self.kind.name());
         }
-        Ok(vec![inputs[0].clone()])
+        Ok(vec![data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[data, _] = exactly("RegressionOutput", "input", inputs)?;
+        Ok(vec![data])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
         let logistic = self.kind == Regression::Logistic;
@@ -303,26 +302,26 @@ impl Operator for RegressionBackward {
         vec!["out".into(), "label".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![inputs[0].clone()])
+        let [out, _] = exactly("_backward_RegressionOutput", "input", inputs)?;
+        Ok(vec![out.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[out, _] = exactly("_backward_RegressionOutput", "input", inputs)?;
+        Ok(vec![out])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (out, label) = (&inputs[0], &inputs[1]);
-        let rows = out.shape.dims().first().copied().unwrap_or(1).max(1);
-        let scale = self.grad_scale / (out.size() / rows).max(1) as f64;
-        let labels: Vec<f64> = crate::dispatch_dtype!(label.dtype, L => {
-            // SAFETY: labels are an input this op does not write.
-            unsafe { label.slice::<L>() }.iter().map(|v| v.to_f64()).collect()
-        });
+        let out_shape = args.input_shape(0)?;
+        let rows = out_shape.dims().first().copied().unwrap_or(1).max(1);
+        let scale = self.grad_scale / (out_shape.size() / rows).max(1) as f64;
+        let labels = args.input_f64(1)?;
         let mae = self.kind == Regression::Mae;
-        crate::dispatch_dtype!(out.dtype, T => {
-            // SAFETY: out is read-only here; the gradient output is this op's alone.
-            let (y, dx) = unsafe { (out.slice::<T>(), outputs[0].slice_mut::<T>()) };
-            for (i, (d, &v)) in dx.iter_mut().zip(y).enumerate() {
-                let diff = v.to_f64() - labels[i];
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let (y, dx) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            if labels.len() != y.len() {
+                crate::bail!(Shape, "_backward_RegressionOutput: {} labels for {} outputs", labels.len(), y.len());
+            }
+            for ((d, &v), &label) in dx.iter_mut().zip(y).zip(&labels) {
+                let diff = v.to_f64() - label;
                 *d = T::from_f64(scale * if mae { diff.signum() * (diff != 0.0) as i32 as f64 } else { diff });
             }
         });
@@ -348,7 +347,8 @@ struct MakeLoss {
 
 impl Operator for MakeLoss {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![inputs[0].clone()])
+        let [x] = exactly("MakeLoss", "input", inputs)?;
+        Ok(vec![x.clone()])
     }
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
@@ -374,22 +374,18 @@ struct MakeLossBackward {
 
 impl Operator for MakeLossBackward {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![inputs[0].clone()])
+        let [x] = exactly("_backward_MakeLoss", "input", inputs)?;
+        Ok(vec![x.clone()])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let x = &inputs[0];
-        let values: Vec<f64> = crate::dispatch_dtype!(x.dtype, T => {
-            // SAFETY: data is an input this op does not write.
-            unsafe { x.slice::<T>() }.iter().map(|v| v.to_f64()).collect()
-        });
+        let values = args.input_f64(0)?;
         let normalizer = match self.p.normalization {
-            GradNormalization::Batch => x.shape.dims().first().copied().unwrap_or(1).max(1) as f64,
+            GradNormalization::Batch => args.input_shape(0)?.dims().first().copied().unwrap_or(1).max(1) as f64,
             GradNormalization::Valid => values.iter().filter(|&&v| v > self.p.valid_thresh).count().max(1) as f64,
             GradNormalization::Null => 1.0,
         };
         let value = self.p.grad_scale / normalizer;
-        crate::dispatch_dtype!(outputs[0].dtype, T => {
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
             args.output::<T>(0)?.iter_mut().for_each(|v| *v = T::from_f64(value));
         });
         Ok(())

@@ -4,7 +4,7 @@
 
 use super::grad::{tuple_attr, Grad, InputGrads};
 use super::shape_ops::strided_copy;
-use super::{ExecContext, OpDef, Operator, Tensor};
+use super::{exactly, ExecContext, OpDef, Operator, Tensor};
 use crate::base::{normalize_axis, DType, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -21,6 +21,33 @@ fn input_strides(s: &Shape) -> Vec<isize> {
     s.strides().into_iter().map(|v| v as isize).collect()
 }
 
+/// The lowest and highest position `base + idx·strides` takes over the index space `dims`; None
+/// for an empty space, which reaches nothing.
+fn reach(dims: &[usize], base: isize, strides: &[isize]) -> Option<(isize, isize)> {
+    if dims.contains(&0) {
+        return None;
+    }
+    Some(dims.iter().zip(strides).fold((base, base), |(low, high), (&len, &stride)| {
+        let step = (len as isize - 1).saturating_mul(stride);
+        (low.saturating_add(step.min(0)), high.saturating_add(step.max(0)))
+    }))
+}
+
+/// [`strided_copy`] from `src` into `dst`, each given as (slice, base, strides): element `idx` of
+/// `dims` goes from `src[base + idx·strides]` to `dst[base + idx·strides]`. The copy indexes
+/// without checks, so it runs only once every position it reaches is known to lie in its slice.
+fn copy_strided<T: Copy + Send + Sync>(op: &str, dims: &[usize], src: (&[T], isize, &[isize]), dst: (&mut [T], isize, &[isize])) -> Result<()> {
+    let ((src, src_base, src_strides), (dst, dst_base, dst_strides)) = (src, dst);
+    let inside = |len: usize, base: isize, strides: &[isize]| {
+        strides.len() == dims.len() && reach(dims, base, strides).is_none_or(|(low, high)| low >= 0 && high < len as isize)
+    };
+    if !inside(src.len(), src_base, src_strides) || !inside(dst.len(), dst_base, dst_strides) {
+        crate::bail!(Runtime, "{op}: a strided copy over {dims:?} reaches past its input of {} or output of {} elements", src.len(), dst.len());
+    }
+    strided_copy(dims, src.as_ptr(), src_base, src_strides, dst.as_mut_ptr(), dst_base, dst_strides);
+    Ok(())
+}
+
 type Plan = Box<dyn Fn(&Shape) -> Result<(Shape, Gather)> + Send + Sync>;
 type GradFn = Box<dyn Fn(&mut Grad) -> Result<InputGrads> + Send + Sync>;
 
@@ -33,27 +60,23 @@ struct Rearrange {
 
 impl Operator for Rearrange {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![(self.plan)(&inputs[0]).map_err(|e| e.context(self.name))?.0])
+        let [x] = exactly(self.name, "input", inputs)?;
+        Ok(vec![(self.plan)(x).map_err(|e| e.context(self.name))?.0])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (_, g) = (self.plan)(&inputs[0].shape)?;
-        let out = &outputs[0];
+        let (_, g) = (self.plan)(args.input_shape(0)?)?;
         let dst_strides = input_strides(&Shape::new(g.dims.clone()));
-        crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&g.dims, inputs[0].ptr::<T>(), g.base, &g.strides, out.ptr::<T>(), 0, &dst_strides));
-        Ok(())
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            copy_strided(self.name, &g.dims, (args.input::<T>(0)?, g.base, &g.strides), (args.output::<T>(0)?, 0, &dst_strides))
+        })
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         use crate::backend::cuda::kernels::{strided_copy, Strided};
-        let (_, g) = (self.plan)(&inputs[0].shape)?;
+        let ([x], [y]) = (exactly(self.name, "input", inputs)?, exactly(self.name, "output", outputs)?);
+        let (_, g) = (self.plan)(&x.shape)?;
         let dst_strides = input_strides(&Shape::new(g.dims.clone()));
-        strided_copy(
-            gpu,
-            &g.dims,
-            Strided { tensor: &inputs[0], base: g.base, strides: &g.strides },
-            Strided { tensor: &outputs[0], base: 0, strides: &dst_strides },
-        )
+        strided_copy(gpu, &g.dims, Strided { tensor: x, base: g.base, strides: &g.strides }, Strided { tensor: y, base: 0, strides: &dst_strides })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         (self.grad)(d)
@@ -145,17 +168,11 @@ crate::op_params! {
 
 /// Broadcast `src` to `target` (same rank): stride 0 where the input has size 1.
 fn broadcast_gather(src: &Shape, target: Vec<usize>) -> Result<(Shape, Gather)> {
-    let st = input_strides(src);
-    let mut strides = Vec::with_capacity(target.len());
-    for (i, &t) in target.iter().enumerate() {
-        if src[i] == t {
-            strides.push(st[i]);
-        } else if src[i] == 1 {
-            strides.push(0);
-        } else {
-            crate::bail!(Shape, "cannot broadcast {src} to {}", Shape::new(target));
-        }
+    let fits = src.ndim() == target.len() && src.dims().iter().zip(&target).all(|(&d, &t)| d == t || d == 1);
+    if !fits {
+        crate::bail!(Shape, "cannot broadcast {src} to {}", Shape::new(target));
     }
+    let strides = src.dims().iter().zip(&target).zip(input_strides(src)).map(|((&d, &t), stride)| if d == t { stride } else { 0 }).collect();
     Ok((Shape::new(target.clone()), Gather { dims: target, base: 0, strides }))
 }
 
@@ -164,11 +181,15 @@ fn flip_plan(axis: Vec<i64>) -> impl Fn(&Shape) -> Result<(Shape, Gather)> + Sen
         let axes = axes_list(&axis, s.ndim())?;
         let mut strides = input_strides(s);
         let mut base = 0isize;
+        // Axes one by one, as given: an axis named twice is flipped back.
         for a in axes {
-            if s[a] > 0 {
-                base += (s[a] as isize - 1) * strides[a];
+            let (Some(&len), Some(stride)) = (s.dims().get(a), strides.get_mut(a)) else {
+                crate::bail!(Shape, "reverse: axis {a} is out of range for {s}");
+            };
+            if len > 0 {
+                base += (len as isize - 1) * *stride;
             }
-            strides[a] = -strides[a];
+            *stride = -*stride;
         }
         Ok((s.clone(), Gather { dims: s.dims().to_vec(), base, strides }))
     }
@@ -179,16 +200,18 @@ fn tile_plan(reps: Vec<i64>) -> impl Fn(&Shape) -> Result<(Shape, Gather)> + Sen
         if reps.iter().any(|&r| r < 0) {
             crate::bail!(Param, "reps must be >= 0, got {reps:?}");
         }
+        // The shorter of the shape and reps is padded with leading ones.
         let n = s.ndim().max(reps.len());
-        let dims: Vec<usize> = (0..n).map(|i| if i + s.ndim() >= n { s[i + s.ndim() - n] } else { 1 }).collect();
-        let reps: Vec<usize> = (0..n).map(|i| if i + reps.len() >= n { reps[i + reps.len() - n] as usize } else { 1 }).collect();
+        let ones = |len: usize| std::iter::repeat_n(1, n - len);
+        let dims: Vec<usize> = ones(s.ndim()).chain(s.dims().iter().copied()).collect();
+        let reps: Vec<usize> = ones(reps.len()).chain(reps.iter().map(|&r| r as usize)).collect();
         let st = input_strides(&Shape::new(dims.clone()));
         let (mut space, mut strides) = (Vec::new(), Vec::new());
-        for i in 0..n {
-            space.extend([reps[i], dims[i]]);
-            strides.extend([0, st[i]]);
+        for ((&r, &d), &stride) in reps.iter().zip(&dims).zip(&st) {
+            space.extend([r, d]);
+            strides.extend([0, stride]);
         }
-        let out: Vec<usize> = (0..n).map(|i| reps[i] * dims[i]).collect();
+        let out: Vec<usize> = reps.iter().zip(&dims).map(|(r, d)| r * d).collect();
         Ok((Shape::new(out), Gather { dims: space, base: 0, strides }))
     }
 }
@@ -201,16 +224,18 @@ fn repeat_plan(p: RepeatParams) -> impl Fn(&Shape) -> Result<(Shape, Gather)> + 
         };
         let st = input_strides(&src);
         let (mut space, mut strides) = (Vec::new(), Vec::new());
-        for i in 0..src.ndim() {
-            space.push(src[i]);
-            strides.push(st[i]);
+        for (i, (&len, &stride)) in src.dims().iter().zip(&st).enumerate() {
+            space.push(len);
+            strides.push(stride);
             if i == axis {
                 space.push(p.repeats);
                 strides.push(0);
             }
         }
         let mut out = src.dims().to_vec();
-        out[axis] *= p.repeats;
+        if let Some(len) = out.get_mut(axis) {
+            *len *= p.repeats;
+        }
         Ok((Shape::new(out), Gather { dims: space, base: 0, strides }))
     }
 }
@@ -225,13 +250,14 @@ crate::op_params! {
 /// depth_to_space on NCHW: (N, C, H, W) -> (N, C/b^2, H*b, W*b), MXNet's DCR element order.
 fn depth_to_space_plan(b: usize) -> impl Fn(&Shape) -> Result<(Shape, Gather)> + Send + Sync {
     move |s| {
-        if s.ndim() != 4 || b == 0 || s[1] % (b * b) != 0 {
-            crate::bail!(Shape, "depth_to_space: needs a 4-D NCHW input whose channels divide by block_size^2 = {}, got {s}", b * b);
-        }
-        let (n, c, h, w) = (s[0], s[1] / (b * b), s[2], s[3]);
+        let [n, channels, h, w] = match *s.dims() {
+            [n, c, h, w] if b > 0 && c % (b * b) == 0 => [n, c, h, w],
+            _ => crate::bail!(Shape, "depth_to_space: needs a 4-D NCHW input whose channels divide by block_size^2 = {}, got {s}", b * b),
+        };
+        let c = channels / (b * b);
         let plane = (h * w) as isize;
         let dims = vec![n, c, h, b, w, b];
-        let strides = vec![(s[1] * h * w) as isize, plane, w as isize, (b * c) as isize * plane, 1, c as isize * plane];
+        let strides = vec![(channels * h * w) as isize, plane, w as isize, (b * c) as isize * plane, 1, c as isize * plane];
         Ok((Shape::new(vec![n, c, h * b, w * b]), Gather { dims, base: 0, strides }))
     }
 }
@@ -239,12 +265,13 @@ fn depth_to_space_plan(b: usize) -> impl Fn(&Shape) -> Result<(Shape, Gather)> +
 /// space_to_depth on NCHW: (N, C, H, W) -> (N, C*b^2, H/b, W/b), the inverse of depth_to_space.
 fn space_to_depth_plan(b: usize) -> impl Fn(&Shape) -> Result<(Shape, Gather)> + Send + Sync {
     move |s| {
-        if s.ndim() != 4 || b == 0 || s[2] % b != 0 || s[3] % b != 0 {
-            crate::bail!(Shape, "space_to_depth: needs a 4-D NCHW input whose height and width divide by block_size {b}, got {s}");
-        }
-        let (n, c, h, w) = (s[0], s[1], s[2] / b, s[3] / b);
+        let [n, c, height, width] = match *s.dims() {
+            [n, c, h, w] if b > 0 && h % b == 0 && w % b == 0 => [n, c, h, w],
+            _ => crate::bail!(Shape, "space_to_depth: needs a 4-D NCHW input whose height and width divide by block_size {b}, got {s}"),
+        };
+        let (h, w) = (height / b, width / b);
         let dims = vec![n, b, b, c, h, w];
-        let strides = vec![(c * s[2] * s[3]) as isize, s[3] as isize, 1, (s[2] * s[3]) as isize, (b * s[3]) as isize, b as isize];
+        let strides = vec![(c * height * width) as isize, width as isize, 1, (height * width) as isize, (b * width) as isize, b as isize];
         Ok((Shape::new(vec![n, c * b * b, h, w]), Gather { dims, base: 0, strides }))
     }
 }
@@ -285,18 +312,19 @@ impl Operator for Stack {
         Ok(vec![Shape::new(dims)])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let out = &outputs[0];
-        let axis = normalize_axis(self.axis, out.shape.ndim())?;
-        let outer: usize = out.shape.dims()[..axis].iter().product();
-        let inner: usize = out.shape.dims()[axis + 1..].iter().product();
-        let n = inputs.len() as isize;
-        for (k, x) in inputs.iter().enumerate() {
-            let dims = [outer, inner];
-            let dst = [n * inner as isize, 1];
-            crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&dims, x.ptr::<T>(), 0, &[inner as isize, 1], out.ptr::<T>(), k as isize * inner as isize, &dst));
-        }
-        Ok(())
+        let out_dims = args.output_shape(0)?.dims();
+        let axis = normalize_axis(self.axis, out_dims.len())?;
+        let outer: usize = out_dims.iter().take(axis).product();
+        let inner: usize = out_dims.iter().skip(axis + 1).product();
+        let n = args.inputs().len();
+        let (dims, src_strides, dst_strides) = ([outer, inner], [inner as isize, 1], [(n * inner) as isize, 1]);
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            let out = args.output::<T>(0)?;
+            for k in 0..n {
+                copy_strided("stack", &dims, (args.input::<T>(k)?, 0, &src_strides), (&mut *out, (k * inner) as isize, &dst_strides))?;
+            }
+            Ok(())
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let g = d.out_grad(0);
@@ -316,10 +344,10 @@ impl Squeeze {
             None => s.dims().iter().copied().filter(|&d| d != 1).collect(),
             Some(axes) => {
                 let axes = axes_list(axes, s.ndim())?;
-                if let Some(&a) = axes.iter().find(|&&a| s[a] != 1) {
-                    crate::bail!(Shape, "squeeze: axis {a} of {s} has size {}, not 1", s[a]);
+                if let Some((a, len)) = s.dims().iter().enumerate().find(|&(a, &len)| len != 1 && axes.contains(&a)) {
+                    crate::bail!(Shape, "squeeze: axis {a} of {s} has size {len}, not 1");
                 }
-                (0..s.ndim()).filter(|i| !axes.contains(i)).map(|i| s[i]).collect()
+                s.dims().iter().enumerate().filter(|(a, _)| !axes.contains(a)).map(|(_, &len)| len).collect()
             }
         };
         // MXNet 1.x keeps at least one dimension.
@@ -329,7 +357,8 @@ impl Squeeze {
 
 impl Operator for Squeeze {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![self.shape(&inputs[0])?])
+        let [x] = exactly("squeeze", "input", inputs)?;
+        Ok(vec![self.shape(x)?])
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
@@ -377,10 +406,13 @@ impl BroadcastLike {
         let mut dims = lhs.dims().to_vec();
         for (&to, &from) in lhs_axes.iter().zip(rhs_axes) {
             let (to, from) = (normalize_axis(to, lhs.ndim())?, normalize_axis(from, rhs.ndim())?);
-            if lhs[to] != 1 && lhs[to] != rhs[from] {
-                crate::bail!(Shape, "broadcast_like: axis {to} of {lhs} has size {}, so it cannot take size {} from {rhs}", lhs[to], rhs[from]);
+            let (Some(&len), Some(&size), Some(slot)) = (lhs.dims().get(to), rhs.dims().get(from), dims.get_mut(to)) else {
+                crate::bail!(Shape, "broadcast_like: axis {to} of {lhs} or axis {from} of {rhs} is out of range");
+            };
+            if len != 1 && len != size {
+                crate::bail!(Shape, "broadcast_like: axis {to} of {lhs} has size {len}, so it cannot take size {size} from {rhs}");
             }
-            dims[to] = rhs[from];
+            *slot = size;
         }
         Ok(Shape::new(dims))
     }
@@ -391,16 +423,18 @@ impl Operator for BroadcastLike {
         vec!["lhs".into(), "rhs".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![like_plan(&inputs[0], &self.target(&inputs[0], &inputs[1])?)?.0])
+        let [lhs, rhs] = exactly("broadcast_like", "input", inputs)?;
+        Ok(vec![like_plan(lhs, &self.target(lhs, rhs)?)?.0])
     }
-    fn infer_type(&self, inputs: &[crate::base::DType]) -> Result<Vec<crate::base::DType>> {
-        Ok(vec![inputs[0]])
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        let &[lhs, _] = exactly("broadcast_like", "input", inputs)?;
+        Ok(vec![lhs])
     }
     fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let target = self.target(&inputs[0].shape, &inputs[1].shape)?;
+        let [lhs, rhs] = exactly("broadcast_like", "input", args.inputs())?;
+        let target = self.target(&lhs.shape, &rhs.shape)?;
         let rearrange = Rearrange { name: "broadcast_like", plan: Box::new(move |s| like_plan(s, &target)), grad: unbroadcast_grad() };
-        args.delegate(&rearrange, &inputs[..1], outputs, |data_only| rearrange.forward(ctx, data_only))
+        args.delegate(&rearrange, std::slice::from_ref(lhs), args.outputs(), |data_only| rearrange.forward(ctx, data_only))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
@@ -444,19 +478,21 @@ impl Operator for TileBackward {
         vec!["grad".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let (tiled, _) = tile_plan(self.reps.clone())(&inputs[1])?;
-        super::check_out_grad("_backward_tile", &inputs[0], &tiled)?;
-        Ok(vec![inputs[1].clone()])
+        let [grad, data] = exactly("_backward_tile", "input", inputs)?;
+        let (tiled, _) = tile_plan(self.reps.clone())(data)?;
+        super::check_out_grad("_backward_tile", grad, &tiled)?;
+        Ok(vec![data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[grad, _] = exactly("_backward_tile", "input", inputs)?;
+        Ok(vec![grad])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
+        let ([grad, data], [out]) = (exactly("_backward_tile", "input", args.inputs())?, exactly("_backward_tile", "output", args.outputs())?);
         // The tile gather's index space is (rep0, dim0, rep1, dim1, ...): sum over the reps.
-        let (_, gather) = tile_plan(self.reps.clone())(&inputs[1].shape)?;
+        let (_, gather) = tile_plan(self.reps.clone())(&data.shape)?;
         let mask: Vec<bool> = (0..gather.dims.len()).map(|i| i % 2 == 0).collect();
-        super::reduce::sum_view(&inputs[0], &gather.dims, &mask, &outputs[0]);
+        super::reduce::sum_view(grad, &gather.dims, &mask, out);
         Ok(())
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
@@ -475,23 +511,25 @@ impl Operator for RepeatBackward {
         vec!["grad".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let (repeated, _) = repeat_plan(self.params.clone())(&inputs[1])?;
-        super::check_out_grad("_backward_repeat", &inputs[0], &repeated)?;
-        Ok(vec![inputs[1].clone()])
+        let [grad, data] = exactly("_backward_repeat", "input", inputs)?;
+        let (repeated, _) = repeat_plan(self.params.clone())(data)?;
+        super::check_out_grad("_backward_repeat", grad, &repeated)?;
+        Ok(vec![data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[grad, _] = exactly("_backward_repeat", "input", inputs)?;
+        Ok(vec![grad])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
+        let ([grad, data], [out]) = (exactly("_backward_repeat", "input", args.inputs())?, exactly("_backward_repeat", "output", args.outputs())?);
         // The repeat gather's index space has a repeats axis right after the repeated one.
-        let (_, gather) = repeat_plan(self.params.clone())(&inputs[1].shape)?;
+        let (_, gather) = repeat_plan(self.params.clone())(&data.shape)?;
         let axis = match self.params.axis {
-            Some(a) => normalize_axis(a, inputs[1].shape.ndim())?,
+            Some(a) => normalize_axis(a, data.shape.ndim())?,
             None => 0,
         };
         let mask: Vec<bool> = (0..gather.dims.len()).map(|i| i == axis + 1).collect();
-        super::reduce::sum_view(&inputs[0], &gather.dims, &mask, &outputs[0]);
+        super::reduce::sum_view(grad, &gather.dims, &mask, out);
         Ok(())
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
@@ -538,10 +576,10 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             let mut target = s.dims().to_vec();
             for (&a, &n) in p.axis.iter().zip(&p.size) {
                 let a = normalize_axis(a, s.ndim())?;
-                if s[a] != 1 {
-                    crate::bail!(Shape, "broadcast_axis: axis {a} of {s} must have size 1");
+                match target.get_mut(a) {
+                    Some(len) if s.dims().get(a) == Some(&1) => *len = n.max(0) as usize,
+                    _ => crate::bail!(Shape, "broadcast_axis: axis {a} of {s} must have size 1"),
                 }
-                target[a] = n.max(0) as usize;
             }
             broadcast_gather(s, target)
         };

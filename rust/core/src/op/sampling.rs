@@ -9,7 +9,7 @@
 //! (`_backward_sample_multinomial`), the score-function estimator of reinforcement learning.
 
 use super::grad::{Grad, InputGrads};
-use super::{parallel_chunks, zero_gradient, ExecContext, OpDef, Operator, SendPtr, PARALLEL_GRAIN};
+use super::{exactly, first_input, parallel_units, zero_gradient, ExecContext, OpDef, Operator, PARALLEL_GRAIN};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -24,10 +24,12 @@ crate::op_params! {
     }
 }
 
-/// Draws sample `index` (a counter under `seed`) given one element of each parameter array.
-type Draw = fn(u64, u64, &[f64]) -> f64;
+/// Draws sample `index` (a counter under `seed`) given one element of each parameter array; a
+/// one-parameter distribution gets 0 as the second.
+type Draw = fn(u64, u64, [f64; 2]) -> f64;
 
 struct Sample {
+    name: &'static str,
     inputs: &'static [&'static str],
     shape: Vec<usize>,
     dtype: Option<DType>,
@@ -39,47 +41,45 @@ impl Operator for Sample {
         self.inputs.iter().map(|s| s.to_string()).collect()
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        if let Some(bad) = inputs.iter().find(|s| **s != inputs[0]) {
-            crate::bail!(Shape, "parameter arrays must share one shape, got {} and {bad}", inputs[0]);
+        let first = first_input(self.name, inputs)?;
+        if let Some(bad) = inputs.iter().find(|s| *s != first) {
+            crate::bail!(Shape, "{}: parameter arrays must share one shape, got {first} and {bad}", self.name);
         }
-        let mut dims = inputs[0].dims().to_vec();
+        let mut dims = first.dims().to_vec();
         dims.extend_from_slice(&self.shape);
         Ok(vec![Shape::new(dims)])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![self.dtype.unwrap_or(inputs[0])])
+        let Some(&first) = inputs.first() else {
+            crate::bail!(Type, "{}: at least one parameter array is needed, got none", self.name);
+        };
+        Ok(vec![self.dtype.unwrap_or(first)])
     }
     fn needs_rng(&self) -> bool {
         true
     }
     fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let params: Vec<Vec<f64>> = inputs
-            .iter()
-            .map(|t| {
-                crate::dispatch_dtype!(t.dtype, T => {
-                    // SAFETY: parameter arrays are inputs this op does not write.
-                    unsafe { t.slice::<T>() }.iter().map(|v| v.to_f64()).collect()
-                })
-            })
-            .collect();
-        let per_param: usize = self.shape.iter().product();
-        let (seed, draw, out) = (ctx.seed, self.draw, &outputs[0]);
-        crate::dispatch_dtype!(out.dtype, T => {
-            let op = SendPtr(out.ptr::<T>());
-            parallel_chunks(out.size(), PARALLEL_GRAIN / 8, |range| {
-                let mut args = vec![0.0; params.len()];
-                for i in range {
-                    let p = i / per_param.max(1);
-                    for (a, values) in args.iter_mut().zip(&params) {
-                        *a = values[p];
+        let params = (0..args.inputs().len()).map(|i| args.input_f64(i)).collect::<Result<Vec<_>>>()?;
+        let per_param = self.shape.iter().product::<usize>().max(1);
+        let (seed, draw, name) = (ctx.seed, self.draw, self.name);
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            // Split by element, not by parameter, so that a few parameters with many samples each
+            // still spread over the threads.
+            parallel_units(args.output::<T>(0)?, 1, PARALLEL_GRAIN / 8, |first, piece| {
+                let (mut values, mut loaded) = ([0.0; 2], None);
+                for (i, y) in (first..).zip(piece.iter_mut()) {
+                    let p = i / per_param;
+                    if loaded != Some(p) {
+                        for (value, param) in values.iter_mut().zip(&params) {
+                            *value = *param.get(p).ok_or_else(|| crate::err!(Runtime, "{name}: output element {i} has no parameter element {p}"))?;
+                        }
+                        loaded = Some(p);
                     }
-                    // SAFETY: i < out.size(); the op owns its output.
-                    unsafe { *op.get().add(i) = T::from_f64(draw(seed, i as u64, &args)) };
+                    *y = T::from_f64(draw(seed, i as u64, values));
                 }
-            });
-        });
-        Ok(())
+                Ok(())
+            })
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         zero_gradient(d)
@@ -119,53 +119,53 @@ impl Operator for Multinomial {
         }
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let d = inputs[0].dims();
-        if d.is_empty() || d[d.len() - 1] == 0 {
-            crate::bail!(Shape, "_sample_multinomial: data {} must have a non-empty last axis of probabilities", inputs[0]);
-        }
-        let mut dims = d[..d.len() - 1].to_vec();
+        let [data] = exactly("_sample_multinomial", "input", inputs)?;
+        let Some((_, leading)) = data.dims().split_last().filter(|&(&k, _)| k > 0) else {
+            crate::bail!(Shape, "_sample_multinomial: data {data} must have a non-empty last axis of probabilities");
+        };
+        let mut dims = leading.to_vec();
         dims.extend_from_slice(&self.shape);
         let out = Shape::new(if dims.is_empty() { vec![1] } else { dims });
         Ok(vec![out; self.num_outputs()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(if self.get_prob { vec![self.dtype, inputs[0]] } else { vec![self.dtype] })
+        let &[data] = exactly("_sample_multinomial", "input", inputs)?;
+        Ok(if self.get_prob { vec![self.dtype, data] } else { vec![self.dtype] })
     }
     fn needs_rng(&self) -> bool {
         true
     }
     fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let x = &inputs[0];
-        let k = *x.shape.dims().last().unwrap_or(&1);
-        let probs: Vec<f64> = crate::dispatch_dtype!(x.dtype, T => {
-            // SAFETY: data is an input this op does not write.
-            unsafe { x.slice::<T>() }.iter().map(|v| v.to_f64()).collect()
-        });
-        let per_row: usize = self.shape.iter().product();
-        let mut picks = vec![0usize; outputs[0].size()];
-        for (i, pick) in picks.iter_mut().enumerate() {
-            let row = &probs[(i / per_row.max(1)) * k..][..k];
-            let u = random::uniform(ctx.seed, i as u64) * row.iter().sum::<f64>();
-            let mut acc = 0.0;
-            *pick = row
-                .iter()
-                .position(|&p| {
-                    acc += p;
-                    u < acc
-                })
-                .unwrap_or(k - 1);
+        let k = args.input_shape(0)?.dims().last().copied().unwrap_or(1).max(1);
+        let probs = args.input_f64(0)?;
+        let per_row = self.shape.iter().product::<usize>().max(1);
+        // Each sample's category and its probability.
+        let mut picks = vec![(0usize, 0.0f64); args.output_shape(0)?.size()];
+        for ((r, row_picks), (&last, rest)) in picks.chunks_mut(per_row).enumerate().zip(probs.chunks_exact(k).filter_map(<[f64]>::split_last)) {
+            let total = rest.iter().sum::<f64>() + last;
+            for (j, pick) in row_picks.iter_mut().enumerate() {
+                let u = random::uniform(ctx.seed, (r * per_row + j) as u64) * total;
+                let mut acc = 0.0;
+                // Past every other category's share (rounding included) is the last category.
+                let (index, &p) = rest
+                    .iter()
+                    .enumerate()
+                    .find(|&(_, &p)| {
+                        acc += p;
+                        u < acc
+                    })
+                    .unwrap_or((rest.len(), &last));
+                *pick = (index, p);
+            }
         }
-        crate::dispatch_dtype!(outputs[0].dtype, T => {
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
             let y = args.output::<T>(0)?;
-            y.iter_mut().zip(&picks).for_each(|(v, &p)| *v = T::from_f64(p as f64));
+            y.iter_mut().zip(&picks).for_each(|(v, &(index, _))| *v = T::from_f64(index as f64));
         });
         if self.get_prob {
-            crate::dispatch_dtype!(outputs[1].dtype, T => {
+            crate::dispatch_dtype!(args.output_dtype(1)?, T => {
                 let y = args.output::<T>(1)?;
-                for (i, (v, &p)) in y.iter_mut().zip(&picks).enumerate() {
-                    *v = T::from_f64(probs[(i / per_row.max(1)) * k + p].ln());
-                }
+                y.iter_mut().zip(&picks).for_each(|(v, &(_, p))| *v = T::from_f64(p.ln()));
             });
         }
         Ok(())
@@ -188,18 +188,15 @@ struct MultinomialBackward;
 impl MultinomialBackward {
     /// (rows, categories, samples per row) of data (rows, k) and samples (rows, m...).
     fn layout(inputs: &[Shape]) -> Result<(usize, usize, usize)> {
-        let (grad, data, samples) = (&inputs[0], &inputs[1], &inputs[2]);
-        let d = data.dims();
-        let leading = d.len().saturating_sub(1);
-        let rows_fit = samples.ndim() >= leading && samples.dims()[..leading] == d[..leading];
-        if d.is_empty() || grad != samples || !rows_fit {
+        let [grad, data, samples] = exactly("_backward_sample_multinomial", "input", inputs)?;
+        let split = data.dims().split_last().filter(|(_, leading)| samples.dims().get(..leading.len()) == Some(*leading));
+        let (Some((&k, _)), true) = (split, grad == samples) else {
             crate::bail!(
                 Shape,
                 "_backward_sample_multinomial: gradient {grad} and samples {samples} must share the shape _sample_multinomial \
                  draws from data {data} (data's leading axes, then the samples per distribution)"
             );
-        }
-        let k = d[d.len() - 1];
+        };
         let rows = data.size() / k.max(1);
         Ok((rows, k, samples.size() / rows.max(1)))
     }
@@ -211,30 +208,36 @@ impl Operator for MultinomialBackward {
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         Self::layout(inputs)?;
-        Ok(vec![inputs[1].clone()])
+        let [_, data, _] = exactly("_backward_sample_multinomial", "input", inputs)?;
+        Ok(vec![data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        if inputs[0] != inputs[1] {
-            crate::bail!(Type, "_backward_sample_multinomial: gradient dtype {} differs from data dtype {}", inputs[0], inputs[1]);
+        let &[grad, data, _] = exactly("_backward_sample_multinomial", "input", inputs)?;
+        if grad != data {
+            crate::bail!(Type, "_backward_sample_multinomial: gradient dtype {grad} differs from data dtype {data}");
         }
-        Ok(vec![inputs[1]])
+        Ok(vec![data])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let shapes: Vec<Shape> = inputs.iter().map(|t| t.shape.clone()).collect();
+        let shapes = [args.input_shape(0)?.clone(), args.input_shape(1)?.clone(), args.input_shape(2)?.clone()];
         let (_, k, per_row) = Self::layout(&shapes)?;
-        let picks: Vec<f64> = crate::dispatch_dtype!(inputs[2].dtype, I => {
-            args.input::<I>(2)?.iter().map(|v| v.to_f64()).collect()
-        });
+        let picks = args.input_f64(2)?;
         if let Some(bad) = picks.iter().find(|&&p| !(p >= 0.0 && p < k as f64 && p.fract() == 0.0)) {
             crate::bail!(Index, "_backward_sample_multinomial: sample {bad} is not a category index of a distribution over {k} categories");
         }
-        crate::dispatch_dtype!(outputs[0].dtype, T => {
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
             let (grad, data, out) = (args.input::<T>(0)?, args.input::<T>(1)?, args.output::<T>(0)?);
             out.iter_mut().for_each(|v| *v = T::from_f64(0.0));
-            for (i, (&pick, g)) in picks.iter().zip(grad).enumerate() {
-                let at = (i / per_row.max(1)) * k + pick as usize;
-                out[at] = T::from_f64(out[at].to_f64() + g.to_f64() / data[at].to_f64());
+            let (k, per_row) = (k.max(1), per_row.max(1));
+            let rows = out.chunks_exact_mut(k).zip(data.chunks_exact(k)).zip(picks.chunks(per_row).zip(grad.chunks(per_row)));
+            for ((out_row, data_row), (row_picks, row_grad)) in rows {
+                for (&pick, g) in row_picks.iter().zip(row_grad) {
+                    let category = pick as usize;
+                    let (Some(y), Some(p)) = (out_row.get_mut(category), data_row.get(category)) else {
+                        crate::bail!(Index, "_backward_sample_multinomial: sample {pick} is past the {k} categories of its distribution");
+                    };
+                    *y = T::from_f64(y.to_f64() + g.to_f64() / p.to_f64());
+                }
             }
         });
         Ok(())
@@ -246,30 +249,32 @@ struct Shuffle;
 
 impl Operator for Shuffle {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![inputs[0].clone()])
+        let [data] = exactly("_shuffle", "input", inputs)?;
+        Ok(vec![data.clone()])
     }
     fn needs_rng(&self) -> bool {
         true
     }
     fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (x, out) = (&inputs[0], &outputs[0]);
-        let rows = x.shape.dims().first().copied().unwrap_or(1);
+        let rows = args.input_shape(0)?.dims().first().copied().unwrap_or(1);
         let mut order: Vec<usize> = (0..rows).collect();
         for i in (1..rows).rev() {
             let j = (random::uniform(ctx.seed, i as u64) * (i + 1) as f64) as usize;
             order.swap(i, j.min(i));
         }
-        let row_bytes = x.size() / rows.max(1) * x.dtype.size();
-        let (xp, op) = (SendPtr(x.raw()), SendPtr(out.raw()));
-        parallel_chunks(rows, ((1usize << 16) / row_bytes.max(1)).max(1), |range| {
-            for r in range {
-                // SAFETY: order[r] < rows; output row r is this task's alone and does not overlap
-                // the input (the engine gives shuffle distinct input and output buffers).
-                unsafe { std::ptr::copy_nonoverlapping(xp.get().add(order[r] * row_bytes), op.get().add(r * row_bytes), row_bytes) };
-            }
-        });
-        Ok(())
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let (x, out) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            // An empty row has nothing to copy; one element keeps the chunk size non-zero.
+            let row_len = (x.len() / rows.max(1)).max(1);
+            let row_bytes = row_len * std::mem::size_of::<T>();
+            parallel_units(out, row_len, ((1usize << 16) / row_bytes).max(1), |first, piece| {
+                for (&from, row) in order.iter().skip(first).zip(piece.chunks_exact_mut(row_len)) {
+                    let source = x.get(from * row_len..(from + 1) * row_len).ok_or_else(|| crate::err!(Runtime, "_shuffle: input row {from} is past the input's {} elements", x.len()))?;
+                    row.copy_from_slice(source);
+                }
+                Ok(())
+            })
+        })
     }
 }
 
@@ -280,37 +285,46 @@ fn sample_shape(op: &str, shape: &[i64]) -> Result<Vec<usize>> {
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     // Each sampler is also registered under its public MXNet name, the name without the underscore.
     let samplers: [(&'static str, &'static [&'static str], &'static [&'static str], &'static str, Draw); 7] = [
-        ("_sample_uniform", &["sample_uniform"], &["low", "high"], "Draws uniform samples in [low, high) per element of low/high.", |s, i, p| {
-            p[0] + (p[1] - p[0]) * random::uniform(s, i)
-        }),
+        (
+            "_sample_uniform",
+            &["sample_uniform"],
+            &["low", "high"],
+            "Draws uniform samples in [low, high) per element of low/high.",
+            |s, i, [low, high]| low + (high - low) * random::uniform(s, i),
+        ),
         (
             "_sample_normal",
             &["sample_normal"],
             &["mu", "sigma"],
             "Draws normal samples with mean mu and standard deviation sigma per element.",
-            |s, i, p| p[0] + p[1] * random::normal(s, i),
+            |s, i, [mu, sigma]| mu + sigma * random::normal(s, i),
         ),
-        ("_sample_gamma", &["sample_gamma"], &["alpha", "beta"], "Draws gamma samples with shape alpha and scale beta per element.", |s, i, p| {
-            p[1] * random::gamma(s, i, p[0])
+        (
+            "_sample_gamma",
+            &["sample_gamma"],
+            &["alpha", "beta"],
+            "Draws gamma samples with shape alpha and scale beta per element.",
+            |s, i, [alpha, beta]| beta * random::gamma(s, i, alpha),
+        ),
+        ("_sample_exponential", &["sample_exponential"], &["lam"], "Draws exponential samples with rate lam per element.", |s, i, [lam, _]| {
+            -(1.0 - random::uniform(s, i)).ln() / lam
         }),
-        ("_sample_exponential", &["sample_exponential"], &["lam"], "Draws exponential samples with rate lam per element.", |s, i, p| {
-            -(1.0 - random::uniform(s, i)).ln() / p[0]
+        ("_sample_poisson", &["sample_poisson"], &["lam"], "Draws Poisson samples with mean lam per element.", |s, i, [lam, _]| {
+            random::poisson(s, i, lam)
         }),
-        ("_sample_poisson", &["sample_poisson"], &["lam"], "Draws Poisson samples with mean lam per element.", |s, i, p| random::poisson(s, i, p[0])),
         (
             "_sample_negative_binomial",
             &["sample_negative_binomial"],
             &["k", "p"],
             "Draws negative binomial samples (failures before k successes) per element.",
-            |s, i, p| negative_binomial(s, i, p[0], p[1]),
+            |s, i, [k, p]| negative_binomial(s, i, k, p),
         ),
         (
             "_sample_generalized_negative_binomial",
             &["sample_generalized_negative_binomial"],
             &["mu", "alpha"],
             "Draws generalized negative binomial samples with mean mu and dispersion alpha per element.",
-            |s, i, p| {
-                let (mu, alpha) = (p[0], p[1]);
+            |s, i, [mu, alpha]| {
                 if alpha == 0.0 {
                     random::poisson(s, i, mu)
                 } else {
@@ -320,7 +334,9 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         ),
     ];
     for (name, aliases, inputs, doc, draw) in samplers {
-        add(OpDef::new(name, aliases, doc, move |p: SampleParams| Ok(Sample { inputs, shape: sample_shape(name, &p.shape)?, dtype: p.dtype, draw })));
+        add(OpDef::new(name, aliases, doc, move |p: SampleParams| {
+            Ok(Sample { name, inputs, shape: sample_shape(name, &p.shape)?, dtype: p.dtype, draw })
+        }));
     }
     add(OpDef::new(
         "_sample_multinomial",

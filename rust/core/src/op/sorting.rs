@@ -1,6 +1,6 @@
 //! Sorting along an axis: sort, argsort and topk (all of MXNet's ret_typ values).
 
-use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::{exactly, parallel_units, ExecContext, OpDef, Operator};
 use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -68,8 +68,11 @@ impl Order {
             None => ((1, s.size(), 1), vec![s.size()], 0),
             Some(a) => {
                 let a = normalize_axis(a, s.ndim())?;
-                let d = s.dims();
-                ((d[..a].iter().product(), d[a], d[a + 1..].iter().product()), d.to_vec(), a)
+                let (before, rest) = s.dims().split_at_checked(a).unwrap_or_default();
+                let Some((&len, after)) = rest.split_first() else {
+                    crate::bail!(Value, "topk: axis {a} is out of range for {s}");
+                };
+                ((before.iter().product(), len, after.iter().product()), s.dims().to_vec(), a)
             }
         };
         let r = blocks.1 as i64;
@@ -79,7 +82,9 @@ impl Order {
             Some(k) if k > r => crate::bail!(Value, "topk: k={k} exceeds the axis length {r} of {s}"),
             Some(k) => k,
         } as usize;
-        dims[axis] = keep;
+        if let Some(len) = dims.get_mut(axis) {
+            *len = keep;
+        }
         Ok((blocks, keep, Shape::new(dims)))
     }
 }
@@ -93,18 +98,20 @@ impl Operator for Order {
         }
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let (_, _, out) = self.layout(&inputs[0])?;
+        let [x] = exactly("topk", "input", inputs)?;
+        let (_, _, out) = self.layout(x)?;
         Ok(match self.returns {
-            TopkReturn::Mask => vec![inputs[0].clone()],
+            TopkReturn::Mask => vec![x.clone()],
             TopkReturn::Both => vec![out.clone(), out],
             _ => vec![out],
         })
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        let &[x] = exactly("topk", "input", inputs)?;
         Ok(match self.returns {
-            TopkReturn::Values | TopkReturn::Mask => vec![inputs[0]],
+            TopkReturn::Values | TopkReturn::Mask => vec![x],
             TopkReturn::Indices => vec![self.index_dtype],
-            TopkReturn::Both => vec![inputs[0], self.index_dtype],
+            TopkReturn::Both => vec![x, self.index_dtype],
         })
     }
     fn gradient(&self, d: &mut super::grad::Grad) -> Result<super::grad::InputGrads> {
@@ -127,66 +134,56 @@ impl Operator for Order {
         Ok(vec![Some(d.op("_backward_order", &[("axis", axis)], &[&g, &indices, &x])?)])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let ((outer, r, inner), keep, _) = self.layout(&inputs[0].shape)?;
-        let x = &inputs[0];
-        let lanes: Vec<Vec<(f64, usize)>> = crate::dispatch_dtype!(x.dtype, T => {
-            // SAFETY: x is an input this op does not write.
-            let data = unsafe { x.slice::<T>() };
+        let ((outer, r, inner), keep, _) = self.layout(args.input_shape(0)?)?;
+        // One lane per (outer, inner) cell: the axis' r values with their positions, sorted and cut
+        // to the kept ones.
+        let lanes: Vec<Vec<(f64, usize)>> = crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let data = args.input::<T>(0)?;
             let ascending = self.ascending;
             let mut lanes = vec![Vec::new(); outer * inner];
-            let lp = SendPtr(lanes.as_mut_ptr());
-            parallel_chunks(outer * inner, (1 << 12) / r.max(1) + 1, |cells| {
-                for cell in cells {
-                    let (o, j) = (cell / inner, cell % inner);
-                    let mut lane: Vec<(f64, usize)> = (0..r).map(|k| (data[(o * r + k) * inner + j].to_f64(), k)).collect();
+            parallel_units(&mut lanes, 1, (1 << 12) / r.max(1) + 1, |first, piece| {
+                for (cell, slot) in (first..).zip(piece.iter_mut()) {
+                    let start = cell / inner * r * inner + cell % inner;
+                    let mut lane: Vec<(f64, usize)> = data.iter().skip(start).step_by(inner.max(1)).take(r).enumerate().map(|(k, v)| (v.to_f64(), k)).collect();
                     // Stable, with NaN last in either direction, like NumPy's sort.
                     lane.sort_by(|a, b| {
                         let ord = a.0.partial_cmp(&b.0).unwrap_or_else(|| a.0.is_nan().cmp(&b.0.is_nan()));
                         if ascending || a.0.is_nan() || b.0.is_nan() { ord } else { ord.reverse() }
                     });
                     lane.truncate(keep);
-                    // SAFETY: each cell's lane slot is written by exactly one task.
-                    unsafe { *lp.get().add(cell) = lane };
+                    *slot = lane;
                 }
-            });
+                Ok(())
+            })?;
             lanes
         });
-        let write = |out: &Tensor, value: &dyn Fn(&(f64, usize)) -> f64| {
-            crate::dispatch_dtype!(out.dtype, T => {
-                // SAFETY: the op owns its outputs; the (outer, keep, inner) layout matches their shape.
-                let o = unsafe { out.slice_mut::<T>() };
+        // Output `o` (an (outer, len, inner) layout) zeroed, then `value` of each lane's entry at
+        // row `row` of its entry.
+        let write = |o: usize, len: usize, row: &dyn Fn(usize, &(f64, usize)) -> usize, value: &dyn Fn(&(f64, usize)) -> f64| -> Result<()> {
+            crate::dispatch_dtype!(args.output_dtype(o)?, T => {
+                let out = args.output::<T>(o)?;
+                let size = out.len();
+                out.fill(T::from_f64(0.0));
                 for (cell, lane) in lanes.iter().enumerate() {
                     let (oi, j) = (cell / inner, cell % inner);
                     for (pos, entry) in lane.iter().enumerate() {
-                        o[(oi * keep + pos) * inner + j] = T::from_f64(value(entry));
+                        let at = (oi * len + row(pos, entry)) * inner + j;
+                        *out.get_mut(at).ok_or_else(|| crate::err!(Runtime, "topk: output position {at} is past its {size} elements"))? = T::from_f64(value(entry));
                     }
                 }
-            })
+            });
+            Ok(())
         };
+        let kept = |pos: usize, _: &(f64, usize)| pos;
         match self.returns {
-            TopkReturn::Values => write(&outputs[0], &|e| e.0),
-            TopkReturn::Indices => write(&outputs[0], &|e| e.1 as f64),
+            TopkReturn::Values => write(0, keep, &kept, &|e| e.0),
+            TopkReturn::Indices => write(0, keep, &kept, &|e| e.1 as f64),
             TopkReturn::Both => {
-                write(&outputs[0], &|e| e.0);
-                write(&outputs[1], &|e| e.1 as f64);
+                write(0, keep, &kept, &|e| e.0)?;
+                write(1, keep, &kept, &|e| e.1 as f64)
             }
-            TopkReturn::Mask => {
-                let out = &outputs[0];
-                crate::dispatch_dtype!(out.dtype, T => {
-                    // SAFETY: the op owns its output, which has the input's (outer, r, inner) layout.
-                    let o = unsafe { out.slice_mut::<T>() };
-                    o.iter_mut().for_each(|v| *v = T::from_f64(0.0));
-                    for (cell, lane) in lanes.iter().enumerate() {
-                        let (oi, j) = (cell / inner, cell % inner);
-                        for entry in lane {
-                            o[(oi * r + entry.1) * inner + j] = T::from_f64(1.0);
-                        }
-                    }
-                })
-            }
+            TopkReturn::Mask => write(0, r, &|_, e| e.1, &|_| 1.0),
         }
-        Ok(())
     }
 }
 
@@ -208,38 +205,33 @@ impl Operator for OrderBackward {
         vec!["grad".into(), "indices".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        if inputs[0] != inputs[1] {
-            crate::bail!(Shape, "_backward_order: grad {} and indices {} must have one shape", inputs[0], inputs[1]);
+        let [grad, indices, data] = exactly("_backward_order", "input", inputs)?;
+        if grad != indices {
+            crate::bail!(Shape, "_backward_order: grad {grad} and indices {indices} must have one shape");
         }
-        Ok(vec![inputs[2].clone()])
+        Ok(vec![data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[grad, _, _] = exactly("_backward_order", "input", inputs)?;
+        Ok(vec![grad])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (g, idx, out) = (&inputs[0], &inputs[1], &outputs[0]);
         let order = Order { axis: self.axis, ascending: true, k: None, returns: TopkReturn::Values, index_dtype: DType::F32 };
-        let ((outer, r, inner), _, _) = order.layout(&out.shape)?;
-        let keep = g.size() / (outer * inner).max(1);
-        let positions: Vec<usize> = crate::dispatch_dtype!(idx.dtype, I => {
-            // SAFETY: indices are an input this op does not write.
-            unsafe { idx.slice::<I>() }.iter().map(|v| v.to_f64() as usize).collect()
-        });
-        crate::dispatch_dtype!(out.dtype, T => {
-            // SAFETY: grad is read-only here; the output is this op's alone.
-            let (gv, o) = unsafe { (g.slice::<T>(), out.slice_mut::<T>()) };
-            o.iter_mut().for_each(|v| *v = T::from_f64(0.0));
-            for oi in 0..outer {
-                for p in 0..keep {
-                    for j in 0..inner {
-                        let at = (oi * keep + p) * inner + j;
-                        let k = positions[at];
-                        if k >= r {
-                            crate::bail!(Index, "_backward_order: index {k} is out of bounds for an axis of size {r}");
-                        }
-                        o[(oi * r + k) * inner + j] = gv[at];
-                    }
+        let ((outer, r, inner), _, _) = order.layout(args.output_shape(0)?)?;
+        let positions = args.input_f64(1)?;
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            let (grads, out) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            // The gradient has the sorted layout (outer, keep, inner), the output (outer, r, inner).
+            let kept_block = (grads.len() / (outer * inner).max(1)) * inner;
+            out.fill(T::from_f64(0.0));
+            for (at, (&g, &k)) in grads.iter().zip(&positions).enumerate() {
+                let k = k as usize;
+                if k >= r {
+                    crate::bail!(Index, "_backward_order: index {k} is out of bounds for an axis of size {r}");
+                }
+                let (oi, j) = (at / kept_block.max(1), at % inner.max(1));
+                if let Some(slot) = out.get_mut((oi * r + k) * inner + j) {
+                    *slot = g;
                 }
             }
         });
