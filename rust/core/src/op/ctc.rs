@@ -15,8 +15,7 @@
 //! its sequence (`L + repeats > T`) has loss 0 and gradient 0, as MXNet's warp-ctc kernel gives.
 
 use super::grad::{Grad, InputGrads};
-use super::normalization::to_f64;
-use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::{ExecContext, OpDef, Operator};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -50,11 +49,21 @@ struct Sequence {
     labels: Vec<usize>,
 }
 
-/// (seq_len, batch, alphabet) of data.
+/// (seq_len, batch, alphabet) of data, and label's label_len.
 struct Dims {
     steps: usize,
     batch: usize,
     alphabet: usize,
+    label_len: usize,
+}
+
+/// The inputs by role; `out_grad` only for `_backward_ctc_loss`.
+struct Roles<'a, X> {
+    out_grad: Option<&'a X>,
+    data: &'a X,
+    label: &'a X,
+    data_lengths: Option<&'a X>,
+    label_lengths: Option<&'a X>,
 }
 
 impl CtcSetup {
@@ -65,9 +74,6 @@ impl CtcSetup {
             "CTCLoss"
         }
     }
-    fn data_index(&self) -> usize {
-        usize::from(self.backward)
-    }
     fn blank(&self, alphabet: usize) -> usize {
         if self.blank_first {
             0
@@ -75,12 +81,31 @@ impl CtcSetup {
             alphabet - 1
         }
     }
+    /// `inputs` (shapes, dtypes, positions) sorted by role, checked to be as many as the
+    /// parameters call for.
+    fn roles<'a, X>(&self, inputs: &'a [X]) -> Result<Roles<'a, X>> {
+        let (out_grad, forward_inputs) = match inputs {
+            [out_grad, rest @ ..] if self.backward => (Some(out_grad), rest),
+            _ => (None, inputs),
+        };
+        let (data_lengths, label_lengths, data, label) = match (self.use_data_lengths, self.use_label_lengths, forward_inputs) {
+            (false, false, [data, label]) => (None, None, data, label),
+            (true, false, [data, label, lengths]) => (Some(lengths), None, data, label),
+            (false, true, [data, label, lengths]) => (None, Some(lengths), data, label),
+            (true, true, [data, label, data_lengths, label_lengths]) => (Some(data_lengths), Some(label_lengths), data, label),
+            _ => {
+                let names = self.input_names();
+                crate::bail!(Value, "{}: {} inputs expected ({}), got {}", self.name(), names.len(), names.join(", "), inputs.len());
+            }
+        };
+        Ok(Roles { out_grad, data, label, data_lengths, label_lengths })
+    }
     fn dims(&self, data: &Shape, label: &Shape) -> Result<Dims> {
         let op = self.name();
-        let [steps, batch, alphabet] = data.dims() else {
+        let &[steps, batch, alphabet] = data.dims() else {
             crate::bail!(Shape, "{op}: data must be 3-D (sequence_length, batch, alphabet_size), got {data}");
         };
-        let [label_batch, label_len] = label.dims() else {
+        let &[label_batch, label_len] = label.dims() else {
             crate::bail!(Shape, "{op}: label must be 2-D (batch, label_sequence_length), got {label}");
         };
         if label_batch != batch {
@@ -89,10 +114,10 @@ impl CtcSetup {
         if label_len > steps {
             crate::bail!(Shape, "{op}: label {label} holds more labels per sequence than data {data} has time steps");
         }
-        if *alphabet == 0 {
+        if alphabet == 0 {
             crate::bail!(Shape, "{op}: data {data} has an empty alphabet (it must include the blank)");
         }
-        Ok(Dims { steps: *steps, batch: *batch, alphabet: *alphabet })
+        Ok(Dims { steps, batch, alphabet, label_len })
     }
     fn check_lengths_shape(&self, what: &str, lengths: &Shape, batch: usize) -> Result<()> {
         if lengths.dims() != [batch] {
@@ -101,17 +126,24 @@ impl CtcSetup {
         Ok(())
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Dims> {
-        let at = self.data_index();
-        let dims = self.dims(&inputs[at], &inputs[at + 1])?;
-        let mut next = at + 2;
-        if self.use_data_lengths {
-            self.check_lengths_shape("data_lengths", &inputs[next], dims.batch)?;
-            next += 1;
+        let roles = self.roles(inputs)?;
+        let dims = self.dims(roles.data, roles.label)?;
+        if let Some(lengths) = roles.data_lengths {
+            self.check_lengths_shape("data_lengths", lengths, dims.batch)?;
         }
-        if self.use_label_lengths {
-            self.check_lengths_shape("label_lengths", &inputs[next], dims.batch)?;
+        if let Some(lengths) = roles.label_lengths {
+            self.check_lengths_shape("label_lengths", lengths, dims.batch)?;
+        }
+        if let Some(out_grad) = roles.out_grad {
+            if out_grad.dims() != [dims.batch] {
+                crate::bail!(Shape, "{}: out_grad has shape {out_grad}, expected ({},)", self.name(), dims.batch);
+            }
         }
         Ok(dims)
+    }
+    /// The call's dimensions, from its input shapes.
+    fn call_dims(&self, args: &KernelArgs) -> Result<Dims> {
+        self.infer_shape(&args.inputs().iter().map(|t| t.shape.clone()).collect::<Vec<_>>())
     }
     fn input_names(&self) -> Vec<String> {
         let mut names: Vec<String> = if self.backward { vec!["out_grad".into()] } else { Vec::new() };
@@ -131,40 +163,42 @@ impl CtcSetup {
         Ok(())
     }
     /// Every batch element's length and labels, validated before any kernel work starts.
-    fn sequences(&self, inputs: &[Tensor], dims: &Dims) -> Result<Vec<Sequence>> {
+    fn sequences(&self, args: &KernelArgs, dims: &Dims) -> Result<Vec<Sequence>> {
         let op = self.name();
-        let at = self.data_index();
-        let label_len = inputs[at + 1].shape.dims()[1];
-        let labels = to_f64(&inputs[at + 1]);
-        let mut next = at + 2;
-        let data_lengths = if self.use_data_lengths {
-            next += 1;
-            Some(to_f64(&inputs[next - 1]))
-        } else {
-            None
-        };
-        let label_lengths = self.use_label_lengths.then(|| to_f64(&inputs[next]));
+        let positions: Vec<usize> = (0..args.inputs().len()).collect();
+        let roles = self.roles(&positions)?;
+        let labels = args.input_f64(*roles.label)?;
+        let data_lengths = roles.data_lengths.map(|&i| args.input_f64(i)).transpose()?;
+        let label_lengths = roles.label_lengths.map(|&i| args.input_f64(i)).transpose()?;
         let padding = if self.blank_first { 0 } else { -1 };
-        let whole_length = |what: &str, value: f64, limit: usize| -> Result<usize> {
+        let whole_length = |what: &str, lengths: &[f64], b: usize, limit: usize| -> Result<usize> {
+            let Some(&value) = lengths.get(b) else {
+                crate::bail!(Shape, "{op}: {what}s hold {} values, fewer than the batch of {}", lengths.len(), dims.batch);
+            };
             if !(value >= 0.0 && value <= limit as f64) || value.fract() != 0.0 {
                 crate::bail!(Value, "{op}: {what} {value} is not a whole number in [0, {limit}]");
             }
             Ok(value as usize)
         };
+        let label_len = dims.label_len;
         (0..dims.batch)
             .map(|b| {
                 let steps = match &data_lengths {
-                    Some(lengths) => whole_length("data length", lengths[b], dims.steps)?,
+                    Some(lengths) => whole_length("data length", lengths, b, dims.steps)?,
                     None => dims.steps,
                 };
+                let Some(row) = labels.get(b * label_len..(b + 1) * label_len) else {
+                    crate::bail!(Shape, "{op}: label holds {} values, fewer than batch {} x {label_len}", labels.len(), dims.batch);
+                };
                 // Labels are indices: MXNet converts them to integers by truncation.
-                let row: Vec<i64> = labels[b * label_len..(b + 1) * label_len].iter().map(|&v| v as i64).collect();
+                let row: Vec<i64> = row.iter().map(|&v| v as i64).collect();
                 let len = match &label_lengths {
-                    Some(lengths) => whole_length("label length", lengths[b], label_len)?,
+                    Some(lengths) => whole_length("label length", lengths, b, label_len)?,
                     None => row.iter().position(|&v| v == padding).unwrap_or(label_len),
                 };
-                let labels = row[..len]
+                let labels = row
                     .iter()
+                    .take(len)
                     .map(|&v| {
                         if v < 0 || v as usize >= dims.alphabet {
                             crate::bail!(Index, "{op}: label {v} of batch element {b} is not a channel index in [0, {})", dims.alphabet);
@@ -189,6 +223,17 @@ fn log_add(a: f64, b: f64) -> f64 {
     }
 }
 
+/// What state s sees of state s + `offset` in `row`: log 0 past the last state, which leaves
+/// [`log_add`] exact.
+fn ahead(row: &[f64], offset: usize) -> impl Iterator<Item = f64> + '_ {
+    row.iter().skip(offset).copied().chain(std::iter::repeat(f64::NEG_INFINITY))
+}
+
+/// What state s sees of state s - `offset` in `row`: log 0 before the first state.
+fn behind(row: &[f64], offset: usize) -> impl Iterator<Item = f64> + '_ {
+    std::iter::repeat_n(f64::NEG_INFINITY, offset).chain(row.iter().copied())
+}
+
 /// One sequence's forward-backward problem in log space.
 struct Lattice {
     /// log softmax of the activations, (steps, alphabet).
@@ -197,20 +242,22 @@ struct Lattice {
     states: Vec<usize>,
     /// Whether state s may be entered from s - 2 (skipping the blank between two different labels).
     skip_into: Vec<bool>,
+    /// Never 0, so that the rows of `log_probs` are whole.
     alphabet: usize,
 }
 
 impl Lattice {
     /// `None` when the labels cannot be aligned within the sequence (MXNet's loss 0 case).
     fn new<T: Elem>(data: &[T], dims: &Dims, b: usize, seq: &Sequence, blank: usize) -> Option<Lattice> {
-        let repeats = seq.labels.windows(2).filter(|w| w[0] == w[1]).count();
-        if seq.labels.len() + repeats > seq.steps || seq.steps == 0 {
+        let repeats = seq.labels.iter().zip(seq.labels.iter().skip(1)).filter(|(label, next)| label == next).count();
+        let c = dims.alphabet;
+        if seq.labels.len() + repeats > seq.steps || seq.steps == 0 || c == 0 {
             return None;
         }
-        let c = dims.alphabet;
         let mut log_probs = vec![0.0; seq.steps * c];
-        for (t, out) in log_probs.chunks_exact_mut(c).enumerate() {
-            let row = &data[(t * dims.batch + b) * c..][..c];
+        // Step t of batch element b is data's row t * batch + b.
+        let rows = data.chunks_exact(c).skip(b).step_by(dims.batch.max(1));
+        for (out, row) in log_probs.chunks_exact_mut(c).zip(rows) {
             let max = row.iter().map(|v| v.to_f64()).fold(f64::NEG_INFINITY, f64::max);
             let log_sum = row.iter().map(|v| (v.to_f64() - max).exp()).sum::<f64>().ln() + max;
             for (o, v) in out.iter_mut().zip(row) {
@@ -218,10 +265,14 @@ impl Lattice {
             }
         }
         let mut states = vec![blank; 2 * seq.labels.len() + 1];
-        for (i, &l) in seq.labels.iter().enumerate() {
-            states[2 * i + 1] = l;
+        for (state, &l) in states.iter_mut().skip(1).step_by(2).zip(&seq.labels) {
+            *state = l;
         }
-        let skip_into = (0..states.len()).map(|s| s >= 2 && states[s] != blank && states[s] != states[s - 2]).collect();
+        let skip_into = states
+            .iter()
+            .enumerate()
+            .map(|(s, &state)| state != blank && s.checked_sub(2).and_then(|from| states.get(from)).is_some_and(|&from| from != state))
+            .collect();
         Some(Lattice { log_probs, states, skip_into, alphabet: c })
     }
 
@@ -229,86 +280,105 @@ impl Lattice {
         self.log_probs.len() / self.alphabet
     }
 
-    fn emit(&self, t: usize, s: usize) -> f64 {
-        self.log_probs[t * self.alphabet + self.states[s]]
+    /// log y(state) for every state, from one step's log probabilities (log 0 for a channel
+    /// outside the row, which validated labels never are).
+    fn emissions<'a>(&'a self, log_probs: &'a [f64]) -> impl Iterator<Item = f64> + 'a {
+        self.states.iter().map(|&k| log_probs.get(k).copied().unwrap_or(f64::NEG_INFINITY))
     }
 
     /// log alpha (steps, S): the log probability of emitting steps 0..=t and being in state s at
     /// t; and the log likelihood of the whole label sequence.
     fn alphas(&self) -> (Vec<f64>, f64) {
-        let (steps, n) = (self.steps(), self.states.len());
-        let mut alpha = vec![f64::NEG_INFINITY; steps * n];
-        alpha[0] = self.emit(0, 0);
-        if n > 1 {
-            alpha[1] = self.emit(0, 1);
-        }
-        for t in 1..steps {
-            let (before, now) = alpha.split_at_mut(t * n);
-            let prev = &before[(t - 1) * n..];
-            for s in 0..n {
-                let mut sum = prev[s];
-                if s >= 1 {
-                    sum = log_add(sum, prev[s - 1]);
+        let n = self.states.len();
+        let mut alpha = vec![f64::NEG_INFINITY; self.steps() * n];
+        let mut probs = self.log_probs.chunks_exact(self.alphabet);
+        let mut rows = alpha.chunks_exact_mut(n);
+        let log_likelihood = match (rows.next(), probs.next()) {
+            (Some(first), Some(first_probs)) => {
+                // A path starts in the leading blank or the first label.
+                for (a, e) in first.iter_mut().zip(self.emissions(first_probs)).take(2) {
+                    *a = e;
                 }
-                if self.skip_into[s] {
-                    sum = log_add(sum, prev[s - 2]);
+                let mut prev: &[f64] = first;
+                for (now, step_probs) in rows.zip(probs) {
+                    let predecessors = prev.iter().zip(behind(prev, 1)).zip(behind(prev, 2));
+                    for (((a, e), &skip), ((&stay, advance), skipped)) in
+                        now.iter_mut().zip(self.emissions(step_probs)).zip(&self.skip_into).zip(predecessors)
+                    {
+                        let mut sum = log_add(stay, advance);
+                        if skip {
+                            sum = log_add(sum, skipped);
+                        }
+                        *a = sum + e;
+                    }
+                    prev = now;
                 }
-                now[s] = sum + self.emit(t, s);
+                // A path ends in the last label or the trailing blank.
+                match prev {
+                    [.., second_last, last] => log_add(*last, *second_last),
+                    [only] => *only,
+                    [] => f64::NEG_INFINITY,
+                }
             }
-        }
-        let last = &alpha[(steps - 1) * n..];
-        let log_likelihood = if n > 1 { log_add(last[n - 1], last[n - 2]) } else { last[0] };
+            _ => f64::NEG_INFINITY,
+        };
         (alpha, log_likelihood)
     }
 
-    /// d(-log likelihood) / d activations (steps, alphabet), scaled by `scale`, written through
-    /// `write(t, k, value)`: softmax minus the posterior probability of emitting k at t.
-    fn gradient(&self, scale: f64, mut write: impl FnMut(usize, usize, f64)) {
+    /// d(-log likelihood) / d activations, scaled by `scale`, into `rows` (one row of the
+    /// alphabet per step): softmax minus the posterior probability of emitting k at t.
+    fn gradient<T: Elem>(&self, scale: f64, rows: &mut [&mut [T]]) {
         let (alpha, log_likelihood) = self.alphas();
         let (steps, n, c) = (self.steps(), self.states.len(), self.alphabet);
         // log beta of step t: the log probability of emitting steps t+1.. from state s at t.
         let mut beta = vec![f64::NEG_INFINITY; n];
-        beta[n - 1] = 0.0;
-        if n > 1 {
-            beta[n - 2] = 0.0;
-        }
+        // A path ends in the last label or the trailing blank.
+        beta.iter_mut().rev().take(2).for_each(|b| *b = 0.0);
         let mut next = vec![f64::NEG_INFINITY; n];
+        let mut entered = vec![f64::NEG_INFINITY; n];
         let mut occupancy = vec![f64::NEG_INFINITY; c];
-        for t in (0..steps).rev() {
-            if t + 1 < steps {
+        let mut later_probs: Option<&[f64]> = None;
+        let steps_back = alpha.rchunks_exact(n).zip(self.log_probs.rchunks_exact(c)).zip(rows.iter_mut().take(steps).rev());
+        for ((alpha_row, probs), out) in steps_back {
+            if let Some(later_probs) = later_probs {
                 // beta_t(s) = sum over the successors s' of s of beta_{t+1}(s') y_{t+1}(s').
-                let entered: Vec<f64> = (0..n).map(|s| next[s] + self.emit(t + 1, s)).collect();
-                for s in 0..n {
-                    let mut sum = entered[s];
-                    if s + 1 < n {
-                        sum = log_add(sum, entered[s + 1]);
+                for (e, (b, y)) in entered.iter_mut().zip(next.iter().zip(self.emissions(later_probs))) {
+                    *e = b + y;
+                }
+                let successors = entered.iter().zip(ahead(&entered, 1)).zip(ahead(&entered, 2));
+                let skips = self.skip_into.iter().skip(2).copied().chain(std::iter::repeat(false));
+                for ((b, ((&stay, advance), skipped)), skip) in beta.iter_mut().zip(successors).zip(skips) {
+                    let mut sum = log_add(stay, advance);
+                    if skip {
+                        sum = log_add(sum, skipped);
                     }
-                    if s + 2 < n && self.skip_into[s + 2] {
-                        sum = log_add(sum, entered[s + 2]);
-                    }
-                    beta[s] = sum;
+                    *b = sum;
                 }
             }
             occupancy.fill(f64::NEG_INFINITY);
-            for s in 0..n {
-                let k = self.states[s];
-                occupancy[k] = log_add(occupancy[k], alpha[t * n + s] + beta[s]);
+            for ((&k, &a), &b) in self.states.iter().zip(alpha_row).zip(&beta) {
+                if let Some(o) = occupancy.get_mut(k) {
+                    *o = log_add(*o, a + b);
+                }
             }
-            for k in 0..c {
-                let softmax = self.log_probs[t * c + k].exp();
-                let posterior = (occupancy[k] - log_likelihood).exp();
-                write(t, k, scale * (softmax - posterior));
+            for ((o, &log_prob), &occupied) in out.iter_mut().zip(probs).zip(&occupancy) {
+                let posterior = (occupied - log_likelihood).exp();
+                *o = T::from_f64(scale * (log_prob.exp() - posterior));
             }
             std::mem::swap(&mut beta, &mut next);
+            later_probs = Some(probs);
         }
     }
 }
 
-/// Run `task(b)` for every batch element, in parallel when the work pays for the threads.
-fn for_each_sequence(dims: &Dims, states: usize, task: impl Fn(usize) + Sync) {
+/// Batch elements per parallel task, so that a task's work pays for its thread.
+fn min_sequences_per_task(dims: &Dims, states: usize) -> usize {
     let work_per_sequence = dims.steps * (dims.alphabet + states).max(1);
-    let min_chunk = (super::PARALLEL_GRAIN / work_per_sequence.max(1)).max(1);
-    super::parallel_chunks(dims.batch, min_chunk, |range| range.for_each(&task));
+    (super::PARALLEL_GRAIN / work_per_sequence.max(1)).max(1)
+}
+
+fn max_states(sequences: &[Sequence]) -> usize {
+    sequences.iter().map(|s| 2 * s.labels.len() + 1).max().unwrap_or(1)
 }
 
 struct CtcLoss(CtcSetup);
@@ -323,7 +393,7 @@ impl Operator for CtcLoss {
     }
     fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
         // The length inputs hold one value per batch element, the batch being data's axis 1.
-        if let Some(&[_, batch, _]) = inputs[0].as_ref().map(|s| s.dims()) {
+        if let Some(&[_, batch, _]) = inputs.first().and_then(Option::as_ref).map(|s| s.dims()) {
             for lengths in inputs.iter_mut().skip(2).filter(|s| s.is_none()) {
                 *lengths = Some(Shape::new(vec![batch]));
             }
@@ -331,8 +401,9 @@ impl Operator for CtcLoss {
         Ok(())
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        self.0.check_data_dtype(inputs[0])?;
-        Ok(vec![inputs[0]])
+        let &data = self.0.roles(inputs)?.data;
+        self.0.check_data_dtype(data)?;
+        Ok(vec![data])
     }
     fn complete_input_types(&self, inputs: &mut [Option<DType>]) {
         for d in inputs.iter_mut().filter(|d| d.is_none()) {
@@ -340,21 +411,20 @@ impl Operator for CtcLoss {
         }
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let dims = self.0.infer_shape(&inputs.iter().map(|t| t.shape.clone()).collect::<Vec<_>>())?;
-        let sequences = self.0.sequences(inputs, &dims)?;
+        let dims = self.0.call_dims(args)?;
+        let sequences = self.0.sequences(args, &dims)?;
         let blank = self.0.blank(dims.alphabet);
-        let max_states = sequences.iter().map(|s| 2 * s.labels.len() + 1).max().unwrap_or(1);
-        crate::dispatch_dtype!(inputs[0].dtype, T => {
-            let data = args.input::<T>(0)?;
-            let losses = SendPtr(outputs[0].ptr::<T>());
-            for_each_sequence(&dims, max_states, |b| {
-                let loss = Lattice::new(data, &dims, b, &sequences[b], blank).map_or(0.0, |lattice| -lattice.alphas().1);
-                // SAFETY: b < batch, the output's length; no other task writes element b.
-                unsafe { *losses.get().add(b) = T::from_f64(loss) };
-            });
-        });
-        Ok(())
+        let min_sequences = min_sequences_per_task(&dims, max_states(&sequences));
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let (data, losses) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            super::parallel_units(losses, 1, min_sequences, |first, piece| {
+                for ((b, loss), seq) in (first..).zip(piece).zip(sequences.iter().skip(first)) {
+                    let value = Lattice::new(data, &dims, b, seq, blank).map_or(0.0, |lattice| -lattice.alphas().1);
+                    *loss = T::from_f64(value);
+                }
+                Ok(())
+            })
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let mut inputs = vec![d.out_grad(0)];
@@ -386,38 +456,40 @@ impl Operator for CtcLossBackward {
         self.0.input_names()
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let dims = self.0.infer_shape(inputs)?;
-        if inputs[0].dims() != [dims.batch] {
-            crate::bail!(Shape, "_backward_ctc_loss: out_grad has shape {}, expected ({},)", inputs[0], dims.batch);
-        }
-        Ok(vec![inputs[1].clone()])
+        self.0.infer_shape(inputs)?;
+        Ok(vec![self.0.roles(inputs)?.data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        self.0.check_data_dtype(inputs[1])?;
-        Ok(vec![inputs[1]])
+        let &data = self.0.roles(inputs)?.data;
+        self.0.check_data_dtype(data)?;
+        Ok(vec![data])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let inputs = args.inputs();
-        let dims = self.0.infer_shape(&inputs.iter().map(|t| t.shape.clone()).collect::<Vec<_>>())?;
-        let sequences = self.0.sequences(inputs, &dims)?;
+        let dims = self.0.call_dims(args)?;
+        let sequences = self.0.sequences(args, &dims)?;
         let blank = self.0.blank(dims.alphabet);
-        let scales = to_f64(&inputs[0]);
-        let max_states = sequences.iter().map(|s| 2 * s.labels.len() + 1).max().unwrap_or(1);
-        crate::dispatch_dtype!(inputs[1].dtype, T => {
+        let scales = args.input_f64(0)?;
+        let min_sequences = min_sequences_per_task(&dims, max_states(&sequences));
+        crate::dispatch_dtype!(args.input_dtype(1)?, T => {
             let (data, dx) = (args.input::<T>(1)?, args.output::<T>(0)?);
             dx.fill(T::from_f64(0.0));
-            let dx = SendPtr(dx.as_mut_ptr());
-            let c = dims.alphabet;
-            for_each_sequence(&dims, max_states, |b| {
-                if let Some(lattice) = Lattice::new(data, &dims, b, &sequences[b], blank) {
-                    lattice.gradient(scales[b], |t, k, value| {
-                        // SAFETY: (t, b, k) lies inside dx; only this task writes batch element b.
-                        unsafe { *dx.get().add((t * dims.batch + b) * c + k) = T::from_f64(value) };
-                    });
+            // dx is (steps, batch, alphabet): batch element b owns rows b, b + batch, ..., handed
+            // to it as one list so that parallel tasks write disjoint rows.
+            let mut rows_of_sequence: Vec<Vec<&mut [T]>> = (0..dims.batch).map(|_| Vec::with_capacity(dims.steps)).collect();
+            for step in dx.chunks_exact_mut((dims.batch * dims.alphabet).max(1)) {
+                for (row, rows) in step.chunks_exact_mut(dims.alphabet.max(1)).zip(&mut rows_of_sequence) {
+                    rows.push(row);
                 }
-            });
-        });
-        Ok(())
+            }
+            super::parallel_units(&mut rows_of_sequence, 1, min_sequences, |first, piece| {
+                for ((b, rows), (seq, &scale)) in (first..).zip(piece).zip(sequences.iter().zip(&scales).skip(first)) {
+                    if let Some(lattice) = Lattice::new(data, &dims, b, seq, blank) {
+                        lattice.gradient(scale, rows);
+                    }
+                }
+                Ok(())
+            })
+        })
     }
 }
 

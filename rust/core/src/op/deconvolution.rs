@@ -6,7 +6,7 @@
 use super::conv_shifted::Uses;
 use super::convolution::{add_channel_bias, channel_sums, spatial, weight_grad_over_chunks, Geometry, ImageProducts};
 use super::grad::{tuple_attr, Grad, InputGrads};
-use super::{ExecContext, OpDef, Operator, SendPtr};
+use super::{exactly, ExecContext, OpDef, Operator, SendPtr};
 use crate::base::{DType, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -54,12 +54,19 @@ impl DeconvolutionParams {
             crate::bail!(Param, "{OP}: kernel must have 1, 2 or 3 values, got {:?}", self.kernel);
         }
         if let Some(layout) = &self.layout {
-            let expected = ["NCW", "NCHW", "NCDHW"][rank - 1];
+            let expected = match rank {
+                1 => "NCW",
+                2 => "NCHW",
+                _ => "NCDHW",
+            };
             if layout != expected {
                 crate::bail!(Param, "{OP}: layout {layout} is not supported; use {expected} (channels first)");
             }
         }
-        if data.ndim() != rank + 2 {
+        let &[batch, channels, ref spatial_dims @ ..] = data.dims() else {
+            crate::bail!(Shape, "{OP}: a {rank}-D kernel needs {}-D data (batch, channel, spatial...), got {data}", rank + 2);
+        };
+        if spatial_dims.len() != rank {
             crate::bail!(Shape, "{OP}: a {rank}-D kernel needs {}-D data (batch, channel, spatial...), got {data}", rank + 2);
         }
         let kernel = spatial(OP, "kernel", &self.kernel, rank, 1, 1)?;
@@ -72,46 +79,39 @@ impl DeconvolutionParams {
             crate::bail!(Param, "{OP}: kernel, stride and dilate must be positive");
         }
         let use_target = target.iter().any(|&t| t != 0);
+        // Spatial axes are right-aligned in the three slots, unused leading ones 1.
         let mut input = [1; 3];
-        input[3 - rank..].copy_from_slice(&data.dims()[2..]);
+        for (slot, &d) in input.iter_mut().rev().zip(spatial_dims.iter().rev()) {
+            *slot = d;
+        }
         let mut output = [1; 3];
-        for a in 3 - rank..3 {
-            if input[a] == 0 {
+        let sizes = input.into_iter().zip(kernel).zip(stride.into_iter().zip(dilate)).zip(target);
+        let derived = pad.iter_mut().zip(adj.iter_mut()).zip(output.iter_mut());
+        for ((((input, kernel), (stride, dilate)), target), ((pad, adj), output)) in sizes.zip(derived).skip(3 - rank) {
+            if input == 0 {
                 crate::bail!(Shape, "{OP}: data {data} has an empty spatial axis");
             }
-            let full = stride[a] * (input[a] - 1) + dilate[a] * (kernel[a] - 1) + 1;
+            let full = stride * (input - 1) + dilate * (kernel - 1) + 1;
             if use_target {
-                if full < target[a] {
+                if full < target {
                     crate::bail!(Shape, "{OP}: target_shape {:?} is larger than the {full} positions data {data} can reach", self.target_shape);
                 }
-                let excess = full - target[a];
-                adj[a] = excess % 2;
-                pad[a] = excess.div_ceil(2);
-            } else if adj[a] >= stride[a] {
+                let excess = full - target;
+                *adj = excess % 2;
+                *pad = excess.div_ceil(2);
+            } else if *adj >= stride {
                 crate::bail!(Param, "{OP}: adj {:?} must be smaller than stride {:?}", self.adj, self.stride);
             }
-            if full + adj[a] <= 2 * pad[a] {
+            if full + *adj <= 2 * *pad {
                 crate::bail!(Shape, "{OP}: pad {:?} leaves no output for data {data}", self.pad);
             }
-            output[a] = full + adj[a] - 2 * pad[a];
+            *output = full + *adj - 2 * *pad;
         }
-        let (channels, groups) = (data[1], self.num_group);
+        let groups = self.num_group;
         if groups == 0 || channels % groups != 0 || !self.num_filter.is_multiple_of(groups) {
             crate::bail!(Param, "{OP}: channels ({channels}) and num_filter ({}) must divide by num_group ({groups})", self.num_filter);
         }
-        Ok(Geometry {
-            batch: data[0],
-            channels: self.num_filter,
-            filters: channels,
-            groups,
-            input: output,
-            kernel,
-            stride,
-            dilate,
-            pad,
-            output: input,
-            rank,
-        })
+        Ok(Geometry { batch, channels: self.num_filter, filters: channels, groups, input: output, kernel, stride, dilate, pad, output: input, rank })
     }
 
     fn attrs(&self) -> Vec<(&'static str, String)> {
@@ -136,8 +136,16 @@ impl DeconvolutionParams {
 /// The deconvolution's output shape and (data channels, num_filter/groups, k...) weight shape.
 fn shapes(g: &Geometry) -> (Shape, Shape) {
     let mut out = vec![g.batch, g.channels];
-    out.extend_from_slice(&g.input[3 - g.rank..]);
+    out.extend(g.input.iter().skip(3 - g.rank));
     (Shape::new(out), g.weight_shape())
+}
+
+/// Checks that an array the products reach through a pointer holds the whole batch they address.
+fn check_len(what: &str, len: usize, expected: usize) -> Result<()> {
+    if len != expected {
+        crate::bail!(Shape, "Deconvolution: the {what} holds {len} elements, expected {expected}");
+    }
+    Ok(())
 }
 
 pub(super) struct Deconvolution {
@@ -178,47 +186,57 @@ impl Operator for Deconvolution {
         names
     }
     fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
-        if let Some(data) = &inputs[0] {
+        if let [Some(data), weight, rest @ ..] = inputs {
             let g = self.p.geometry(data)?;
-            inputs[1].get_or_insert_with(|| g.weight_shape());
-            if let Some(bias) = inputs.get_mut(2) {
+            weight.get_or_insert_with(|| g.weight_shape());
+            if let Some(bias) = rest.first_mut() {
                 bias.get_or_insert_with(|| Shape::new(vec![g.channels]));
             }
         }
         Ok(())
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let g = self.p.geometry(&inputs[0])?;
-        let (out, weight) = shapes(&g);
-        if inputs[1] != weight {
-            crate::bail!(Shape, "Deconvolution: weight has shape {}, expected {weight} for data {}", inputs[1], inputs[0]);
+        let (data, weight, bias) = match inputs {
+            [data, weight] => (data, weight, None),
+            [data, weight, bias] => (data, weight, Some(bias)),
+            _ => crate::bail!(Value, "Deconvolution: 2 or 3 inputs expected (data, weight[, bias]), got {}", inputs.len()),
+        };
+        let g = self.p.geometry(data)?;
+        let (out, expected_weight) = shapes(&g);
+        if *weight != expected_weight {
+            crate::bail!(Shape, "Deconvolution: weight has shape {weight}, expected {expected_weight} for data {data}");
         }
-        if let Some(bias) = inputs.get(2) {
-            if bias.ndim() != 1 || bias[0] != g.channels {
+        if let Some(bias) = bias {
+            if bias.dims() != [g.channels] {
                 crate::bail!(Shape, "Deconvolution: bias has shape {bias}, expected ({},)", g.channels);
             }
         }
         Ok(vec![out])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let g = self.p.geometry(&inputs[0].shape)?;
-        let (x, out) = (&inputs[0], &outputs[0]);
+        let g = self.p.geometry(args.input_shape(0)?)?;
+        let dtype = args.input_dtype(0)?;
         let plane = g.input_size();
-        let (products, plan) = ImageProducts::planned(&g, x.dtype, inputs[1].raw());
-        crate::dispatch_dtype!(x.dtype, T => {
-            // SAFETY: the input is read-only here; chunks write disjoint images of the output.
-            let xv = unsafe { x.slice::<T>() };
-            let op = SendPtr(out.raw());
-            let bias = inputs.get(2).map(|b| unsafe { b.slice::<T>() });
+        crate::dispatch_dtype!(dtype, T => {
+            let (x, weight) = (args.input::<T>(0)?, args.input::<T>(1)?);
+            let bias = (args.inputs().len() > 2).then(|| args.input::<T>(2)).transpose()?;
+            let out = args.output::<T>(0)?;
+            check_len("weight", weight.len(), g.weight_shape().size())?;
+            check_len("output", out.len(), g.batch * g.channels * plane)?;
+            let (products, plan) = ImageProducts::planned(&g, dtype, weight.as_ptr().cast());
+            // The products write the whole-batch output through a pointer; tasks own disjoint
+            // chunks of images.
+            let out = SendPtr(out.as_mut_ptr());
             plan.run(|mine| {
                 let mut buf = products.buffers::<T>(Uses { correlate: false, scatter: true, weight_grad: false })?;
                 for images in mine.iter().cloned() {
-                    let base = op.get() as *mut T;
                     let block = images.len() * g.channels * plane;
-                    // SAFETY: this chunk's images of the output are written by this task alone.
-                    unsafe { products.scatter(images.clone(), xv, base, &mut buf) };
-                    let region = unsafe { std::slice::from_raw_parts_mut(base.add(images.start * g.channels * plane), block) };
+                    // SAFETY: the output holds the whole batch (checked above) and this chunk's
+                    // images of it are written by this task alone.
+                    let region = unsafe {
+                        products.scatter(images.clone(), x, out.get(), &mut buf);
+                        std::slice::from_raw_parts_mut(out.get().add(images.start * g.channels * plane), block)
+                    };
                     if let Some(bias) = bias {
                         add_channel_bias(region, bias, plane);
                     }
@@ -280,26 +298,31 @@ impl Operator for DeconvolutionBackward {
         3
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![inputs[1].clone(), inputs[2].clone(), Shape::new(vec![self.p.num_filter])])
+        let [_, data, weight] = exactly("_backward_Deconvolution", "input", inputs)?;
+        Ok(vec![data.clone(), weight.clone(), Shape::new(vec![self.p.num_filter])])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]; 3])
+        let &[grad, _, _] = exactly("_backward_Deconvolution", "input", inputs)?;
+        Ok(vec![grad; 3])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (gt, x) = (&inputs[0], &inputs[1]);
-        let g = self.p.geometry(&x.shape)?;
-        let (dx, dw, db) = (&outputs[0], &outputs[1], &outputs[2]);
-        let (products, plan) = ImageProducts::planned(&g, x.dtype, inputs[2].raw());
-        crate::dispatch_dtype!(x.dtype, T => {
-            // SAFETY: inputs are read-only here; each output is this op's alone.
-            let (gv, xv) = unsafe { (gt.slice::<T>(), x.slice::<T>()) };
-            let (dxv, dwv, dbv) = unsafe { (dx.slice_mut::<T>(), dw.slice_mut::<T>(), db.slice_mut::<T>()) };
+        let g = self.p.geometry(args.input_shape(1)?)?;
+        let dtype = args.input_dtype(1)?;
+        crate::dispatch_dtype!(dtype, T => {
+            let (gv, xv, weight) = (args.input::<T>(0)?, args.input::<T>(1)?, args.input::<T>(2)?);
+            let (dxv, dwv, dbv) = (args.output::<T>(0)?, args.output::<T>(1)?, args.output::<T>(2)?);
+            check_len("weight", weight.len(), g.weight_shape().size())?;
+            check_len("weight gradient", dwv.len(), g.weight_shape().size())?;
+            check_len("data gradient", dxv.len(), g.batch * g.filters * g.output_size())?;
+            let (products, plan) = ImageProducts::planned(&g, dtype, weight.as_ptr().cast());
+            // The products write the whole-batch data gradient through a pointer; tasks own
+            // disjoint chunks of images.
             let dx_ptr = SendPtr(dxv.as_mut_ptr());
             let uses = Uses { correlate: self.data_grad, scatter: false, weight_grad: true };
             weight_grad_over_chunks(&plan, &products, uses, dwv, |images, buf, partial| {
-                // SAFETY: the partial is shaped like the weight; each chunk's images of dx are
-                // written by the task running that chunk alone.
+                // SAFETY: the partial is shaped like the weight; dx holds the whole batch (checked
+                // above) and each chunk's images of it are written by the task running that chunk
+                // alone.
                 unsafe {
                     products.accumulate_weight_grad(images.clone(), gv, xv, partial, buf);
                     if self.data_grad {

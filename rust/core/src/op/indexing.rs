@@ -3,7 +3,9 @@
 
 use super::grad::{Grad, InputGrads};
 use super::shape_ops::{copy_bytes, strided_copy};
-use super::{zero_gradient, ExecContext, OpDef, Operator, SendPtr, Tensor};
+#[cfg(feature = "cuda")]
+use super::Tensor;
+use super::{exactly, zero_gradient, ExecContext, OpDef, Operator};
 use crate::base::{merge_partial, normalize_axis, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -54,10 +56,12 @@ impl SliceParams {
             crate::bail!(Shape, "{op}: {} axes given for an input of shape {s}", self.begin.len());
         }
         let mut r = Region { start: vec![], step: vec![], len: vec![] };
-        for d in 0..s.ndim() {
-            let (b, e, st) =
-                if d < self.begin.len() { (self.begin[d], self.end[d], self.step.get(d).copied().flatten()) } else { (None, None, None) };
-            let (start, step, len) = resolve_axis(b, e, st, s[d])?;
+        for (d, &dim) in s.dims().iter().enumerate() {
+            let (b, e, st) = match (self.begin.get(d), self.end.get(d)) {
+                (Some(&b), Some(&e)) => (b, e, self.step.get(d).copied().flatten()),
+                _ => (None, None, None),
+            };
+            let (start, step, len) = resolve_axis(b, e, st, dim)?;
             r.start.push(start);
             r.step.push(step);
             r.len.push(len);
@@ -71,8 +75,8 @@ impl SliceParams {
     fn attrs(&self) -> Vec<(&'static str, String)> {
         let text = |v: &[Option<i64>]| {
             let items: Vec<String> = v.iter().map(|x| x.map_or("None".to_string(), |i| i.to_string())).collect();
-            if items.len() == 1 {
-                format!("({},)", items[0])
+            if let [only] = items.as_slice() {
+                format!("({only},)")
             } else {
                 format!("({})", items.join(", "))
             }
@@ -88,6 +92,26 @@ impl Region {
         let base = self.start.iter().zip(&st).map(|(&b, &t)| b as isize * t as isize).sum::<isize>();
         (base, self.step.iter().zip(&st).map(|(&k, &t)| k as isize * t as isize).collect())
     }
+
+    /// Check the arrays a [`strided_copy`] over the region reaches, as it indexes unchecked:
+    /// `strided` elements of the array of `shape` the region was resolved against (`resolve_axis`
+    /// keeps every position inside that shape), and `dense` elements on the contiguous side
+    /// (None for a scalar broadcast over the region, which is read at its one element only).
+    fn check(&self, op: &str, shape: &Shape, strided: usize, dense: Option<usize>) -> Result<()> {
+        let size = self.len.iter().product::<usize>();
+        if strided != shape.size() || dense.is_some_and(|d| d != size) {
+            crate::bail!(Runtime, "{op}: a region of {size} elements of shape {shape} copied between arrays of {strided} and {dense:?} elements");
+        }
+        Ok(())
+    }
+}
+
+/// The dims before `axis`, its length and the dims after it.
+fn split_axis<'a>(op: &str, dims: &'a [usize], axis: usize) -> Result<(&'a [usize], usize, &'a [usize])> {
+    match dims.split_at_checked(axis) {
+        Some((before, [len, after @ ..])) => Ok((before, *len, after)),
+        _ => crate::bail!(Shape, "{op}: axis {axis} is outside a shape of {} dimensions", dims.len()),
+    }
 }
 
 fn contiguous(s: &[usize]) -> Vec<isize> {
@@ -100,23 +124,27 @@ struct Slice {
 
 impl Operator for Slice {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![Shape::new(self.p.region("slice", &inputs[0])?.len)])
+        let [x] = exactly("slice", "input", inputs)?;
+        Ok(vec![Shape::new(self.p.region("slice", x)?.len)])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let x = &inputs[0];
-        let r = self.p.region("slice", &x.shape)?;
-        let (base, ss) = r.strides_in(&x.shape);
-        crate::dispatch_dtype!(x.dtype, T => strided_copy::<T>(&r.len, x.ptr::<T>(), base, &ss, outputs[0].ptr::<T>(), 0, &contiguous(&r.len)));
+        let shape = args.input_shape(0)?;
+        let r = self.p.region("slice", shape)?;
+        let (base, ss) = r.strides_in(shape);
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let (x, out) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            r.check("slice", shape, x.len(), Some(out.len()))?;
+            strided_copy::<T>(&r.len, x.as_ptr(), base, &ss, out.as_mut_ptr(), 0, &contiguous(&r.len));
+        });
         Ok(())
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         use crate::backend::cuda::kernels::{strided_copy, Strided};
-        let x = &inputs[0];
+        let ([x], [out]) = (exactly("slice", "input", inputs)?, exactly("slice", "output", outputs)?);
         let r = self.p.region("slice", &x.shape)?;
         let (base, ss) = r.strides_in(&x.shape);
-        strided_copy(gpu, &r.len, Strided { tensor: x, base, strides: &ss }, Strided { tensor: &outputs[0], base: 0, strides: &contiguous(&r.len) })
+        strided_copy(gpu, &r.len, Strided { tensor: x, base, strides: &ss }, Strided { tensor: out, base: 0, strides: &contiguous(&r.len) })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
@@ -134,28 +162,32 @@ impl Operator for SliceAssign {
         vec!["lhs".into(), "rhs".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let r = self.p.region("_slice_assign", &inputs[0])?;
-        if inputs[1].dims() != r.len.as_slice() {
-            crate::bail!(Shape, "_slice_assign: value of shape {} does not fit the region {} of {}", inputs[1], Shape::new(r.len), inputs[0]);
+        let [lhs, rhs] = exactly("_slice_assign", "input", inputs)?;
+        let r = self.p.region("_slice_assign", lhs)?;
+        if rhs.dims() != r.len.as_slice() {
+            crate::bail!(Shape, "_slice_assign: value of shape {rhs} does not fit the region {} of {lhs}", Shape::new(r.len));
         }
-        Ok(vec![inputs[0].clone()])
+        Ok(vec![lhs.clone()])
     }
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (lhs, rhs, out) = (&inputs[0], &inputs[1], &outputs[0]);
+        let ([lhs, _], [out]) = (exactly("_slice_assign", "input", args.inputs())?, exactly("_slice_assign", "output", args.outputs())?);
         copy_bytes(lhs, out);
         let r = self.p.region("_slice_assign", &out.shape)?;
         let (base, ds) = r.strides_in(&out.shape);
-        crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&r.len, rhs.ptr::<T>(), 0, &contiguous(&r.len), out.ptr::<T>(), base, &ds));
+        crate::dispatch_dtype!(out.dtype, T => {
+            let (rhs, assigned) = (args.input::<T>(1)?, args.output::<T>(0)?);
+            r.check("_slice_assign", &out.shape, assigned.len(), Some(rhs.len()))?;
+            strided_copy::<T>(&r.len, rhs.as_ptr(), 0, &contiguous(&r.len), assigned.as_mut_ptr(), base, &ds);
+        });
         Ok(())
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         use crate::backend::cuda::kernels::{copy_bytes, strided_copy, Strided};
-        let (lhs, rhs, out) = (&inputs[0], &inputs[1], &outputs[0]);
+        let ([lhs, rhs], [out]) = (exactly("_slice_assign", "input", inputs)?, exactly("_slice_assign", "output", outputs)?);
         copy_bytes(gpu, lhs, out)?;
         let r = self.p.region("_slice_assign", &out.shape)?;
         let (base, ds) = r.strides_in(&out.shape);
@@ -191,21 +223,24 @@ struct SliceAssignScalar {
 
 impl Operator for SliceAssignScalar {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        self.p.region("_slice_assign_scalar", &inputs[0])?;
-        Ok(vec![inputs[0].clone()])
+        let [x] = exactly("_slice_assign_scalar", "input", inputs)?;
+        self.p.region("_slice_assign_scalar", x)?;
+        Ok(vec![x.clone()])
     }
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let out = &outputs[0];
-        copy_bytes(&inputs[0], out);
-        let r = self.p.region("_slice_assign_scalar", &out.shape)?;
+        let op = "_slice_assign_scalar";
+        let ([x], [out]) = (exactly(op, "input", args.inputs())?, exactly(op, "output", args.outputs())?);
+        copy_bytes(x, out);
+        let r = self.p.region(op, &out.shape)?;
         let (base, ds) = r.strides_in(&out.shape);
         crate::dispatch_dtype!(out.dtype, T => {
+            let assigned = args.output::<T>(0)?;
+            r.check(op, &out.shape, assigned.len(), None)?;
             let v = [T::from_f64(self.scalar)];
-            strided_copy::<T>(&r.len, v.as_ptr(), 0, &vec![0; r.len.len()], out.ptr::<T>(), base, &ds)
+            strided_copy::<T>(&r.len, v.as_ptr(), 0, &vec![0; r.len.len()], assigned.as_mut_ptr(), base, &ds);
         });
         Ok(())
     }
@@ -259,39 +294,45 @@ impl Operator for Take {
         vec!["a".into(), "indices".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let (a, idx) = (&inputs[0], &inputs[1]);
+        let [a, idx] = exactly("take", "input", inputs)?;
         let axis = normalize_axis(self.axis, a.ndim())?;
-        if a[axis] == 0 && idx.size() > 0 {
+        let (before, len, after) = split_axis("take", a.dims(), axis)?;
+        if len == 0 && idx.size() > 0 {
             // Every mode maps an index into the axis; an empty axis has no element to map to.
             crate::bail!(Index, "take: cannot take indices {idx} from axis {axis} of size 0 of array {a}");
         }
-        let mut dims = a.dims()[..axis].to_vec();
-        dims.extend_from_slice(idx.dims());
-        dims.extend_from_slice(&a.dims()[axis + 1..]);
-        Ok(vec![Shape::new(dims)])
+        Ok(vec![Shape::new([before, idx.dims(), after].concat())])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[a, _] = exactly("take", "input", inputs)?;
+        Ok(vec![a])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (a, idx, out) = (&inputs[0], &inputs[1], &outputs[0]);
-        let axis = normalize_axis(self.axis, a.shape.ndim())?;
-        let n = a.shape[axis] as i64;
-        let rows = self.resolve_rows(idx, n, axis)?;
-        let es = a.dtype.size();
-        let outer: usize = a.shape.dims()[..axis].iter().product();
-        let inner: usize = a.shape.dims()[axis + 1..].iter().product::<usize>() * es;
-        let (ap, op) = (SendPtr(a.raw()), SendPtr(out.raw()));
-        let k = rows.len();
-        super::parallel_chunks(outer * k, ((1usize << 16) / inner.max(1)).max(1), |r| {
-            for t in r {
-                let (o, j) = (t / k, t % k);
-                // SAFETY: rows[j] < n, so the source block is inside `a`; each t owns one output block.
-                unsafe { std::ptr::copy_nonoverlapping(ap.get().add((o * n as usize + rows[j]) * inner), op.get().add(t * inner), inner) };
+        let shape = args.input_shape(0)?;
+        let axis = normalize_axis(self.axis, shape.ndim())?;
+        let (_, n, after) = split_axis("take", shape.dims(), axis)?;
+        let rows = self.resolve_rows(&args.input_f64(1)?, n as i64, axis)?;
+        let inner: usize = after.iter().product();
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let (a, out) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            let k = rows.len();
+            // An empty output: nothing to copy (and `chunks` needs a nonzero length).
+            if inner == 0 || k == 0 {
+                return Ok(());
             }
-        });
-        Ok(())
+            let min_blocks = ((1usize << 16) / (inner * std::mem::size_of::<T>())).max(1);
+            super::parallel_units(out, inner, min_blocks, |first_block, piece| {
+                let blocks = (first_block..).zip(piece.chunks_mut(inner));
+                for ((t, block), &row) in blocks.zip(rows.iter().cycle().skip(first_block % k)) {
+                    let start = (t / k * n + row) * inner;
+                    let src = a.get(start..start + block.len()).ok_or_else(|| {
+                        crate::err!(Runtime, "take: row {row} of block {} lies outside the input of {} elements", t / k, a.len())
+                    })?;
+                    block.copy_from_slice(src);
+                }
+                Ok(())
+            })
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (a, idx, g) = (d.input(0), d.input(1), d.out_grad(0));
@@ -302,14 +343,11 @@ impl Operator for Take {
 
 impl Take {
     /// The row each index selects along `axis` of length `n`, under the out-of-bounds mode.
-    fn resolve_rows(&self, idx: &Tensor, n: i64, axis: usize) -> Result<Vec<usize>> {
-        let indices: Vec<i64> = crate::dispatch_dtype!(idx.dtype, I => {
-            // SAFETY: idx is an input of this op and is not written by it.
-            unsafe { idx.slice::<I>() }.iter().map(|v| v.to_f64() as i64).collect()
-        });
+    fn resolve_rows(&self, indices: &[f64], n: i64, axis: usize) -> Result<Vec<usize>> {
         indices
-            .into_iter()
-            .map(|i| {
+            .iter()
+            .map(|&v| {
+                let i = v as i64;
                 Ok(match self.mode {
                     TakeMode::Wrap => i.rem_euclid(n.max(1)),
                     TakeMode::Raise if i < -n || i >= n => {
@@ -334,42 +372,48 @@ impl Operator for TakeBackward {
         vec!["grad".into(), "indices".into(), "a".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let taken = self.take.infer_shape(&[inputs[2].clone(), inputs[1].clone()])?;
-        if taken[0] != inputs[0] {
-            crate::bail!(Shape, "_backward_take: gradient {} does not match take's output {}", inputs[0], taken[0]);
+        let [g, idx, a] = exactly("_backward_take", "input", inputs)?;
+        let taken = self.take.infer_shape(&[a.clone(), idx.clone()])?;
+        let [taken] = exactly("_backward_take", "take output", &taken)?;
+        if taken != g {
+            crate::bail!(Shape, "_backward_take: gradient {g} does not match take's output {taken}");
         }
-        Ok(vec![inputs[2].clone()])
+        Ok(vec![a.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[g, _, _] = exactly("_backward_take", "input", inputs)?;
+        Ok(vec![g])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (g, idx, out) = (&inputs[0], &inputs[1], &outputs[0]);
-        let axis = normalize_axis(self.take.axis, out.shape.ndim())?;
-        let n = out.shape[axis];
-        let rows = self.take.resolve_rows(idx, n as i64, axis)?;
-        let outer: usize = out.shape.dims()[..axis].iter().product();
-        let inner: usize = out.shape.dims()[axis + 1..].iter().product();
+        let shape = args.output_shape(0)?;
+        let axis = normalize_axis(self.take.axis, shape.ndim())?;
+        let (_, n, after) = split_axis("_backward_take", shape.dims(), axis)?;
+        let rows = self.take.resolve_rows(&args.input_f64(1)?, n as i64, axis)?;
+        let inner: usize = after.iter().product();
         let k = rows.len();
-        crate::dispatch_dtype!(out.dtype, T => {
-            // SAFETY: the output is this op's alone; the gradient is an input it does not write.
-            let (o, gv) = unsafe { (out.slice_mut::<T>(), g.slice::<T>()) };
-            let mut acc = vec![0f64; o.len()];
-            // Parallel over the outer blocks: each owns its slice of the accumulator.
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            let (g, out) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            let mut acc = vec![0f64; out.len()];
             let block = n * inner;
-            let acc_ptr = SendPtr(acc.as_mut_ptr());
-            super::parallel_chunks(outer, ((1usize << 15) / (k * inner).max(1)).max(1), |os| {
-                for ob in os {
-                    for (j, &row) in rows.iter().enumerate() {
-                        for c in 0..inner {
-                            // SAFETY: block `ob` of the accumulator belongs to this task alone.
-                            unsafe { *acc_ptr.get().add(ob * block + row * inner + c) += gv[(ob * k + j) * inner + c].to_f64() };
+            // An empty block leaves nothing to accumulate (and `chunks` needs a nonzero length).
+            if block > 0 {
+                // Parallel over the outer blocks: each owns its slice of the accumulator.
+                super::parallel_units(&mut acc, block, ((1usize << 15) / (k * inner).max(1)).max(1), |first_block, piece| {
+                    for (ob, acc_block) in (first_block..).zip(piece.chunks_mut(block)) {
+                        let grad_block = g.get(ob * k * inner..(ob + 1) * k * inner).ok_or_else(|| {
+                            crate::err!(Runtime, "_backward_take: gradient of {} elements has no block {ob} of {k} rows of {inner}", g.len())
+                        })?;
+                        for (&row, grad_row) in rows.iter().zip(grad_block.chunks_exact(inner)) {
+                            let dst = acc_block.get_mut(row * inner..(row + 1) * inner).ok_or_else(|| {
+                                crate::err!(Runtime, "_backward_take: row {row} lies outside the axis of length {n}")
+                            })?;
+                            dst.iter_mut().zip(grad_row).for_each(|(sum, &v)| *sum += v.to_f64());
                         }
                     }
-                }
-            });
-            o.iter_mut().zip(&acc).for_each(|(v, &a)| *v = T::from_f64(a));
+                    Ok(())
+                })?;
+            }
+            out.iter_mut().zip(&acc).for_each(|(v, &a)| *v = T::from_f64(a));
         });
         Ok(())
     }
@@ -402,7 +446,8 @@ impl Operator for OneHot {
         vec!["indices".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let mut dims = inputs[0].dims().to_vec();
+        let [indices] = exactly("one_hot", "input", inputs)?;
+        let mut dims = indices.dims().to_vec();
         dims.push(self.p.depth);
         Ok(vec![Shape::new(dims)])
     }
@@ -413,27 +458,30 @@ impl Operator for OneHot {
         zero_gradient(d)
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let idx = &inputs[0];
-        let indices: Vec<i64> = crate::dispatch_dtype!(idx.dtype, I => {
-            // SAFETY: the indices are an input this op does not write.
-            unsafe { idx.slice::<I>() }.iter().map(|v| v.to_f64() as i64).collect()
-        });
+        let indices = args.input_f64(0)?;
         let depth = self.p.depth;
-        let (on, off) = (self.p.on_value, self.p.off_value);
-        crate::dispatch_dtype!(outputs[0].dtype, T => {
-            let (on, off) = (T::from_f64(on), T::from_f64(off));
-            let op = SendPtr(outputs[0].ptr::<T>());
-            super::parallel_chunks(indices.len(), (1 << 14) / depth.max(1) + 1, |rows| {
-                for r in rows {
-                    for c in 0..depth {
-                        // SAFETY: row r of the (n, depth) output belongs to this task alone.
-                        unsafe { *op.get().add(r * depth + c) = if indices[r] == c as i64 { on } else { off } };
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            let (on, off) = (T::from_f64(self.p.on_value), T::from_f64(self.p.off_value));
+            let out = args.output::<T>(0)?;
+            if out.len() != indices.len() * depth {
+                crate::bail!(Runtime, "one_hot: output of {} elements for {} indices of depth {depth}", out.len(), indices.len());
+            }
+            // Depth 0 leaves an empty output (and `chunks` needs a nonzero length).
+            if depth == 0 {
+                return Ok(());
+            }
+            super::parallel_units(out, depth, (1 << 14) / depth + 1, |first_row, piece| {
+                let piece_indices = indices.get(first_row..).unwrap_or_default();
+                for (row, &index) in piece.chunks_mut(depth).zip(piece_indices) {
+                    row.fill(off);
+                    // An index outside [0, depth) leaves the whole row off.
+                    if let Some(hot) = usize::try_from(index as i64).ok().and_then(|i| row.get_mut(i)) {
+                        *hot = on;
                     }
                 }
+                Ok(())
             })
-        });
-        Ok(())
+        })
     }
 }
 
@@ -513,38 +561,46 @@ impl Operator for Embedding {
         vec!["data".into(), "weight".into()]
     }
     fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
-        inputs[1].get_or_insert_with(|| Shape::new(vec![self.input_dim, self.output_dim]));
+        let [_, weight] = inputs else {
+            crate::bail!(Shape, "Embedding: 2 inputs (data, weight) expected, got {}", inputs.len());
+        };
+        weight.get_or_insert_with(|| Shape::new(vec![self.input_dim, self.output_dim]));
         Ok(())
     }
     /// The output is the data's shape with an axis of output_dim appended, known or not.
     fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
-        merge_partial(&mut inputs[1], &PartialShape(vec![Some(self.input_dim), Some(self.output_dim)]))?;
-        if let Some(data) = inputs[0].clone() {
-            let mut out = data;
+        let counts = (inputs.len(), outputs.len());
+        let ([data, weight], [output]) = (inputs, outputs) else {
+            crate::bail!(Shape, "Embedding: 2 inputs and 1 output expected, got {} and {}", counts.0, counts.1);
+        };
+        merge_partial(weight, &PartialShape(vec![Some(self.input_dim), Some(self.output_dim)]))?;
+        if let Some(mut out) = data.clone() {
             out.0.push(Some(self.output_dim));
-            merge_partial(&mut outputs[0], &out)?;
+            merge_partial(output, &out)?;
         }
-        if let Some(out) = outputs[0].clone() {
-            if out.ndim() == 0 {
+        if let Some(out) = output.as_ref() {
+            let Some((_, leading)) = out.0.split_last() else {
                 crate::bail!(Shape, "Embedding: the output needs at least one dimension, got {out}");
-            }
-            merge_partial(&mut inputs[0], &PartialShape(out.0[..out.ndim() - 1].to_vec()))?;
+            };
+            merge_partial(data, &PartialShape(leading.to_vec()))?;
         }
         Ok(())
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let [data, weight] = exactly("Embedding", "input", inputs)?;
         let expected = Shape::new(vec![self.input_dim, self.output_dim]);
-        if inputs[1] != expected {
-            crate::bail!(Shape, "Embedding: weight has shape {}, expected {expected}", inputs[1]);
+        if *weight != expected {
+            crate::bail!(Shape, "Embedding: weight has shape {weight}, expected {expected}");
         }
-        self.take.infer_shape(&[inputs[1].clone(), inputs[0].clone()])
+        self.take.infer_shape(&[weight.clone(), data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[1]])
+        let &[_, weight] = exactly("Embedding", "input", inputs)?;
+        Ok(vec![weight])
     }
     fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        args.delegate(&self.take, &[inputs[1].clone(), inputs[0].clone()], outputs, |swapped| self.take.forward(ctx, swapped))
+        let [data, weight] = exactly("Embedding", "input", args.inputs())?;
+        args.delegate(&self.take, &[weight.clone(), data.clone()], args.outputs(), |swapped| self.take.forward(ctx, swapped))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (data, weight, g) = (d.input(0), d.input(1), d.out_grad(0));
@@ -563,24 +619,25 @@ struct SliceAxis {
 impl SliceAxis {
     fn as_slice(&self, s: &Shape) -> Result<SliceParams> {
         let axis = normalize_axis(self.axis, s.ndim())?;
-        let mut begin = vec![None; axis + 1];
-        let mut end = vec![None; axis + 1];
-        begin[axis] = Some(self.begin);
-        end[axis] = self.end;
+        let (mut begin, mut end) = (vec![None; axis], vec![None; axis]);
+        begin.push(Some(self.begin));
+        end.push(self.end);
         Ok(SliceParams { begin, end, step: Vec::new() })
     }
 }
 
 impl Operator for SliceAxis {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Slice { p: self.as_slice(&inputs[0])? }.infer_shape(inputs)
+        let [x] = exactly("slice_axis", "input", inputs)?;
+        Slice { p: self.as_slice(x)? }.infer_shape(inputs)
     }
     fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        Slice { p: self.as_slice(&args.inputs()[0].shape)? }.forward(ctx, args)
+        Slice { p: self.as_slice(args.input_shape(0)?)? }.forward(ctx, args)
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        Slice { p: self.as_slice(&inputs[0].shape)? }.forward_gpu(gpu, ctx, inputs, outputs)
+        let [x] = exactly("slice_axis", "input", inputs)?;
+        Slice { p: self.as_slice(&x.shape)? }.forward_gpu(gpu, ctx, inputs, outputs)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
@@ -600,31 +657,38 @@ impl Operator for SliceAxisBackward {
         vec!["grad".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let sliced = self.slice.infer_shape(&inputs[1..])?;
-        if sliced[0] != inputs[0] {
-            crate::bail!(Shape, "_backward_slice_axis: gradient {} does not match the slice {} of {}", inputs[0], sliced[0], inputs[1]);
+        let [g, data] = exactly("_backward_slice_axis", "input", inputs)?;
+        let sliced = self.slice.infer_shape(std::slice::from_ref(data))?;
+        let [sliced] = exactly("_backward_slice_axis", "slice output", &sliced)?;
+        if sliced != g {
+            crate::bail!(Shape, "_backward_slice_axis: gradient {g} does not match the slice {sliced} of {data}");
         }
-        Ok(vec![inputs[1].clone()])
+        Ok(vec![data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[g, _] = exactly("_backward_slice_axis", "input", inputs)?;
+        Ok(vec![g])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (g, out) = (&inputs[0], &outputs[0]);
-        // SAFETY: the output is this op's alone.
-        unsafe { std::ptr::write_bytes(out.raw(), 0, out.size() * out.dtype.size()) };
-        let r = self.slice.as_slice(&out.shape)?.region("_backward_slice_axis", &out.shape)?;
-        let (base, ds) = r.strides_in(&out.shape);
-        crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&r.len, g.ptr::<T>(), 0, &contiguous(&r.len), out.ptr::<T>(), base, &ds));
+        let op = "_backward_slice_axis";
+        let shape = args.output_shape(0)?;
+        let r = self.slice.as_slice(shape)?.region(op, shape)?;
+        let (base, ds) = r.strides_in(shape);
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            let (g, out) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            r.check(op, shape, out.len(), Some(g.len()))?;
+            out.fill(T::from_f64(0.0));
+            strided_copy::<T>(&r.len, g.as_ptr(), 0, &contiguous(&r.len), out.as_mut_ptr(), base, &ds);
+        });
         Ok(())
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         use crate::backend::cuda::kernels::{fill, strided_copy, Strided};
-        let (g, out) = (&inputs[0], &outputs[0]);
+        let op = "_backward_slice_axis";
+        let ([g, _], [out]) = (exactly(op, "input", inputs)?, exactly(op, "output", outputs)?);
         fill(gpu, out, 0.0)?;
-        let r = self.slice.as_slice(&out.shape)?.region("_backward_slice_axis", &out.shape)?;
+        let r = self.slice.as_slice(&out.shape)?.region(op, &out.shape)?;
         let (base, ds) = r.strides_in(&out.shape);
         strided_copy(gpu, &r.len, Strided { tensor: g, base: 0, strides: &contiguous(&r.len) }, Strided { tensor: out, base, strides: &ds })
     }

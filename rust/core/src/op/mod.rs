@@ -8,7 +8,9 @@
 mod amp;
 mod broadcast;
 mod creation;
+mod ctc;
 pub mod custom;
+mod deconvolution;
 mod dropout;
 mod elemwise_binary;
 mod elemwise_unary;
@@ -17,6 +19,7 @@ pub mod fused;
 pub mod grad;
 mod group_norm;
 mod image;
+mod indexing;
 mod kernel_args;
 mod local;
 mod losses;
@@ -44,13 +47,7 @@ mod conv_shifted;
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod convolution;
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod ctc;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod deconvolution;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod gather_scatter;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod indexing;
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod linalg;
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
