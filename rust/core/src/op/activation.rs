@@ -5,7 +5,7 @@ use crate::op::KernelArgs;
 use std::sync::Arc;
 
 use super::grad::{Grad, InputGrads};
-use super::{fast_math, parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::{exactly, fast_math, parallel_chunks, parallel_units, ExecContext, InOut, OpDef, Operator, SendPtr};
 use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
 use crate::graph::Entry;
@@ -132,13 +132,42 @@ impl LeakyType {
     }
 }
 
-/// The per-element slope of prelu: gamma has one value per channel (axis 1), or one in all.
-fn channel_of(i: usize, shape: &Shape, gamma_len: usize) -> usize {
-    if gamma_len == 1 || shape.ndim() < 2 {
-        return 0;
-    }
-    let inner: usize = shape.dims()[2..].iter().product();
-    (i / inner.max(1)) % shape[1]
+/// The elements `range` of data of `shape` cut where prelu's slope changes, as (channel, elements
+/// relative to `range.start`): gamma has one value per channel (axis 1), or one in all (and
+/// then, or without a channel axis, the range is one run of channel 0).
+fn slope_runs(shape: &Shape, slopes: usize, range: std::ops::Range<usize>) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> {
+    let (inner, channels) = match shape.dims() {
+        [_, channels, rest @ ..] if slopes != 1 => (rest.iter().product::<usize>().max(1), (*channels).max(1)),
+        _ => (usize::MAX, 1),
+    };
+    let (base, end) = (range.start, range.end);
+    let mut at = base;
+    std::iter::from_fn(move || {
+        if at >= end {
+            return None;
+        }
+        let block = at / inner;
+        let run_end = (block + 1).saturating_mul(inner).min(end);
+        let run = (block % channels, at - base..run_end - base);
+        at = run_end;
+        Some(run)
+    })
+}
+
+/// Elements `run` of `values` (one of the runs [`slope_runs`] cut them into).
+fn run_of<T>(values: &[T], run: std::ops::Range<usize>) -> Result<&[T]> {
+    let len = values.len();
+    values.get(run.clone()).ok_or_else(|| crate::err!(Runtime, "LeakyReLU: elements {run:?} of {len}"))
+}
+
+fn run_of_mut<T>(values: &mut [T], run: std::ops::Range<usize>) -> Result<&mut [T]> {
+    let len = values.len();
+    values.get_mut(run.clone()).ok_or_else(|| crate::err!(Runtime, "LeakyReLU: elements {run:?} of {len}"))
+}
+
+/// The slope of `channel`, or an error naming prelu's gamma.
+fn slope_of(slopes: &[f64], channel: usize) -> Result<f64> {
+    slopes.get(channel).copied().ok_or_else(|| crate::err!(Shape, "LeakyReLU(prelu): no slope for channel {channel} in gamma of {}", slopes.len()))
 }
 
 struct LeakyReLU {
@@ -151,23 +180,28 @@ struct LeakyReLU {
 impl LeakyReLU {
     /// rrelu: out = x or slope * x, and the hidden second output holds each element's
     /// derivative (1 or its slope) for the gradient, as Dropout keeps its mask.
-    fn randomized_forward(&self, ctx: &ExecContext, x: &Tensor, out: &Tensor, derivative: &Tensor) {
+    fn randomized_forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
         let (lower, upper) = self.bounds;
         let (seed, train) = (ctx.seed, ctx.is_train);
-        crate::dispatch_dtype!(x.dtype, T => {
-            let (xp, op, dp) = (SendPtr(x.ptr::<T>()), SendPtr(out.ptr::<T>()), SendPtr(derivative.ptr::<T>()));
-            parallel_chunks(x.size(), super::PARALLEL_GRAIN, |range| {
-                for i in range {
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let (x, out, derivative) = (args.input::<T>(0)?, args.output::<T>(0)?, args.output::<T>(1)?);
+            if out.len() != x.len() || derivative.len() != x.len() {
+                crate::bail!(Runtime, "LeakyReLU(rrelu): {} values into outputs of {} and {}", x.len(), out.len(), derivative.len());
+            }
+            // Both outputs in the pieces `parallel_chunks(x.len(), PARALLEL_GRAIN, ..)` would make.
+            let (n, threads) = (x.len(), crate::engine::parallel::threads());
+            let piece = if n <= super::PARALLEL_GRAIN || threads <= 1 { n.max(1) } else { n.div_ceil(threads * 4).max(super::PARALLEL_GRAIN) };
+            let pieces: Vec<_> = x.chunks(piece).zip(out.chunks_mut(piece)).zip(derivative.chunks_mut(piece)).enumerate().collect();
+            crate::engine::parallel::map_owned(pieces, |_, (p, ((x, out), derivative))| {
+                for (i, ((&x, o), d)) in (p * piece..).zip(x.iter().zip(out.iter_mut()).zip(derivative.iter_mut())) {
                     let slope = if train { lower + (upper - lower) * crate::random::uniform(seed, i as u64) } else { 0.5 * (lower + upper) };
-                    // SAFETY: i < size; both outputs are ours (out may alias x element-wise).
-                    unsafe {
-                        let v = (*xp.get().add(i)).to_f64();
-                        *dp.get().add(i) = T::from_f64(if v > 0.0 { 1.0 } else { slope });
-                        *op.get().add(i) = T::from_f64(if v > 0.0 { v } else { slope * v });
-                    }
+                    let v = x.to_f64();
+                    *d = T::from_f64(if v > 0.0 { 1.0 } else { slope });
+                    *o = T::from_f64(if v > 0.0 { v } else { slope * v });
                 }
             });
         });
+        Ok(())
     }
 }
 
@@ -180,8 +214,12 @@ impl Operator for LeakyReLU {
         }
     }
     fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
-        if let (Some(data), Some(gamma @ None)) = (inputs[0].clone(), inputs.get_mut(1)) {
-            *gamma = Some(Shape::new(vec![if data.ndim() >= 2 { data[1] } else { 1 }]));
+        if let (Some(data), Some(gamma @ None)) = (inputs.first().cloned().flatten(), inputs.get_mut(1)) {
+            let channels = match data.dims() {
+                [_, channels, ..] => *channels,
+                _ => 1,
+            };
+            *gamma = Some(Shape::new(vec![channels]));
         }
         Ok(())
     }
@@ -199,38 +237,42 @@ impl Operator for LeakyReLU {
         self.kind == LeakyType::Rrelu
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        if let Some(gamma) = inputs.get(1) {
-            let channels = if inputs[0].ndim() >= 2 { inputs[0][1] } else { 1 };
+        let Some((data, rest)) = inputs.split_first() else {
+            crate::bail!(Shape, "LeakyReLU: the data input is missing");
+        };
+        if let Some(gamma) = rest.first() {
+            let channels = match data.dims() {
+                [_, channels, ..] => *channels,
+                _ => 1,
+            };
             if gamma.size() != channels && gamma.size() != 1 {
-                crate::bail!(Shape, "LeakyReLU(prelu): gamma {gamma} must hold one value per channel ({channels}) of {}", inputs[0]);
+                crate::bail!(Shape, "LeakyReLU(prelu): gamma {gamma} must hold one value per channel ({channels}) of {data}");
             }
         }
-        Ok(vec![inputs[0].clone(); self.num_outputs()])
+        Ok(vec![data.clone(); self.num_outputs()])
     }
     fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (x, out) = (&inputs[0], &outputs[0]);
         if self.kind == LeakyType::Rrelu {
-            self.randomized_forward(ctx, x, out, &outputs[1]);
-            return Ok(());
+            return self.randomized_forward(ctx, args);
         }
-        let slopes: Vec<f64> = match inputs.get(1) {
-            Some(gamma) => crate::dispatch_dtype!(gamma.dtype, T => {
-                // SAFETY: gamma is an input this op does not write.
-                unsafe { gamma.slice::<T>() }.iter().map(|v| v.to_f64()).collect()
-            }),
-            None => vec![self.slope],
-        };
-        let (kind, shape) = (self.kind, x.shape.clone());
-        crate::dispatch_dtype!(x.dtype, T => {
-            let (xp, op) = (SendPtr(x.ptr::<T>()), SendPtr(out.ptr::<T>()));
-            parallel_chunks(x.size(), super::PARALLEL_GRAIN, |range| {
-                for i in range {
-                    let slope = slopes[channel_of(i, &shape, slopes.len())];
-                    // SAFETY: i < size; the output is ours (and may alias x element-wise).
-                    unsafe { *op.get().add(i) = T::from_f64(kind.value((*xp.get().add(i)).to_f64(), slope)) };
+        let slopes: Vec<f64> = if args.inputs().len() > 1 { args.input_f64(1)? } else { vec![self.slope] };
+        let (kind, shape) = (self.kind, args.input_shape(0)?);
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let (x, y) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            if x.len() != y.len() {
+                crate::bail!(Runtime, "LeakyReLU: {} values into an output of {}", x.len(), y.len());
+            }
+            parallel_units(y, 1, super::PARALLEL_GRAIN, |start, piece| {
+                let x = run_of(x, start..start + piece.len())?;
+                for (channel, run) in slope_runs(shape, slopes.len(), start..start + piece.len()) {
+                    let slope = slope_of(&slopes, channel)?;
+                    let (x, y) = (run_of(x, run.clone())?, run_of_mut(piece, run)?);
+                    for (y, &x) in y.iter_mut().zip(x) {
+                        *y = T::from_f64(kind.value(x.to_f64(), slope));
+                    }
                 }
-            });
+                Ok(())
+            })?;
         });
         Ok(())
     }
@@ -271,40 +313,40 @@ impl Operator for LeakyReLUBackward {
         }
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let forward_output = self.forward.infer_shape(&inputs[1..])?;
-        super::check_out_grad("_backward_LeakyReLU", &inputs[0], &forward_output[0])?;
-        Ok(inputs[1..].to_vec())
+        let Some((grad, forward_inputs)) = inputs.split_first() else {
+            crate::bail!(Shape, "_backward_LeakyReLU: the output gradient is missing");
+        };
+        let forward_output = self.forward.infer_shape(forward_inputs)?;
+        let Some(output) = forward_output.first() else {
+            crate::bail!(Shape, "_backward_LeakyReLU: LeakyReLU inferred no output");
+        };
+        super::check_out_grad("_backward_LeakyReLU", grad, output)?;
+        Ok(forward_inputs.to_vec())
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (g, x) = (&inputs[0], &inputs[1]);
-        let slopes: Vec<f64> = match inputs.get(2) {
-            Some(gamma) => crate::dispatch_dtype!(gamma.dtype, T => {
-                // SAFETY: gamma is an input this op does not write.
-                unsafe { gamma.slice::<T>() }.iter().map(|v| v.to_f64()).collect()
-            }),
-            None => vec![self.forward.slope],
-        };
-        let kind = self.forward.kind;
+        let slopes: Vec<f64> = if args.inputs().len() > 2 { args.input_f64(2)? } else { vec![self.forward.slope] };
+        let (kind, shape) = (self.forward.kind, args.input_shape(1)?);
         let mut gamma_grad = vec![0f64; slopes.len()];
-        crate::dispatch_dtype!(x.dtype, T => {
-            // SAFETY: grad and data are inputs; the first output is this op's alone.
-            let (gv, xv, dx) = unsafe { (g.slice::<T>(), x.slice::<T>(), outputs[0].slice_mut::<T>()) };
-            for i in 0..xv.len() {
-                let c = channel_of(i, &x.shape, slopes.len());
-                let (xi, gi) = (xv[i].to_f64(), gv[i].to_f64());
-                dx[i] = T::from_f64(gi * kind.derivative(xi, slopes[c]));
-                if xi <= 0.0 {
-                    gamma_grad[c] += gi * xi;
+        crate::dispatch_dtype!(args.input_dtype(1)?, T => {
+            let (gv, xv, dx) = (args.input::<T>(0)?, args.input::<T>(1)?, args.output::<T>(0)?);
+            if gv.len() != xv.len() || dx.len() != xv.len() {
+                crate::bail!(Runtime, "_backward_LeakyReLU: {} gradient and {} data values into {}", gv.len(), xv.len(), dx.len());
+            }
+            for (channel, run) in slope_runs(shape, slopes.len(), 0..xv.len()) {
+                let slope = slope_of(&slopes, channel)?;
+                let sum = gamma_grad.get_mut(channel).ok_or_else(|| crate::err!(Shape, "_backward_LeakyReLU: no gamma gradient for channel {channel}"))?;
+                let (gv, xv, dx) = (run_of(gv, run.clone())?, run_of(xv, run.clone())?, run_of_mut(dx, run)?);
+                for ((d, g), x) in dx.iter_mut().zip(gv).zip(xv) {
+                    let (xi, gi) = (x.to_f64(), g.to_f64());
+                    *d = T::from_f64(gi * kind.derivative(xi, slope));
+                    if xi <= 0.0 {
+                        *sum += gi * xi;
+                    }
                 }
             }
         });
-        if let Some(dgamma) = outputs.get(1) {
-            crate::dispatch_dtype!(dgamma.dtype, T => {
-                // SAFETY: the second output is this op's alone.
-                let o = unsafe { dgamma.slice_mut::<T>() };
-                o.iter_mut().zip(&gamma_grad).for_each(|(v, &s)| *v = T::from_f64(s));
-            });
+        if args.outputs().len() > 1 {
+            args.output_from_f64(1, &gamma_grad)?;
         }
         Ok(())
     }
@@ -342,62 +384,111 @@ struct Softmax {
     use_length: bool,
 }
 
+/// The lanes of `s` along `axis`: (axis, outer, n, inner), `outer` blocks of `n * inner` elements,
+/// each lane `n` elements at stride `inner`.
+fn axis_lanes(op: &str, s: &Shape, axis: i64) -> Result<(usize, usize, usize, usize)> {
+    let axis = normalize_axis(axis, s.ndim())?;
+    let (before, rest) = s.dims().split_at_checked(axis).unwrap_or_default();
+    let [n, after @ ..] = rest else {
+        crate::bail!(Shape, "{op}: axis {axis} is not an axis of {s}");
+    };
+    Ok((axis, before.iter().product(), *n, after.iter().product()))
+}
+
 impl Softmax {
     fn layout(&self, s: &Shape) -> Result<(usize, usize, usize, usize)> {
         if self.per_instance {
             let rows = s.dims().first().copied().unwrap_or(1);
             return Ok((1, rows, s.size() / rows.max(1), 1));
         }
-        let axis = normalize_axis(self.axis, s.ndim())?;
-        let d = s.dims();
-        Ok((axis, d[..axis].iter().product(), d[axis], d[axis + 1..].iter().product()))
+        axis_lanes("softmax", s, self.axis)
     }
 }
 
-/// `kind` of every lane of `x` into `y`, which is either all of `x` (in place) or disjoint from
-/// it: `outer` blocks of `n * inner` elements, each lane `n` elements at stride `inner`, scaled by
-/// `scale` first. Float32 rows (`inner == 1`) go through the vectorized row kernel, on all
-/// threads; in place, each row is copied aside first (8 KB for 2000 classes, against the output
-/// array the plan saves).
-pub(super) fn softmax_lanes(x: &Tensor, y: &Tensor, (outer, n, inner): (usize, usize, usize), scale: f64, kind: SoftmaxKind) {
-    if x.dtype == DType::F32 && inner == 1 {
-        let (xp, yp) = (SendPtr(x.ptr::<f32>()), SendPtr(y.ptr::<f32>()));
-        let in_place = x.raw() == y.raw();
-        parallel_chunks(outer, ((1usize << 14) / n.max(1)).max(1), |rows| {
-            let mut aside = if in_place { vec![0f32; n] } else { Vec::new() };
-            for row in rows {
-                // SAFETY: row `row` spans n contiguous elements inside both arrays and this task
-                // alone writes it; in place, the row is read through this very slice (into
-                // `aside`), so no shared slice ever overlaps it.
-                let y = unsafe { std::slice::from_raw_parts_mut(yp.get().add(row * n), n) };
-                let x: &[f32] = if in_place {
-                    aside.copy_from_slice(y);
-                    &aside
-                } else {
-                    // SAFETY: out of place, x and y are disjoint (the caller's contract).
-                    unsafe { std::slice::from_raw_parts(xp.get().add(row * n), n) }
-                };
-                softmax_row_f32(x, y, scale as f32, kind == SoftmaxKind::LogSoftmax);
-            }
-        });
-        return;
+/// `kind` of every lane of input 0 into output 0, which is either the input's memory (a declared
+/// in-place pair) or disjoint from it: `outer` blocks of `n * inner` elements, each lane `n`
+/// elements at stride `inner`, scaled by `scale` first. Float32 rows (`inner == 1`) go through
+/// the vectorized row kernel, on all threads; in place, each row is copied aside first (8 KB for
+/// 2000 classes, against the output array the plan saves).
+pub(super) fn softmax_lanes(args: &KernelArgs, (outer, n, inner): (usize, usize, usize), scale: f64, kind: SoftmaxKind) -> Result<()> {
+    if args.input_dtype(0)? == DType::F32 && inner == 1 {
+        return softmax_rows_f32(args.in_place::<f32>(0, 0)?, (outer, n), scale as f32, kind == SoftmaxKind::LogSoftmax);
     }
-    softmax_each_lane(x, y, (outer, n, inner), scale, kind, None);
+    softmax_each_lane(args, (outer, n, inner), scale, kind, None)
+}
+
+/// The first `len` values of `values`, or an error naming the layout they were expected to hold.
+fn lanes_of<T>(values: &mut [T], len: usize, (outer, n, inner): (usize, usize, usize)) -> Result<&mut [T]> {
+    let available = values.len();
+    values.get_mut(..len).ok_or_else(|| crate::err!(Runtime, "softmax: {available} values for {outer} x {n} x {inner} lanes"))
+}
+
+/// [`softmax_lanes`] over contiguous float32 rows of `n` values, split over the threads in whole
+/// rows.
+fn softmax_rows_f32(values: InOut<'_, f32>, (outer, n): (usize, usize), scale: f32, log: bool) -> Result<()> {
+    let (len, layout) = (outer * n, (outer, n, 1));
+    if len == 0 {
+        return Ok(());
+    }
+    let grain = ((1usize << 14) / n).max(1);
+    match values {
+        InOut::Separate(x, y) => {
+            let x = x.get(..len).ok_or_else(|| crate::err!(Runtime, "softmax: {} input values for {outer} rows of {n}", x.len()))?;
+            parallel_units(lanes_of(y, len, layout)?, n, grain, |first, rows| {
+                let x =
+                    x.get(first * n..first * n + rows.len()).ok_or_else(|| crate::err!(Runtime, "softmax: rows from {first} lie past the input"))?;
+                for (x, y) in x.chunks_exact(n).zip(rows.chunks_exact_mut(n)) {
+                    softmax_row_f32(x, y, scale, log);
+                }
+                Ok(())
+            })
+        }
+        InOut::Same(y) => parallel_units(lanes_of(y, len, layout)?, n, grain, |_, rows| {
+            let mut aside = vec![0f32; n];
+            for y in rows.chunks_exact_mut(n) {
+                aside.copy_from_slice(y);
+                softmax_row_f32(&aside, y, scale, log);
+            }
+            Ok(())
+        }),
+    }
 }
 
 /// Lane by lane, for any dtype and stride: `kind` of the first `lengths[lane]` values of each lane
-/// (all `n` without `lengths`, which the caller has checked to be whole numbers up to `n`), zeros
-/// after them. `y` is all of `x` or disjoint from it.
-fn softmax_each_lane(x: &Tensor, y: &Tensor, (outer, n, inner): (usize, usize, usize), scale: f64, kind: SoftmaxKind, lengths: Option<&[f64]>) {
-    crate::dispatch_dtype!(x.dtype, T => {
-        let (xp, yp) = (SendPtr(x.ptr::<T>()), SendPtr(y.ptr::<T>()));
-        parallel_chunks(outer * inner, ((1usize << 14) / n.max(1)).max(1), |lanes| {
-            for lane in lanes {
+/// of input 0 (all `n` without `lengths`, which the caller has checked to be whole numbers up to
+/// `n`), zeros after them, into output 0, which is the input's memory or disjoint from it.
+fn softmax_each_lane(args: &KernelArgs, layout: (usize, usize, usize), scale: f64, kind: SoftmaxKind, lengths: Option<&[f64]>) -> Result<()> {
+    let (outer, n, inner) = layout;
+    let (lanes, len) = (outer * inner, outer * n * inner);
+    if let Some(lengths) = lengths.filter(|l| l.len() != lanes) {
+        crate::bail!(Shape, "softmax: {} lengths for {lanes} lanes", lengths.len());
+    }
+    crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+        // Lanes interleave at stride `inner`, so the threads' lanes are not slices of their own:
+        // each task reads and writes its lanes through pointers into the checked arrays.
+        let (x, y): (*const T, *mut T) = match args.in_place::<T>(0, 0)? {
+            InOut::Separate(x, y) => {
+                if x.len() < len {
+                    crate::bail!(Runtime, "softmax: {} input values for {outer} x {n} x {inner} lanes", x.len());
+                }
+                (x.as_ptr(), lanes_of(y, len, layout)?.as_mut_ptr())
+            }
+            InOut::Same(y) => {
+                let y = lanes_of(y, len, layout)?.as_mut_ptr();
+                (y.cast_const(), y)
+            }
+        };
+        let (xp, yp) = (SendPtr(x.cast_mut()), SendPtr(y));
+        parallel_chunks(lanes, ((1usize << 14) / n.max(1)).max(1), |task_lanes| {
+            for lane in task_lanes {
                 let (o, j) = (lane / inner, lane % inner);
                 let start = o * n * inner + j;
-                let valid = lengths.map_or(n, |lengths| lengths[lane] as usize);
-                // SAFETY: lane (o, j) spans n elements at stride inner, inside both arrays, and
-                // valid <= n.
+                let valid = lengths.and_then(|lengths| lengths.get(lane)).map_or(n, |&l| (l as usize).min(n));
+                // SAFETY: both arrays hold at least `len` = outer * n * inner elements (checked
+                // above, before the threads start), and lane (o, j), o < outer and j < inner,
+                // spans the n elements start + k * inner < (o + 1) * n * inner <= len; valid <= n.
+                // Lanes are disjoint and this task alone owns this one; in place, x is y and
+                // `softmax_lane` reads each element before writing it.
                 unsafe {
                     softmax_lane::<T>(xp.get().add(start), yp.get().add(start), valid, inner, scale, kind);
                     for k in valid..n {
@@ -407,6 +498,7 @@ fn softmax_each_lane(x: &Tensor, y: &Tensor, (outer, n, inner): (usize, usize, u
             }
         });
     });
+    Ok(())
 }
 
 /// Softmax (or log-softmax) of one contiguous float32 row: a vectorized max, exponentials with
@@ -426,25 +518,22 @@ fn softmax_row_f32_body(x: &[f32], y: &mut [f32], scale: f32, log: bool) {
     // Whole chunks of LANES values in fixed-size arrays keep the accumulators in registers; the
     // comparison form of max ignores NaN as f32::max does (a NaN still reaches every output
     // through its exponential) without f32::max's extra NaN test per lane.
+    // `y` is as long as `x` (both are rows of one layout), so their blocks and tails pair up.
     let larger = |m: f32, v: f32| if v > m { v } else { m };
     let mut lanes = [f32::NEG_INFINITY; LANES];
-    let chunks = x.chunks_exact(LANES);
-    let tail = chunks.remainder();
-    for c in chunks {
-        let c: &[f32; LANES] = c.try_into().expect("chunks_exact yields LANES values");
-        for l in 0..LANES {
-            lanes[l] = larger(lanes[l], c[l] * scale);
+    let (blocks, tail) = x.as_chunks::<LANES>();
+    for block in blocks {
+        for (lane, &v) in lanes.iter_mut().zip(block) {
+            *lane = larger(*lane, v * scale);
         }
     }
     let max = tail.iter().fold(lanes.into_iter().fold(f32::NEG_INFINITY, larger), |m, &v| larger(m, v * scale));
     let mut sums = [0f32; LANES];
-    let split = x.len() - tail.len();
     let exp_at = |v: f32| fast_math::exp_f32(v * scale - max);
     if log {
-        for c in x.chunks_exact(LANES) {
-            let c: &[f32; LANES] = c.try_into().expect("chunks_exact yields LANES values");
-            for l in 0..LANES {
-                sums[l] += exp_at(c[l]);
+        for block in blocks {
+            for (sum, &v) in sums.iter_mut().zip(block) {
+                *sum += exp_at(v);
             }
         }
         let total = sums.iter().sum::<f32>() + tail.iter().map(|&v| exp_at(v)).sum::<f32>();
@@ -454,17 +543,16 @@ fn softmax_row_f32_body(x: &[f32], y: &mut [f32], scale: f32, log: bool) {
         }
         return;
     }
-    for (oc, xc) in y[..split].chunks_exact_mut(LANES).zip(x.chunks_exact(LANES)) {
-        let (oc, xc): (&mut [f32; LANES], &[f32; LANES]) =
-            (oc.try_into().expect("chunks_exact yields LANES values"), xc.try_into().expect("chunks_exact yields LANES values"));
-        for l in 0..LANES {
-            let e = exp_at(xc[l]);
-            oc[l] = e;
-            sums[l] += e;
+    let (out_blocks, out_tail) = y.as_chunks_mut::<LANES>();
+    for (oc, xc) in out_blocks.iter_mut().zip(blocks) {
+        for ((o, sum), &v) in oc.iter_mut().zip(sums.iter_mut()).zip(xc) {
+            let e = exp_at(v);
+            *o = e;
+            *sum += e;
         }
     }
     let mut total = sums.iter().sum::<f32>();
-    for (o, &v) in y[split..].iter_mut().zip(tail) {
+    for (o, &v) in out_tail.iter_mut().zip(tail) {
         *o = exp_at(v);
         total += *o;
     }
@@ -477,13 +565,17 @@ fn softmax_row_f32_body(x: &[f32], y: &mut [f32], scale: f32, log: bool) {
 /// Softmax of one lane of `n` values at `stride`, written the same way (one read for the max,
 /// one pass for the exponentials and their sum, one scaling pass). `y` may equal `x`: each
 /// element is read before it is written, and never read from `x` after that.
+///
+/// # Safety
+/// `x` and `y` point at lanes of `n` elements `stride` apart, `x`'s readable and `y`'s writable,
+/// that nothing else reaches meanwhile; the two are the same lane or do not overlap.
 #[inline]
-fn softmax_lane<T: Elem>(x: *const T, y: *mut T, n: usize, stride: usize, scale: f64, kind: SoftmaxKind) {
+unsafe fn softmax_lane<T: Elem>(x: *const T, y: *mut T, n: usize, stride: usize, scale: f64, kind: SoftmaxKind) {
     if n == 0 {
         return;
     }
-    // SAFETY (all pointer reads/writes below): the caller passes a lane of n elements at `stride`
-    // inside the input and output.
+    // SAFETY (all pointer reads/writes below): k < n, so every element lies in the lanes the
+    // caller vouches for.
     let at = |k: usize| unsafe { (*x.add(k * stride)).to_f64() * scale };
     let mut max = f64::NEG_INFINITY;
     for k in 0..n {
@@ -512,14 +604,13 @@ fn softmax_lane<T: Elem>(x: *const T, y: *mut T, n: usize, stride: usize, scale:
 
 impl Softmax {
     /// Softmax over the first `length` positions of every lane, zeros after them.
-    fn forward_with_lengths(&self, x: &Tensor, lengths: &Tensor, y: &Tensor, scale: f64) -> Result<()> {
-        let (_, outer, n, inner) = self.layout(&x.shape)?;
-        let lengths = super::normalization::to_f64(lengths);
+    fn forward_with_lengths(&self, args: &KernelArgs, scale: f64) -> Result<()> {
+        let (_, outer, n, inner) = self.layout(args.input_shape(0)?)?;
+        let lengths = args.input_f64(1)?;
         if let Some(bad) = lengths.iter().find(|&&l| !(0.0..=n as f64).contains(&l) || l.fract() != 0.0) {
             crate::bail!(Value, "softmax: length {bad} is not a whole number in [0, {n}]");
         }
-        softmax_each_lane(x, y, (outer, n, inner), scale, self.kind, Some(&lengths));
-        Ok(())
+        softmax_each_lane(args, (outer, n, inner), scale, self.kind, Some(&lengths))
     }
 }
 
@@ -532,41 +623,45 @@ impl Operator for Softmax {
         }
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let (axis, ..) = self.layout(&inputs[0])?;
-        if let Some(length) = inputs.get(1) {
-            let mut expected = inputs[0].dims().to_vec();
-            expected.remove(axis);
+        let Some((data, rest)) = inputs.split_first() else {
+            crate::bail!(Shape, "softmax: the data input is missing");
+        };
+        let (axis, ..) = self.layout(data)?;
+        if let Some(length) = rest.first() {
+            let expected: Vec<usize> = data.dims().iter().enumerate().filter(|&(a, _)| a != axis).map(|(_, &d)| d).collect();
             if length.dims() != expected {
-                crate::bail!(Shape, "softmax: length has shape {length}, expected {} (data {} without axis {axis})", Shape::new(expected), inputs[0]);
+                crate::bail!(Shape, "softmax: length has shape {length}, expected {} (data {data} without axis {axis})", Shape::new(expected));
             }
         }
-        Ok(vec![inputs[0].clone()])
+        Ok(vec![data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        let Some(&data) = inputs.first() else {
+            crate::bail!(Type, "softmax: the data input is missing");
+        };
         match self.dtype {
-            Some(d) if d != inputs[0] => crate::bail!(Type, "softmax: dtype={d} differs from the input's {}; cast the input instead", inputs[0]),
-            _ => Ok(vec![inputs[0]]),
+            Some(d) if d != data => crate::bail!(Type, "softmax: dtype={d} differs from the input's {data}; cast the input instead"),
+            _ => Ok(vec![data]),
         }
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (_, outer, n, inner) = self.layout(&inputs[0].shape)?;
         let scale = if self.kind == SoftmaxKind::Softmin { -1.0 } else { 1.0 } / self.temperature;
         if self.use_length {
-            return self.forward_with_lengths(&inputs[0], &inputs[1], &outputs[0], scale);
+            return self.forward_with_lengths(args, scale);
         }
-        softmax_lanes(&inputs[0], &outputs[0], (outer, n, inner), scale, self.kind);
-        Ok(())
+        let (_, outer, n, inner) = self.layout(args.input_shape(0)?)?;
+        softmax_lanes(args, (outer, n, inner), scale, self.kind)
     }
     #[cfg(feature = "cuda")]
-    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[super::Tensor], outputs: &[super::Tensor]) -> Result<()> {
         if self.use_length {
             crate::bail!(Device, "softmax with use_length has no GPU kernel yet (it runs on cpu contexts)");
         }
-        let (_, outer, n, inner) = self.layout(&inputs[0].shape)?;
+        let ([x], [y]) = (exactly("softmax", "input", inputs)?, exactly("softmax", "output", outputs)?);
+        let (_, outer, n, inner) = self.layout(&x.shape)?;
         let scale = if self.kind == SoftmaxKind::Softmin { -1.0 } else { 1.0 } / self.temperature;
         let lanes = crate::backend::cuda::kernels::Lanes { outer, n, inner };
-        crate::backend::cuda::kernels::softmax(gpu, lanes, scale, self.kind == SoftmaxKind::LogSoftmax, &inputs[0], &outputs[0])
+        crate::backend::cuda::kernels::softmax(gpu, lanes, scale, self.kind == SoftmaxKind::LogSoftmax, x, y)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (y, g) = (d.output(0), d.out_grad(0));
@@ -619,6 +714,13 @@ struct SoftmaxBackward {
     log: bool,
 }
 
+/// The `n` values of the lane of `values` from `start` at stride `inner`, as f64 (callers check
+/// that the lane lies inside `values`; past its end it yields fewer).
+#[inline(always)]
+fn lane_values<T: Elem>(values: &[T], start: usize, inner: usize, n: usize) -> impl Iterator<Item = f64> + '_ {
+    values.get(start..).unwrap_or_default().iter().step_by(inner.max(1)).take(n).map(|v| v.to_f64())
+}
+
 /// One contiguous float32 row of the softmax gradient: the row sum, then one write pass.
 fn softmax_backward_row_f32(g: &[f32], y: &[f32], dx: &mut [f32], log: bool) {
     super::simd::vectorized(
@@ -647,53 +749,55 @@ impl Operator for SoftmaxBackward {
         vec!["ograd".into(), "output".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        if inputs[0] != inputs[1] {
-            crate::bail!(Shape, "softmax gradient: ograd has shape {}, the output {}", inputs[0], inputs[1]);
+        let [ograd, output] = exactly("softmax gradient", "input", inputs)?;
+        if ograd != output {
+            crate::bail!(Shape, "softmax gradient: ograd has shape {ograd}, the output {output}");
         }
-        normalize_axis(self.axis, inputs[0].ndim())?;
-        Ok(vec![inputs[0].clone()])
+        normalize_axis(self.axis, ograd.ndim())?;
+        Ok(vec![ograd.clone()])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let shape = &inputs[0].shape;
-        let axis = normalize_axis(self.axis, shape.ndim())?;
-        let d = shape.dims();
-        let (outer, n, inner) = (d[..axis].iter().product::<usize>(), d[axis], d[axis + 1..].iter().product::<usize>());
-        let log = self.log;
-        let grain = ((1usize << 14) / n.max(1)).max(1);
-        if inputs[0].dtype == DType::F32 && inner == 1 {
-            let (gp, yp, dp) = (SendPtr(inputs[0].ptr::<f32>()), SendPtr(inputs[1].ptr::<f32>()), SendPtr(outputs[0].ptr::<f32>()));
-            parallel_chunks(outer, grain, |rows| {
-                for row in rows {
-                    // SAFETY: row `row` spans n contiguous elements of each array; this task owns
-                    // its output row; the output aliases no input (no in-place pair).
-                    let (g, y, dx) = unsafe {
-                        (
-                            std::slice::from_raw_parts(gp.get().add(row * n), n),
-                            std::slice::from_raw_parts(yp.get().add(row * n), n),
-                            std::slice::from_raw_parts_mut(dp.get().add(row * n), n),
-                        )
-                    };
-                    softmax_backward_row_f32(g, y, dx, log);
-                }
-            });
+        let (_, outer, n, inner) = axis_lanes("softmax gradient", args.input_shape(0)?, self.axis)?;
+        let (log, len) = (self.log, outer * n * inner);
+        if len == 0 {
             return Ok(());
         }
-        crate::dispatch_dtype!(inputs[0].dtype, T => {
-            let (gp, yp, dp) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(inputs[1].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
+        let grain = ((1usize << 14) / n).max(1);
+        let short = |what: &str, values: usize| crate::err!(Runtime, "softmax gradient: {values} {what} values for {outer} x {n} x {inner} lanes");
+        if args.input_dtype(0)? == DType::F32 && inner == 1 {
+            let (g, y, dx) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(0)?);
+            let (g, y) = (g.get(..len).ok_or_else(|| short("ograd", g.len()))?, y.get(..len).ok_or_else(|| short("output", y.len()))?);
+            let dx_len = dx.len();
+            let dx = dx.get_mut(..len).ok_or_else(|| short("gradient", dx_len))?;
+            return parallel_units(dx, n, grain, |first, rows| {
+                let span = first * n..first * n + rows.len();
+                let (g, y) = (g.get(span.clone()).ok_or_else(|| short("ograd", g.len()))?, y.get(span).ok_or_else(|| short("output", y.len()))?);
+                for ((g, y), dx) in g.chunks_exact(n).zip(y.chunks_exact(n)).zip(rows.chunks_exact_mut(n)) {
+                    softmax_backward_row_f32(g, y, dx, log);
+                }
+                Ok(())
+            });
+        }
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let (g, y, dx) = (args.input::<T>(0)?, args.input::<T>(1)?, args.output::<T>(0)?);
+            if g.len() < len || y.len() < len || dx.len() < len {
+                crate::bail!(Runtime, "softmax gradient: {}, {} and {} values for {outer} x {n} x {inner} lanes", g.len(), y.len(), dx.len());
+            }
+            // Lanes interleave at stride `inner`: each task writes its lanes of dx through a
+            // pointer into it (the inputs are read as slices).
+            let dp = SendPtr(dx.as_mut_ptr());
             parallel_chunks(outer * inner, grain, |lanes| {
                 for lane in lanes {
                     let start = (lane / inner) * n * inner + lane % inner;
-                    // SAFETY: lane `lane` spans n elements at stride inner inside every array; this
-                    // task owns its output lane.
-                    unsafe {
-                        let at = |p: *mut T, k: usize| (*p.add(start + k * inner)).to_f64();
-                        let total: f64 = (0..n).map(|k| if log { at(gp.get(), k) } else { at(gp.get(), k) * at(yp.get(), k) }).sum();
-                        for k in 0..n {
-                            let (gv, yv) = (at(gp.get(), k), at(yp.get(), k));
-                            let v = if log { gv - yv.exp() * total } else { yv * (gv - total) };
-                            *dp.get().add(start + k * inner) = T::from_f64(v);
-                        }
+                    let lane_of = |values| lane_values(values, start, inner, n);
+                    let total: f64 = if log { lane_of(g).sum() } else { lane_of(g).zip(lane_of(y)).map(|(gv, yv)| gv * yv).sum() };
+                    for (k, (gv, yv)) in lane_of(g).zip(lane_of(y)).enumerate() {
+                        let v = if log { gv - yv.exp() * total } else { yv * (gv - total) };
+                        // SAFETY: dx holds at least len = outer * n * inner elements (checked
+                        // above, before the threads start); lane (o, j), o < outer and j < inner,
+                        // spans start + k * inner < (o + 1) * n * inner <= len for k < n (the
+                        // lanes of g and y yield at most n values). This task alone owns the lane.
+                        unsafe { *dp.get().add(start + k * inner) = T::from_f64(v) };
                     }
                 }
             });
@@ -701,12 +805,11 @@ impl Operator for SoftmaxBackward {
         Ok(())
     }
     #[cfg(feature = "cuda")]
-    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        let shape = &inputs[0].shape;
-        let axis = normalize_axis(self.axis, shape.ndim())?;
-        let d = shape.dims();
-        let lanes = crate::backend::cuda::kernels::Lanes { outer: d[..axis].iter().product(), n: d[axis], inner: d[axis + 1..].iter().product() };
-        crate::backend::cuda::kernels::softmax_backward(gpu, lanes, self.log, &inputs[0], &inputs[1], &outputs[0])
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[super::Tensor], outputs: &[super::Tensor]) -> Result<()> {
+        let ([g, y], [dx]) = (exactly("softmax gradient", "input", inputs)?, exactly("softmax gradient", "output", outputs)?);
+        let (_, outer, n, inner) = axis_lanes("softmax gradient", &g.shape, self.axis)?;
+        let lanes = crate::backend::cuda::kernels::Lanes { outer, n, inner };
+        crate::backend::cuda::kernels::softmax_backward(gpu, lanes, self.log, g, y, dx)
     }
     /// Second-order gradients from the head gradient h: log-softmax gives
     /// `(h - sum(h e), -h e sum(g))` with e = exp(y); softmax gives

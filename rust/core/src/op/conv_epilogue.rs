@@ -10,7 +10,7 @@
 
 use super::convolution::{convolve, ConvolutionParams};
 use super::normalization::{BatchNorm, BatchNormParams};
-use super::{parallel_chunks, simd, Attrs, ExecContext, Operator, Params, Scratch, SendPtr, Tensor};
+use super::{exactly, parallel_units, simd, Attrs, ExecContext, Operator, Params, Scratch, Tensor};
 use crate::base::{normalize_axis, DType, Shape};
 use crate::error::Result;
 use crate::graph::NodeOp;
@@ -39,12 +39,18 @@ impl Epilogue {
     }
 
     /// Applies it to `plane`, an output plane of `filter`.
-    pub fn apply_plane(&self, filter: usize, plane: &mut [f32]) {
+    pub fn apply_plane(&self, filter: usize, plane: &mut [f32]) -> Result<()> {
         if self.is_identity() {
-            return;
+            return Ok(());
         }
-        let scale = self.scale.as_ref().map_or(1.0, |s| s[filter]);
-        let shift = self.shift.as_ref().map_or(0.0, |t| t[filter]);
+        let per_filter = |values: &Option<Vec<f32>>, default: f32| match values {
+            None => Ok(default),
+            Some(values) => values
+                .get(filter)
+                .copied()
+                .ok_or_else(|| crate::err!(Runtime, "convolution epilogue: no scale or shift for filter {filter} (it has {})", values.len())),
+        };
+        let (scale, shift) = (per_filter(&self.scale, 1.0)?, per_filter(&self.shift, 0.0)?);
         let relu = self.relu;
         simd::vectorized(
             #[inline(always)]
@@ -55,31 +61,29 @@ impl Epilogue {
                 }
             },
         );
+        Ok(())
     }
 
     /// Applies it to `images` (images x `filters` x `plane` values), its planes spread over the
     /// thread pool when `threads` > 1 (the images were computed one at a time with every thread
     /// in the products, so nothing else runs beside this).
-    pub fn apply_images(&self, images: &mut [f32], filters: usize, plane: usize, threads: usize) {
+    pub fn apply_images(&self, images: &mut [f32], filters: usize, plane: usize, threads: usize) -> Result<()> {
         if self.is_identity() || plane == 0 {
-            return;
+            return Ok(());
         }
-        let planes = images.len() / plane;
+        if filters == 0 {
+            crate::bail!(Runtime, "convolution epilogue: {} values in planes of {plane} for no filters", images.len());
+        }
+        let apply = |first: usize, piece: &mut [f32]| -> Result<()> {
+            for (p, values) in (first..).zip(piece.chunks_exact_mut(plane)) {
+                self.apply_plane(p % filters, values)?;
+            }
+            Ok(())
+        };
         if threads <= 1 {
-            for (p, values) in images.chunks_exact_mut(plane).enumerate() {
-                self.apply_plane(p % filters, values);
-            }
-            return;
+            return apply(0, images);
         }
-        let base = SendPtr(images.as_mut_ptr());
-        parallel_chunks(planes, 1, |range| {
-            for p in range {
-                // SAFETY: plane p lies inside `images` (p < planes) and belongs to this task
-                // alone; `images` is borrowed mutably for the whole call.
-                let values = unsafe { std::slice::from_raw_parts_mut(base.get().add(p * plane), plane) };
-                self.apply_plane(p % filters, values);
-            }
-        });
+        parallel_units(images, plane, 1, apply)
     }
 }
 
@@ -104,28 +108,43 @@ impl ConvolutionWithEpilogue {
 
     /// The epilogue at inference: the bias, the BatchNorm's moving statistics folded into a
     /// scale and shift (in float64, as BatchNorm computes them), the relu.
-    fn inference_epilogue(&self, inputs: &[Tensor]) -> Epilogue {
-        let mut epilogue = Epilogue::with_bias(inputs.get(2).filter(|_| !self.conv.no_bias));
+    fn inference_epilogue(&self, args: &KernelArgs) -> Result<Epilogue> {
+        let mut epilogue = Epilogue::with_bias(args.inputs().get(2).filter(|_| !self.conv.no_bias));
         if let Some(bn) = &self.batch_norm {
             let n = self.conv_inputs();
-            let read = |i: usize| super::normalization::to_f64(&inputs[n + i]);
-            let (beta, mean, var) = (read(1), read(2), read(3));
-            let gamma = if bn.fix_gamma { vec![1.0; beta.len()] } else { read(0) };
+            let read = |i: usize| args.input_f64(n + i);
+            let (beta, mean, var) = (read(1)?, read(2)?, read(3)?);
+            let gamma = if bn.fix_gamma { vec![1.0; beta.len()] } else { read(0)? };
+            if [gamma.len(), mean.len(), var.len()].iter().any(|&len| len != beta.len()) {
+                crate::bail!(
+                    Shape,
+                    "Convolution + BatchNorm: gamma, beta, moving_mean and moving_var hold {}, {}, {} and {} values, expected one per filter",
+                    gamma.len(),
+                    beta.len(),
+                    mean.len(),
+                    var.len()
+                );
+            }
             let bias: Vec<f64> = epilogue.shift.take().map_or_else(|| vec![0.0; beta.len()], |b| b.iter().map(|&v| v as f64).collect());
             let scale: Vec<f64> = gamma.iter().zip(&var).map(|(g, v)| g / (v + bn.eps).sqrt()).collect();
-            epilogue.shift = Some((0..scale.len()).map(|c| ((bias[c] - mean[c]) * scale[c] + beta[c]) as f32).collect());
+            let shift = bias.iter().zip(&mean).zip(&scale).zip(&beta).map(|(((b, m), s), beta)| ((b - m) * s + beta) as f32);
+            epilogue.shift = Some(shift.collect());
             epilogue.scale = Some(scale.iter().map(|&s| s as f32).collect());
         }
         epilogue.relu = self.relu;
-        epilogue
+        Ok(epilogue)
     }
 
     /// Training with batch statistics: the convolution into a scratch array, then BatchNorm's
     /// own kernel (which updates the moving statistics) into the output, then relu.
     fn forward_training(&self, bn: &BatchNormParams, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, out) = (args.inputs(), &args.outputs()[0]);
-        let n = self.conv_inputs();
-        let g = self.conv.geometry("Convolution", &inputs[0].shape)?;
+        let [out] = exactly(OP, "output", args.outputs())?;
+        let (conv_inputs, norm_params) = self.split_inputs(args.inputs())?;
+        let [gamma, beta, moving_mean, moving_var] = exactly(OP, "BatchNorm input", norm_params)?;
+        let [x, weight, ..] = conv_inputs else {
+            crate::bail!(Value, "{OP}: data and weight expected, got {} convolution inputs", conv_inputs.len());
+        };
+        let g = self.conv.geometry("Convolution", &x.shape)?;
         let channels = Shape::new(vec![g.filters]);
         let (mut conv_out, mut mean, mut var) =
             (Scratch::<f32>::zeroed(out.size())?, Scratch::<f32>::zeroed(g.filters)?, Scratch::<f32>::zeroed(g.filters)?);
@@ -138,16 +157,22 @@ impl ConvolutionWithEpilogue {
                 Tensor::new(var.as_mut_slice().as_mut_ptr() as *mut u8, channels, DType::F32),
             )
         };
-        convolve(&g, &inputs[0], &inputs[1], &conv_out, &Epilogue::with_bias(inputs.get(2).filter(|_| !self.conv.no_bias)))?;
-        let norm_inputs = [conv_out, inputs[n].clone(), inputs[n + 1].clone(), inputs[n + 2].clone(), inputs[n + 3].clone()];
+        convolve(&g, x, weight, &conv_out, &Epilogue::with_bias(conv_inputs.get(2)))?;
+        let norm_inputs = [conv_out, gamma.clone(), beta.clone(), moving_mean.clone(), moving_var.clone()];
         let batch_norm = BatchNorm::new(bn.clone());
         args.delegate(&batch_norm, &norm_inputs, &[out.clone(), mean, var], |normalize| batch_norm.forward(ctx, normalize))?;
         let relu = Epilogue { relu: self.relu, ..Epilogue::default() };
-        // SAFETY: the output is this operator's alone while it runs.
-        relu.apply_images(unsafe { out.slice_mut::<f32>() }, g.filters, g.output_size(), crate::engine::parallel::threads());
-        Ok(())
+        relu.apply_images(args.output::<f32>(0)?, g.filters, g.output_size(), crate::engine::parallel::threads())
+    }
+
+    /// The convolution's inputs (data, weight, bias if any), then the BatchNorm's.
+    fn split_inputs<'a, T>(&self, inputs: &'a [T]) -> Result<(&'a [T], &'a [T])> {
+        let n = self.conv_inputs();
+        inputs.split_at_checked(n).ok_or_else(|| crate::err!(Value, "{OP}: at least {n} inputs expected, got {}", inputs.len()))
     }
 }
+
+const OP: &str = "_ConvolutionWithEpilogue";
 
 impl Operator for ConvolutionWithEpilogue {
     fn input_names(&self) -> Vec<String> {
@@ -168,10 +193,13 @@ impl Operator for ConvolutionWithEpilogue {
         }
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let n = self.conv_inputs();
-        let g = self.conv.geometry("Convolution", &inputs[0])?;
-        super::convolution::check_parameter_shapes(&g, &inputs[..n])?;
-        for (name, s) in ["gamma", "beta", "moving_mean", "moving_var"].iter().zip(&inputs[n..]) {
+        let (conv_inputs, norm_params) = self.split_inputs(inputs)?;
+        let [data, _weight, ..] = conv_inputs else {
+            crate::bail!(Value, "{OP}: data and weight expected, got {} convolution inputs", conv_inputs.len());
+        };
+        let g = self.conv.geometry("Convolution", data)?;
+        super::convolution::check_parameter_shapes(&g, conv_inputs)?;
+        for (name, s) in ["gamma", "beta", "moving_mean", "moving_var"].iter().zip(norm_params) {
             if s.dims() != [g.filters] {
                 crate::bail!(Shape, "Convolution + BatchNorm: {name} has shape {s}, expected ({},)", g.filters);
             }
@@ -185,12 +213,16 @@ impl Operator for ConvolutionWithEpilogue {
         }
     }
     fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
         match &self.batch_norm {
             Some(bn) if ctx.is_train && !bn.use_global_stats => self.forward_training(bn, ctx, args),
             _ => {
-                let g = self.conv.geometry("Convolution", &inputs[0].shape)?;
-                convolve(&g, &inputs[0], &inputs[1], &outputs[0], &self.inference_epilogue(inputs))
+                let [out] = exactly(OP, "output", args.outputs())?;
+                let (conv_inputs, _) = self.split_inputs(args.inputs())?;
+                let [x, weight, ..] = conv_inputs else {
+                    crate::bail!(Value, "{OP}: data and weight expected, got {} convolution inputs", conv_inputs.len());
+                };
+                let g = self.conv.geometry("Convolution", &x.shape)?;
+                convolve(&g, x, weight, out, &self.inference_epilogue(args)?)
             }
         }
     }

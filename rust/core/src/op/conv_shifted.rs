@@ -46,6 +46,37 @@ fn round_up(n: usize) -> usize {
     n.div_ceil(TILE_QUANTUM) * TILE_QUANTUM
 }
 
+/// `values[start..start + len]`, or an error naming the block.
+#[inline]
+fn part<'a>(values: &'a [f32], start: usize, len: usize, what: &str) -> Result<&'a [f32]> {
+    values.get(start..start.saturating_add(len)).ok_or_else(|| outside(what, start, len, values.len()))
+}
+
+/// `values[start..start + len]` to write, or an error naming the block.
+#[inline]
+fn part_mut<'a>(values: &'a mut [f32], start: usize, len: usize, what: &str) -> Result<&'a mut [f32]> {
+    let total = values.len();
+    values.get_mut(start..start.saturating_add(len)).ok_or_else(|| outside(what, start, len, total))
+}
+
+/// `values[start..]`, or an error naming the block.
+#[inline]
+fn tail<'a>(values: &'a [f32], start: usize, what: &str) -> Result<&'a [f32]> {
+    values.get(start..).ok_or_else(|| outside(what, start, 0, values.len()))
+}
+
+/// `values[start..]` to write, or an error naming the block.
+#[inline]
+fn tail_mut<'a>(values: &'a mut [f32], start: usize, what: &str) -> Result<&'a mut [f32]> {
+    let total = values.len();
+    values.get_mut(start..).ok_or_else(|| outside(what, start, 0, total))
+}
+
+#[cold]
+fn outside(what: &str, start: usize, len: usize, total: usize) -> crate::error::Error {
+    crate::err!(Runtime, "Convolution (shifted): {what} [{start}, {}) lies outside its {total} elements", start.saturating_add(len))
+}
+
 /// Where a chunk's positions live in padded coordinates.
 #[derive(Clone, Debug)]
 pub(super) struct ShiftedLayout {
@@ -68,16 +99,18 @@ impl ShiftedLayout {
         if dtype != DType::F32 || g.stride != [1; 3] || g.channels / g.groups < MIN_CHANNELS || g.output_size() == 0 {
             return None;
         }
-        let padded = [0, 1, 2].map(|a| g.input[a] + 2 * g.pad[a]);
+        let ([id, ih, iw], [pd, ph, pw]) = (g.input, g.pad);
+        let padded = [id + 2 * pd, ih + 2 * ph, iw + 2 * pw];
         let plane = padded.iter().product::<usize>();
         let [_, hp, wp] = padded;
         let [od, oh, ow] = g.output;
         let span = (od - 1) * hp * wp + (oh - 1) * wp + ow;
+        let ([kd, kh, kw], [dd, dh, dw]) = (g.kernel, g.dilate);
         let mut offsets = Vec::with_capacity(g.kernel_size());
-        for kd in 0..g.kernel[0] {
-            for kh in 0..g.kernel[1] {
-                for kw in 0..g.kernel[2] {
-                    offsets.push((kd * g.dilate[0] * hp + kh * g.dilate[1]) * wp + kw * g.dilate[2]);
+        for a in 0..kd {
+            for b in 0..kh {
+                for c in 0..kw {
+                    offsets.push((a * dd * hp + b * dh) * wp + c * dw);
                 }
             }
         }
@@ -125,7 +158,7 @@ impl ShiftedLayout {
 
     /// Computed positions for `images` side by side (from the first output to the last).
     fn columns(&self, images: usize) -> usize {
-        (images - 1) * self.plane + self.span
+        images.saturating_sub(1) * self.plane + self.span
     }
 
     /// Distance between filter rows of the response block: the margin, then every position.
@@ -155,28 +188,20 @@ impl ShiftedLayout {
         })
     }
 
-    /// Visits every input line of one image: `visit(line_start_in_image_plane,
-    /// line_start_in_padded_plane)`; lines are `g.input[2]` long.
-    fn for_each_input_line(&self, g: &Geometry, mut visit: impl FnMut(usize, usize)) {
-        let [id, ih, iw] = g.input;
+    /// Every input line of one image: (line start in the image plane, line start in the padded
+    /// plane); lines are `g.input[2]` long.
+    fn input_lines(&self, g: &Geometry) -> impl Iterator<Item = (usize, usize)> + Clone {
+        let ([id, ih, iw], [pd, ph, pw]) = (g.input, g.pad);
         let [_, hp, wp] = self.padded;
-        for d in 0..id {
-            for h in 0..ih {
-                visit((d * ih + h) * iw, ((d + g.pad[0]) * hp + h + g.pad[1]) * wp + g.pad[2]);
-            }
-        }
+        (0..id).flat_map(move |d| (0..ih).map(move |h| ((d * ih + h) * iw, ((d + pd) * hp + h + ph) * wp + pw)))
     }
 
-    /// Visits every output line: `visit(line_start_in_output_plane, line_start_in_padded)`;
+    /// Every output line: (line start in the output plane, line start in padded coordinates);
     /// lines are `g.output[2]` long.
-    fn for_each_output_line(&self, g: &Geometry, mut visit: impl FnMut(usize, usize)) {
+    fn output_lines(&self, g: &Geometry) -> impl Iterator<Item = (usize, usize)> + Clone {
         let [od, oh, ow] = g.output;
         let [_, hp, wp] = self.padded;
-        for d in 0..od {
-            for h in 0..oh {
-                visit((d * oh + h) * ow, (d * hp + h) * wp);
-            }
-        }
+        (0..od).flat_map(move |d| (0..oh).map(move |h| ((d * oh + h) * ow, (d * hp + h) * wp)))
     }
 }
 
@@ -191,12 +216,14 @@ pub(super) struct Uses {
 /// Whether [`Shifted::correlate`] writes output lines straight into the response (they are
 /// whole vectors long).
 fn correlates_in_place(g: &Geometry) -> bool {
-    g.output[2].is_multiple_of(simd::f32_lanes())
+    let [_, _, ow] = g.output;
+    ow.is_multiple_of(simd::f32_lanes())
 }
 
 /// Whether [`Shifted::scatter`] adds input lines straight into the image gradient.
 fn scatters_in_place(g: &Geometry) -> bool {
-    g.input[2].is_multiple_of(simd::f32_lanes())
+    let [_, _, iw] = g.input;
+    iw.is_multiple_of(simd::f32_lanes())
 }
 
 /// Per-chunk scratch of the shifted strategy (one task's, for one operator call).
@@ -233,33 +260,41 @@ pub(super) struct Shifted<'a> {
 
 impl Shifted<'_> {
     /// Copies group `grp` of `images` into the padded buffer (their interiors; borders are zero).
-    fn pad_images(&self, images: &Range<usize>, grp: usize, image: &[f32], padded: &mut [f32]) {
+    fn pad_images(&self, images: &Range<usize>, grp: usize, image: &[f32], padded: &mut [f32]) -> Result<()> {
         let g = self.g;
-        let (cpg, plane_in, iw) = (g.channels / g.groups, g.input_size(), g.input[2]);
+        let (cpg, plane_in, plane) = (g.channels / g.groups, g.input_size(), self.layout.plane);
+        let [_, _, iw] = g.input;
         let row = self.layout.positions(images.len());
         for (k, n) in images.clone().enumerate() {
             for c in 0..cpg {
-                let src = &image[(n * g.channels + grp * cpg + c) * plane_in..][..plane_in];
-                let dst = &mut padded[c * row + k * self.layout.plane..][..self.layout.plane];
-                self.layout.for_each_input_line(g, |from, to| copy_short(&mut dst[to..to + iw], &src[from..from + iw]));
+                let src = part(image, (n * g.channels + grp * cpg + c) * plane_in, plane_in, "an image channel")?;
+                let dst = part_mut(padded, c * row + k * plane, plane, "a padded channel")?;
+                for (from, to) in self.layout.input_lines(g) {
+                    copy_short(part_mut(dst, to, iw, "a padded line")?, part(src, from, iw, "an image line")?);
+                }
             }
         }
+        Ok(())
     }
 
     /// Gathers group `grp` of `response` for `images` into the response block (after each row's
     /// margin), zero everywhere else.
-    fn gather(&self, images: &Range<usize>, grp: usize, response: &[f32], block: &mut [f32]) {
+    fn gather(&self, images: &Range<usize>, grp: usize, response: &[f32], block: &mut [f32]) -> Result<()> {
         let g = self.g;
-        let (fpg, outs, ow) = (g.filters / g.groups, g.output_size(), g.output[2]);
+        let (fpg, outs) = (g.filters / g.groups, g.output_size());
+        let [_, _, ow] = g.output;
         let (row, margin) = (self.layout.response_row(images.len()), self.layout.margin());
-        block[..fpg * row].fill(0.0);
+        part_mut(block, 0, fpg * row, "the response block")?.fill(0.0);
         for (k, n) in images.clone().enumerate() {
             for f in 0..fpg {
-                let src = &response[(n * g.filters + grp * fpg + f) * outs..][..outs];
-                let dst = &mut block[f * row + margin + k * self.layout.plane..];
-                self.layout.for_each_output_line(g, |from, to| copy_short(&mut dst[to..to + ow], &src[from..from + ow]));
+                let src = part(response, (n * g.filters + grp * fpg + f) * outs, outs, "a response plane")?;
+                let dst = tail_mut(block, f * row + margin + k * self.layout.plane, "the response block")?;
+                for (from, to) in self.layout.output_lines(g) {
+                    copy_short(part_mut(dst, to, ow, "a response block line")?, part(src, from, ow, "a response line")?);
+                }
             }
         }
+        Ok(())
     }
 
     /// response = W * image for `images`, every group.
@@ -267,55 +302,72 @@ impl Shifted<'_> {
     /// # Safety
     /// `weight` holds the whole float32 weight; `response` the whole-batch response array, whose
     /// blocks for `images` nobody else touches during the call.
-    pub unsafe fn correlate(&self, images: Range<usize>, image: &[f32], weight: *const u8, response: *mut f32, buf: &mut ShiftedBuffers) {
+    pub unsafe fn correlate(
+        &self,
+        images: Range<usize>,
+        image: &[f32],
+        weight: *const u8,
+        response: *mut f32,
+        buf: &mut ShiftedBuffers,
+    ) -> Result<()> {
         let g = self.g;
-        let (fpg, cpg, outs, ow) = (g.filters / g.groups, g.channels / g.groups, g.output_size(), g.output[2]);
+        let (fpg, cpg, outs) = (g.filters / g.groups, g.channels / g.groups, g.output_size());
+        let [_, _, ow] = g.output;
         let (row, margin) = (self.layout.response_row(images.len()), self.layout.margin());
-        let weight = std::slice::from_raw_parts(weight as *const f32, g.filters * cpg * g.kernel_size());
-        let packed = buf.packed.get_or_insert_with(|| PackedWeight::new(weight, g.groups, fpg, cpg, g.kernel_size(), false, tile_rows()));
+        // SAFETY: the caller guarantees that `weight` holds the whole float32 weight.
+        let weight = unsafe { std::slice::from_raw_parts(weight.cast::<f32>(), g.filters * cpg * g.kernel_size()) };
+        let packed: &PackedWeight = match &mut buf.packed {
+            Some(packed) => packed,
+            empty => empty.insert(PackedWeight::new(weight, g.groups, fpg, cpg, g.kernel_size(), false, tile_rows())?),
+        };
         // Whole output lines of vectors are computed straight into the response; otherwise the
         // positions run on through the padding columns into a block, and the lines are copied out.
         let direct = correlates_in_place(g);
         let spans = if direct {
-            self.line_spans(&images, |visit| self.layout.for_each_output_line(g, visit), ow, g.filters * outs)
+            self.line_spans(&images, self.layout.output_lines(g), ow, g.filters * outs)
         } else {
             contiguous_spans(self.layout.columns(images.len()))
         };
-        let chunk = std::slice::from_raw_parts_mut(response.add(images.start * g.filters * outs), images.len() * g.filters * outs);
+        // SAFETY: the caller guarantees that `response` is the whole-batch response array and
+        // that this chunk's images of it are this call's alone.
+        let chunk = unsafe { std::slice::from_raw_parts_mut(response.add(images.start * g.filters * outs), images.len() * g.filters * outs) };
         let (padded, block) = (buf.padded.as_mut_slice(), buf.response.as_mut_slice());
         for grp in 0..g.groups {
-            self.pad_images(&images, grp, image, padded);
+            self.pad_images(&images, grp, image, padded)?;
             let source = Rows { data: padded, stride: self.layout.positions(images.len()), count: cpg };
             if direct {
-                let target = RowsMut { data: &mut chunk[grp * fpg * outs..], stride: outs, count: fpg };
-                correlate_rows_split(source, &self.layout.offsets, packed.group(grp), target, &spans, self.threads);
+                let target = RowsMut { data: tail_mut(chunk, grp * fpg * outs, "the response")?, stride: outs, count: fpg };
+                correlate_rows_split(source, &self.layout.offsets, packed.group(grp)?, target, &spans, self.threads)?;
                 continue;
             }
-            let target = RowsMut { data: &mut block[margin..], stride: row, count: fpg };
-            correlate_rows_split(source, &self.layout.offsets, packed.group(grp), target, &spans, self.threads);
+            let target = RowsMut { data: tail_mut(block, margin, "the response block")?, stride: row, count: fpg };
+            correlate_rows_split(source, &self.layout.offsets, packed.group(grp)?, target, &spans, self.threads)?;
             for k in 0..images.len() {
                 for f in 0..fpg {
-                    let dst = &mut chunk[(k * g.filters + grp * fpg + f) * outs..][..outs];
-                    let src = &block[f * row + margin + k * self.layout.plane..];
-                    self.layout.for_each_output_line(g, |to, from| copy_short(&mut dst[to..to + ow], &src[from..from + ow]));
+                    let dst = part_mut(chunk, (k * g.filters + grp * fpg + f) * outs, outs, "a response plane")?;
+                    let src = tail(block, f * row + margin + k * self.layout.plane, "the response block")?;
+                    for (to, from) in self.layout.output_lines(g) {
+                        copy_short(part_mut(dst, to, ow, "a response line")?, part(src, from, ow, "a response block line")?);
+                    }
                 }
             }
         }
+        Ok(())
     }
 
     /// One span per vector of each line of `images` (lines of `width`, a whole number of vectors,
-    /// visited by `lines` as (start in the image's plane, start in padded coordinates)): reading
+    /// given by `lines` as (start in the image's plane, start in padded coordinates)): reading
     /// at the line's padded position, writing at its place in the chunk's array, whose images are
     /// `image_stride` apart.
-    fn line_spans(&self, images: &Range<usize>, lines: impl Fn(&mut dyn FnMut(usize, usize)), width: usize, image_stride: usize) -> Vec<Span> {
+    fn line_spans(&self, images: &Range<usize>, lines: impl Iterator<Item = (usize, usize)> + Clone, width: usize, image_stride: usize) -> Vec<Span> {
         let lanes = simd::f32_lanes();
         let mut spans = Vec::new();
         for k in 0..images.len() {
-            lines(&mut |in_plane, in_padded| {
+            for (in_plane, in_padded) in lines.clone() {
                 for w0 in (0..width).step_by(lanes) {
                     spans.push(Span { src: k * self.layout.plane + in_padded + w0, dst: k * image_stride + in_plane + w0 });
                 }
-            });
+            }
         }
         spans
     }
@@ -324,111 +376,134 @@ impl Shifted<'_> {
     ///
     /// # Safety
     /// As [`Self::correlate`], for the whole-batch `image` array.
-    pub unsafe fn scatter(&self, images: Range<usize>, response: &[f32], weight: *const u8, image: *mut f32, buf: &mut ShiftedBuffers) {
+    pub unsafe fn scatter(&self, images: Range<usize>, response: &[f32], weight: *const u8, image: *mut f32, buf: &mut ShiftedBuffers) -> Result<()> {
         let g = self.g;
-        let (fpg, cpg, plane_in, iw) = (g.filters / g.groups, g.channels / g.groups, g.input_size(), g.input[2]);
+        let (fpg, cpg, plane_in) = (g.filters / g.groups, g.channels / g.groups, g.input_size());
+        let [_, _, iw] = g.input;
         let positions = self.layout.positions(images.len());
-        let weight = std::slice::from_raw_parts(weight as *const f32, g.filters * cpg * g.kernel_size());
-        let packed = buf.packed_transposed.get_or_insert_with(|| PackedWeight::new(weight, g.groups, fpg, cpg, g.kernel_size(), true, tile_rows()));
+        // SAFETY: the caller guarantees that `weight` holds the whole float32 weight.
+        let weight = unsafe { std::slice::from_raw_parts(weight.cast::<f32>(), g.filters * cpg * g.kernel_size()) };
+        let packed: &PackedWeight = match &mut buf.packed_transposed {
+            Some(packed) => packed,
+            empty => empty.insert(PackedWeight::new(weight, g.groups, fpg, cpg, g.kernel_size(), true, tile_rows())?),
+        };
         let margin = self.layout.margin();
         let mirrored: Vec<usize> = self.layout.offsets.iter().map(|&o| margin - o).collect();
         // As in `correlate`: whole input lines of vectors are written straight into the image;
         // otherwise every padded position is computed into a buffer and the lines copied from it.
         let direct = scatters_in_place(g);
         let spans = if direct {
-            self.line_spans(&images, |visit| self.layout.for_each_input_line(g, visit), iw, g.channels * plane_in)
+            self.line_spans(&images, self.layout.input_lines(g), iw, g.channels * plane_in)
         } else {
             contiguous_spans(images.len() * self.layout.plane)
         };
-        let chunk = std::slice::from_raw_parts_mut(image.add(images.start * g.channels * plane_in), images.len() * g.channels * plane_in);
+        // SAFETY: the caller guarantees that `image` is the whole-batch image array and that this
+        // chunk's images of it are this call's alone.
+        let chunk = unsafe { std::slice::from_raw_parts_mut(image.add(images.start * g.channels * plane_in), images.len() * g.channels * plane_in) };
         let (padded_grad, block) = (buf.padded_grad.as_mut_slice(), buf.response.as_mut_slice());
         for grp in 0..g.groups {
-            self.gather(&images, grp, response, block);
+            self.gather(&images, grp, response, block)?;
             let source = Rows { data: block, stride: self.layout.response_row(images.len()), count: fpg };
             if direct {
-                let target = RowsMut { data: &mut chunk[grp * cpg * plane_in..], stride: plane_in, count: cpg };
-                correlate_rows_split(source, &mirrored, packed.group(grp), target, &spans, self.threads);
+                let target = RowsMut { data: tail_mut(chunk, grp * cpg * plane_in, "the image")?, stride: plane_in, count: cpg };
+                correlate_rows_split(source, &mirrored, packed.group(grp)?, target, &spans, self.threads)?;
                 continue;
             }
             let target = RowsMut { data: padded_grad, stride: positions, count: cpg };
-            correlate_rows_split(source, &mirrored, packed.group(grp), target, &spans, self.threads);
+            correlate_rows_split(source, &mirrored, packed.group(grp)?, target, &spans, self.threads)?;
             for k in 0..images.len() {
                 for c in 0..cpg {
-                    let dst = &mut chunk[(k * g.channels + grp * cpg + c) * plane_in..][..plane_in];
-                    let src = &padded_grad[c * positions + k * self.layout.plane..];
-                    self.layout.for_each_input_line(g, |to, from| copy_short(&mut dst[to..to + iw], &src[from..from + iw]));
+                    let dst = part_mut(chunk, (k * g.channels + grp * cpg + c) * plane_in, plane_in, "an image channel")?;
+                    let src = tail(padded_grad, c * positions + k * self.layout.plane, "the padded image gradient")?;
+                    for (to, from) in self.layout.input_lines(g) {
+                        copy_short(part_mut(dst, to, iw, "an image line")?, part(src, from, iw, "a padded line")?);
+                    }
                 }
             }
         }
+        Ok(())
     }
 
     /// Adds the gradient of the weight over `images`, every group, to the buffers' running sum;
     /// [`Self::finish_weight_grad`] moves the sum into the weight's layout.
-    pub fn accumulate_weight_grad(&self, images: Range<usize>, image: &[f32], response: &[f32], buf: &mut ShiftedBuffers) {
+    pub fn accumulate_weight_grad(&self, images: Range<usize>, image: &[f32], response: &[f32], buf: &mut ShiftedBuffers) -> Result<()> {
         let g = self.g;
         let (fpg, cpg, kernel) = (g.filters / g.groups, g.channels / g.groups, g.kernel_size());
         let (outs, positions, stride) = (g.output_size(), self.layout.positions(images.len()), filter_stride(fpg));
+        let [od, oh, ow] = g.output;
         // Output lines: where each starts in the padded images and in the transposed response.
-        let mut lines = Vec::with_capacity(images.len() * g.output[0] * g.output[1]);
+        let mut lines = Vec::with_capacity(images.len() * od * oh);
         for k in 0..images.len() {
-            self.layout
-                .for_each_output_line(g, |in_plane, in_padded| lines.push(Line { src: k * self.layout.plane + in_padded, row: k * outs + in_plane }));
+            let plane = self.layout.plane;
+            lines.extend(self.layout.output_lines(g).map(|(in_plane, in_padded)| Line { src: k * plane + in_padded, row: k * outs + in_plane }));
         }
         let per_group = kernel * cpg * stride;
         for grp in 0..g.groups {
             let padded = buf.padded.as_mut_slice();
-            self.pad_images(&images, grp, image, padded);
+            self.pad_images(&images, grp, image, padded)?;
             let source = Rows { data: padded, stride: positions, count: cpg };
             let transposed = buf.response_t.as_mut_slice();
-            self.gather_transposed(&images, grp, response, transposed, buf.staging_t.as_mut_slice());
+            self.gather_transposed(&images, grp, response, transposed, buf.staging_t.as_mut_slice())?;
             // The kernel overwrites (adding inside it spills its accumulators), so it fills the
             // chunk's sum, which is then added to the running one.
             let chunk_sum = buf.chunk_weight_grad.as_mut_slice();
-            weight_grad_rows(&source, &self.layout.offsets, &transposed[..images.len() * outs * stride], stride, &lines, g.output[2], chunk_sum);
-            let by_offset = &mut buf.weight_grad.as_mut_slice()[grp * per_group..][..per_group];
+            let transposed = part(transposed, 0, images.len() * outs * stride, "the transposed response")?;
+            weight_grad_rows(&source, &self.layout.offsets, transposed, stride, &lines, ow, chunk_sum)?;
+            let by_offset = part_mut(buf.weight_grad.as_mut_slice(), grp * per_group, per_group, "the weight gradient sums")?;
             by_offset.iter_mut().zip(chunk_sum.iter()).for_each(|(total, v)| *total += v);
         }
+        Ok(())
     }
 
     /// Adds the running sum of [`Self::accumulate_weight_grad`] to `weight_grad` (shaped like the
     /// weight).
-    pub fn finish_weight_grad(&self, buf: &mut ShiftedBuffers, weight_grad: &mut [f32]) {
+    pub fn finish_weight_grad(&self, buf: &mut ShiftedBuffers, weight_grad: &mut [f32]) -> Result<()> {
         let g = self.g;
         let (fpg, cpg, kernel) = (g.filters / g.groups, g.channels / g.groups, g.kernel_size());
+        if fpg == 0 || cpg == 0 || kernel == 0 {
+            // An empty weight: nothing to add.
+            return Ok(());
+        }
         let stride = filter_stride(fpg);
-        let by_offset = buf.weight_grad.as_mut_slice();
+        let by_offset = buf.weight_grad.as_slice();
         for grp in 0..g.groups {
-            let sums = &by_offset[grp * kernel * cpg * stride..][..kernel * cpg * stride];
-            let total = &mut weight_grad[grp * fpg * cpg * kernel..][..fpg * cpg * kernel];
+            let sums = part(by_offset, grp * kernel * cpg * stride, kernel * cpg * stride, "the weight gradient sums")?;
+            let total = part_mut(weight_grad, grp * fpg * cpg * kernel, fpg * cpg * kernel, "the weight gradient")?;
             for (fc, taps) in total.chunks_exact_mut(kernel).enumerate() {
                 let (f, c) = (fc / cpg, fc % cpg);
-                for (k, tap) in taps.iter_mut().enumerate() {
-                    *tap += sums[(k * cpg + c) * stride + f];
+                // Offset k's sum for (c, f) is at (k * cpg + c) * stride + f.
+                for (tap, sum) in taps.iter_mut().zip(sums.iter().skip(c * stride + f).step_by(cpg * stride)) {
+                    *tap += sum;
                 }
             }
         }
+        Ok(())
     }
 
     /// Group `grp` of `response` for `images`, output positions major: `transposed[(k * outputs +
     /// p) * stride + f]` for image k, output position p, filter f, with `stride` = [`filter_stride`]
     /// (zero past the last filter).
-    fn gather_transposed(&self, images: &Range<usize>, grp: usize, response: &[f32], transposed: &mut [f32], staging: &mut [f32]) {
+    fn gather_transposed(&self, images: &Range<usize>, grp: usize, response: &[f32], transposed: &mut [f32], staging: &mut [f32]) -> Result<()> {
         let g = self.g;
         let (fpg, outs) = (g.filters / g.groups, g.output_size());
         let stride = filter_stride(fpg);
         for (k, n) in images.clone().enumerate() {
-            let planes = &response[(n * g.filters + grp * fpg) * outs..][..fpg * outs];
-            let rows = &mut transposed[k * outs * stride..][..outs * stride];
+            let planes = part(response, (n * g.filters + grp * fpg) * outs, fpg * outs, "a group's response planes")?;
+            let rows = part_mut(transposed, k * outs * stride, outs * stride, "the transposed response")?;
             if stride == fpg {
                 transpose_f32(planes, fpg, outs, rows);
                 continue;
             }
-            transpose_f32(planes, fpg, outs, &mut staging[..outs * fpg]);
+            // Here 0 < fpg < stride (an empty group has stride == fpg).
+            let staging = part_mut(staging, 0, outs * fpg, "the transposing buffer")?;
+            transpose_f32(planes, fpg, outs, staging);
             for (row, position) in rows.chunks_exact_mut(stride).zip(staging.chunks_exact(fpg)) {
-                row[..fpg].copy_from_slice(position);
-                row[fpg..].fill(0.0);
+                let (filters, padding) = row.split_at_mut_checked(fpg).ok_or_else(|| outside("a transposed row", 0, fpg, stride))?;
+                filters.copy_from_slice(position);
+                padding.fill(0.0);
             }
         }
+        Ok(())
     }
 }
 
@@ -450,13 +525,10 @@ struct Line {
 /// x][f]` (the transposed response's rows `stride` filters long, a multiple of the vector width)
 /// with a register-tiled kernel. Only output positions are visited, never the padding between
 /// lines and images.
-fn weight_grad_rows(source: &Rows, offsets: &[usize], transposed: &[f32], stride: usize, lines: &[Line], len: usize, out: &mut [f32]) {
-    assert!(stride.is_multiple_of(simd::f32_lanes()), "filter stride {stride} is not whole vectors");
-    let (max_src, max_row) = lines.iter().fold((0, 0), |(s, r), line| (s.max(line.src), r.max(line.row)));
-    // These bounds are what the kernel's unchecked loads rely on.
-    assert!(lines.is_empty() || source.data.len() >= (source.count - 1) * source.stride + max_src + len + offsets.iter().max().copied().unwrap_or(0));
-    assert!(lines.is_empty() || transposed.len() >= (max_row + len) * stride);
-    assert!(out.len() >= offsets.len() * source.count * stride);
+fn weight_grad_rows(source: &Rows, offsets: &[usize], transposed: &[f32], stride: usize, lines: &[Line], len: usize, out: &mut [f32]) -> Result<()> {
+    if !stride.is_multiple_of(simd::f32_lanes()) {
+        crate::bail!(Runtime, "Convolution (shifted): filter stride {stride} is not whole vectors");
+    }
     simd::vectorized(
         #[inline(always)]
         || match simd::f32_lanes() {
@@ -481,8 +553,25 @@ fn weight_grad_tiles<const W: usize, const FV: usize, const NC: usize, const FUS
     lines: &[Line],
     len: usize,
     out: &mut [f32],
-) {
+) -> Result<()> {
     let (channels, fb) = (source.count, FV * W);
+    let max_offset = offsets.iter().max().copied().unwrap_or(0);
+    let (max_src, max_row) = lines.iter().fold((0, 0), |(s, r), line| (s.max(line.src), r.max(line.row)));
+    // These bounds are what the unchecked loads below rely on: every channel row reads up to the
+    // last line's end plus the largest offset, the transposed rows up to the last line's end,
+    // and a tile's filters stay inside a row.
+    let source_fits = lines.is_empty() || channels == 0 || source.data.len() >= (channels - 1) * source.stride + max_src + len + max_offset;
+    let transposed_fits = lines.is_empty() || transposed.len() >= (max_row + len) * fpg;
+    if !fpg.is_multiple_of(fb) || !source_fits || !transposed_fits || out.len() < offsets.len() * channels * fpg {
+        crate::bail!(
+            Runtime,
+            "Convolution (shifted): weight gradient of {channels} channels x {fpg} filters over {} lines of {len} from {} source and {} response elements into {}",
+            lines.len(),
+            source.data.len(),
+            transposed.len(),
+            out.len()
+        );
+    }
     for (k, &offset) in offsets.iter().enumerate() {
         for c0 in (0..channels).step_by(NC) {
             // Rows past the last channel repeat it; their sums are dropped.
@@ -491,13 +580,13 @@ fn weight_grad_tiles<const W: usize, const FV: usize, const NC: usize, const FUS
                 let mut acc = [[[0f32; W]; FV]; NC];
                 for line in lines {
                     for x in 0..len {
-                        // SAFETY: weight_grad_rows checked that rows up to the last line's end
-                        // lie inside `transposed`, and f0 + fb <= fpg, the row length.
+                        // SAFETY: checked above: rows up to the last line's end lie inside
+                        // `transposed`, and f0 + fb <= fpg, the row length.
                         let w: [[f32; W]; FV] =
                             unsafe { std::ptr::read_unaligned(transposed.as_ptr().add((line.row + x) * fpg + f0) as *const [[f32; W]; FV]) };
                         for (acc_row, &start) in acc.iter_mut().zip(&starts) {
-                            // SAFETY: weight_grad_rows checked that every row reads up to the last
-                            // line's end plus the largest offset inside `source.data`.
+                            // SAFETY: checked above: every row reads up to the last line's end
+                            // plus the largest offset inside `source.data`.
                             let xv = unsafe { *source.data.get_unchecked(start + line.src + x) };
                             for (acc_vec, w_vec) in acc_row.iter_mut().zip(&w) {
                                 for (a, &wv) in acc_vec.iter_mut().zip(w_vec) {
@@ -508,7 +597,7 @@ fn weight_grad_tiles<const W: usize, const FV: usize, const NC: usize, const FUS
                     }
                 }
                 for (j, acc_row) in acc.iter().enumerate().take(channels - c0) {
-                    let dst = &mut out[(k * channels + c0 + j) * fpg + f0..][..fb];
+                    let dst = part_mut(out, (k * channels + c0 + j) * fpg + f0, fb, "the weight gradient")?;
                     for (d, v) in dst.chunks_exact_mut(W).zip(acc_row) {
                         d.copy_from_slice(v);
                     }
@@ -516,6 +605,7 @@ fn weight_grad_tiles<const W: usize, const FV: usize, const NC: usize, const FUS
             }
         }
     }
+    Ok(())
 }
 
 /// Read-only rows of a strided 2-D buffer.
@@ -543,27 +633,37 @@ struct PackedWeight {
 }
 
 impl PackedWeight {
-    fn new(weight: &[f32], groups: usize, fpg: usize, cpg: usize, kernel: usize, transposed: bool, block: usize) -> PackedWeight {
+    fn new(weight: &[f32], groups: usize, fpg: usize, cpg: usize, kernel: usize, transposed: bool, block: usize) -> Result<PackedWeight> {
         let (outputs, inputs) = if transposed { (cpg, fpg) } else { (fpg, cpg) };
-        let blocks = outputs.div_ceil(block);
+        let blocks = outputs.div_ceil(block.max(1));
         let per_group = blocks * kernel * inputs * block;
         let mut data = vec![0f32; groups * per_group];
-        for grp in 0..groups {
+        if weight.len() < groups * fpg * cpg * kernel {
+            crate::bail!(Runtime, "Convolution (shifted): a weight of {} elements for {groups} groups of {fpg} x {cpg} x {kernel}", weight.len());
+        }
+        if per_group == 0 {
+            // No filters, channels or taps: nothing to pack.
+            return Ok(PackedWeight { data, per_group, block });
+        }
+        // Here fpg, cpg, kernel and block are all positive.
+        for (packed, filters) in data.chunks_exact_mut(per_group).zip(weight.chunks_exact(fpg * cpg * kernel)) {
             for o in 0..outputs {
                 for i in 0..inputs {
                     let (f, c) = if transposed { (i, o) } else { (o, i) };
-                    let taps = &weight[((grp * fpg + f) * cpg + c) * kernel..][..kernel];
-                    for (k, &w) in taps.iter().enumerate() {
-                        data[grp * per_group + (((o / block) * inputs + i) * kernel + k) * block + o % block] = w;
+                    let taps = part(filters, (f * cpg + c) * kernel, kernel, "a weight's taps")?;
+                    // Tap k of (o, i) goes to ((o / block * inputs + i) * kernel + k) * block + o % block.
+                    let first = (o / block * inputs + i) * kernel * block + o % block;
+                    for (slot, &w) in packed.iter_mut().skip(first).step_by(block).zip(taps) {
+                        *slot = w;
                     }
                 }
             }
         }
-        PackedWeight { data, per_group, block }
+        Ok(PackedWeight { data, per_group, block })
     }
 
-    fn group(&self, grp: usize) -> (&[f32], usize) {
-        (&self.data[grp * self.per_group..][..self.per_group], self.block)
+    fn group(&self, grp: usize) -> Result<(&[f32], usize)> {
+        Ok((part(&self.data, grp * self.per_group, self.per_group, "a group's packed weight")?, self.block))
     }
 }
 
@@ -602,7 +702,17 @@ fn contiguous_spans(columns: usize) -> Vec<Span> {
 /// tasks compute in parallel, when every span lies inside its row (so that the runs are disjoint
 /// slices); else on this thread. At batch 1, a 3x3 64-channel 56x56 layer ran 1.06 ms on one
 /// thread with im2col + a two-thread GEMM at 1.12.
-fn correlate_rows_split(source: Rows, offsets: &[usize], (packed, block): (&[f32], usize), target: RowsMut, spans: &[Span], threads: usize) {
+fn correlate_rows_split(
+    source: Rows,
+    offsets: &[usize],
+    (packed, block): (&[f32], usize),
+    target: RowsMut,
+    spans: &[Span],
+    threads: usize,
+) -> Result<()> {
+    if block == 0 {
+        crate::bail!(Runtime, "Convolution (shifted): a weight packed in blocks of no rows");
+    }
     let tiles = target.count.div_ceil(block);
     let parts = threads.min(tiles);
     if parts <= 1 || spans.iter().any(|span| span.dst + simd::f32_lanes() > target.stride) {
@@ -614,32 +724,38 @@ fn correlate_rows_split(source: Rows, offsets: &[usize], (packed, block): (&[f32
     for part in 0..parts {
         let (first, end) = (part * tiles / parts, (part + 1) * tiles / parts);
         let count = (end * block).min(target.count) - first * block;
-        let (rows, rest) = if part + 1 == parts { (rows_left, &mut [][..]) } else { rows_left.split_at_mut(count * target.stride) };
-        let (weights, weights_rest) = weights_left.split_at((end - first) * per_tile);
+        let (rows, rest) = if part + 1 == parts {
+            (rows_left, <&mut [f32]>::default())
+        } else {
+            let total = rows_left.len();
+            rows_left.split_at_mut_checked(count * target.stride).ok_or_else(|| outside("a run of target rows", 0, count * target.stride, total))?
+        };
+        let weights_len = weights_left.len();
+        let (weights, weights_rest) = weights_left
+            .split_at_checked((end - first) * per_tile)
+            .ok_or_else(|| outside("a run of packed weights", 0, (end - first) * per_tile, weights_len))?;
         pieces.push((RowsMut { data: rows, stride: target.stride, count }, weights));
         (rows_left, weights_left) = (rest, weights_rest);
     }
-    crate::engine::parallel::map_owned(pieces, |_, (rows, weights)| correlate_rows(source, offsets, (weights, block), rows, spans));
+    crate::engine::parallel::map_owned(pieces, |_, (rows, weights)| correlate_rows(source, offsets, (weights, block), rows, spans))
+        .into_iter()
+        .collect()
 }
 
 /// For every target row o and span: `target[o][dst + j] = sum_k sum_i packed(o, i, k) *
 /// source[i][src + j + offsets[k]]` for the span's vector of positions j.
-fn correlate_rows(source: Rows, offsets: &[usize], (packed, block): (&[f32], usize), target: RowsMut, spans: &[Span]) {
-    let lanes = simd::f32_lanes();
-    let max_offset = offsets.iter().max().copied().unwrap_or(0);
-    let (max_src, max_dst) = spans.iter().fold((0, 0), |(s, d), span| (s.max(span.src), d.max(span.dst)));
-    // These bounds are what the kernel's unchecked loads rely on.
-    assert!(spans.is_empty() || source.data.len() >= (source.count - 1) * source.stride + max_src + max_offset + lanes);
-    assert!(spans.is_empty() || target.data.len() >= (target.count - 1) * target.stride + max_dst + lanes);
-    assert!(packed.len() >= target.count.div_ceil(block) * offsets.len() * source.count * block);
+fn correlate_rows(source: Rows, offsets: &[usize], (packed, block): (&[f32], usize), target: RowsMut, spans: &[Span]) -> Result<()> {
+    if block != tile_rows() {
+        crate::bail!(Runtime, "Convolution (shifted): a weight packed in blocks of {block} rows for tiles of {}", tile_rows());
+    }
     simd::vectorized(
         #[inline(always)]
-        || match lanes {
+        || match simd::f32_lanes() {
             16 => correlate_tiles::<16, 3, 8, true>(&source, offsets, packed, target, spans),
             8 => correlate_tiles::<8, 2, 6, true>(&source, offsets, packed, target, spans),
             _ => correlate_tiles::<4, 2, 4, false>(&source, offsets, packed, target, spans),
         },
-    );
+    )
 }
 
 /// [`correlate_rows`] with tiles of FB rows by PV spans of W positions; FMA when `FUSED`.
@@ -656,22 +772,45 @@ fn correlate_tiles<const W: usize, const PV: usize, const FB: usize, const FUSED
     packed: &[f32],
     target: RowsMut,
     spans: &[Span],
-) {
-    assert_eq!(packed.len() % (offsets.len() * source.count * FB), 0, "weight packed for another tile shape");
-    for (b, weights) in packed.chunks_exact(offsets.len() * source.count * FB).take(target.count.div_ceil(FB)).enumerate() {
+) -> Result<()> {
+    let per_block = offsets.len() * source.count * FB;
+    let blocks = target.count.div_ceil(FB);
+    let max_offset = offsets.iter().max().copied().unwrap_or(0);
+    let (max_src, max_dst) = spans.iter().fold((0, 0), |(s, d), span| (s.max(span.src), d.max(span.dst)));
+    // These bounds are what the unchecked loads below rely on: every source row holds every
+    // span's vector at every offset.
+    let source_fits = spans.is_empty() || source.count == 0 || source.data.len() >= (source.count - 1) * source.stride + max_src + max_offset + W;
+    let target_fits = spans.is_empty() || target.count == 0 || target.data.len() >= (target.count - 1) * target.stride + max_dst + W;
+    if per_block == 0 || !packed.len().is_multiple_of(per_block) || packed.len() < blocks * per_block || !source_fits || !target_fits {
+        crate::bail!(
+            Runtime,
+            "Convolution (shifted): {} rows of {} from {} source rows of {} ({} elements) and {} packed weights over {} offsets into {} elements",
+            target.count,
+            target.stride,
+            source.count,
+            source.stride,
+            source.data.len(),
+            packed.len(),
+            offsets.len(),
+            target.data.len()
+        );
+    }
+    let out = target.data;
+    let out_len = out.len();
+    for (b, weights) in packed.chunks_exact(per_block).take(blocks).enumerate() {
         let rows = FB.min(target.count - b * FB);
         for tile in spans.chunks(PV) {
-            let picked: [Span; PV] = std::array::from_fn(|v| tile[v.min(tile.len() - 1)]);
+            let Some(&last) = tile.last() else { continue };
+            let picked: [Span; PV] = std::array::from_fn(|v| tile.get(v).copied().unwrap_or(last));
             let mut acc = [[[0f32; W]; PV]; FB];
             // Input row outer, offsets inner: the row's few cache lines under this tile serve
             // every offset while they are in L1.
             for (i, taps) in weights.chunks_exact(offsets.len() * FB).enumerate() {
                 let row = source.data.as_ptr().wrapping_add(i * source.stride);
                 for (&offset, w) in offsets.iter().zip(taps.chunks_exact(FB)) {
-                    // SAFETY: correlate_rows checked that every source row i < count holds
-                    // src + max offset + W elements for every span.
-                    let x: [[f32; W]; PV] =
-                        std::array::from_fn(|v| unsafe { std::ptr::read_unaligned(row.add(picked[v].src + offset) as *const [f32; W]) });
+                    // SAFETY: checked above: every source row i < count holds src + max offset +
+                    // W elements for every span.
+                    let x: [[f32; W]; PV] = picked.map(|span| unsafe { std::ptr::read_unaligned(row.add(span.src + offset) as *const [f32; W]) });
                     for (acc_row, &wf) in acc.iter_mut().zip(w) {
                         for (acc_vec, x_vec) in acc_row.iter_mut().zip(&x) {
                             for (a, &xv) in acc_vec.iter_mut().zip(x_vec) {
@@ -682,17 +821,19 @@ fn correlate_tiles<const W: usize, const PV: usize, const FB: usize, const FUSED
                 }
             }
             for (r, acc_row) in acc.iter().enumerate().take(rows) {
-                let out_row = &mut target.data[(b * FB + r) * target.stride..];
-                for (v, acc_vec) in acc_row.iter().enumerate() {
-                    if v >= tile.len() {
-                        break;
-                    }
-                    let dst: &mut [f32; W] = (&mut out_row[picked[v].dst..picked[v].dst + W]).try_into().expect("a span lies inside its row");
+                let row_start = (b * FB + r) * target.stride;
+                for (acc_vec, span) in acc_row.iter().zip(&picked).take(tile.len()) {
+                    // Inside by the check above (a span lies inside its row).
+                    let dst = out
+                        .get_mut(row_start + span.dst..)
+                        .and_then(|s| s.first_chunk_mut::<W>())
+                        .ok_or_else(|| outside("a target vector", row_start + span.dst, W, out_len))?;
                     *dst = *acc_vec;
                 }
             }
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -705,7 +846,7 @@ mod tests {
     #[test]
     fn every_tile_shape_matches_the_direct_sum() {
         let (inputs, outputs, offsets) = (3, 11, [0usize, 1, 7, 9]);
-        type Kernel = fn(&Rows, &[usize], &[f32], RowsMut, &[Span]);
+        type Kernel = fn(&Rows, &[usize], &[f32], RowsMut, &[Span]) -> Result<()>;
         let shapes: [(usize, usize, Kernel); 4] = [
             (16, 8, correlate_tiles::<16, 3, 8, true>),
             (8, 6, correlate_tiles::<8, 2, 6, true>),
@@ -719,11 +860,11 @@ mod tests {
             let stride = spans[6].src + lanes + 9;
             let source: Vec<f32> = (0..inputs * stride).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
             let weight: Vec<f32> = (0..outputs * inputs * offsets.len()).map(|i| ((i * 53 % 89) as f32 - 44.0) / 30.0).collect();
-            let packed = PackedWeight::new(&weight, 1, outputs, inputs, offsets.len(), false, block);
+            let packed = PackedWeight::new(&weight, 1, outputs, inputs, offsets.len(), false, block).unwrap();
             let out_stride = 8 * lanes + 5;
             let mut out = vec![1.5f32; outputs * out_stride];
             let source = Rows { data: &source, stride, count: inputs };
-            kernel(&source, &offsets, packed.group(0).0, RowsMut { data: &mut out, stride: out_stride, count: outputs }, &spans);
+            kernel(&source, &offsets, packed.group(0).unwrap().0, RowsMut { data: &mut out, stride: out_stride, count: outputs }, &spans).unwrap();
             for o in 0..outputs {
                 for q in 0..out_stride {
                     let span = spans.iter().find(|s| (s.dst..s.dst + lanes).contains(&q));
@@ -751,7 +892,7 @@ mod tests {
         let source: Vec<f32> = (0..channels * stride).map(|i| ((i * 41 % 97) as f32 - 48.0) / 20.0).collect();
         let transposed: Vec<f32> = (0..rows * fpg).map(|i| ((i * 29 % 83) as f32 - 41.0) / 30.0).collect();
         let source = Rows { data: &source, stride, count: channels };
-        type Kernel = fn(&Rows, &[usize], &[f32], usize, &[Line], usize, &mut [f32]);
+        type Kernel = fn(&Rows, &[usize], &[f32], usize, &[Line], usize, &mut [f32]) -> Result<()>;
         let shapes: [Kernel; 7] = [
             weight_grad_tiles::<16, 4, 6, true>,
             weight_grad_tiles::<16, 2, 6, true>,
@@ -763,7 +904,7 @@ mod tests {
         ];
         for (shape, kernel) in shapes.iter().enumerate() {
             let mut out = vec![f32::NAN; offsets.len() * channels * fpg];
-            kernel(&source, &offsets, &transposed, fpg, &lines, len, &mut out);
+            kernel(&source, &offsets, &transposed, fpg, &lines, len, &mut out).unwrap();
             for (k, &offset) in offsets.iter().enumerate() {
                 for c in 0..channels {
                     for f in 0..fpg {

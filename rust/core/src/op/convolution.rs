@@ -551,7 +551,7 @@ impl<'a> ImageProducts<'a> {
     /// # Safety
     /// `response` points to the whole-batch response array of element type `T` (`self.dtype`),
     /// whose blocks for `images` nobody else touches during the call.
-    pub unsafe fn correlate<T: Elem>(&self, images: Range<usize>, image: &[T], response: *mut T, buf: &mut ChunkBuffers<T>) {
+    pub unsafe fn correlate<T: Elem>(&self, images: Range<usize>, image: &[T], response: *mut T, buf: &mut ChunkBuffers<T>) -> Result<()> {
         let g = self.g;
         let (outs, rows, es) = (g.output_size(), g.col_rows(), self.dtype.size());
         let fpg = g.filters / g.groups;
@@ -592,6 +592,7 @@ impl<'a> ImageProducts<'a> {
                 }
             }
         }
+        Ok(())
     }
 
     /// One group's response block for `images`, gathered side by side.
@@ -610,7 +611,7 @@ impl<'a> ImageProducts<'a> {
     ///
     /// # Safety
     /// As [`Self::correlate`], for the whole-batch `image` array.
-    pub unsafe fn scatter<T: Elem>(&self, images: Range<usize>, response: &[T], image: *mut T, buf: &mut ChunkBuffers<T>) {
+    pub unsafe fn scatter<T: Elem>(&self, images: Range<usize>, response: &[T], image: *mut T, buf: &mut ChunkBuffers<T>) -> Result<()> {
         let g = self.g;
         let (outs, rows, es) = (g.output_size(), g.col_rows(), self.dtype.size());
         let (fpg, cpg, plane) = (g.filters / g.groups, g.channels / g.groups, g.channels * g.input_size());
@@ -638,6 +639,7 @@ impl<'a> ImageProducts<'a> {
                 col2im(&col[k * outs..], g, grp * cpg, cpg, target, columns);
             }
         }
+        Ok(())
     }
 
     /// weight_grad += response * im2col(image)^T over `images`, every group (the shifted
@@ -652,7 +654,7 @@ impl<'a> ImageProducts<'a> {
         response: &[T],
         weight_grad: *mut u8,
         buf: &mut ChunkBuffers<T>,
-    ) {
+    ) -> Result<()> {
         let g = self.g;
         let (outs, rows, es) = (g.output_size(), g.col_rows(), self.dtype.size());
         let fpg = g.filters / g.groups;
@@ -675,16 +677,18 @@ impl<'a> ImageProducts<'a> {
                 self.threads,
             );
         }
+        Ok(())
     }
 }
 
 impl ImageProducts<'_> {
     /// Adds to `weight_grad` what a task's chunks left in its buffers rather than in the
     /// gradient itself (the shifted strategy sums in its own layout and folds once per task).
-    pub fn finish_weight_grad<T: Elem>(&self, buf: &mut ChunkBuffers<T>, weight_grad: &mut [T]) {
+    pub fn finish_weight_grad<T: Elem>(&self, buf: &mut ChunkBuffers<T>, weight_grad: &mut [T]) -> Result<()> {
         if let ChunkBuffers::Shifted(b) = buf {
-            self.shifted_products().finish_weight_grad(b, as_f32_mut(weight_grad));
+            return self.shifted_products().finish_weight_grad(b, as_f32_mut(weight_grad));
         }
+        Ok(())
     }
 }
 
@@ -764,12 +768,12 @@ pub(super) fn convolve(g: &Geometry, x: &Tensor, weight: &Tensor, out: &Tensor, 
             for images in mine.iter().cloned() {
                 let response = op.get() as *mut T;
                 // SAFETY: this chunk's images of the output are written by this task alone.
-                unsafe { products.correlate(images.clone(), xv, response, &mut buf) };
+                unsafe { products.correlate(images.clone(), xv, response, &mut buf) }?;
                 if x.dtype == DType::F32 {
                     let block = images.len() * g.filters * outs;
                     // SAFETY: as above; the dtype is float32.
                     let region = unsafe { std::slice::from_raw_parts_mut(response.add(images.start * g.filters * outs).cast::<f32>(), block) };
-                    epilogue.apply_images(region, g.filters, outs, products.threads);
+                    epilogue.apply_images(region, g.filters, outs, products.threads)?;
                 }
             }
             Ok(())
@@ -959,15 +963,15 @@ pub(super) fn weight_grad_over_chunks<T: Elem>(
     products: &ImageProducts,
     uses: Uses,
     weight_grad: &mut [T],
-    accumulate: impl Fn(Range<usize>, &mut ChunkBuffers<T>, *mut u8) + Sync,
+    accumulate: impl Fn(Range<usize>, &mut ChunkBuffers<T>, *mut u8) -> Result<()> + Sync,
 ) -> Result<()> {
     let partials = plan.run(|mine| {
         let mut buf = products.buffers::<T>(uses)?;
         let mut partial = Scratch::<T>::zeroed(weight_grad.len())?;
         for images in mine {
-            accumulate(images.clone(), &mut buf, partial.as_mut_slice().as_mut_ptr() as *mut u8);
+            accumulate(images.clone(), &mut buf, partial.as_mut_slice().as_mut_ptr() as *mut u8)?;
         }
-        products.finish_weight_grad(&mut buf, partial.as_mut_slice());
+        products.finish_weight_grad(&mut buf, partial.as_mut_slice())?;
         Ok(partial)
     })?;
     let mut partials = partials.into_iter();
@@ -1028,11 +1032,12 @@ impl Operator for ConvolutionBackward {
                 // SAFETY: the partial is shaped like the weight; each chunk's images of dx are
                 // written by the task running that chunk alone.
                 unsafe {
-                    products.accumulate_weight_grad(images.clone(), xv, gv, partial, buf);
+                    products.accumulate_weight_grad(images.clone(), xv, gv, partial, buf)?;
                     if self.data_grad {
-                        products.scatter(images, gv, dx_ptr.get(), buf);
+                        products.scatter(images, gv, dx_ptr.get(), buf)?;
                     }
                 }
+                Ok(())
             })?;
             if !self.data_grad {
                 dxv.fill(T::default());

@@ -234,7 +234,7 @@ impl Operator for Deconvolution {
                     // SAFETY: the output holds the whole batch (checked above) and this chunk's
                     // images of it are written by this task alone.
                     let region = unsafe {
-                        products.scatter(images.clone(), x, out.get(), &mut buf);
+                        products.scatter(images.clone(), x, out.get(), &mut buf)?;
                         std::slice::from_raw_parts_mut(out.get().add(images.start * g.channels * plane), block)
                     };
                     if let Some(bias) = bias {
@@ -324,11 +324,12 @@ impl Operator for DeconvolutionBackward {
                 // above) and each chunk's images of it are written by the task running that chunk
                 // alone.
                 unsafe {
-                    products.accumulate_weight_grad(images.clone(), gv, xv, partial, buf);
+                    products.accumulate_weight_grad(images.clone(), gv, xv, partial, buf)?;
                     if self.data_grad {
-                        products.correlate(images, gv, dx_ptr.get(), buf);
+                        products.correlate(images, gv, dx_ptr.get(), buf)?;
                     }
                 }
+                Ok(())
             })?;
             if !self.data_grad {
                 dxv.fill(T::default());

@@ -4,7 +4,9 @@
 use super::broadcast::{zip_into, Operand};
 use super::grad::{Grad, InputGrads};
 use super::rearrange::broadcast_into;
-use super::{exactly, ExecContext, InOut, OpDef, Operator, Tensor};
+#[cfg(feature = "cuda")]
+use super::Tensor;
+use super::{exactly, ExecContext, InOut, OpDef, Operator};
 use crate::base::{normalize_axis, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -84,10 +86,9 @@ impl Operator for Dropout {
                     T::from_f64(if !active { 1.0 } else if keep { keep_scale } else { 0.0 })
                 })
                 .collect();
-            // SAFETY: `draws` holds shared.size() elements of T for the duration of the copy.
-            let small = unsafe { Tensor::new(draws.as_ptr() as *mut u8, shared.clone(), x.dtype) };
-            broadcast_into(&small, mask)?;
-            let mask: &[T] = args.output::<T>(1)?;
+            let mask_values = args.output::<T>(1)?;
+            broadcast_into("Dropout", (&draws, &shared), (&mut *mask_values, &mask.shape))?;
+            let mask: &[T] = mask_values;
             let scaled = |a: T, m: T| T::from_f64(a.to_f64() * m.to_f64());
             match args.in_place::<T>(0, 0)? {
                 InOut::Separate(x_values, out) => zip_into(Operand::Values(x_values, &x.shape), Operand::Values(mask, &x.shape), out, &out_shape, scaled),

@@ -1,20 +1,26 @@
 //! Index-driven selection and placement: pick, batch_take, gather_nd, scatter_nd, slice_like and
 //! diag, each with the scatter (or gather) that is its gradient.
 
+use super::broadcast::copy_into;
 use super::grad::{Grad, InputGrads};
 use super::params::NoParams;
-use super::shape_ops::strided_copy;
-use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::shape_ops::{around_axis, contiguous, strided_copy};
+use super::{exactly, parallel_units, ExecContext, InOut, OpDef, Operator, Tensor};
 use crate::base::{merge_partial, normalize_axis, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
 
-/// Index values of an integer- or float-typed index tensor, as i64.
-fn read_indices(idx: &Tensor) -> Vec<i64> {
-    crate::dispatch_dtype!(idx.dtype, I => {
-        // SAFETY: index tensors are inputs the running op does not write.
-        unsafe { idx.slice::<I>() }.iter().map(|v| v.to_f64() as i64).collect()
-    })
+/// Index values of input `i` of a kernel call, whatever its dtype, as i64.
+fn read_indices(args: &KernelArgs, i: usize) -> Result<Vec<i64>> {
+    Ok(args.input_f64(i)?.into_iter().map(|v| v as i64).collect())
+}
+
+/// The values of an index array as i64, outside a kernel call (shape inference from values).
+fn tensor_indices(index: &Tensor) -> Result<Vec<i64>> {
+    // SAFETY: `infer_shape_from_values` is asked once the inputs are ready to read (the caller
+    // waits for them), and nothing writes them while the output shape is worked out.
+    let args = unsafe { KernelArgs::new(std::slice::from_ref(index), &[], &[], &[]) }?;
+    read_indices(&args, 0)
 }
 
 /// Clip or wrap `i` into `0..n` (MXNet's index modes); `raise` reports an out-of-bounds index.
@@ -40,9 +46,9 @@ crate::param_choice! {
     }
 }
 
-fn zero_fill(out: &Tensor) {
-    // SAFETY: the output is the running op's alone.
-    unsafe { std::ptr::write_bytes(out.raw(), 0, out.size() * out.dtype.size()) };
+/// The zero of an element type.
+fn zero<T: Elem>() -> T {
+    T::from_f64(0.0)
 }
 
 crate::op_params! {
@@ -69,14 +75,11 @@ impl Pick {
             return Ok(((1, data.size(), 1), Shape::new(out)));
         };
         let axis = normalize_axis(axis, data.ndim())?;
-        let d = data.dims();
-        let mut out = d.to_vec();
-        if self.p.keepdims {
-            out[axis] = 1;
-        } else {
-            out.remove(axis);
-        }
-        Ok(((d[..axis].iter().product(), d[axis], d[axis + 1..].iter().product()), Shape::new(out)))
+        let Some((before, [len, after @ ..])) = data.dims().split_at_checked(axis) else {
+            crate::bail!(Shape, "pick: axis {axis} is outside data {data}");
+        };
+        let kept: &[usize] = if self.p.keepdims { &[1] } else { &[] };
+        Ok(((before.iter().product(), *len, after.iter().product()), Shape::new([before, kept, after].concat())))
     }
 
     /// The parameters as attribute strings, shared by pick and its gradient.
@@ -91,9 +94,19 @@ impl Pick {
         self.p.mode == PickMode::Wrap
     }
 
-    fn positions(&self, index: &Tensor, n: usize) -> Result<Vec<usize>> {
-        read_indices(index).into_iter().map(|i| resolve_index("pick", i, n, self.p.mode)).collect()
+    /// The position along the axis (of length `n`) that each index picks, one per output cell.
+    fn positions(&self, index: &[i64], n: usize, cells: usize) -> Result<Vec<usize>> {
+        if index.len() != cells {
+            crate::bail!(Shape, "pick: {} indices for {cells} picked elements", index.len());
+        }
+        index.iter().map(|&i| resolve_index("pick", i, n, self.p.mode)).collect()
     }
+}
+
+/// The position in an (outer, n, inner) array of output cell `cell` picking `pos` along n.
+#[inline]
+fn picked(cell: usize, pos: usize, n: usize, inner: usize) -> usize {
+    ((cell / inner) * n + pos) * inner + cell % inner
 }
 
 impl Operator for Pick {
@@ -101,48 +114,55 @@ impl Operator for Pick {
         vec!["data".into(), "index".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let ((_, n, _), out) = self.layout(&inputs[0])?;
-        if inputs[1].size() != out.size() {
-            crate::bail!(Shape, "pick: index of shape {} does not match the picked shape {out}", inputs[1]);
+        let [data, index] = exactly("pick", "input", inputs)?;
+        let ((_, n, _), out) = self.layout(data)?;
+        if index.size() != out.size() {
+            crate::bail!(Shape, "pick: index of shape {index} does not match the picked shape {out}");
         }
         if n == 0 && out.size() > 0 {
-            crate::bail!(Index, "pick: cannot pick {} element(s) along an axis of size 0 of data {}", out.size(), inputs[0]);
+            crate::bail!(Index, "pick: cannot pick {} element(s) along an axis of size 0 of data {data}", out.size());
         }
         Ok(vec![out])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[data, _] = exactly("pick", "input", inputs)?;
+        Ok(vec![data])
     }
     /// Along an axis, the output is the data without it (length 1 with keepdims), its other
     /// dimensions known or not.
     fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
-        let (Some(axis), Some(data)) = (self.p.axis, inputs[0].clone()) else { return Ok(()) };
+        let (Some(axis), Some(Some(data))) = (self.p.axis, inputs.first()) else { return Ok(()) };
         let axis = normalize_axis(axis, data.ndim())?;
-        let mut out = data;
+        let mut out = data.clone();
         if self.p.keepdims {
-            out.0[axis] = Some(1);
+            if let Some(len) = out.0.get_mut(axis) {
+                *len = Some(1);
+            }
         } else {
             out.0.remove(axis);
         }
-        merge_partial(&mut outputs[0], &out).map(|_| ())
+        let [slot] = outputs else {
+            crate::bail!(Value, "pick: 1 output expected, got {}", outputs.len());
+        };
+        merge_partial(slot, &out).map(|_| ())
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let inputs = args.inputs();
-        let ((_, n, inner), _) = self.layout(&inputs[0].shape)?;
-        let pos = self.positions(&inputs[1], n)?;
-        crate::dispatch_dtype!(inputs[0].dtype, T => {
+        let ((_, n, inner), _) = self.layout(args.input_shape(0)?)?;
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
             let (x, y) = (args.input::<T>(0)?, args.output::<T>(0)?);
-            for (cell, v) in y.iter_mut().enumerate() {
-                let (o, j) = (cell / inner, cell % inner);
-                *v = x[(o * n + pos[cell]) * inner + j];
+            let pos = self.positions(&read_indices(args, 1)?, n, y.len())?;
+            for (cell, (v, &p)) in y.iter_mut().zip(&pos).enumerate() {
+                let at = picked(cell, p, n, inner);
+                *v = *x.get(at).ok_or_else(|| crate::err!(Runtime, "pick: element {at} lies outside data of {} elements", x.len()))?;
             }
-        });
-        Ok(())
+            Ok(())
+        })
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        let ((_, n, inner), _) = self.layout(&inputs[0].shape)?;
-        crate::backend::cuda::kernels::pick(gpu, n, inner, self.wraps_on_gpu(), false, &inputs[0], &inputs[1], &outputs[0])
+        let ([data, index], [out]) = (exactly("pick", "input", inputs)?, exactly("pick", "output", outputs)?);
+        let ((_, n, inner), _) = self.layout(&data.shape)?;
+        crate::backend::cuda::kernels::pick(gpu, n, inner, self.wraps_on_gpu(), false, data, index, out)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, idx, g) = (d.input(0), d.input(1), d.out_grad(0));
@@ -184,43 +204,37 @@ impl Operator for PickBackward {
         vec!["grad".into(), "index".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let (_, picked) = self.pick.layout(&inputs[2])?;
-        if inputs[0].size() != picked.size() || inputs[1].size() != picked.size() {
-            crate::bail!(
-                Shape,
-                "_backward_pick: gradient {} and index {} must match the picked shape {picked} of data {}",
-                inputs[0],
-                inputs[1],
-                inputs[2]
-            );
+        let [grad, index, data] = exactly("_backward_pick", "input", inputs)?;
+        let (_, picked) = self.pick.layout(data)?;
+        if grad.size() != picked.size() || index.size() != picked.size() {
+            crate::bail!(Shape, "_backward_pick: gradient {grad} and index {index} must match the picked shape {picked} of data {data}");
         }
-        Ok(vec![inputs[2].clone()])
+        Ok(vec![data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[grad, _, _] = exactly("_backward_pick", "input", inputs)?;
+        Ok(vec![grad])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let out = &outputs[0];
-        let ((_, n, inner), _) = self.pick.layout(&out.shape)?;
-        let pos = self.pick.positions(&inputs[1], n)?;
-        zero_fill(out);
-        crate::dispatch_dtype!(out.dtype, T => {
-            // SAFETY: grad is read-only here; the output is this op's alone.
-            let (g, y) = unsafe { (inputs[0].slice::<T>(), out.slice_mut::<T>()) };
-            for (cell, &v) in g.iter().enumerate() {
-                let (o, j) = (cell / inner, cell % inner);
-                y[(o * n + pos[cell]) * inner + j] = v;
+        let ((_, n, inner), _) = self.pick.layout(args.output_shape(0)?)?;
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            let (g, y) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            let pos = self.pick.positions(&read_indices(args, 1)?, n, g.len())?;
+            y.fill(zero());
+            for (cell, (&v, &p)) in g.iter().zip(&pos).enumerate() {
+                let at = picked(cell, p, n, inner);
+                let len = y.len();
+                *y.get_mut(at).ok_or_else(|| crate::err!(Runtime, "_backward_pick: element {at} lies outside data of {len} elements"))? = v;
             }
-        });
-        Ok(())
+            Ok(())
+        })
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        let out = &outputs[0];
+        let ([grad, index, _], [out]) = (exactly("_backward_pick", "input", inputs)?, exactly("_backward_pick", "output", outputs)?);
         let ((_, n, inner), _) = self.pick.layout(&out.shape)?;
         crate::backend::cuda::kernels::fill(gpu, out, 0.0)?;
-        crate::backend::cuda::kernels::pick(gpu, n, inner, self.pick.wraps_on_gpu(), true, &inputs[0], &inputs[1], out)
+        crate::backend::cuda::kernels::pick(gpu, n, inner, self.pick.wraps_on_gpu(), true, grad, index, out)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (idx, g) = (d.input(1), d.out_grad(0));
@@ -236,23 +250,25 @@ struct GatherNd;
 /// length: data's first M axes are indexed, the rest form the copied block.
 fn nd_offsets(op: &str, data: &Shape, idx_shape: &Shape, idx: &[i64]) -> Result<(Vec<usize>, usize)> {
     let m = idx_shape.dims().first().copied().unwrap_or(0);
-    if m == 0 || m > data.ndim() {
+    let (Some((lead, rest)), false) = (data.dims().split_at_checked(m), m == 0) else {
         crate::bail!(Shape, "{op}: indices {idx_shape} must have a first axis of length 1..={} for data {data}", data.ndim());
-    }
+    };
     let count = idx_shape.size() / m;
-    let block: usize = data.dims()[m..].iter().product();
+    if idx.len() != count * m {
+        crate::bail!(Shape, "{op}: indices {idx_shape} hold {} values", idx.len());
+    }
+    let block: usize = rest.iter().product();
     let mut offsets = Vec::with_capacity(count);
     for c in 0..count {
         let mut off = 0usize;
-        for axis in 0..m {
-            let i = idx[axis * count + c];
-            let n = data[axis] as i64;
+        for (axis, (&len, &given)) in lead.iter().zip(idx.iter().skip(c).step_by(count)).enumerate() {
+            let n = len as i64;
             // MXNet's gather_nd wraps negative indices; anything else out of range is an error.
-            let i = if i < 0 { i + n } else { i };
+            let i = if given < 0 { given + n } else { given };
             if i < 0 || i >= n {
-                crate::bail!(Index, "{op}: index {} is out of bounds for axis {axis} of size {n}", idx[axis * count + c]);
+                crate::bail!(Index, "{op}: index {given} is out of bounds for axis {axis} of size {n}");
             }
-            off = off * data[axis] + i as usize;
+            off = off * len + i as usize;
         }
         offsets.push(off);
     }
@@ -261,8 +277,8 @@ fn nd_offsets(op: &str, data: &Shape, idx_shape: &Shape, idx: &[i64]) -> Result<
 
 fn gathered_shape(data: &Shape, idx: &Shape) -> Shape {
     let m = idx.dims().first().copied().unwrap_or(0).min(data.ndim());
-    let mut dims = idx.dims()[1..].to_vec();
-    dims.extend_from_slice(&data.dims()[m..]);
+    let mut dims = idx.dims().get(1..).unwrap_or_default().to_vec();
+    dims.extend_from_slice(data.dims().get(m..).unwrap_or_default());
     Shape::new(if dims.is_empty() { vec![1] } else { dims })
 }
 
@@ -271,27 +287,39 @@ impl Operator for GatherNd {
         vec!["data".into(), "indices".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let m = inputs[1].dims().first().copied().unwrap_or(0);
-        if m == 0 || m > inputs[0].ndim() {
-            crate::bail!(Shape, "gather_nd: indices {} must have a first axis of length 1..={} for data {}", inputs[1], inputs[0].ndim(), inputs[0]);
+        let [data, indices] = exactly("gather_nd", "input", inputs)?;
+        let m = indices.dims().first().copied().unwrap_or(0);
+        if m == 0 || m > data.ndim() {
+            crate::bail!(Shape, "gather_nd: indices {indices} must have a first axis of length 1..={} for data {data}", data.ndim());
         }
-        Ok(vec![gathered_shape(&inputs[0], &inputs[1])])
+        Ok(vec![gathered_shape(data, indices)])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[data, _] = exactly("gather_nd", "input", inputs)?;
+        Ok(vec![data])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (offsets, block) = nd_offsets("gather_nd", &inputs[0].shape, &inputs[1].shape, &read_indices(&inputs[1]))?;
-        let es = inputs[0].dtype.size();
-        let (xp, yp) = (SendPtr(inputs[0].raw()), SendPtr(outputs[0].raw()));
-        parallel_chunks(offsets.len(), ((1usize << 16) / (block * es).max(1)).max(1), |rows| {
-            for r in rows {
-                // SAFETY: offsets were bounds-checked against data; output row r is ours alone.
-                unsafe { std::ptr::copy_nonoverlapping(xp.get().add(offsets[r] * block * es), yp.get().add(r * block * es), block * es) };
+        let op = "gather_nd";
+        let (offsets, block) = nd_offsets(op, args.input_shape(0)?, args.input_shape(1)?, &read_indices(args, 1)?)?;
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let (x, y) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            if y.len() != offsets.len() * block {
+                crate::bail!(Runtime, "gather_nd: {} rows of {block} elements into an output of {}", offsets.len(), y.len());
             }
-        });
-        Ok(())
+            if block == 0 {
+                return Ok(());
+            }
+            let min_rows = ((1usize << 16) / (block * std::mem::size_of::<T>())).max(1);
+            parallel_units(y, block, min_rows, |first, piece| {
+                for (dst, &off) in piece.chunks_exact_mut(block).zip(offsets.get(first..).unwrap_or_default()) {
+                    let src = x.get(off * block..(off + 1) * block).ok_or_else(|| {
+                        crate::err!(Runtime, "{op}: row {off} of {block} elements lies outside data of {} elements", x.len())
+                    })?;
+                    dst.copy_from_slice(src);
+                }
+                Ok(())
+            })
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, idx, g) = (d.input(0), d.input(1), d.out_grad(0));
@@ -313,6 +341,16 @@ struct ScatterNd {
     accumulate: bool,
 }
 
+impl ScatterNd {
+    fn name(&self) -> &'static str {
+        if self.shape.is_some() {
+            "scatter_nd"
+        } else {
+            "_backward_gather_nd"
+        }
+    }
+}
+
 impl Operator for ScatterNd {
     fn input_names(&self) -> Vec<String> {
         if self.shape.is_some() {
@@ -322,37 +360,47 @@ impl Operator for ScatterNd {
         }
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let target = match &self.shape {
-            Some(s) => s.clone(),
-            None => inputs[2].clone(),
+        let (data, indices, target) = match (&self.shape, inputs) {
+            (Some(shape), [data, indices]) => (data, indices, shape),
+            (None, [grad, indices, like]) => (grad, indices, like),
+            _ => crate::bail!(Value, "{}: {} inputs expected, got {}", self.name(), self.input_names().len(), inputs.len()),
         };
-        let expected = gathered_shape(&target, &inputs[1]);
-        if expected.size() != inputs[0].size() {
-            crate::bail!(Shape, "scatter_nd: data {} does not fit indices {} into shape {target} (expected {expected})", inputs[0], inputs[1]);
+        let expected = gathered_shape(target, indices);
+        if expected.size() != data.size() {
+            crate::bail!(Shape, "scatter_nd: data {data} does not fit indices {indices} into shape {target} (expected {expected})");
         }
-        Ok(vec![target])
+        Ok(vec![target.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let Some(&data) = inputs.first() else {
+            crate::bail!(Value, "{}: {} inputs expected, got none", self.name(), self.input_names().len());
+        };
+        Ok(vec![data])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let out = &outputs[0];
-        let (offsets, block) = nd_offsets("scatter_nd", &out.shape, &inputs[1].shape, &read_indices(&inputs[1]))?;
-        zero_fill(out);
-        crate::dispatch_dtype!(out.dtype, T => {
-            // SAFETY: data is read-only here; the output is this op's alone.
-            let (x, y) = unsafe { (inputs[0].slice::<T>(), out.slice_mut::<T>()) };
-            for (r, &off) in offsets.iter().enumerate() {
-                let (src, dst) = (&x[r * block..(r + 1) * block], &mut y[off * block..(off + 1) * block]);
+        let (offsets, block) = nd_offsets("scatter_nd", args.output_shape(0)?, args.input_shape(1)?, &read_indices(args, 1)?)?;
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            let (x, y) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            if x.len() != offsets.len() * block {
+                crate::bail!(Runtime, "{}: data of {} elements for {} rows of {block}", self.name(), x.len(), offsets.len());
+            }
+            y.fill(zero());
+            if block == 0 {
+                return Ok(());
+            }
+            for (&off, src) in offsets.iter().zip(x.chunks_exact(block)) {
+                let len = y.len();
+                let dst = y.get_mut(off * block..(off + 1) * block).ok_or_else(|| {
+                    crate::err!(Runtime, "{}: row {off} of {block} elements lies outside an output of {len}", self.name())
+                })?;
                 if self.accumulate {
                     dst.iter_mut().zip(src).for_each(|(a, &b)| *a = T::from_f64(a.to_f64() + b.to_f64()));
                 } else {
                     dst.copy_from_slice(src);
                 }
             }
-        });
-        Ok(())
+            Ok(())
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (idx, g) = (d.input(1), d.out_grad(0));
@@ -373,44 +421,53 @@ impl Operator for ScatterSetNd {
         vec!["lhs".into(), "rhs".into(), "indices".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        if inputs[0] != self.shape {
-            crate::bail!(Shape, "_scatter_set_nd: lhs {} differs from shape {}", inputs[0], self.shape);
+        let [lhs, rhs, indices] = exactly("_scatter_set_nd", "input", inputs)?;
+        if *lhs != self.shape {
+            crate::bail!(Shape, "_scatter_set_nd: lhs {lhs} differs from shape {}", self.shape);
         }
-        let expected = gathered_shape(&self.shape, &inputs[2]);
-        if expected.size() != inputs[1].size() {
-            crate::bail!(
-                Shape,
-                "_scatter_set_nd: rhs {} does not fit indices {} into shape {} (expected {expected})",
-                inputs[1],
-                inputs[2],
-                self.shape
-            );
+        let expected = gathered_shape(&self.shape, indices);
+        if expected.size() != rhs.size() {
+            crate::bail!(Shape, "_scatter_set_nd: rhs {rhs} does not fit indices {indices} into shape {} (expected {expected})", self.shape);
         }
         Ok(vec![self.shape.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        if inputs[0] != inputs[1] {
-            crate::bail!(Type, "_scatter_set_nd: lhs has dtype {} but rhs has dtype {}", inputs[0], inputs[1]);
+        let &[lhs, rhs, _] = exactly("_scatter_set_nd", "input", inputs)?;
+        if lhs != rhs {
+            crate::bail!(Type, "_scatter_set_nd: lhs has dtype {lhs} but rhs has dtype {rhs}");
         }
-        Ok(vec![inputs[0]])
+        Ok(vec![lhs])
     }
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let out = &outputs[0];
-        let (offsets, block) = nd_offsets("_scatter_set_nd", &out.shape, &inputs[2].shape, &read_indices(&inputs[2]))?;
-        let row_bytes = block * out.dtype.size();
-        if inputs[0].raw() != out.raw() {
-            // SAFETY: lhs and the output are distinct buffers of the same size (shapes checked).
-            unsafe { std::ptr::copy_nonoverlapping(inputs[0].raw(), out.raw(), out.size() * out.dtype.size()) };
-        }
-        for (r, &off) in offsets.iter().enumerate() {
-            // SAFETY: offsets were bounds-checked against the output; rhs holds offsets.len() rows.
-            unsafe { std::ptr::copy_nonoverlapping(inputs[1].raw().add(r * row_bytes), out.raw().add(off * row_bytes), row_bytes) };
-        }
-        Ok(())
+        let op = "_scatter_set_nd";
+        let (offsets, block) = nd_offsets(op, args.output_shape(0)?, args.input_shape(2)?, &read_indices(args, 2)?)?;
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            let out = match args.in_place::<T>(0, 0)? {
+                InOut::Separate(lhs, out) => {
+                    copy_into(lhs, out)?;
+                    out
+                }
+                InOut::Same(out) => out,
+            };
+            let rhs = args.input::<T>(1)?;
+            if rhs.len() != offsets.len() * block {
+                crate::bail!(Runtime, "{op}: rhs of {} elements for {} rows of {block}", rhs.len(), offsets.len());
+            }
+            if block == 0 {
+                return Ok(());
+            }
+            for (&off, src) in offsets.iter().zip(rhs.chunks_exact(block)) {
+                let len = out.len();
+                let dst = out
+                    .get_mut(off * block..(off + 1) * block)
+                    .ok_or_else(|| crate::err!(Runtime, "{op}: row {off} of {block} elements lies outside an output of {len}"))?;
+                dst.copy_from_slice(src);
+            }
+            Ok(())
+        })
     }
 }
 
@@ -438,26 +495,13 @@ impl SliceLike {
             self.axes.iter().map(|&a| normalize_axis(a, data.ndim())).collect::<Result<_>>()?
         };
         for a in axes {
-            if a >= like.ndim() || like[a] > data[a] {
-                crate::bail!(Shape, "slice_like: cannot slice axis {a} of {data} to the extent of {like}");
+            match (like.dims().get(a), dims.get_mut(a)) {
+                (Some(&len), Some(dim)) if len <= *dim => *dim = len,
+                _ => crate::bail!(Shape, "slice_like: cannot slice axis {a} of {data} to the extent of {like}"),
             }
-            dims[a] = like[a];
         }
         Ok(dims)
     }
-}
-
-/// Copy the leading-corner region `dims` between a packed array and a larger array of `big`.
-fn corner_copy(dtype: DType, dims: &[usize], big: &Shape, big_ptr: *mut u8, small_ptr: *mut u8, into_big: bool) {
-    let big_strides: Vec<isize> = big.strides().into_iter().map(|s| s as isize).collect();
-    let small_strides: Vec<isize> = Shape::new(dims.to_vec()).strides().into_iter().map(|s| s as isize).collect();
-    crate::dispatch_dtype!(dtype, T => {
-        if into_big {
-            strided_copy::<T>(dims, small_ptr as *const T, 0, &small_strides, big_ptr as *mut T, 0, &big_strides)
-        } else {
-            strided_copy::<T>(dims, big_ptr as *const T, 0, &big_strides, small_ptr as *mut T, 0, &small_strides)
-        }
-    });
 }
 
 impl Operator for SliceLike {
@@ -465,16 +509,19 @@ impl Operator for SliceLike {
         vec!["data".into(), "shape_like".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![Shape::new(self.extent(&inputs[0], &inputs[1])?)])
+        let [data, like] = exactly("slice_like", "input", inputs)?;
+        Ok(vec![Shape::new(self.extent(data, like)?)])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[data, _] = exactly("slice_like", "input", inputs)?;
+        Ok(vec![data])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let out = &outputs[0];
-        corner_copy(out.dtype, out.shape.dims(), &inputs[0].shape, inputs[0].raw(), out.raw(), false);
-        Ok(())
+        // The leading corner of data: the output's index space over data's strides.
+        let (data, corner) = (args.input_shape(0)?.dims(), args.output_shape(0)?.dims());
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            strided_copy("slice_like", corner, (args.input::<T>(0)?, 0, &contiguous(data)), (args.output::<T>(0)?, 0, &contiguous(corner)))
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
@@ -490,20 +537,23 @@ impl Operator for SliceLikeBackward {
         vec!["grad".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        if inputs[0].ndim() != inputs[1].ndim() || inputs[0].dims().iter().zip(inputs[1].dims()).any(|(g, x)| g > x) {
-            crate::bail!(Shape, "_backward_slice_like: gradient {} does not fit inside {}", inputs[0], inputs[1]);
+        let [grad, data] = exactly("_backward_slice_like", "input", inputs)?;
+        if grad.ndim() != data.ndim() || grad.dims().iter().zip(data.dims()).any(|(g, x)| g > x) {
+            crate::bail!(Shape, "_backward_slice_like: gradient {grad} does not fit inside {data}");
         }
-        Ok(vec![inputs[1].clone()])
+        Ok(vec![data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[grad, _] = exactly("_backward_slice_like", "input", inputs)?;
+        Ok(vec![grad])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let out = &outputs[0];
-        zero_fill(out);
-        corner_copy(out.dtype, inputs[0].shape.dims(), &out.shape, out.raw(), inputs[0].raw(), true);
-        Ok(())
+        let (corner, data) = (args.input_shape(0)?.dims(), args.output_shape(0)?.dims());
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            let (g, out) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            out.fill(zero());
+            strided_copy("_backward_slice_like", corner, (g, 0, &contiguous(corner)), (out, 0, &contiguous(data)))
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (g_in, g) = (d.input(0), d.out_grad(0));
@@ -542,21 +592,18 @@ impl Diag {
         if a1 == a2 {
             crate::bail!(Value, "diag: axis1 and axis2 must differ, both are {a1}");
         }
-        let k = self.p.k;
-        let (n1, n2) = (s[a1] as i64, s[a2] as i64);
-        let len = if k >= 0 { n1.min(n2 - k) } else { (n1 + k).min(n2) }.max(0) as usize;
         let st: Vec<isize> = s.strides().into_iter().map(|v| v as isize).collect();
-        let base = if k >= 0 { k as isize * st[a2] } else { -k as isize * st[a1] };
-        let mut dims = Vec::new();
-        let mut strides = Vec::new();
-        for i in 0..s.ndim() {
-            if i != a1 && i != a2 {
-                dims.push(s[i]);
-                strides.push(st[i]);
-            }
-        }
+        let (Some(&n1), Some(&n2), Some(&st1), Some(&st2)) = (s.dims().get(a1), s.dims().get(a2), st.get(a1), st.get(a2)) else {
+            crate::bail!(Shape, "diag: axes {a1} and {a2} must lie inside {s}");
+        };
+        let k = self.p.k;
+        let (n1, n2) = (n1 as i64, n2 as i64);
+        let len = if k >= 0 { n1.min(n2 - k) } else { (n1 + k).min(n2) }.max(0) as usize;
+        let base = if k >= 0 { k as isize * st2 } else { -k as isize * st1 };
+        let (mut dims, mut strides): (Vec<usize>, Vec<isize>) =
+            s.dims().iter().zip(&st).enumerate().filter(|&(i, _)| i != a1 && i != a2).map(|(_, (&len, &stride))| (len, stride)).unzip();
         dims.push(len);
-        strides.push(st[a1] + st[a2]);
+        strides.push(st1 + st2);
         Ok(DiagPlan { out: Shape::new(dims.clone()), dims, base, strides })
     }
 
@@ -568,25 +615,25 @@ impl Diag {
 
 impl Operator for Diag {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        match inputs[0].ndim() {
-            0 => crate::bail!(Shape, "diag: the input must have at least one dimension"),
-            1 => Ok(vec![self.matrix_shape(inputs[0][0])]),
-            _ => Ok(vec![self.plan(&inputs[0])?.out]),
+        let [x] = exactly("diag", "input", inputs)?;
+        match x.dims() {
+            [] => crate::bail!(Shape, "diag: the input must have at least one dimension"),
+            &[n] => Ok(vec![self.matrix_shape(n)]),
+            _ => Ok(vec![self.plan(x)?.out]),
         }
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (x, out) = (&inputs[0], &outputs[0]);
-        if x.shape.ndim() == 1 {
-            zero_fill(out);
-            let plan = self.plan(&out.shape)?;
-            crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&plan.dims, x.ptr::<T>(), 0, &[1], out.ptr::<T>(), plan.base, &plan.strides));
-            return Ok(());
-        }
-        let plan = self.plan(&x.shape)?;
-        let dst: Vec<isize> = plan.out.strides().into_iter().map(|v| v as isize).collect();
-        crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&plan.dims, x.ptr::<T>(), plan.base, &plan.strides, out.ptr::<T>(), 0, &dst));
-        Ok(())
+        let (x_shape, out_shape) = (args.input_shape(0)?, args.output_shape(0)?);
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            let (x, out) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            if x_shape.ndim() == 1 {
+                out.fill(zero());
+                let plan = self.plan(out_shape)?;
+                return strided_copy("diag", &plan.dims, (x, 0, &[1]), (out, plan.base, &plan.strides));
+            }
+            let plan = self.plan(x_shape)?;
+            strided_copy("diag", &plan.dims, (x, plan.base, &plan.strides), (out, 0, &contiguous(plan.out.dims())))
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
@@ -605,27 +652,30 @@ impl Operator for DiagBackward {
         vec!["grad".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let diagonal = self.diag.infer_shape(&inputs[1..])?;
-        super::check_out_grad("_backward_diag", &inputs[0], &diagonal[0])?;
-        Ok(vec![inputs[1].clone()])
+        let [grad, data] = exactly("_backward_diag", "input", inputs)?;
+        let diagonal = self.diag.infer_shape(std::slice::from_ref(data))?;
+        let [diagonal] = exactly("_backward_diag", "diag output", &diagonal)?;
+        super::check_out_grad("_backward_diag", grad, diagonal)?;
+        Ok(vec![data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[grad, _] = exactly("_backward_diag", "input", inputs)?;
+        Ok(vec![grad])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (g, out) = (&inputs[0], &outputs[0]);
-        if out.shape.ndim() == 1 {
-            // The input was the diagonal of the gradient matrix.
-            let plan = self.diag.plan(&g.shape)?;
-            crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&plan.dims, g.ptr::<T>(), plan.base, &plan.strides, out.ptr::<T>(), 0, &[1]));
-            return Ok(());
-        }
-        zero_fill(out);
-        let plan = self.diag.plan(&out.shape)?;
-        let src: Vec<isize> = plan.out.strides().into_iter().map(|v| v as isize).collect();
-        crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&plan.dims, g.ptr::<T>(), 0, &src, out.ptr::<T>(), plan.base, &plan.strides));
-        Ok(())
+        let op = "_backward_diag";
+        let (g_shape, out_shape) = (args.input_shape(0)?, args.output_shape(0)?);
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            let (g, out) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            if out_shape.ndim() == 1 {
+                // The input was the diagonal of the gradient matrix.
+                let plan = self.diag.plan(g_shape)?;
+                return strided_copy(op, &plan.dims, (g, plan.base, &plan.strides), (out, 0, &[1]));
+            }
+            out.fill(zero());
+            let plan = self.diag.plan(out_shape)?;
+            strided_copy(op, &plan.dims, (g, 0, &contiguous(plan.out.dims())), (out, plan.base, &plan.strides))
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let g = d.out_grad(0);
@@ -649,36 +699,57 @@ struct BooleanMask {
 }
 
 impl BooleanMask {
-    /// (outer, axis length, inner) of data and the kept rows.
-    fn kept(&self, data: &Shape, index: &Tensor) -> Result<((usize, usize, usize), Vec<usize>)> {
+    /// (outer, axis length, inner) of data and the kept rows, from the index's shape and values.
+    fn kept(&self, data: &Shape, index_shape: &Shape, index: &[i64]) -> Result<((usize, usize, usize), Vec<usize>)> {
         let axis = normalize_axis(self.axis, data.ndim())?;
-        let d = data.dims();
-        if index.shape.ndim() != 1 || index.shape[0] != d[axis] {
-            crate::bail!(Shape, "boolean_mask: index must be 1-D of length {} (axis {axis} of {data}), got {}", d[axis], index.shape);
+        let (outer, len, inner) = around_axis("boolean_mask", data.dims(), axis)?;
+        if index_shape.dims() != [len] {
+            crate::bail!(Shape, "boolean_mask: index must be 1-D of length {len} (axis {axis} of {data}), got {index_shape}");
         }
-        let rows = read_indices(index).iter().enumerate().filter(|(_, &v)| v != 0).map(|(i, _)| i).collect();
-        Ok(((d[..axis].iter().product(), d[axis], d[axis + 1..].iter().product()), rows))
+        let rows = index.iter().enumerate().filter(|(_, &v)| v != 0).map(|(i, _)| i).collect();
+        Ok(((outer, len, inner), rows))
     }
 }
 
-/// Copy (or, for the gradient, place) the kept rows between packed and full layouts.
-fn move_rows(t: DType, (outer, n, inner): (usize, usize, usize), rows: &[usize], full: *mut u8, packed: *mut u8, into_full: bool) {
-    let es = t.size();
-    let k = rows.len();
-    for o in 0..outer {
-        for (j, &r) in rows.iter().enumerate() {
-            // SAFETY: r < n and j < k, so both blocks lie inside their (outer, n|k, inner) arrays.
-            unsafe {
-                let f = full.add((o * n + r) * inner * es);
-                let p = packed.add((o * k + j) * inner * es);
-                if into_full {
-                    std::ptr::copy_nonoverlapping(p, f, inner * es);
-                } else {
-                    std::ptr::copy_nonoverlapping(f, p, inner * es);
-                }
-            }
+/// Whether a move of `k` kept rows between a full (outer, n, inner) array of `full` elements and
+/// a packed (outer, k, inner) one of `packed` elements has anything to move; an error when the
+/// arrays do not have those sizes.
+fn rows_to_move(op: &str, (outer, n, inner): (usize, usize, usize), k: usize, full: usize, packed: usize) -> Result<bool> {
+    if full != outer * n * inner || packed != outer * k * inner {
+        crate::bail!(Runtime, "{op}: {k} of {n} rows of {outer} x {inner} elements moved between arrays of {full} and {packed} elements");
+    }
+    Ok(k > 0 && inner > 0)
+}
+
+/// The kept `rows` of a full (outer, n, inner) array, packed as (outer, rows.len(), inner).
+fn gather_rows<T: Copy>(op: &str, layout: (usize, usize, usize), rows: &[usize], full: &[T], packed: &mut [T]) -> Result<()> {
+    let (_, n, inner) = layout;
+    if !rows_to_move(op, layout, rows.len(), full.len(), packed.len())? {
+        return Ok(());
+    }
+    for (full, packed) in full.chunks_exact(n * inner).zip(packed.chunks_exact_mut(rows.len() * inner)) {
+        for (&r, packed) in rows.iter().zip(packed.chunks_exact_mut(inner)) {
+            let full = full.get(r * inner..(r + 1) * inner).ok_or_else(|| crate::err!(Runtime, "{op}: row {r} lies outside an axis of {n}"))?;
+            packed.copy_from_slice(full);
         }
     }
+    Ok(())
+}
+
+/// The packed rows of `packed` put back in place as the kept `rows` of a full array: the
+/// inverse of [`gather_rows`].
+fn scatter_rows<T: Copy>(op: &str, layout: (usize, usize, usize), rows: &[usize], packed: &[T], full: &mut [T]) -> Result<()> {
+    let (_, n, inner) = layout;
+    if !rows_to_move(op, layout, rows.len(), full.len(), packed.len())? {
+        return Ok(());
+    }
+    for (full, packed) in full.chunks_exact_mut(n * inner).zip(packed.chunks_exact(rows.len() * inner)) {
+        for (&r, packed) in rows.iter().zip(packed.chunks_exact(inner)) {
+            let full = full.get_mut(r * inner..(r + 1) * inner).ok_or_else(|| crate::err!(Runtime, "{op}: row {r} lies outside an axis of {n}"))?;
+            full.copy_from_slice(packed);
+        }
+    }
+    Ok(())
 }
 
 impl Operator for BooleanMask {
@@ -686,27 +757,30 @@ impl Operator for BooleanMask {
         vec!["data".into(), "index".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        normalize_axis(self.axis, inputs[0].ndim())?;
-        Ok(vec![inputs[0].clone()])
+        let [data, _] = exactly("boolean_mask", "input", inputs)?;
+        normalize_axis(self.axis, data.ndim())?;
+        Ok(vec![data.clone()])
     }
     fn shape_depends_on_values(&self) -> bool {
         true
     }
     fn infer_shape_from_values(&self, inputs: &[Tensor]) -> Result<Vec<Shape>> {
-        let (_, rows) = self.kept(&inputs[0].shape, &inputs[1])?;
-        let axis = normalize_axis(self.axis, inputs[0].shape.ndim())?;
-        let mut dims = inputs[0].shape.dims().to_vec();
-        dims[axis] = rows.len();
+        let [data, index] = exactly("boolean_mask", "input", inputs)?;
+        let (_, rows) = self.kept(&data.shape, &index.shape, &tensor_indices(index)?)?;
+        let axis = normalize_axis(self.axis, data.shape.ndim())?;
+        let mut dims = data.shape.dims().to_vec();
+        if let Some(len) = dims.get_mut(axis) {
+            *len = rows.len();
+        }
         Ok(vec![Shape::new(dims)])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[data, _] = exactly("boolean_mask", "input", inputs)?;
+        Ok(vec![data])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (layout, rows) = self.kept(&inputs[0].shape, &inputs[1])?;
-        move_rows(inputs[0].dtype, layout, &rows, inputs[0].raw(), outputs[0].raw(), false);
-        Ok(())
+        let (layout, rows) = self.kept(args.input_shape(0)?, args.input_shape(1)?, &read_indices(args, 1)?)?;
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => gather_rows("boolean_mask", layout, &rows, args.input::<T>(0)?, args.output::<T>(0)?))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, idx, g) = (d.input(0), d.input(1), d.out_grad(0));
@@ -724,21 +798,25 @@ impl Operator for BooleanMaskBackward {
         vec!["grad".into(), "index".into(), "data".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![inputs[2].clone()])
+        let [_, _, data] = exactly("_backward_boolean_mask", "input", inputs)?;
+        Ok(vec![data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[grad, _, _] = exactly("_backward_boolean_mask", "input", inputs)?;
+        Ok(vec![grad])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let out = &outputs[0];
-        let (layout, rows) = self.mask.kept(&out.shape, &inputs[1])?;
-        if rows.len() * layout.0 * layout.2 != inputs[0].size() {
-            crate::bail!(Shape, "_backward_boolean_mask: gradient {} does not match the {} kept rows", inputs[0].shape, rows.len());
+        let op = "_backward_boolean_mask";
+        let (layout, rows) = self.mask.kept(args.output_shape(0)?, args.input_shape(1)?, &read_indices(args, 1)?)?;
+        let grad = args.input_shape(0)?;
+        if rows.len() * layout.0 * layout.2 != grad.size() {
+            crate::bail!(Shape, "{op}: gradient {grad} does not match the {} kept rows", rows.len());
         }
-        zero_fill(out);
-        move_rows(out.dtype, layout, &rows, out.raw(), inputs[0].raw(), true);
-        Ok(())
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            let (g, out) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            out.fill(zero());
+            scatter_rows(op, layout, &rows, g, out)
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (idx, g) = (d.input(1), d.out_grad(0));

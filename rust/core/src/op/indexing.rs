@@ -1,14 +1,15 @@
 //! Indexing: `slice` (begin/end/step per axis, Python semantics), its assignment forms used by
 //! `x[key] = value`, `slice_axis`, and `take`.
 
+use super::broadcast::copy_into;
 use super::grad::{Grad, InputGrads};
-use super::shape_ops::{copy_bytes, strided_copy};
+use super::shape_ops::strided_copy;
 #[cfg(feature = "cuda")]
 use super::Tensor;
 use super::{exactly, zero_gradient, ExecContext, OpDef, Operator};
 use crate::base::{merge_partial, normalize_axis, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
-use crate::op::KernelArgs;
+use crate::op::{InOut, KernelArgs};
 
 crate::op_params! {
     pub struct SliceParams {
@@ -92,18 +93,6 @@ impl Region {
         let base = self.start.iter().zip(&st).map(|(&b, &t)| b as isize * t as isize).sum::<isize>();
         (base, self.step.iter().zip(&st).map(|(&k, &t)| k as isize * t as isize).collect())
     }
-
-    /// Check the arrays a [`strided_copy`] over the region reaches, as it indexes unchecked:
-    /// `strided` elements of the array of `shape` the region was resolved against (`resolve_axis`
-    /// keeps every position inside that shape), and `dense` elements on the contiguous side
-    /// (None for a scalar broadcast over the region, which is read at its one element only).
-    fn check(&self, op: &str, shape: &Shape, strided: usize, dense: Option<usize>) -> Result<()> {
-        let size = self.len.iter().product::<usize>();
-        if strided != shape.size() || dense.is_some_and(|d| d != size) {
-            crate::bail!(Runtime, "{op}: a region of {size} elements of shape {shape} copied between arrays of {strided} and {dense:?} elements");
-        }
-        Ok(())
-    }
 }
 
 /// The dims before `axis`, its length and the dims after it.
@@ -132,11 +121,8 @@ impl Operator for Slice {
         let r = self.p.region("slice", shape)?;
         let (base, ss) = r.strides_in(shape);
         crate::dispatch_dtype!(args.input_dtype(0)?, T => {
-            let (x, out) = (args.input::<T>(0)?, args.output::<T>(0)?);
-            r.check("slice", shape, x.len(), Some(out.len()))?;
-            strided_copy::<T>(&r.len, x.as_ptr(), base, &ss, out.as_mut_ptr(), 0, &contiguous(&r.len));
-        });
-        Ok(())
+            strided_copy("slice", &r.len, (args.input::<T>(0)?, base, &ss), (args.output::<T>(0)?, 0, &contiguous(&r.len)))
+        })
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
@@ -173,16 +159,19 @@ impl Operator for SliceAssign {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let ([lhs, _], [out]) = (exactly("_slice_assign", "input", args.inputs())?, exactly("_slice_assign", "output", args.outputs())?);
-        copy_bytes(lhs, out);
+        let [out] = exactly("_slice_assign", "output", args.outputs())?;
         let r = self.p.region("_slice_assign", &out.shape)?;
         let (base, ds) = r.strides_in(&out.shape);
         crate::dispatch_dtype!(out.dtype, T => {
-            let (rhs, assigned) = (args.input::<T>(1)?, args.output::<T>(0)?);
-            r.check("_slice_assign", &out.shape, assigned.len(), Some(rhs.len()))?;
-            strided_copy::<T>(&r.len, rhs.as_ptr(), 0, &contiguous(&r.len), assigned.as_mut_ptr(), base, &ds);
-        });
-        Ok(())
+            let assigned = match args.in_place::<T>(0, 0)? {
+                InOut::Separate(lhs, assigned) => {
+                    copy_into(lhs, assigned)?;
+                    assigned
+                }
+                InOut::Same(assigned) => assigned,
+            };
+            strided_copy("_slice_assign", &r.len, (args.input::<T>(1)?, 0, &contiguous(&r.len)), (assigned, base, &ds))
+        })
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
@@ -232,17 +221,20 @@ impl Operator for SliceAssignScalar {
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
         let op = "_slice_assign_scalar";
-        let ([x], [out]) = (exactly(op, "input", args.inputs())?, exactly(op, "output", args.outputs())?);
-        copy_bytes(x, out);
+        let [out] = exactly(op, "output", args.outputs())?;
         let r = self.p.region(op, &out.shape)?;
         let (base, ds) = r.strides_in(&out.shape);
         crate::dispatch_dtype!(out.dtype, T => {
-            let assigned = args.output::<T>(0)?;
-            r.check(op, &out.shape, assigned.len(), None)?;
+            let assigned = match args.in_place::<T>(0, 0)? {
+                InOut::Separate(x, assigned) => {
+                    copy_into(x, assigned)?;
+                    assigned
+                }
+                InOut::Same(assigned) => assigned,
+            };
             let v = [T::from_f64(self.scalar)];
-            strided_copy::<T>(&r.len, v.as_ptr(), 0, &vec![0; r.len.len()], assigned.as_mut_ptr(), base, &ds);
-        });
-        Ok(())
+            strided_copy(op, &r.len, (&v, 0, &vec![0; r.len.len()]), (assigned, base, &ds))
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let g = d.out_grad(0);
@@ -676,11 +668,9 @@ impl Operator for SliceAxisBackward {
         let (base, ds) = r.strides_in(shape);
         crate::dispatch_dtype!(args.output_dtype(0)?, T => {
             let (g, out) = (args.input::<T>(0)?, args.output::<T>(0)?);
-            r.check(op, shape, out.len(), Some(g.len()))?;
             out.fill(T::from_f64(0.0));
-            strided_copy::<T>(&r.len, g.as_ptr(), 0, &contiguous(&r.len), out.as_mut_ptr(), base, &ds);
-        });
-        Ok(())
+            strided_copy(op, &r.len, (g, 0, &contiguous(&r.len)), (out, base, &ds))
+        })
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {

@@ -62,6 +62,31 @@ fn overlap(a: &std::ops::Range<usize>, b: &std::ops::Range<usize>) -> bool {
     a.start < b.end && b.start < a.end && !a.is_empty() && !b.is_empty()
 }
 
+/// `dst = src` for two arrays of one dtype and element count, outside any kernel call: copies
+/// between whole arrays (`copyto`, a gradient's first write, an identity reduction) need none of
+/// the lending bookkeeping, and go through it on every recorded step. The sizes, the dtypes and
+/// the overlap are checked here, beside the other places that make slices from tensors.
+///
+/// # Safety
+/// As for [`KernelArgs::new`]: both tensors are valid, the caller holds `src` for reading and
+/// `dst` for writing, and nothing else reaches them while the copy runs.
+pub(crate) unsafe fn copy_tensor(src: &Tensor, dst: &Tensor) -> Result<()> {
+    if src.dtype != dst.dtype || src.size() != dst.size() {
+        crate::bail!(Runtime, "copy: {} elements of {} into {} elements of {}", src.size(), src.dtype, dst.size(), dst.dtype);
+    }
+    let (from, to) = (extent(src), extent(dst));
+    if from == to || to.is_empty() {
+        return Ok(());
+    }
+    if overlap(&from, &to) {
+        crate::bail!(Runtime, "copy: source and destination overlap without being the same array");
+    }
+    // SAFETY: the caller's contract makes both spans valid and reachable only here; they are
+    // non-empty and disjoint (checked above), so the shared and the unique slice do not alias.
+    let (xs, ys) = unsafe { (std::slice::from_raw_parts(src.raw().cast_const(), from.len()), std::slice::from_raw_parts_mut(dst.raw(), to.len())) };
+    super::broadcast::copy_into(xs, ys)
+}
+
 impl<'t> KernelArgs<'t> {
     /// Check the call's memory and prepare to lend it: `inplace` are the operator's declared
     /// (input, output) pairs, `mutated` the inputs its kernel updates.
@@ -360,5 +385,23 @@ mod tests {
         assert!(args.input::<f32>(1).is_err());
         drop(args);
         assert_eq!(m, vec![5.0]);
+    }
+
+    #[test]
+    fn whole_array_copies_check_dtype_size_and_overlap() {
+        let (mut a, mut b, mut c) = (vec![1f32, 2.0, 3.0, 4.0], vec![0f32; 4], vec![0f32; 3]);
+        let (x, y, short) = (tensor(&mut a), tensor(&mut b), tensor(&mut c));
+        // SAFETY: the vectors are reached only through these tensors while they are used.
+        unsafe {
+            copy_tensor(&x, &y).unwrap();
+            copy_tensor(&x, &x).unwrap();
+            assert!(copy_tensor(&x, &short).unwrap_err().message.contains("4 elements of float32 into 3"));
+            let tail = Tensor::new(x.raw().add(4), Shape::new(vec![3]), DType::F32);
+            let head = Tensor::new(x.raw(), Shape::new(vec![3]), DType::F32);
+            assert!(copy_tensor(&head, &tail).unwrap_err().message.contains("overlap"));
+            let as_ints = Tensor::new(y.raw(), Shape::new(vec![4]), DType::I32);
+            assert!(copy_tensor(&x, &as_ints).is_err(), "no dtype conversion here");
+        }
+        assert_eq!(b, a);
     }
 }

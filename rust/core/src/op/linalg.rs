@@ -6,7 +6,9 @@ use crate::op::KernelArgs;
 use half::{bf16, f16};
 
 use super::grad::{Grad, InputGrads};
-use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
+#[cfg(feature = "cuda")]
+use super::Tensor;
+use super::{exactly, ExecContext, OpDef, Operator, SendPtr};
 use crate::base::{merge_partial, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 use crate::graph::Entry;
@@ -41,6 +43,19 @@ impl Mat {
         }
     }
 
+    /// The elements its storage spans: one past the last element it addresses (saturating, so
+    /// that an absurd extent fails the length checks rather than wrapping).
+    fn extent(&self) -> usize {
+        if self.rows == 0 || self.cols == 0 {
+            return 0;
+        }
+        let along = |count: usize, stride: isize| (count - 1).checked_mul(stride.unsigned_abs());
+        match (along(self.rows, self.rs), along(self.cols, self.cs)) {
+            (Some(r), Some(c)) => r.saturating_add(c).saturating_add(1),
+            _ => usize::MAX,
+        }
+    }
+
     /// Whether the matrix is read transposed from its storage.
     #[cfg(feature = "cuda")]
     fn transposed(&self) -> bool {
@@ -64,12 +79,42 @@ impl Mat {
     }
 }
 
-/// `dst (m x n) = a (m x k) * b (k x n)`, overwriting dst.
-unsafe fn matmul(dtype: DType, dst: *mut u8, a: *const u8, am: Mat, b: *const u8, bm: Mat, threads: usize) {
-    matmul_into(dtype, dst, false, a, am, b, bm, threads)
+/// `dst (m x n) (+)= a (m x k) * b (k x n)` over checked slices: adds to dst when `accumulate`.
+/// The operands' lengths are checked once against the matrices `am` and `bm` address and dst's
+/// against the contiguous m x n product; a mismatch is an error of `op`.
+pub(super) fn matmul_checked<T: Elem>(op: &str, dst: &mut [T], accumulate: bool, a: &[T], am: Mat, b: &[T], bm: Mat, threads: usize) -> Result<()> {
+    let (m, k, n) = (am.rows, am.cols, bm.cols);
+    let product = m.saturating_mul(n);
+    if bm.rows != k || a.len() < am.extent() || b.len() < bm.extent() || dst.len() < product {
+        crate::bail!(
+            Runtime,
+            "{op}: a ({m} x {k}) by ({} x {n}) product needs {} and {} operand elements and {product} outputs, got {}, {} and {}",
+            bm.rows,
+            am.extent(),
+            bm.extent(),
+            a.len(),
+            b.len(),
+            dst.len()
+        );
+    }
+    // SAFETY: T is the element type of `T::DTYPE`; a and b hold every element am and bm address
+    // (their extents, checked above) and dst the contiguous m x n product; dst is a unique
+    // borrow, so it overlaps neither operand.
+    unsafe { matmul_into(T::DTYPE, dst.as_mut_ptr().cast(), accumulate, a.as_ptr().cast(), am, b.as_ptr().cast(), bm, threads) };
+    Ok(())
+}
+
+/// Item `i` of a batch of `len`-element items held in `x`, or an error of `op` naming `what`.
+#[inline]
+pub(super) fn batch_item<'a, T>(op: &str, what: &str, x: &'a [T], i: usize, len: usize) -> Result<&'a [T]> {
+    x.get(i * len..(i + 1) * len).ok_or_else(|| crate::err!(Runtime, "{op}: {what} of {} elements has no batch item {i} of {len}", x.len()))
 }
 
 /// `dst (m x n) (+)= a (m x k) * b (k x n)`: adds to dst when `accumulate`.
+///
+/// # Safety
+/// `dtype` is the operands' element type; a and b address every element `am` and `bm` reach
+/// through their strides, dst holds the contiguous m x n product and overlaps neither operand.
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a: *const u8, am: Mat, b: *const u8, bm: Mat, threads: usize) {
     let (m, k, n) = (am.rows, am.cols, bm.cols);
@@ -249,6 +294,9 @@ unsafe fn widen_bf16(src: *const bf16, mat: Mat, out: &mut [f32]) {
 }
 
 /// `dst (m x n, row stride ldd) (+)= a * b` with the gemm crate (`par`: its own threading).
+///
+/// # Safety
+/// As [`matmul_into`], with dst's rows `ldd` apart.
 #[allow(clippy::too_many_arguments)]
 unsafe fn matmul_part(
     dtype: DType,
@@ -325,27 +373,35 @@ unsafe fn matmul_part(
 
 /// `dst (cols x rows) = src (rows x cols)^T`, parallel over bands of 32 destination rows; each
 /// band moves 8x8 tiles through a local array (contiguous loads and stores on both sides, which
-/// the compiler turns into register shuffles), edges element by element.
+/// the compiler turns into register shuffles), edges element by element. Both slices hold at
+/// least rows * cols values (the callers slice them to that); shorter ones are a caller's bug,
+/// caught in debug builds, and leave dst untouched otherwise.
 pub(super) fn transpose_f32(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
     const BAND: usize = 32;
-    let out = SendPtr(dst.as_mut_ptr());
-    super::parallel_chunks(cols.div_ceil(BAND), 4, |bands| {
-        for band in bands {
-            let (p0, p1) = (band * BAND, ((band + 1) * BAND).min(cols));
-            // SAFETY: destination rows p0..p1 belong to this task alone.
-            let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add(p0 * rows), (p1 - p0) * rows) };
+    let len = rows * cols;
+    debug_assert!(src.len() >= len && dst.len() >= len, "transpose of {rows} x {cols} over {} and {} values", src.len(), dst.len());
+    let (Some(src), Some(dst)) = (src.get(..len), dst.get_mut(..len)) else { return };
+    if len == 0 {
+        return;
+    }
+    // Bands of whole destination rows, split as `parallel_chunks(cols.div_ceil(BAND), 4)` splits.
+    let _infallible = super::parallel_units(dst, BAND * rows, 4, |first_band, piece| {
+        for (band, dst) in (first_band..).zip(piece.chunks_mut(BAND * rows)) {
             super::simd::vectorized(
                 #[inline(always)]
-                || transpose_band(src, rows, cols, p0, p1, dst),
+                || transpose_band(src, rows, cols, band * BAND, dst),
             );
         }
+        Ok(())
     });
 }
 
-/// Destination rows p0..p1 (source columns) of the transpose; `dst` starts at row p0.
+/// Destination rows p0..p0 + dst.len() / rows (source columns) of the transpose of the
+/// rows x cols `src` (both non-zero); `dst` starts at row p0.
 #[inline(always)]
-fn transpose_band(src: &[f32], rows: usize, cols: usize, p0: usize, p1: usize, dst: &mut [f32]) {
+fn transpose_band(src: &[f32], rows: usize, cols: usize, p0: usize, dst: &mut [f32]) {
     const TILE: usize = 8;
+    let p1 = p0 + dst.len() / rows;
     let full_p = p0 + (p1 - p0) / TILE * TILE;
     let full_j = rows / TILE * TILE;
     let shuffles = super::simd::f32_lanes() >= 8;
@@ -355,8 +411,11 @@ fn transpose_band(src: &[f32], rows: usize, cols: usize, p0: usize, p1: usize, d
     // 1024x1024 transpose ran at about 8 GB/s).
     for jt in (0..full_j).step_by(TILE) {
         for pt in (p0..full_p).step_by(TILE) {
-            let from = &src[jt * cols + pt..(jt + TILE - 1) * cols + pt + TILE];
-            let to = &mut dst[(pt - p0) * rows + jt..(pt + TILE - 1 - p0) * rows + jt + TILE];
+            // The tile's 8 source rows `cols` apart and 8 destination rows `rows` apart, each
+            // slice ending at the tile's last element (inside both: jt + 8 <= rows, pt + 8 <= p1).
+            let from = src.get(jt * cols + pt..(jt + TILE - 1) * cols + pt + TILE);
+            let to = dst.get_mut((pt - p0) * rows + jt..(pt + TILE - 1 - p0) * rows + jt + TILE);
+            let (Some(from), Some(to)) = (from, to) else { continue };
             #[cfg(target_arch = "x86_64")]
             if shuffles {
                 // SAFETY: the CPU has AVX (f32_lanes() >= 8 implies AVX2); `from` holds 8 rows of
@@ -366,21 +425,23 @@ fn transpose_band(src: &[f32], rows: usize, cols: usize, p0: usize, p1: usize, d
                 continue;
             }
             let mut tile = [[0f32; TILE]; TILE];
-            for (r, line) in tile.iter_mut().enumerate() {
-                line.copy_from_slice(&from[r * cols..][..TILE]);
+            for (line, source) in tile.iter_mut().zip(from.chunks(cols)) {
+                line.iter_mut().zip(source).for_each(|(t, s)| *t = *s);
             }
-            for c in 0..TILE {
-                for (r, v) in to[c * rows..][..TILE].iter_mut().enumerate() {
-                    *v = tile[r][c];
+            for (c, out) in to.chunks_mut(rows).enumerate() {
+                for (v, line) in out.iter_mut().zip(&tile) {
+                    *v = line.get(c).copied().unwrap_or_default();
                 }
             }
         }
     }
     // Edges: the columns past the last whole tile, and the rows past it for the tiled columns.
-    for p in p0..p1 {
+    for (p, line) in (p0..p1).zip(dst.chunks_exact_mut(rows)) {
         let start = if p < full_p { full_j } else { 0 };
-        for j in start..rows {
-            dst[(p - p0) * rows + j] = src[j * cols + p];
+        // Skipped on each side (both skip in O(1)), not on the pair, which steps through them.
+        let column = src.get(p..).unwrap_or_default().iter().step_by(cols).skip(start);
+        for (d, s) in line.iter_mut().skip(start).zip(column) {
+            *d = *s;
         }
     }
 }
@@ -388,6 +449,10 @@ fn transpose_band(src: &[f32], rows: usize, cols: usize, p0: usize, p1: usize, d
 /// One 8x8 tile transposed in registers: rows interleaved in pairs, then in fours, then the
 /// 128-bit halves exchanged (the compiler does not find these shuffles for the plain loop and
 /// moves the tile one float at a time, several times slower).
+///
+/// # Safety
+/// The CPU has AVX; `src` holds 8 rows of 8 floats `src_stride` apart, `dst` 8 rows of 8 floats
+/// `dst_stride` apart.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
 unsafe fn transpose_tile_avx(src: *const f32, src_stride: usize, dst: *mut f32, dst_stride: usize) {
@@ -419,12 +484,17 @@ unsafe fn transpose_tile_avx(src: *const f32, src_stride: usize, dst: *mut f32, 
 }
 
 /// Reference loop for dtypes the SIMD kernels do not cover (bfloat16 and integers).
+///
+/// # Safety
+/// As [`matmul_into`], with dst's rows `ldd` apart.
 unsafe fn naive_matmul<T: Elem>(dst: *mut T, ldd: usize, accumulate: bool, a: *const T, am: Mat, b: *const T, bm: Mat) {
     let (m, k, n) = (am.rows, am.cols, bm.cols);
     let dp = SendPtr(dst);
     let (ap, bp) = (SendPtr(a as *mut T), SendPtr(b as *mut T));
     super::parallel_chunks(m, (4096 / (n * k).max(1)).max(1), |rows| {
         let mut acc = vec![0f64; n];
+        // SAFETY (the reads and writes below): (i, p) and (p, j) lie inside a and b through their
+        // strides, (i, j) inside dst; rows i of dst belong to this chunk alone.
         for i in rows {
             acc.iter_mut().for_each(|v| *v = 0.0);
             for p in 0..k {
@@ -464,11 +534,11 @@ impl Dot {
             }
         };
         let (ta, tb) = (self.p.transpose_a, self.p.transpose_b);
-        if a.ndim() == 1 && b.ndim() == 1 {
-            if a[0] != b[0] {
-                crate::bail!(Shape, "dot: shapes {a} and {b} are not aligned: {} != {}", a[0], b[0]);
+        if let (&[len_a], &[len_b]) = (a.dims(), b.dims()) {
+            if len_a != len_b {
+                crate::bail!(Shape, "dot: shapes {a} and {b} are not aligned: {len_a} != {len_b}");
             }
-            return Ok((Mat::stored(1, a[0], false), Mat::stored(b[0], 1, false), Shape::new(vec![1])));
+            return Ok((Mat::stored(1, len_a, false), Mat::stored(len_b, 1, false), Shape::new(vec![1])));
         }
         let (ar, ac) = if ta { split_first(a) } else { split_last(a) };
         let am = Mat::stored(ar, ac, ta);
@@ -479,16 +549,23 @@ impl Dot {
         }
         let mut out: Vec<usize> = Vec::new();
         if a.ndim() > 1 {
-            out.extend_from_slice(if ta { &a.dims()[1..] } else { &a.dims()[..a.ndim() - 1] });
+            out.extend_from_slice(outer_axes(a.dims(), ta));
         }
         if b.ndim() > 1 {
-            out.extend_from_slice(if tb { &b.dims()[..b.ndim() - 1] } else { &b.dims()[1..] });
+            out.extend_from_slice(outer_axes(b.dims(), !tb));
         }
         if out.is_empty() {
             out.push(1);
         }
         Ok((am, bm, Shape::new(out)))
     }
+}
+
+/// The axes of a dot operand that the output keeps: all but the first when `drop_first`, else
+/// all but the last (lhs: the first is dropped when transposed; rhs: when not transposed).
+fn outer_axes<D>(dims: &[D], drop_first: bool) -> &[D] {
+    let rest = if drop_first { dims.split_first() } else { dims.split_last() };
+    rest.map_or(&[], |(_, rest)| rest)
 }
 
 impl Operator for Dot {
@@ -500,16 +577,14 @@ impl Operator for Dot {
     }
     /// With both ranks known, the output keeps the operands' outer dimensions, known or not.
     fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
-        let (Some(a), Some(b)) = (inputs[0].clone(), inputs[1].clone()) else { return Ok(()) };
+        let [Some(a), Some(b)] = exactly::<_, 2>("dot", "input", inputs)?.clone() else { return Ok(()) };
         if a.ndim() == 0 || b.ndim() == 0 {
             crate::bail!(Shape, "dot: inputs must have at least one dimension, got {a} and {b}");
         }
         let (ta, tb) = (self.p.transpose_a, self.p.transpose_b);
-        let (inner_a, inner_b) = if a.ndim() == 1 && b.ndim() == 1 {
-            (a.0[0], b.0[0])
-        } else {
-            (if ta { a.0[0] } else { a.0[a.ndim() - 1] }, if tb { b.0[b.ndim() - 1] } else { b.0[0] })
-        };
+        // The first or the last axis; for two vectors (the inner product) both are the one axis.
+        let end = |s: &PartialShape, first: bool| if first { s.0.first() } else { s.0.last() }.copied().flatten();
+        let (inner_a, inner_b) = (end(&a, ta), end(&b, !tb));
         if let (Some(x), Some(y)) = (inner_a, inner_b) {
             if x != y {
                 crate::bail!(Shape, "dot: shapes {a} and {b} are not aligned (transpose_a={ta}, transpose_b={tb}): {x} != {y}");
@@ -517,35 +592,37 @@ impl Operator for Dot {
         }
         let mut out: Vec<Option<usize>> = Vec::new();
         if a.ndim() > 1 {
-            out.extend_from_slice(if ta { &a.0[1..] } else { &a.0[..a.ndim() - 1] });
+            out.extend_from_slice(outer_axes(&a.0, ta));
         }
         if b.ndim() > 1 {
-            out.extend_from_slice(if tb { &b.0[..b.ndim() - 1] } else { &b.0[1..] });
+            out.extend_from_slice(outer_axes(&b.0, !tb));
         }
         if out.is_empty() {
             out.push(Some(1));
         }
-        merge_partial(&mut outputs[0], &PartialShape(out)).map(|_| ())
+        let [output] = outputs else { crate::bail!(Value, "dot: 1 output expected, got {}", outputs.len()) };
+        merge_partial(output, &PartialShape(out)).map(|_| ())
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        if inputs[0].ndim() == 0 || inputs[1].ndim() == 0 {
-            crate::bail!(Shape, "dot: inputs must have at least one dimension, got {} and {}", inputs[0], inputs[1]);
+        let [a, b] = exactly("dot", "input", inputs)?;
+        if a.ndim() == 0 || b.ndim() == 0 {
+            crate::bail!(Shape, "dot: inputs must have at least one dimension, got {a} and {b}");
         }
-        Ok(vec![self.operands(&inputs[0], &inputs[1])?.2])
+        Ok(vec![self.operands(a, b)?.2])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (am, bm, _) = self.operands(&inputs[0].shape, &inputs[1].shape)?;
+        let (am, bm, _) = self.operands(args.input_shape(0)?, args.input_shape(1)?)?;
         let threads = crate::engine::parallel::threads();
-        // SAFETY: operand views were derived from the tensors' own shapes; out has m*n elements.
-        unsafe { matmul(inputs[0].dtype, outputs[0].raw(), inputs[0].raw(), am, inputs[1].raw(), bm, threads) };
-        Ok(())
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            matmul_checked("dot", args.output::<T>(0)?, false, args.input::<T>(0)?, am, args.input::<T>(1)?, bm, threads)
+        })
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        let (am, bm, _) = self.operands(&inputs[0].shape, &inputs[1].shape)?;
+        let ([a, b], [out]) = (exactly("dot", "input", inputs)?, exactly("dot", "output", outputs)?);
+        let (am, bm, _) = self.operands(&a.shape, &b.shape)?;
         let gemm = am.gemm(&bm, 1);
-        crate::backend::cuda::blas::gemm(gpu, &gemm, &inputs[0], &inputs[1], &outputs[0])
+        crate::backend::cuda::blas::gemm(gpu, &gemm, a, b, out)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (a, b) = (d.input(0), d.input(1));
@@ -599,14 +676,14 @@ struct BatchDot {
 
 impl BatchDot {
     fn operands(&self, a: &Shape, b: &Shape) -> Result<(usize, Mat, Mat)> {
-        if a.ndim() != 3 || b.ndim() != 3 {
+        let (&[batch, a_rows, a_cols], &[b_batch, b_rows, b_cols]) = (a.dims(), b.dims()) else {
             crate::bail!(Shape, "batch_dot: both inputs must be 3-D (batch, rows, cols), got {a} and {b}");
-        }
-        if a[0] != b[0] {
+        };
+        if batch != b_batch {
             crate::bail!(Shape, "batch_dot: batch sizes differ: {a} and {b}");
         }
-        let am = Mat::stored(a[1], a[2], self.p.transpose_a);
-        let bm = Mat::stored(b[1], b[2], self.p.transpose_b);
+        let am = Mat::stored(a_rows, a_cols, self.p.transpose_a);
+        let bm = Mat::stored(b_rows, b_cols, self.p.transpose_b);
         if am.cols != bm.rows {
             crate::bail!(
                 Shape,
@@ -617,7 +694,27 @@ impl BatchDot {
                 bm.rows
             );
         }
-        Ok((a[0], am, bm))
+        Ok((batch, am, bm))
+    }
+
+    /// The products, one per batch item: many small ones run one per thread, few large ones let
+    /// GEMM use the threads.
+    fn run<T: Elem>(&self, args: &KernelArgs, batch: usize, am: Mat, bm: Mat) -> Result<()> {
+        let (a, b, out) = (args.input::<T>(0)?, args.input::<T>(1)?, args.output::<T>(0)?);
+        let (a_step, b_step, o_step) = (am.rows * am.cols, bm.rows * bm.cols, am.rows * bm.cols);
+        if o_step == 0 {
+            return Ok(());
+        }
+        let threads = crate::engine::parallel::threads();
+        let inner_threads = if batch >= threads { 1 } else { threads };
+        // Pieces of whole output matrices, split as `parallel_chunks` splits the batch.
+        super::parallel_units(out, o_step, if inner_threads == 1 { 1 } else { batch }, |first, items| {
+            for (i, dst) in (first..).zip(items.chunks_exact_mut(o_step)) {
+                let (a, b) = (batch_item("batch_dot", "lhs", a, i, a_step)?, batch_item("batch_dot", "rhs", b, i, b_step)?);
+                matmul_checked("batch_dot", dst, false, a, am, b, bm, inner_threads)?;
+            }
+            Ok(())
+        })
     }
 }
 
@@ -629,49 +726,38 @@ impl Operator for BatchDot {
         2
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let (batch, am, bm) = self.operands(&inputs[0], &inputs[1])?;
+        let [a, b] = exactly("batch_dot", "input", inputs)?;
+        let (batch, am, bm) = self.operands(a, b)?;
         Ok(vec![Shape::new(vec![batch, am.rows, bm.cols])])
     }
     /// Needs both operands' inner dimensions (as MXNet does); the batch and the outer
     /// dimensions may be unknown.
     fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
-        let (Some(a), Some(b)) = (inputs[0].clone(), inputs[1].clone()) else { return Ok(()) };
-        if a.ndim() != 3 || b.ndim() != 3 {
+        let [Some(a), Some(b)] = exactly::<_, 2>("batch_dot", "input", inputs)?.clone() else { return Ok(()) };
+        let (&[a_batch, a1, a2], &[b_batch, b1, b2]) = (a.0.as_slice(), b.0.as_slice()) else {
             crate::bail!(Shape, "batch_dot: both inputs must be 3-D (batch, rows, cols), got {a} and {b}");
-        }
+        };
         let (ta, tb) = (self.p.transpose_a, self.p.transpose_b);
-        let (rows, inner_a) = if ta { (a.0[2], a.0[1]) } else { (a.0[1], a.0[2]) };
-        let (inner_b, cols) = if tb { (b.0[2], b.0[1]) } else { (b.0[1], b.0[2]) };
-        let mut batch = PartialShape(vec![a.0[0]]);
-        batch.merge(&PartialShape(vec![b.0[0]])).map_err(|e| e.context("batch_dot: batch sizes differ"))?;
+        let (rows, inner_a) = if ta { (a2, a1) } else { (a1, a2) };
+        let (inner_b, cols) = if tb { (b2, b1) } else { (b1, b2) };
+        let mut batch = PartialShape(vec![a_batch]);
+        batch.merge(&PartialShape(vec![b_batch])).map_err(|e| e.context("batch_dot: batch sizes differ"))?;
+        let [output] = outputs else { crate::bail!(Value, "batch_dot: 1 output expected, got {}", outputs.len()) };
         match (inner_a, inner_b) {
-            (Some(x), Some(y)) if x == y => merge_partial(&mut outputs[0], &PartialShape(vec![batch.0[0], rows, cols])).map(|_| ()),
+            (Some(x), Some(y)) if x == y => merge_partial(output, &PartialShape(vec![batch.0.first().copied().flatten(), rows, cols])).map(|_| ()),
             (Some(x), Some(y)) => crate::bail!(Shape, "batch_dot: shapes {a} and {b} are not aligned: {x} != {y}"),
             _ => Ok(()),
         }
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (batch, am, bm) = self.operands(&inputs[0].shape, &inputs[1].shape)?;
-        let es = inputs[0].dtype.size();
-        let (a_step, b_step, o_step) = (am.rows * am.cols * es, bm.rows * bm.cols * es, am.rows * bm.cols * es);
-        let (ap, bp, op) = (SendPtr(inputs[0].raw()), SendPtr(inputs[1].raw()), SendPtr(outputs[0].raw()));
-        let dtype = inputs[0].dtype;
-        let threads = crate::engine::parallel::threads();
-        // Many small products run one per thread; few large ones let GEMM use the threads.
-        let inner_threads = if batch >= threads { 1 } else { threads };
-        super::parallel_chunks(batch, if inner_threads == 1 { 1 } else { batch }, |range| {
-            for i in range {
-                // SAFETY: batch item i occupies its own slice of each operand and of the output.
-                unsafe { matmul(dtype, op.get().add(i * o_step), ap.get().add(i * a_step), am, bp.get().add(i * b_step), bm, inner_threads) };
-            }
-        });
-        Ok(())
+        let (batch, am, bm) = self.operands(args.input_shape(0)?, args.input_shape(1)?)?;
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => self.run::<T>(args, batch, am, bm))
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        let (batch, am, bm) = self.operands(&inputs[0].shape, &inputs[1].shape)?;
-        crate::backend::cuda::blas::gemm(gpu, &am.gemm(&bm, batch), &inputs[0], &inputs[1], &outputs[0])
+        let ([a, b], [out]) = (exactly("batch_dot", "input", inputs)?, exactly("batch_dot", "output", outputs)?);
+        let (batch, am, bm) = self.operands(&a.shape, &b.shape)?;
+        crate::backend::cuda::blas::gemm(gpu, &am.gemm(&bm, batch), a, b, out)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         product_gradient(d, "batch_dot", self.p.transpose_a, self.p.transpose_b)
@@ -695,18 +781,36 @@ struct FullyConnected {
 }
 
 impl FullyConnected {
+    /// `out = data . weight^T (+ bias)` over (rows, features) data.
+    fn run<T: Elem>(&self, args: &KernelArgs, rows: usize, features: usize) -> Result<()> {
+        let hidden = self.p.num_hidden;
+        let (data, weight, out) = (args.input::<T>(0)?, args.input::<T>(1)?, args.output::<T>(0)?);
+        let accumulate = args.inputs().len() > 2;
+        if accumulate {
+            // Every output row starts as the bias; the product is added on top.
+            let bias = args.input::<T>(2)?;
+            if bias.len() != hidden || out.len() != rows * hidden {
+                crate::bail!(Runtime, "FullyConnected: a bias of {} elements for {rows} x {hidden} outputs held in {}", bias.len(), out.len());
+            }
+            out.chunks_exact_mut(hidden.max(1)).for_each(|row| row.copy_from_slice(bias));
+        }
+        let threads = crate::engine::parallel::threads();
+        // Data (rows, features), weight (hidden, features) read transposed.
+        let (xm, wm) = (Mat::stored(rows, features, false), Mat::stored(hidden, features, true));
+        matmul_checked("FullyConnected", out, accumulate, data, xm, weight, wm, threads)
+    }
+
     /// (rows, features) of the input as a matrix, and the output shape.
     fn layout(&self, data: &Shape) -> Result<((usize, usize), Shape)> {
-        let d = data.dims();
-        if d.is_empty() {
+        let (Some((&first, rest)), Some((&last, leading))) = (data.dims().split_first(), data.dims().split_last()) else {
             crate::bail!(Shape, "FullyConnected: data must have at least one dimension");
-        }
+        };
         let (rows, features, mut out) = if self.p.flatten {
-            (d[0], d[1..].iter().product(), vec![d[0]])
+            (first, rest.iter().product(), vec![first])
         } else {
             // Rows as the product of the leading axes: size / features loses them when
             // features is 0, and the zero-filled output would then not be written at all.
-            (Shape::from(&d[..d.len() - 1]).size(), d[d.len() - 1], d[..d.len() - 1].to_vec())
+            (Shape::from(leading).size(), last, leading.to_vec())
         };
         out.push(self.p.num_hidden);
         Ok(((rows, features), Shape::new(out)))
@@ -722,52 +826,58 @@ impl Operator for FullyConnected {
         names
     }
     fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
-        if let Some(data) = &inputs[0] {
-            let ((_, features), _) = self.layout(data)?;
-            inputs[1].get_or_insert_with(|| Shape::new(vec![self.p.num_hidden, features]));
-            if let Some(bias) = inputs.get_mut(2) {
-                bias.get_or_insert_with(|| Shape::new(vec![self.p.num_hidden]));
-            }
+        let [Some(data), weight, bias @ ..] = inputs else { return Ok(()) };
+        let ((_, features), _) = self.layout(data)?;
+        weight.get_or_insert_with(|| Shape::new(vec![self.p.num_hidden, features]));
+        if let Some(bias) = bias.first_mut() {
+            bias.get_or_insert_with(|| Shape::new(vec![self.p.num_hidden]));
         }
         Ok(())
     }
     /// Needs the data's rank (as MXNet does): then the weight and bias shapes follow as far as
     /// the features are known, and the output's leading dimensions are the data's.
     fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
-        let Some(data) = inputs[0].clone() else { return Ok(()) };
-        if data.ndim() == 0 {
+        let [data_slot, weight, bias @ ..] = inputs else {
+            crate::bail!(Value, "FullyConnected: data and weight inputs expected, got {} input(s)", inputs.len());
+        };
+        let Some(data) = data_slot.clone() else { return Ok(()) };
+        let Some((&last_dim, leading_dims)) = data.0.split_last() else {
             crate::bail!(Shape, "FullyConnected: data must have at least one dimension");
-        }
+        };
         let hidden = Some(self.p.num_hidden);
-        let last = data.ndim() - 1;
         // The leading dimensions data and output share: the batch, or all but the last axis.
-        let (features, leading) = if self.p.flatten { (data.known_product(1), 1) } else { (data.0[last], last) };
-        merge_partial(&mut inputs[1], &PartialShape(vec![hidden, features]))?;
-        if let Some(bias) = inputs.get_mut(2) {
+        let (features, leading) =
+            if self.p.flatten { (data.known_product(1), data.0.get(..1).unwrap_or_default()) } else { (last_dim, leading_dims) };
+        merge_partial(weight, &PartialShape(vec![hidden, features]))?;
+        if let Some(bias) = bias.first_mut() {
             merge_partial(bias, &PartialShape(vec![hidden]))?;
         }
-        let mut out = PartialShape(data.0[..leading].to_vec());
+        let mut out = PartialShape(leading.to_vec());
         out.0.push(hidden);
-        merge_partial(&mut outputs[0], &out)?;
-        let out = outputs[0].clone().expect("merged above");
+        let [output] = outputs else { crate::bail!(Value, "FullyConnected: 1 output expected, got {}", outputs.len()) };
+        merge_partial(output, &out)?;
+        // The output's leading dimensions (as merged) back onto the data's.
         let mut back = PartialShape::unknown(data.ndim());
-        back.0[..leading].copy_from_slice(&out.0[..leading]);
-        merge_partial(&mut inputs[0], &back)?;
+        if let Some(merged) = output.as_ref() {
+            back.0.iter_mut().zip(&merged.0).take(leading.len()).for_each(|(b, m)| *b = *m);
+        }
+        merge_partial(data_slot, &back)?;
         Ok(())
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let ((_, features), out) = self.layout(&inputs[0])?;
+        let [data, weight, bias @ ..] = inputs else {
+            crate::bail!(Value, "FullyConnected: data and weight inputs expected, got {} input(s)", inputs.len());
+        };
+        let ((_, features), out) = self.layout(data)?;
         let expected = Shape::new(vec![self.p.num_hidden, features]);
-        if inputs[1] != expected {
+        if *weight != expected {
             crate::bail!(
                 Shape,
-                "FullyConnected: weight has shape {}, expected {expected} for data {} and num_hidden={}",
-                inputs[1],
-                inputs[0],
+                "FullyConnected: weight has shape {weight}, expected {expected} for data {data} and num_hidden={}",
                 self.p.num_hidden
             );
         }
-        if let Some(bias) = inputs.get(2) {
+        if let Some(bias) = bias.first() {
             if bias.size() != self.p.num_hidden || bias.ndim() != 1 {
                 crate::bail!(Shape, "FullyConnected: bias has shape {bias}, expected ({},)", self.p.num_hidden);
             }
@@ -775,46 +885,20 @@ impl Operator for FullyConnected {
         Ok(vec![out])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let ((rows, features), _) = self.layout(&inputs[0].shape)?;
-        let (out, hidden) = (&outputs[0], self.p.num_hidden);
-        let accumulate = match inputs.get(2) {
-            Some(bias) => {
-                // Every output row starts as the bias; the product is added on top.
-                let es = out.dtype.size();
-                for r in 0..rows {
-                    // SAFETY: row r of the (rows, hidden) output is inside it; bias holds hidden elements.
-                    unsafe { std::ptr::copy_nonoverlapping(bias.raw(), out.raw().add(r * hidden * es), hidden * es) };
-                }
-                true
-            }
-            None => false,
-        };
-        let threads = crate::engine::parallel::threads();
-        // SAFETY: data is (rows, features), weight (hidden, features) read transposed, and the
-        // output holds rows * hidden elements.
-        unsafe {
-            matmul_into(
-                out.dtype,
-                out.raw(),
-                accumulate,
-                inputs[0].raw(),
-                Mat::stored(rows, features, false),
-                inputs[1].raw(),
-                Mat::stored(hidden, features, true),
-                threads,
-            )
-        };
-        Ok(())
+        let ((rows, features), _) = self.layout(args.input_shape(0)?)?;
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => self.run::<T>(args, rows, features))
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        let ((rows, features), _) = self.layout(&inputs[0].shape)?;
+        let ([data, weight, bias @ ..], [out]) = (inputs, exactly("FullyConnected", "output", outputs)?) else {
+            crate::bail!(Value, "FullyConnected: data and weight inputs expected, got {} input(s)", inputs.len());
+        };
+        let ((rows, features), _) = self.layout(&data.shape)?;
         let hidden = self.p.num_hidden;
         let gemm = Mat::stored(rows, features, false).gemm(&Mat::stored(hidden, features, true), 1);
-        crate::backend::cuda::blas::gemm(gpu, &gemm, &inputs[0], &inputs[1], &outputs[0])?;
-        match inputs.get(2) {
-            Some(bias) => crate::backend::cuda::kernels::add_bias(gpu, bias, &outputs[0], hidden, 1),
+        crate::backend::cuda::blas::gemm(gpu, &gemm, data, weight, out)?;
+        match bias.first() {
+            Some(bias) => crate::backend::cuda::kernels::add_bias(gpu, bias, out, hidden, 1),
             None => Ok(()),
         }
     }
@@ -829,11 +913,9 @@ impl Operator for FullyConnected {
             ("flatten", flag(self.p.flatten)),
             ("data_grad", flag(d.input_needed(0))),
         ];
-        let mut grads: InputGrads = d.op_outputs("_backward_FullyConnected", &attrs, &[&g, &x, &w])?.into_iter().map(Some).collect();
-        if !d.input_needed(0) {
-            grads[0] = None;
-        }
-        Ok(grads)
+        let data_needed = d.input_needed(0);
+        let grads = d.op_outputs("_backward_FullyConnected", &attrs, &[&g, &x, &w])?;
+        Ok(grads.into_iter().enumerate().map(|(i, grad)| (i != 0 || data_needed).then_some(grad)).collect())
     }
 }
 
@@ -863,6 +945,29 @@ struct FullyConnectedBackward {
     data_grad: bool,
 }
 
+const BACKWARD: &str = "_backward_FullyConnected";
+
+impl FullyConnectedBackward {
+    /// dx = g . W (zeros without `data_grad`), dW = g^T . x and db = column sums of g, for the
+    /// out_grad g (rows, hidden), data x (rows, features) and weight W (hidden, features).
+    fn run<T: Elem>(&self, args: &KernelArgs, rows: usize, features: usize) -> Result<()> {
+        let hidden = self.forward.p.num_hidden;
+        let (g, x, w) = (args.input::<T>(0)?, args.input::<T>(1)?, args.input::<T>(2)?);
+        let threads = crate::engine::parallel::threads();
+        let dx = args.output::<T>(0)?;
+        if self.data_grad {
+            matmul_checked(BACKWARD, dx, false, g, Mat::stored(rows, hidden, false), w, Mat::stored(hidden, features, false), threads)?;
+        } else {
+            dx.fill(T::default());
+        }
+        matmul_checked(BACKWARD, args.output::<T>(1)?, false, g, Mat::stored(rows, hidden, true), x, Mat::stored(rows, features, false), threads)?;
+        if args.outputs().len() > 2 {
+            super::reduce::sum_view(BACKWARD, g, &[rows, hidden], &[true, false], args.output::<T>(2)?)?;
+        }
+        Ok(())
+    }
+}
+
 impl Operator for FullyConnectedBackward {
     fn input_names(&self) -> Vec<String> {
         vec!["out_grad".into(), "data".into(), "weight".into()]
@@ -875,73 +980,44 @@ impl Operator for FullyConnectedBackward {
         }
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let mut forward_inputs = inputs[1..].to_vec();
+        let [out_grad, data, weight] = exactly(BACKWARD, "input", inputs)?;
+        let mut forward_inputs = vec![data.clone(), weight.clone()];
         if !self.forward.p.no_bias {
             forward_inputs.push(Shape::new(vec![self.forward.p.num_hidden]));
         }
         let forward_output = self.forward.infer_shape(&forward_inputs)?;
-        super::check_out_grad("_backward_FullyConnected", &inputs[0], &forward_output[0])?;
-        let mut shapes = vec![inputs[1].clone(), inputs[2].clone()];
+        let [forward_output] = exactly(BACKWARD, "forward output", &forward_output)?;
+        super::check_out_grad(BACKWARD, out_grad, forward_output)?;
+        let mut shapes = vec![data.clone(), weight.clone()];
         if !self.forward.p.no_bias {
             shapes.push(Shape::new(vec![self.forward.p.num_hidden]));
         }
         Ok(shapes)
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[1]; self.num_outputs()])
+        let [_, data, _] = exactly(BACKWARD, "input", inputs)?;
+        Ok(vec![*data; self.num_outputs()])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let ((rows, features), _) = self.forward.layout(&inputs[1].shape)?;
-        let hidden = self.forward.p.num_hidden;
-        let (g, x, w) = (&inputs[0], &inputs[1], &inputs[2]);
-        let threads = crate::engine::parallel::threads();
-        // SAFETY (both products): g is (rows, hidden), x (rows, features), w (hidden, features);
-        // dx holds rows * features and dw hidden * features elements, each this op's alone.
-        unsafe {
-            if self.data_grad {
-                matmul_into(
-                    g.dtype,
-                    outputs[0].raw(),
-                    false,
-                    g.raw(),
-                    Mat::stored(rows, hidden, false),
-                    w.raw(),
-                    Mat::stored(hidden, features, false),
-                    threads,
-                );
-            } else {
-                std::ptr::write_bytes(outputs[0].raw(), 0, outputs[0].size() * outputs[0].dtype.size());
-            }
-            matmul_into(
-                g.dtype,
-                outputs[1].raw(),
-                false,
-                g.raw(),
-                Mat::stored(rows, hidden, true),
-                x.raw(),
-                Mat::stored(rows, features, false),
-                threads,
-            );
-        }
-        if let Some(db) = outputs.get(2) {
-            super::reduce::sum_view(g, &[rows, hidden], &[true, false], db);
-        }
-        Ok(())
+        let ((rows, features), _) = self.forward.layout(args.input_shape(1)?)?;
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => self.run::<T>(args, rows, features))
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         use crate::backend::cuda::{blas, kernels};
-        let ((rows, features), _) = self.forward.layout(&inputs[1].shape)?;
+        let [g, x, w] = exactly(BACKWARD, "input", inputs)?;
+        let [dx, dw, db @ ..] = outputs else {
+            crate::bail!(Value, "{BACKWARD}: data and weight gradient outputs expected, got {} output(s)", outputs.len());
+        };
+        let ((rows, features), _) = self.forward.layout(&x.shape)?;
         let hidden = self.forward.p.num_hidden;
-        let (g, x, w) = (&inputs[0], &inputs[1], &inputs[2]);
         if self.data_grad {
-            blas::gemm(gpu, &Mat::stored(rows, hidden, false).gemm(&Mat::stored(hidden, features, false), 1), g, w, &outputs[0])?;
+            blas::gemm(gpu, &Mat::stored(rows, hidden, false).gemm(&Mat::stored(hidden, features, false), 1), g, w, dx)?;
         } else {
-            kernels::fill(gpu, &outputs[0], 0.0)?;
+            kernels::fill(gpu, dx, 0.0)?;
         }
-        blas::gemm(gpu, &Mat::stored(rows, hidden, true).gemm(&Mat::stored(rows, features, false), 1), g, x, &outputs[1])?;
-        match outputs.get(2) {
+        blas::gemm(gpu, &Mat::stored(rows, hidden, true).gemm(&Mat::stored(rows, features, false), 1), g, x, dw)?;
+        match db.first() {
             // SAFETY: g's rows x hidden elements viewed as that matrix (the layout it has).
             Some(db) => kernels::reduce(
                 gpu,

@@ -10,12 +10,13 @@
 
 use crate::op::KernelArgs;
 use std::borrow::Cow;
+use std::marker::PhantomData;
 use std::sync::Mutex;
 
 use super::grad::{Grad, InputGrads};
-use super::linalg::{matmul_into, Mat};
+use super::linalg::{batch_item, matmul_checked, Mat};
 use super::params::NoParams;
-use super::{parallel_chunks, same_dtype, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::{exactly, parallel_chunks, parallel_units, same_dtype, ExecContext, OpDef, Operator, SendPtr};
 use crate::base::{DType, Elem, Shape};
 use crate::error::{Error, Result};
 use crate::graph::Entry;
@@ -98,11 +99,10 @@ crate::op_params! {
 
 /// (batch, rows, cols) of a shape of rank >= 2.
 fn split_matrix(op: &str, what: &str, s: &Shape) -> Result<(usize, usize, usize)> {
-    let d = s.dims();
-    if d.len() < 2 {
+    let &[ref batch @ .., rows, cols] = s.dims() else {
         crate::bail!(Shape, "{op}: {what} must have at least 2 dimensions (a batch of matrices), got shape {s}");
-    }
-    Ok((d[..d.len() - 2].iter().product(), d[d.len() - 2], d[d.len() - 1]))
+    };
+    Ok((batch.iter().product(), rows, cols))
 }
 
 /// (batch, n) of a batch of square n x n matrices.
@@ -114,21 +114,27 @@ fn split_square(op: &str, what: &str, s: &Shape) -> Result<(usize, usize)> {
     Ok((batch, rows))
 }
 
+/// The batch (leading) dimensions of a batch of matrices: all but the last two.
+fn batch_dims(d: &[usize]) -> &[usize] {
+    match d {
+        [lead @ .., _, _] => lead,
+        _ => &[],
+    }
+}
+
 /// The shape of one scalar per matrix: the batch dimensions, or (1,) for a single matrix.
 fn per_matrix_shape(s: &Shape) -> Shape {
-    let d = s.dims();
-    if d.len() == 2 {
-        Shape::new(vec![1])
-    } else {
-        Shape::new(d[..d.len() - 2].to_vec())
+    match batch_dims(s.dims()) {
+        [] => Shape::new(vec![1]),
+        lead => Shape::new(lead.to_vec()),
     }
 }
 
 /// One dtype for all inputs and outputs, float32 or float64 as MXNet's linalg operators demand.
 fn real_dtype(op: &str, inputs: &[DType], outputs: usize) -> Result<Vec<DType>> {
     let types = same_dtype(inputs, outputs).map_err(|e| e.context(op))?;
-    if !matches!(types[0], DType::F32 | DType::F64) {
-        crate::bail!(Type, "{op}: supports float32 and float64 only, got {}", types[0]);
+    if let Some(other) = inputs.first().filter(|d| !matches!(d, DType::F32 | DType::F64)) {
+        crate::bail!(Type, "{op}: supports float32 and float64 only, got {other}");
     }
     Ok(types)
 }
@@ -154,56 +160,69 @@ fn for_each_item(batch: usize, item: impl Fn(usize) -> Result<()> + Sync) -> Res
     }
 }
 
-/// A tensor's values in float64, the precision the factorizations compute in.
-fn values_f64(t: &Tensor) -> Result<Vec<f64>> {
-    // SAFETY: the op reads its inputs only; T is the tensor's element type.
-    crate::dispatch_dtype!(t.dtype, [F32, F64], T => Ok(unsafe { t.slice::<T>() }.iter().map(|v| v.to_f64()).collect()), other => crate::bail!(Type, "linear algebra operators support float32 and float64 only, got {other}"))
+/// Float32 or float64, the dtypes of MXNet's linalg operators.
+fn check_real(dtype: DType) -> Result<()> {
+    match dtype {
+        DType::F32 | DType::F64 => Ok(()),
+        other => crate::bail!(Type, "linear algebra operators support float32 and float64 only, got {other}"),
+    }
 }
 
-/// Store float64 results into an output of this op, rounding to its dtype.
-fn store_f64(t: &Tensor, values: &[f64]) -> Result<()> {
-    crate::dispatch_dtype!(t.dtype, [F32, F64], T => {
-        // SAFETY: the output belongs to this op alone; T is its element type.
-        for (slot, v) in unsafe { t.slice_mut::<T>() }.iter_mut().zip(values) {
-            *slot = T::from_f64(*v);
-        }
-        Ok(())
-    }, other => crate::bail!(Type, "linear algebra operators support float32 and float64 only, got {other}"))
+/// Input `i`'s values in float64, the precision the factorizations compute in.
+fn input_f64(args: &KernelArgs, i: usize) -> Result<Vec<f64>> {
+    check_real(args.input_dtype(i)?)?;
+    args.input_f64(i)
+}
+
+/// Store float64 results into output `o`, rounding to its dtype.
+fn output_from_f64(args: &KernelArgs, o: usize, values: &[f64]) -> Result<()> {
+    check_real(args.output_dtype(o)?)?;
+    args.output_from_f64(o, values)
 }
 
 /// A buffer cut into equal per-item chunks that parallel items fill, each its own.
-struct ItemChunks<T> {
+struct ItemChunks<'a, T> {
     base: SendPtr<T>,
+    /// Elements per item, and in the whole buffer.
     len: usize,
+    total: usize,
+    _buffer: PhantomData<&'a mut [T]>,
 }
 
-impl<T> ItemChunks<T> {
-    fn new(buffer: &mut [T], len: usize) -> Self {
-        ItemChunks { base: SendPtr(buffer.as_mut_ptr()), len }
+impl<'a, T> ItemChunks<'a, T> {
+    fn new(buffer: &'a mut [T], len: usize) -> Self {
+        ItemChunks { base: SendPtr(buffer.as_mut_ptr()), len, total: buffer.len(), _buffer: PhantomData }
     }
+    /// Item `i`'s chunk; an error when the buffer does not hold it.
+    ///
     /// # Safety
-    /// `i` must be inside the buffer's item count, the buffer must outlive the slice, and each
-    /// index may be taken by one task only.
+    /// Each index may be taken by one task only, once.
     #[allow(clippy::mut_from_ref)]
-    unsafe fn item(&self, i: usize) -> &mut [T] {
-        std::slice::from_raw_parts_mut(self.base.get().add(i * self.len), self.len)
+    unsafe fn item(&self, i: usize) -> Result<&'a mut [T]> {
+        let end = (i + 1).checked_mul(self.len).filter(|&end| end <= self.total);
+        let end =
+            end.ok_or_else(|| crate::err!(Runtime, "linear algebra: item {i} of {} elements is outside a buffer of {}", self.len, self.total))?;
+        // SAFETY: elements end - len..end lie inside the buffer (checked above), which this value
+        // borrows mutably for 'a; the caller takes each index once, and the chunks of distinct
+        // indexes are disjoint, so the chunk is lent once.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.base.get().add(end - self.len), self.len) })
     }
 }
 
 fn identity(n: usize) -> Vec<f64> {
     let mut m = vec![0.0; n * n];
-    for i in 0..n {
-        m[i * n + i] = 1.0;
-    }
+    m.iter_mut().step_by(n + 1).for_each(|v| *v = 1.0);
     m
 }
 
 fn transposed(x: &[f64], rows: usize, cols: usize) -> Vec<f64> {
     let mut t = vec![0.0; rows * cols];
-    for r in 0..rows {
-        for c in 0..cols {
-            t[c * rows + r] = x[r * cols + c];
-        }
+    if rows == 0 || cols == 0 {
+        return t;
+    }
+    // Row c of the transpose is column c of x.
+    for (c, line) in t.chunks_exact_mut(rows).enumerate() {
+        line.iter_mut().zip(x.iter().skip(c).step_by(cols)).for_each(|(t, x)| *t = *x);
     }
     t
 }
@@ -238,30 +257,38 @@ fn product_threads(batch: usize) -> (usize, usize) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Float64 kernels on one row-major matrix.
+// Float64 kernels on one row-major matrix. Each takes its matrices at the sizes it is told (the
+// callers cut them so); the rows are walked as slices, checked once per row.
 
 /// Solve `op(A) X = B` in place of B (n x m); op(A) is A or A^T, and only A's `lower` (else
 /// upper) triangle is read.
 fn solve_triangular_left(a: &[f64], n: usize, lower: bool, transpose: bool, b: &mut [f64], m: usize) {
-    let at = |i: usize, j: usize| if transpose { a[j * n + i] } else { a[i * n + j] };
+    if n == 0 || m == 0 {
+        return;
+    }
+    // Row i of op(A), gathered once per row (a column of A when transposed).
+    let mut line = vec![0.0; n];
     // op(A) is lower triangular when exactly one of `lower` and `transpose` holds: then rows
     // are solved first to last, else last to first.
     let forward = lower != transpose;
     for step in 0..n {
         let i = if forward { step } else { n - 1 - step };
-        let solved = if forward { 0..i } else { i + 1..n };
-        for j in solved {
-            let factor = at(i, j);
+        if transpose {
+            line.iter_mut().zip(a.iter().skip(i).step_by(n)).for_each(|(l, v)| *l = *v);
+        } else if let Some(row) = a.get(i * n..(i + 1) * n) {
+            line.copy_from_slice(row);
+        }
+        let Some((before, rest)) = b.split_at_mut_checked(i * m) else { return };
+        let Some((row_i, after)) = rest.split_at_mut_checked(m) else { return };
+        // The rows solved already, with their factors: 0..i going forward, i+1..n backward.
+        let (solved, factors) = if forward { (&*before, line.get(..i)) } else { (&*after, line.get(i + 1..)) };
+        for (row_j, &factor) in solved.chunks_exact(m).zip(factors.unwrap_or_default()) {
             if factor != 0.0 {
-                for c in 0..m {
-                    b[i * m + c] -= factor * b[j * m + c];
-                }
+                row_i.iter_mut().zip(row_j).for_each(|(x, y)| *x -= factor * y);
             }
         }
-        let pivot = at(i, i);
-        for c in 0..m {
-            b[i * m + c] /= pivot;
-        }
+        let pivot = line.get(i).copied().unwrap_or(f64::NAN);
+        row_i.iter_mut().for_each(|x| *x /= pivot);
     }
 }
 
@@ -274,31 +301,46 @@ fn solve_triangular(a: &[f64], n: usize, p: &TriangularParams, b: &mut [f64], ro
     // X op(A) = B is op(A)^T X^T = B^T.
     let mut bt = transposed(b, rows, cols);
     solve_triangular_left(a, n, p.lower, !p.transpose, &mut bt, rows);
-    b.copy_from_slice(&transposed(&bt, cols, rows));
+    b.iter_mut().zip(transposed(&bt, cols, rows)).for_each(|(x, v)| *x = v);
 }
 
 /// Cholesky factor of the symmetric matrix held in A's `lower` (else upper) triangle: lower L
 /// with A = L L^T, or upper U with A = U^T U; the other triangle of `out` is zero.
 /// Err(k) when the leading minor of order k is not positive (A is not positive definite).
 fn cholesky(a: &[f64], n: usize, lower: bool, out: &mut [f64]) -> std::result::Result<(), usize> {
+    if n == 0 {
+        return Ok(());
+    }
     // Element (i, j), i >= j, of the symmetric matrix, from the triangle that holds it.
-    let sym = |i: usize, j: usize| if lower { a[i * n + j] } else { a[j * n + i] };
+    let sym = |i: usize, j: usize| if lower { a.get(i * n + j) } else { a.get(j * n + i) }.copied().unwrap_or(f64::NAN);
     let mut l = vec![0.0; n * n];
     for j in 0..n {
-        let pivot = sym(j, j) - l[j * n..j * n + j].iter().map(|v| v * v).sum::<f64>();
+        // Row j (solved up to column j) and the rows below it, which column j is solved for.
+        let Some((head, below)) = l.split_at_mut_checked((j + 1) * n) else { return Err(j + 1) };
+        let Some((row_j, diagonal_slot)) = head.get_mut(j * n..).and_then(|row| row.split_at_mut_checked(j)) else { return Err(j + 1) };
+        let pivot = sym(j, j) - row_j.iter().map(|v| v * v).sum::<f64>();
         if pivot.is_nan() || pivot <= 0.0 {
             return Err(j + 1);
         }
         let diagonal = pivot.sqrt();
-        l[j * n + j] = diagonal;
-        for i in j + 1..n {
-            let dot: f64 = (0..j).map(|k| l[i * n + k] * l[j * n + k]).sum();
-            l[i * n + j] = (sym(i, j) - dot) / diagonal;
+        if let Some(slot) = diagonal_slot.first_mut() {
+            *slot = diagonal;
+        }
+        let row_j = &*row_j;
+        for (i, row_i) in (j + 1..).zip(below.chunks_exact_mut(n)) {
+            let Some((solved, rest)) = row_i.split_at_mut_checked(j) else { break };
+            let dot: f64 = solved.iter().zip(row_j).map(|(x, y)| x * y).sum();
+            if let Some(slot) = rest.first_mut() {
+                *slot = (sym(i, j) - dot) / diagonal;
+            }
         }
     }
-    for i in 0..n {
-        for j in 0..n {
-            out[i * n + j] = if lower { l[i * n + j] } else { l[j * n + i] };
+    if lower {
+        out.iter_mut().zip(&l).for_each(|(o, v)| *o = *v);
+    } else {
+        // U = L^T: row i of out is column i of L.
+        for (i, line) in out.chunks_exact_mut(n).enumerate() {
+            line.iter_mut().zip(l.iter().skip(i).step_by(n)).for_each(|(o, v)| *o = *v);
         }
     }
     Ok(())
@@ -307,7 +349,7 @@ fn cholesky(a: &[f64], n: usize, lower: bool, out: &mut [f64]) -> std::result::R
 /// The inverse of A from its Cholesky factor F: (F F^T)^-1 for a lower F, (F^T F)^-1 for an
 /// upper one. Err(k) when F has a zero at diagonal position k.
 fn cholesky_inverse(f: &[f64], n: usize, lower: bool, out: &mut [f64]) -> std::result::Result<(), usize> {
-    if let Some(k) = (0..n).find(|&k| f[k * n + k] == 0.0) {
+    if let Some(k) = f.iter().step_by(n + 1).take(n).position(|&v| v == 0.0) {
         return Err(k);
     }
     // W = F^-1 is triangular like F; the inverse is W^T W (lower) or W W^T (upper).
@@ -315,10 +357,20 @@ fn cholesky_inverse(f: &[f64], n: usize, lower: bool, out: &mut [f64]) -> std::r
     solve_triangular_left(f, n, lower, false, &mut w, n);
     for i in 0..n {
         for j in 0..=i {
-            // Both products only have terms k >= max(i, j) = i.
-            let v: f64 = if lower { (i..n).map(|k| w[k * n + i] * w[k * n + j]).sum() } else { (i..n).map(|k| w[i * n + k] * w[j * n + k]).sum() };
-            out[i * n + j] = v;
-            out[j * n + i] = v;
+            // Both products only have terms k >= max(i, j) = i: columns i and j of W from row i
+            // down (lower), or rows i and j of W from column i on (upper).
+            let v: f64 = if lower {
+                let column = |c: usize| w.iter().skip(i * n + c).step_by(n);
+                column(i).zip(column(j)).map(|(x, y)| x * y).sum()
+            } else {
+                let row = |r: usize| w.get(r * n + i..(r + 1) * n).unwrap_or_default();
+                row(i).iter().zip(row(j)).map(|(x, y)| x * y).sum()
+            };
+            for at in [i * n + j, j * n + i] {
+                if let Some(slot) = out.get_mut(at) {
+                    *slot = v;
+                }
+            }
         }
     }
     Ok(())
@@ -327,46 +379,57 @@ fn cholesky_inverse(f: &[f64], n: usize, lower: bool, out: &mut [f64]) -> std::r
 /// LQ factorization A = L Q of an m x n matrix (m <= n) by Householder reflections applied from
 /// the right, with LAPACK's sign convention (gelqf + orglq), so that L and Q match MXNet's.
 fn lq(a: &[f64], m: usize, n: usize, q: &mut [f64], l: &mut [f64]) {
+    if m == 0 || n == 0 {
+        return;
+    }
     let mut r = a.to_vec();
     // Reflector i is H_i = I - tau v v^T, v over columns i..n with v[0] = 1.
     let mut reflectors: Vec<(Vec<f64>, f64)> = Vec::with_capacity(m);
     for i in 0..m {
-        let alpha = r[i * n + i];
-        let tail_norm = r[i * n + i + 1..i * n + n].iter().map(|v| v * v).sum::<f64>().sqrt();
-        let mut v = vec![0.0; n - i];
-        v[0] = 1.0;
+        // Row i from its diagonal on: alpha, then the tail the reflector zeroes.
+        let Some((&alpha, tail)) = r.get(i * n + i..(i + 1) * n).and_then(|row| row.split_first()) else { return };
+        let tail_norm = tail.iter().map(|v| v * v).sum::<f64>().sqrt();
+        let mut v = Vec::with_capacity(n - i);
+        v.push(1.0);
         let (tau, beta) = if tail_norm == 0.0 {
+            v.resize(n - i, 0.0);
             (0.0, alpha)
         } else {
             let norm = alpha.hypot(tail_norm);
             let beta = if alpha >= 0.0 { -norm } else { norm };
-            for k in 1..n - i {
-                v[k] = r[i * n + i + k] / (alpha - beta);
-            }
+            v.extend(tail.iter().map(|x| x / (alpha - beta)));
             ((beta - alpha) / beta, beta)
         };
         if tau != 0.0 {
-            for row in i + 1..m {
-                reflect(&mut r[row * n + i..row * n + n], &v, tau);
+            for row in r.chunks_exact_mut(n).take(m).skip(i + 1) {
+                if let Some(x) = row.get_mut(i..) {
+                    reflect(x, &v, tau);
+                }
             }
         }
-        r[i * n + i] = beta;
+        if let Some(slot) = r.get_mut(i * n + i) {
+            *slot = beta;
+        }
         reflectors.push((v, tau));
     }
-    for i in 0..m {
-        for j in 0..m {
-            l[i * m + j] = if j <= i { r[i * n + j] } else { 0.0 };
+    for (i, (l_row, r_row)) in l.chunks_exact_mut(m).zip(r.chunks_exact(n)).enumerate() {
+        for (j, (x, y)) in l_row.iter_mut().zip(r_row).enumerate() {
+            *x = if j <= i { *y } else { 0.0 };
         }
     }
     // A H_0 ... H_{m-1} = [L 0], so Q = [I 0] H_{m-1} ... H_0: apply the last reflector first.
     q.fill(0.0);
-    for i in 0..m {
-        q[i * n + i] = 1.0;
+    for (i, row) in q.chunks_exact_mut(n).take(m).enumerate() {
+        if let Some(x) = row.get_mut(i) {
+            *x = 1.0;
+        }
     }
     for (i, (v, tau)) in reflectors.iter().enumerate().rev() {
         if *tau != 0.0 {
-            for row in 0..m {
-                reflect(&mut q[row * n + i..row * n + n], v, *tau);
+            for row in q.chunks_exact_mut(n).take(m) {
+                if let Some(x) = row.get_mut(i..) {
+                    reflect(x, v, *tau);
+                }
             }
         }
     }
@@ -383,36 +446,66 @@ fn reflect(x: &mut [f64], v: &[f64], tau: f64) {
 /// Sweeps after which cyclic Jacobi gives up (it converges quadratically, in well under 20).
 const JACOBI_MAX_SWEEPS: usize = 100;
 
+/// `(x[p], x[q]) = (c x[p] - sn x[q], sn x[p] + c x[q])` for p < q: one row's two entries of a
+/// Jacobi rotation.
+#[inline]
+fn rotate(x: &mut [f64], p: usize, q: usize, c: f64, sn: f64) {
+    if let Some((head, tail)) = x.split_at_mut_checked(q) {
+        if let (Some(xp), Some(xq)) = (head.get_mut(p), tail.first_mut()) {
+            let (a, b) = (*xp, *xq);
+            *xp = c * a - sn * b;
+            *xq = sn * a + c * b;
+        }
+    }
+}
+
+/// Rows p < q of the n-column matrix s.
+fn rows_pair(s: &mut [f64], n: usize, p: usize, q: usize) -> Option<(&mut [f64], &mut [f64])> {
+    let (head, tail) = s.split_at_mut_checked(q * n)?;
+    Some((head.get_mut(p * n..(p + 1) * n)?, tail.get_mut(..n)?))
+}
+
 /// Eigendecomposition of the symmetric matrix held in A's lower triangle by cyclic Jacobi
 /// rotations (accurate to the last bits, also for small eigenvalues): the rows of `u` are the
 /// eigenvectors of the eigenvalues `w` in ascending order, and each row's largest-magnitude
 /// entry (the first one on ties) is positive, MXNet's rule for a deterministic sign.
 fn symmetric_eigen(a: &[f64], n: usize, u: &mut [f64], w: &mut [f64]) {
+    if n == 0 {
+        return;
+    }
+    // The whole symmetric matrix, from A's lower triangle.
     let mut s = vec![0.0; n * n];
-    for i in 0..n {
-        for j in 0..=i {
-            s[i * n + j] = a[i * n + j];
-            s[j * n + i] = a[i * n + j];
+    for (i, row) in s.chunks_exact_mut(n).enumerate() {
+        for (j, x) in row.iter_mut().enumerate() {
+            let (r, c) = if j <= i { (i, j) } else { (j, i) };
+            *x = a.get(r * n + c).copied().unwrap_or(0.0);
         }
     }
+    let at = |s: &[f64], i: usize, j: usize| s.get(i * n + j).copied().unwrap_or(0.0);
+    let zero_pair = |s: &mut [f64], p: usize, q: usize| {
+        for at in [p * n + q, q * n + p] {
+            if let Some(x) = s.get_mut(at) {
+                *x = 0.0;
+            }
+        }
+    };
     let mut v = identity(n);
     for sweep in 0..JACOBI_MAX_SWEEPS {
-        if (0..n).all(|i| (0..i).all(|j| s[i * n + j] == 0.0)) {
+        if s.chunks_exact(n).enumerate().all(|(i, row)| row.iter().take(i).all(|&x| x == 0.0)) {
             break;
         }
         for p in 0..n {
             for q in p + 1..n {
-                let apq = s[p * n + q];
+                let apq = at(&s, p, q);
                 if apq == 0.0 {
                     continue;
                 }
-                let (app, aqq) = (s[p * n + p], s[q * n + q]);
+                let (app, aqq) = (at(&s, p, p), at(&s, q, q));
                 // After a few sweeps an element below the diagonal's rounding is set to zero
                 // instead of rotated: this is what lets the sweeps end.
                 let negligible = 100.0 * apq.abs();
                 if sweep > 3 && app.abs() + negligible == app.abs() && aqq.abs() + negligible == aqq.abs() {
-                    s[p * n + q] = 0.0;
-                    s[q * n + p] = 0.0;
+                    zero_pair(&mut s, p, q);
                     continue;
                 }
                 // The rotation's tangent t is the smaller root of t^2 + 2 theta t - 1 = 0.
@@ -420,41 +513,33 @@ fn symmetric_eigen(a: &[f64], n: usize, u: &mut [f64], w: &mut [f64]) {
                 let t = if theta.abs() > 1e150 { 0.5 / theta } else { theta.signum() / (theta.abs() + (theta * theta + 1.0).sqrt()) };
                 let c = 1.0 / (t * t + 1.0).sqrt();
                 let sn = t * c;
-                for k in 0..n {
-                    let (skp, skq) = (s[k * n + p], s[k * n + q]);
-                    s[k * n + p] = c * skp - sn * skq;
-                    s[k * n + q] = sn * skp + c * skq;
+                // Columns p and q, then rows p and q.
+                s.chunks_exact_mut(n).for_each(|row| rotate(row, p, q, c, sn));
+                if let Some((row_p, row_q)) = rows_pair(&mut s, n, p, q) {
+                    for (x, y) in row_p.iter_mut().zip(row_q) {
+                        let (spk, sqk) = (*x, *y);
+                        *x = c * spk - sn * sqk;
+                        *y = sn * spk + c * sqk;
+                    }
                 }
-                for k in 0..n {
-                    let (spk, sqk) = (s[p * n + k], s[q * n + k]);
-                    s[p * n + k] = c * spk - sn * sqk;
-                    s[q * n + k] = sn * spk + c * sqk;
-                }
-                s[p * n + q] = 0.0;
-                s[q * n + p] = 0.0;
-                for k in 0..n {
-                    let (vkp, vkq) = (v[k * n + p], v[k * n + q]);
-                    v[k * n + p] = c * vkp - sn * vkq;
-                    v[k * n + q] = sn * vkp + c * vkq;
-                }
+                zero_pair(&mut s, p, q);
+                v.chunks_exact_mut(n).for_each(|row| rotate(row, p, q, c, sn));
             }
         }
     }
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by(|&i, &j| s[i * n + i].total_cmp(&s[j * n + j]));
-    for (row, &col) in order.iter().enumerate() {
-        w[row] = s[col * n + col];
-        let eigenvector = &mut u[row * n..row * n + n];
-        for (k, slot) in eigenvector.iter_mut().enumerate() {
-            *slot = v[k * n + col];
-        }
-        let mut largest = 0;
-        for k in 1..n {
-            if eigenvector[k].abs() > eigenvector[largest].abs() {
-                largest = k;
+    // (column, eigenvalue) in ascending order of the eigenvalues (a stable sort, as before).
+    let mut order: Vec<(usize, f64)> = s.iter().step_by(n + 1).copied().enumerate().collect();
+    order.sort_by(|x, y| x.1.total_cmp(&y.1));
+    for ((value, eigenvector), &(col, eigenvalue)) in w.iter_mut().zip(u.chunks_exact_mut(n)).zip(&order) {
+        *value = eigenvalue;
+        eigenvector.iter_mut().zip(v.iter().skip(col).step_by(n)).for_each(|(e, x)| *e = *x);
+        let mut largest = (0, eigenvector.first().map_or(0.0, |x| x.abs()));
+        for (k, x) in eigenvector.iter().enumerate().skip(1) {
+            if x.abs() > largest.1 {
+                largest = (k, x.abs());
             }
         }
-        if n > 0 && eigenvector[largest] < 0.0 {
+        if eigenvector.get(largest.0).is_some_and(|&x| x < 0.0) {
             eigenvector.iter_mut().for_each(|x| *x = -*x);
         }
     }
@@ -468,30 +553,37 @@ fn lu_in_place(a: &mut [f64], n: usize) -> (Vec<usize>, usize) {
     let mut perm: Vec<usize> = (0..n).collect();
     let mut swaps = 0;
     for k in 0..n {
-        let mut p = k;
-        for i in k + 1..n {
-            if a[i * n + k].abs() > a[p * n + k].abs() {
-                p = i;
+        // The pivot row: the largest magnitude in column k from row k down (the first on ties).
+        let mut column = (k..).zip(a.iter().skip(k * n + k).step_by(n));
+        let Some((_, &first)) = column.next() else { break };
+        let (mut p, mut largest, mut value) = (k, first.abs(), first);
+        for (i, &x) in column {
+            if x.abs() > largest {
+                (p, largest, value) = (i, x.abs(), x);
             }
         }
-        if a[p * n + k] == 0.0 {
+        if value == 0.0 {
             continue;
         }
         if p != k {
-            for j in 0..n {
-                a.swap(p * n + j, k * n + j);
+            if let Some((head, tail)) = a.split_at_mut_checked(p * n) {
+                if let (Some(row_k), Some(row_p)) = (head.get_mut(k * n..(k + 1) * n), tail.get_mut(..n)) {
+                    row_k.swap_with_slice(row_p);
+                }
             }
             perm.swap(p, k);
             swaps += 1;
         }
-        let pivot = a[k * n + k];
-        for i in k + 1..n {
-            let factor = a[i * n + k] / pivot;
-            a[i * n + k] = factor;
+        // Eliminate column k below the pivot: row i -= (a[i][k] / pivot) row k, from column k + 1.
+        let Some((head, below)) = a.split_at_mut_checked((k + 1) * n) else { break };
+        let Some((&pivot, pivot_tail)) = head.get(k * n + k..).and_then(|row| row.split_first()) else { break };
+        for row_i in below.chunks_exact_mut(n) {
+            let Some((left, right)) = row_i.split_at_mut_checked(k + 1) else { break };
+            let Some(entry) = left.last_mut() else { break };
+            let factor = *entry / pivot;
+            *entry = factor;
             if factor != 0.0 {
-                for j in k + 1..n {
-                    a[i * n + j] -= factor * a[k * n + j];
-                }
+                right.iter_mut().zip(pivot_tail).for_each(|(x, y)| *x -= factor * y);
             }
         }
     }
@@ -500,21 +592,26 @@ fn lu_in_place(a: &mut [f64], n: usize) -> (Vec<usize>, usize) {
 
 /// A^-1 from A's LU factors (see [`lu_in_place`]); Err(k) when U has a zero at position k.
 fn inverse_from_lu(lu: &[f64], perm: &[usize], n: usize, out: &mut [f64]) -> std::result::Result<(), usize> {
-    if let Some(k) = (0..n).find(|&k| lu[k * n + k] == 0.0) {
+    if let Some(k) = lu.iter().step_by(n + 1).take(n).position(|&v| v == 0.0) {
         return Err(k);
+    }
+    if n == 0 {
+        return Ok(());
     }
     // Solve L U X = P: row i of P has its one in column perm[i].
     out.fill(0.0);
-    for (i, &p) in perm.iter().enumerate() {
-        out[i * n + p] = 1.0;
+    for (row, &p) in out.chunks_exact_mut(n).zip(perm) {
+        if let Some(x) = row.get_mut(p) {
+            *x = 1.0;
+        }
     }
     for i in 0..n {
-        for j in 0..i {
-            let factor = lu[i * n + j];
+        let Some((before, rest)) = out.split_at_mut_checked(i * n) else { break };
+        let Some(row_i) = rest.get_mut(..n) else { break };
+        let factors = lu.get(i * n..i * n + i).unwrap_or_default();
+        for (row_j, &factor) in before.chunks_exact(n).zip(factors) {
             if factor != 0.0 {
-                for c in 0..n {
-                    out[i * n + c] -= factor * out[j * n + c];
-                }
+                row_i.iter_mut().zip(row_j).for_each(|(x, y)| *x -= factor * y);
             }
         }
     }
@@ -526,8 +623,7 @@ fn inverse_from_lu(lu: &[f64], perm: &[usize], n: usize, out: &mut [f64]) -> std
 fn determinant_from_lu(lu: &[f64], swaps: usize, n: usize) -> (f64, f64, f64) {
     let mut sign = if swaps % 2 == 1 { -1.0 } else { 1.0 };
     let (mut log_abs, mut product) = (0.0, sign);
-    for k in 0..n {
-        let d = lu[k * n + k];
+    for &d in lu.iter().step_by(n + 1).take(n) {
         sign *= if d > 0.0 {
             1.0
         } else if d < 0.0 {
@@ -583,12 +679,14 @@ impl Gemm {
         if axis < 0 || axis >= ndim as i64 - 1 {
             crate::bail!(Shape, "{name}: invalid row axis {} for {ndim}-dimensional inputs: it must come before the last axis", self.axis);
         }
-        let axis = axis as usize;
+        let (axis, last) = (axis as usize, ndim - 1);
         let (ad, bd) = (a.dims(), b.dims());
-        if (0..ndim - 1).any(|i| i != axis && ad[i] != bd[i]) {
+        if ad.iter().zip(bd).take(last).enumerate().any(|(i, (x, y))| i != axis && x != y) {
             crate::bail!(Shape, "{name}: A {a} and B {b} must have the same shape except on the row axis ({axis}) and the last axis");
         }
-        let (stored_a, stored_b) = ((ad[axis], ad[ndim - 1]), (bd[axis], bd[ndim - 1]));
+        // Both axes exist: axis < last < ndim, checked above.
+        let dim = |d: &[usize], i: usize| d.get(i).copied().unwrap_or(0);
+        let (stored_a, stored_b) = ((dim(ad, axis), dim(ad, last)), (dim(bd, axis), dim(bd, last)));
         let op_a = if self.transpose_a { (stored_a.1, stored_a.0) } else { stored_a };
         let op_b = if self.transpose_b { (stored_b.1, stored_b.0) } else { stored_b };
         if op_a.1 != op_b.0 {
@@ -602,11 +700,15 @@ impl Gemm {
             );
         }
         let mut out = ad.to_vec();
-        out[axis] = op_a.0;
-        out[ndim - 1] = op_b.1;
+        if let Some(rows) = out.get_mut(axis) {
+            *rows = op_a.0;
+        }
+        if let Some(cols) = out.last_mut() {
+            *cols = op_b.1;
+        }
         Ok(GemmLayout {
-            outer: ad[..axis].iter().product(),
-            inner: ad[axis + 1..ndim - 1].iter().product(),
+            outer: ad.get(..axis).map_or(1, |d| d.iter().product()),
+            inner: ad.get(axis + 1..last).map_or(1, |d| d.iter().product()),
             a: stored_a,
             b: stored_b,
             out: (op_a.0, op_b.1),
@@ -615,60 +717,43 @@ impl Gemm {
         })
     }
 
-    fn run<T: Elem>(&self, l: &GemmLayout, inputs: &[Tensor], out: &Tensor) -> Result<()> {
+    fn run<T: Elem>(&self, l: &GemmLayout, args: &KernelArgs) -> Result<()> {
+        let name = self.name;
         let (outer, inner) = (l.outer, l.inner);
         let (m, n) = l.out;
         if m == 0 || n == 0 || outer * inner == 0 {
             return Ok(());
         }
-        // SAFETY: this op only reads its inputs, whose element type is T.
-        let (a, b) = unsafe { (inputs[0].slice::<T>(), inputs[1].slice::<T>()) };
-        let a = rows_axis_as_matrices(a, outer, l.a.0, inner, l.a.1);
-        let b = rows_axis_as_matrices(b, outer, l.b.0, inner, l.b.1);
-        // SAFETY: as above.
-        let c = inputs.get(2).map(|c| rows_axis_as_matrices(unsafe { c.slice::<T>() }, outer, m, inner, n));
+        let out = args.output::<T>(0)?;
+        let a = rows_axis_as_matrices(name, args.input::<T>(0)?, outer, l.a.0, inner, l.a.1)?;
+        let b = rows_axis_as_matrices(name, args.input::<T>(1)?, outer, l.b.0, inner, l.b.1)?;
+        let c = if args.inputs().len() > 2 { Some(rows_axis_as_matrices(name, args.input::<T>(2)?, outer, m, inner, n)?) } else { None };
         // With the rows on another axis the products land in scratch and are scattered after.
-        let mut products = (inner > 1).then(|| vec![T::default(); out.size()]);
-        let dst = match &mut products {
-            Some(p) => SendPtr(p.as_mut_ptr()),
-            None => SendPtr(out.ptr::<T>()),
+        let mut products = (inner > 1).then(|| vec![T::default(); out.len()]);
+        let dst: &mut [T] = match &mut products {
+            Some(p) => p,
+            None => &mut *out,
         };
-        let batch = outer * inner;
         let (a_step, b_step, o_step) = (l.a.0 * l.a.1, l.b.0 * l.b.1, m * n);
-        let (ap, bp) = (SendPtr(a.as_ptr() as *mut T), SendPtr(b.as_ptr() as *mut T));
-        let cp = c.as_ref().map(|c| SendPtr(c.as_ptr() as *mut T));
         let (am, bm) = (Mat::stored(l.a.0, l.a.1, self.transpose_a), Mat::stored(l.b.0, l.b.1, self.transpose_b));
-        let (threads, min_items) = product_threads(batch);
-        parallel_chunks(batch, min_items, |range| {
-            for i in range {
-                // SAFETY: item i's matrices start at i * step of each buffer, which hold batch
-                // items; each output item is written by this task alone.
-                let item = unsafe { std::slice::from_raw_parts_mut(dst.get().add(i * o_step), o_step) };
+        let (threads, min_items) = product_threads(outer * inner);
+        let beta = self.beta.unwrap_or(0.0);
+        // Pieces of whole output matrices (o_step > 0), split as `parallel_chunks` splits the batch.
+        parallel_units(dst, o_step, min_items, |first, items| {
+            for (i, item) in (first..).zip(items.chunks_exact_mut(o_step)) {
                 if l.k == 0 {
                     item.fill(T::default());
                 } else {
-                    // SAFETY: as above; the Mats describe the stored matrices of A and B.
-                    unsafe {
-                        matmul_into(
-                            T::DTYPE,
-                            item.as_mut_ptr() as *mut u8,
-                            false,
-                            ap.get().add(i * a_step) as *const u8,
-                            am,
-                            bp.get().add(i * b_step) as *const u8,
-                            bm,
-                            threads,
-                        )
-                    };
+                    let (a, b) = (batch_item(name, "A", &a, i, a_step)?, batch_item(name, "B", &b, i, b_step)?);
+                    matmul_checked(name, item, false, a, am, b, bm, threads)?;
                 }
-                // SAFETY: C has the output's layout and is only read.
-                let c_item = cp.map(|c| unsafe { std::slice::from_raw_parts(c.get().add(i * o_step) as *const T, o_step) });
-                scale_add(item, self.alpha, c_item.map(|c| (self.beta.unwrap_or(0.0), c)));
+                let c_item = c.as_deref().map(|c| batch_item(name, "C", c, i, o_step)).transpose()?;
+                scale_add(item, self.alpha, c_item.map(|c| (beta, c)));
             }
-        });
+            Ok(())
+        })?;
         if let Some(p) = &products {
-            // SAFETY: the output belongs to this op alone.
-            matrices_as_rows_axis(p, outer, m, inner, n, unsafe { out.slice_mut::<T>() });
+            matrices_as_rows_axis(name, p, outer, m, inner, n, out)?;
         }
         Ok(())
     }
@@ -676,34 +761,43 @@ impl Gemm {
 
 /// `x` viewed as (outer, rows, inner, cols), reordered to a batch (outer, inner) of contiguous
 /// rows x cols matrices; borrowed when it is one already (inner == 1).
-fn rows_axis_as_matrices<T: Elem>(x: &[T], outer: usize, rows: usize, inner: usize, cols: usize) -> Cow<'_, [T]> {
+fn rows_axis_as_matrices<'a, T: Elem>(op: &str, x: &'a [T], outer: usize, rows: usize, inner: usize, cols: usize) -> Result<Cow<'a, [T]>> {
     if inner == 1 {
-        return Cow::Borrowed(x);
+        return Ok(Cow::Borrowed(x));
     }
     let mut out = Vec::with_capacity(x.len());
     for o in 0..outer {
         for i in 0..inner {
             for r in 0..rows {
                 let start = ((o * rows + r) * inner + i) * cols;
-                out.extend_from_slice(&x[start..start + cols]);
+                let line = x
+                    .get(start..start + cols)
+                    .ok_or_else(|| crate::err!(Runtime, "{op}: {} elements do not hold ({outer}, {rows}, {inner}, {cols})", x.len()))?;
+                out.extend_from_slice(line);
             }
         }
     }
-    Cow::Owned(out)
+    Ok(Cow::Owned(out))
 }
 
 /// The inverse of [`rows_axis_as_matrices`]: write a batch of matrices into `x`.
-fn matrices_as_rows_axis<T: Elem>(matrices: &[T], outer: usize, rows: usize, inner: usize, cols: usize, x: &mut [T]) {
-    let mut from = 0;
+fn matrices_as_rows_axis<T: Elem>(op: &str, matrices: &[T], outer: usize, rows: usize, inner: usize, cols: usize, x: &mut [T]) -> Result<()> {
+    if cols == 0 {
+        return Ok(());
+    }
+    let mut lines = matrices.chunks_exact(cols);
     for o in 0..outer {
         for i in 0..inner {
             for r in 0..rows {
                 let start = ((o * rows + r) * inner + i) * cols;
-                x[start..start + cols].copy_from_slice(&matrices[from..from + cols]);
-                from += cols;
+                let (Some(to), Some(from)) = (x.get_mut(start..start + cols), lines.next()) else {
+                    crate::bail!(Runtime, "{op}: {} and {} elements do not hold ({outer}, {rows}, {inner}, {cols})", matrices.len(), x.len());
+                };
+                to.copy_from_slice(from);
             }
         }
     }
+    Ok(())
 }
 
 impl Operator for Gemm {
@@ -715,10 +809,13 @@ impl Operator for Gemm {
         names
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let l = self.layout(&inputs[0], &inputs[1])?;
-        if let Some(c) = inputs.get(2) {
+        let [a, b, c @ ..] = inputs else {
+            crate::bail!(Value, "{}: inputs A and B expected, got {} input(s)", self.name, inputs.len());
+        };
+        let l = self.layout(a, b)?;
+        if let Some(c) = c.first() {
             if *c != l.out_shape {
-                crate::bail!(Shape, "{}: C has shape {c}, expected {} for A {} and B {}", self.name, l.out_shape, inputs[0], inputs[1]);
+                crate::bail!(Shape, "{}: C has shape {c}, expected {} for A {a} and B {b}", self.name, l.out_shape);
             }
         }
         Ok(vec![l.out_shape])
@@ -727,9 +824,8 @@ impl Operator for Gemm {
         real_dtype(self.name, inputs, 1)
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let l = self.layout(&inputs[0].shape, &inputs[1].shape)?;
-        crate::dispatch_dtype!(outputs[0].dtype, [F32, F64], T => self.run::<T>(&l, inputs, &outputs[0]), other => crate::bail!(Type, "linear algebra operators support float32 and float64 only, got {other}"))
+        let l = self.layout(args.input_shape(0)?, args.input_shape(1)?)?;
+        crate::dispatch_dtype!(args.output_dtype(0)?, [F32, F64], T => self.run::<T>(&l, args), other => check_real(other))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (a, b, g) = (d.input(0), d.input(1), d.out_grad(0));
@@ -759,7 +855,7 @@ impl Triangular {
     fn dims(&self, a: &Shape, b: &Shape) -> Result<(usize, usize, usize, usize)> {
         let (batch, n) = split_square(self.name, "A", a)?;
         let (_, rows, cols) = split_matrix(self.name, "B", b)?;
-        if a.ndim() != b.ndim() || a.dims()[..a.ndim() - 2] != b.dims()[..b.ndim() - 2] {
+        if a.ndim() != b.ndim() || batch_dims(a.dims()) != batch_dims(b.dims()) {
             crate::bail!(Shape, "{}: A {a} and B {b} must have the same leading (batch) dimensions", self.name);
         }
         let shared = if self.p.rightside { cols } else { rows };
@@ -775,49 +871,50 @@ impl Triangular {
         Ok((batch, n, rows, cols))
     }
 
-    fn multiply<T: Elem>(&self, a: &Tensor, b: &Tensor, out: &Tensor, (batch, n, rows, cols): (usize, usize, usize, usize)) -> Result<()> {
-        if out.size() == 0 {
+    fn multiply<T: Elem>(&self, args: &KernelArgs, (batch, n, rows, cols): (usize, usize, usize, usize)) -> Result<()> {
+        let (a, b, out) = (args.input::<T>(0)?, args.input::<T>(1)?, args.output::<T>(0)?);
+        // An empty output (n == 0 makes B's rows or columns 0) has nothing to compute.
+        let o_step = rows * cols;
+        if out.is_empty() || o_step == 0 || n == 0 {
             return Ok(());
         }
-        let (ap, bp, op) = (SendPtr(a.ptr::<T>()), SendPtr(b.ptr::<T>()), SendPtr(out.ptr::<T>()));
         let (threads, min_items) = product_threads(batch);
-        let p = &self.p;
-        parallel_chunks(batch, min_items, |range| {
+        let (p, name) = (&self.p, self.name);
+        // Pieces of whole output matrices, split as `parallel_chunks` splits the batch.
+        parallel_units(out, o_step, min_items, |first, items| {
             let mut triangle = vec![T::default(); n * n];
-            for i in range {
-                // SAFETY: item i of A (n x n), B and the output (rows x cols) lie at i times
-                // their sizes; A and B are only read, the output item is this task's alone.
-                unsafe {
-                    let a_item = std::slice::from_raw_parts(ap.get().add(i * n * n) as *const T, n * n);
-                    for r in 0..n {
-                        for c in 0..n {
-                            let kept = if p.lower { c <= r } else { c >= r };
-                            triangle[r * n + c] = if kept { a_item[r * n + c] } else { T::default() };
-                        }
+            for (i, item) in (first..).zip(items.chunks_exact_mut(o_step)) {
+                let a_item = batch_item(name, "A", a, i, n * n)?;
+                for (r, (t_row, a_row)) in triangle.chunks_exact_mut(n).zip(a_item.chunks_exact(n)).enumerate() {
+                    for (c, (t, &x)) in t_row.iter_mut().zip(a_row).enumerate() {
+                        let kept = if p.lower { c <= r } else { c >= r };
+                        *t = if kept { x } else { T::default() };
                     }
-                    let tri = (triangle.as_ptr() as *const u8, Mat::stored(n, n, p.transpose));
-                    let plain = (bp.get().add(i * rows * cols) as *const u8, Mat::stored(rows, cols, false));
-                    let ((x, xm), (y, ym)) = if p.rightside { (plain, tri) } else { (tri, plain) };
-                    let item = op.get().add(i * rows * cols);
-                    matmul_into(T::DTYPE, item as *mut u8, false, x, xm, y, ym, threads);
-                    scale_add(std::slice::from_raw_parts_mut(item, rows * cols), p.alpha, None);
                 }
+                let tri = (triangle.as_slice(), Mat::stored(n, n, p.transpose));
+                let plain = (batch_item(name, "B", b, i, o_step)?, Mat::stored(rows, cols, false));
+                let ((x, xm), (y, ym)) = if p.rightside { (plain, tri) } else { (tri, plain) };
+                matmul_checked(name, item, false, x, xm, y, ym, threads)?;
+                scale_add(item, p.alpha, None);
             }
-        });
-        Ok(())
+            Ok(())
+        })
     }
 
-    fn solve(&self, a: &Tensor, b: &Tensor, out: &Tensor, (batch, n, rows, cols): (usize, usize, usize, usize)) -> Result<()> {
-        let a = values_f64(a)?;
-        let mut x: Vec<f64> = values_f64(b)?.into_iter().map(|v| v * self.p.alpha).collect();
-        let items = ItemChunks::new(&mut x, rows * cols);
-        for_each_item(batch, |i| {
-            // SAFETY: x holds batch items of rows * cols values; item i is this task's alone.
-            let item = unsafe { items.item(i) };
-            solve_triangular(&a[i * n * n..(i + 1) * n * n], n, &self.p, item, rows, cols);
-            Ok(())
-        })?;
-        store_f64(out, &x)
+    fn solve(&self, args: &KernelArgs, (_, n, rows, cols): (usize, usize, usize, usize)) -> Result<()> {
+        let a = input_f64(args, 0)?;
+        let mut x: Vec<f64> = input_f64(args, 1)?.into_iter().map(|v| v * self.p.alpha).collect();
+        let size = rows * cols;
+        if size > 0 {
+            // One matrix per item, split as `parallel_chunks(batch, 1)` splits the batch.
+            parallel_units(&mut x, size, 1, |first, items| {
+                for (i, item) in (first..).zip(items.chunks_exact_mut(size)) {
+                    solve_triangular(batch_item(self.name, "A", &a, i, n * n)?, n, &self.p, item, rows, cols);
+                }
+                Ok(())
+            })?;
+        }
+        output_from_f64(args, 0, &x)
     }
 }
 
@@ -826,19 +923,19 @@ impl Operator for Triangular {
         vec!["A".into(), "B".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        self.dims(&inputs[0], &inputs[1])?;
-        Ok(vec![inputs[1].clone()])
+        let [a, b] = exactly(self.name, "input", inputs)?;
+        self.dims(a, b)?;
+        Ok(vec![b.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         real_dtype(self.name, inputs, 1)
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let dims = self.dims(&inputs[0].shape, &inputs[1].shape)?;
+        let dims = self.dims(args.input_shape(0)?, args.input_shape(1)?)?;
         if self.solve {
-            self.solve(&inputs[0], &inputs[1], &outputs[0], dims)
+            self.solve(args, dims)
         } else {
-            crate::dispatch_dtype!(outputs[0].dtype, [F32, F64], T => self.multiply::<T>(&inputs[0], &inputs[1], &outputs[0], dims), other => crate::bail!(Type, "linear algebra operators support float32 and float64 only, got {other}"))
+            crate::dispatch_dtype!(args.output_dtype(0)?, [F32, F64], T => self.multiply::<T>(args, dims), other => check_real(other))
         }
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
@@ -866,70 +963,64 @@ struct Syrk {
 }
 
 impl Syrk {
-    fn run<T: Elem>(&self, a: &Tensor, out: &Tensor) -> Result<()> {
-        let (batch, rows, cols) = split_matrix("_linalg_syrk", "A", &a.shape)?;
+    fn run<T: Elem>(&self, args: &KernelArgs) -> Result<()> {
+        let (batch, rows, cols) = split_matrix(SYRK, "A", args.input_shape(0)?)?;
         let n = if self.p.transpose { cols } else { rows };
-        if out.size() == 0 {
+        let (a, out) = (args.input::<T>(0)?, args.output::<T>(0)?);
+        if out.is_empty() || n == 0 {
             return Ok(());
         }
-        let (ap, op) = (SendPtr(a.ptr::<T>()), SendPtr(out.ptr::<T>()));
         let (threads, min_items) = product_threads(batch);
-        let (t, alpha) = (self.p.transpose, self.p.alpha);
-        parallel_chunks(batch, min_items, |range| {
-            for i in range {
-                // SAFETY: item i of A (rows x cols) is only read; item i of the output (n x n)
-                // is this task's alone.
-                unsafe {
-                    let item = std::slice::from_raw_parts_mut(op.get().add(i * n * n), n * n);
-                    if rows * cols == 0 {
-                        item.fill(T::default());
-                        continue;
-                    }
-                    let a_item = ap.get().add(i * rows * cols) as *const u8;
-                    matmul_into(
-                        T::DTYPE,
-                        item.as_mut_ptr() as *mut u8,
-                        false,
-                        a_item,
-                        Mat::stored(rows, cols, t),
-                        a_item,
-                        Mat::stored(rows, cols, !t),
-                        threads,
-                    );
-                    // The GEMM's blocked sums may round the two triangles differently: the
-                    // result is made exactly symmetric, from its lower triangle as MXNet's.
-                    for r in 0..n {
-                        for c in r + 1..n {
-                            item[r * n + c] = item[c * n + r];
+        let (t, alpha, a_step) = (self.p.transpose, self.p.alpha, rows * cols);
+        // Pieces of whole output matrices, split as `parallel_chunks` splits the batch.
+        parallel_units(out, n * n, min_items, |first, items| {
+            for (i, item) in (first..).zip(items.chunks_exact_mut(n * n)) {
+                if a_step == 0 {
+                    item.fill(T::default());
+                    continue;
+                }
+                let a_item = batch_item(SYRK, "A", a, i, a_step)?;
+                matmul_checked(SYRK, item, false, a_item, Mat::stored(rows, cols, t), a_item, Mat::stored(rows, cols, !t), threads)?;
+                // The GEMM's blocked sums may round the two triangles differently: the result is
+                // made exactly symmetric, from its lower triangle as MXNet's (row r right of the
+                // diagonal from column r below it).
+                for r in 0..n {
+                    let Some((head, below)) = item.split_at_mut_checked((r + 1) * n) else { break };
+                    let Some(right) = head.get_mut(r * n + r + 1..) else { break };
+                    for (x, lower_row) in right.iter_mut().zip(below.chunks_exact(n)) {
+                        if let Some(&v) = lower_row.get(r) {
+                            *x = v;
                         }
                     }
-                    scale_add(item, alpha, None);
                 }
+                scale_add(item, alpha, None);
             }
-        });
-        Ok(())
+            Ok(())
+        })
     }
 }
+
+const SYRK: &str = "_linalg_syrk";
 
 impl Operator for Syrk {
     fn input_names(&self) -> Vec<String> {
         vec!["A".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let (_, rows, cols) = split_matrix("_linalg_syrk", "A", &inputs[0])?;
+        let [a] = exactly(SYRK, "input", inputs)?;
+        let (_, rows, cols) = split_matrix(SYRK, "A", a)?;
         let n = if self.p.transpose { cols } else { rows };
-        let mut dims = inputs[0].dims().to_vec();
-        let ndim = dims.len();
-        dims[ndim - 2] = n;
-        dims[ndim - 1] = n;
+        let mut dims = a.dims().to_vec();
+        if let [.., r, c] = dims.as_mut_slice() {
+            (*r, *c) = (n, n);
+        }
         Ok(vec![Shape::new(dims)])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        real_dtype("_linalg_syrk", inputs, 1)
+        real_dtype(SYRK, inputs, 1)
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        crate::dispatch_dtype!(outputs[0].dtype, [F32, F64], T => self.run::<T>(&inputs[0], &outputs[0]), other => crate::bail!(Type, "linear algebra operators support float32 and float64 only, got {other}"))
+        crate::dispatch_dtype!(args.output_dtype(0)?, [F32, F64], T => self.run::<T>(args), other => check_real(other))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (a, g) = (d.input(0), d.out_grad(0));
@@ -947,25 +1038,25 @@ impl Operator for Syrk {
 // ---------------------------------------------------------------------------------------------
 // Operators of one square-matrix input computed in float64, one matrix per task.
 
-/// Run `kernel(i, matrix_i, outputs_i)` over the batch of A's n x n matrices, each output
+/// Run `kernel(i, matrix_i, outputs_i)` over the batch of input 0's n x n matrices, output k
 /// holding `out_sizes[k]` values per matrix, and store the outputs.
 fn per_matrix(
-    a: &Tensor,
+    op: &str,
+    args: &KernelArgs,
     (batch, n): (usize, usize),
-    outputs: &[Tensor],
     out_sizes: &[usize],
     kernel: impl Fn(usize, &[f64], &mut [&mut [f64]]) -> Result<()> + Sync,
 ) -> Result<()> {
-    let values = values_f64(a)?;
+    let values = input_f64(args, 0)?;
     let mut results: Vec<Vec<f64>> = out_sizes.iter().map(|&len| vec![0.0; batch * len]).collect();
     let chunks: Vec<ItemChunks<f64>> = results.iter_mut().zip(out_sizes).map(|(r, &len)| ItemChunks::new(r, len)).collect();
     for_each_item(batch, |i| {
-        // SAFETY: each result holds batch items of its length; item i is this task's alone.
-        let mut items: Vec<&mut [f64]> = chunks.iter().map(|c| unsafe { c.item(i) }).collect();
-        kernel(i, &values[i * n * n..(i + 1) * n * n], &mut items)
+        // SAFETY: `for_each_item` runs each index once, so each result's item i is taken once.
+        let mut items = chunks.iter().map(|c| unsafe { c.item(i) }).collect::<Result<Vec<&mut [f64]>>>()?;
+        kernel(i, batch_item(op, "A", &values, i, n * n)?, &mut items)
     })?;
-    for (out, values) in outputs.iter().zip(&results) {
-        store_f64(out, values)?;
+    for (o, values) in results.iter().enumerate() {
+        output_from_f64(args, o, values)?;
     }
     Ok(())
 }
@@ -997,7 +1088,7 @@ struct Square {
 impl Square {
     fn output_shapes(&self, a: &Shape) -> Result<Vec<Shape>> {
         split_square(self.name, "A", a)?;
-        let eigenvalues = Shape::new(a.dims()[..a.ndim() - 1].to_vec());
+        let eigenvalues = Shape::new(a.dims().split_last().map_or(&[][..], |(_, lead)| lead).to_vec());
         Ok(match self.kind {
             SquareKind::Cholesky { .. } | SquareKind::CholeskyInverse { .. } | SquareKind::Inverse => vec![a.clone()],
             SquareKind::SumLogDiag | SquareKind::Det => vec![per_matrix_shape(a)],
@@ -1018,56 +1109,61 @@ impl Operator for Square {
         }
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        self.output_shapes(&inputs[0])
+        let [a] = exactly(self.name, "input", inputs)?;
+        self.output_shapes(a)
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         real_dtype(self.name, inputs, self.num_outputs())
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let a = &inputs[0];
-        let dims = split_square(self.name, "A", &a.shape)?;
+        let dims = split_square(self.name, "A", args.input_shape(0)?)?;
         let n = dims.1;
         let name = self.name;
+        // The kernels' outputs, as many as `out_sizes` asks for.
+        let outputs_error = |count: usize| crate::err!(Runtime, "{name}: {count} per-matrix output(s) expected");
         match self.kind {
-            SquareKind::Cholesky { lower } => per_matrix(a, dims, outputs, &[n * n], |i, m, out| {
-                cholesky(m, n, lower, out[0]).map_err(|order| {
+            SquareKind::Cholesky { lower } => per_matrix(name, args, dims, &[n * n], |i, m, out| {
+                let [l] = out else { return Err(outputs_error(1)) };
+                cholesky(m, n, lower, l).map_err(|order| {
                     crate::err!(
                         Value,
                         "{name}: matrix {i} of the batch is not symmetric positive definite (its leading minor of order {order} is not positive)"
                     )
                 })
             }),
-            SquareKind::CholeskyInverse { lower } => per_matrix(a, dims, outputs, &[n * n], |i, m, out| {
-                cholesky_inverse(m, n, lower, out[0])
+            SquareKind::CholeskyInverse { lower } => per_matrix(name, args, dims, &[n * n], |i, m, out| {
+                let [inverse] = out else { return Err(outputs_error(1)) };
+                cholesky_inverse(m, n, lower, inverse)
                     .map_err(|k| crate::err!(Value, "{name}: matrix {i} of the batch is not a Cholesky factor: its diagonal element {k} is zero"))
             }),
-            SquareKind::SumLogDiag => per_matrix(a, dims, outputs, &[1], |_, m, out| {
-                out[0][0] = (0..n).map(|k| m[k * n + k].ln()).sum();
+            SquareKind::SumLogDiag => per_matrix(name, args, dims, &[1], |_, m, out| {
+                let [[sum]] = out else { return Err(outputs_error(1)) };
+                *sum = m.iter().step_by(n + 1).take(n).map(|v| v.ln()).sum();
                 Ok(())
             }),
-            SquareKind::SymmetricEigen => per_matrix(a, dims, outputs, &[n * n, n], |_, m, out| {
-                let (u, w) = out.split_at_mut(1);
-                symmetric_eigen(m, n, u[0], w[0]);
+            SquareKind::SymmetricEigen => per_matrix(name, args, dims, &[n * n, n], |_, m, out| {
+                let [u, w] = out else { return Err(outputs_error(2)) };
+                symmetric_eigen(m, n, u, w);
                 Ok(())
             }),
-            SquareKind::Inverse => per_matrix(a, dims, outputs, &[n * n], |i, m, out| {
+            SquareKind::Inverse => per_matrix(name, args, dims, &[n * n], |i, m, out| {
+                let [inverse] = out else { return Err(outputs_error(1)) };
                 let mut lu = m.to_vec();
                 let (perm, _) = lu_in_place(&mut lu, n);
-                inverse_from_lu(&lu, &perm, n, out[0]).map_err(|_| crate::err!(Value, "{name}: matrix {i} of the batch is singular (not invertible)"))
+                inverse_from_lu(&lu, &perm, n, inverse)
+                    .map_err(|_| crate::err!(Value, "{name}: matrix {i} of the batch is singular (not invertible)"))
             }),
             SquareKind::Det | SquareKind::SlogDet => {
                 let slog = self.kind == SquareKind::SlogDet;
                 let sizes: &[usize] = if slog { &[1, 1] } else { &[1] };
-                per_matrix(a, dims, outputs, sizes, |_, m, out| {
+                per_matrix(name, args, dims, sizes, |_, m, out| {
                     let mut lu = m.to_vec();
                     let (_, swaps) = lu_in_place(&mut lu, n);
                     let (sign, log_abs, det) = determinant_from_lu(&lu, swaps, n);
-                    if slog {
-                        out[0][0] = sign;
-                        out[1][0] = log_abs;
-                    } else {
-                        out[0][0] = det;
+                    match out {
+                        [[sign_out], [log_out]] if slog => (*sign_out, *log_out) = (sign, log_abs),
+                        [[det_out]] if !slog => *det_out = det,
+                        _ => return Err(outputs_error(sizes.len())),
                     }
                     Ok(())
                 })
@@ -1190,6 +1286,8 @@ fn symmetric_eigen_gradient(d: &mut Grad) -> Result<Entry> {
 
 struct Gelqf;
 
+const GELQF: &str = "_linalg_gelqf";
+
 impl Operator for Gelqf {
     fn input_names(&self) -> Vec<String> {
         vec!["A".into()]
@@ -1198,33 +1296,33 @@ impl Operator for Gelqf {
         2
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let a = &inputs[0];
-        let (_, m, n) = split_matrix("_linalg_gelqf", "A", a)?;
+        let [a] = exactly(GELQF, "input", inputs)?;
+        let (_, m, n) = split_matrix(GELQF, "A", a)?;
         if m > n {
-            crate::bail!(Shape, "_linalg_gelqf: A must have at most as many rows as columns (shape (..., x, y) with x <= y), got {a}");
+            crate::bail!(Shape, "{GELQF}: A must have at most as many rows as columns (shape (..., x, y) with x <= y), got {a}");
         }
         let mut l = a.dims().to_vec();
-        let ndim = l.len();
-        l[ndim - 1] = m;
+        if let Some(cols) = l.last_mut() {
+            *cols = m;
+        }
         Ok(vec![a.clone(), Shape::new(l)])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        real_dtype("_linalg_gelqf", inputs, 2)
+        real_dtype(GELQF, inputs, 2)
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (batch, m, n) = split_matrix("_linalg_gelqf", "A", &inputs[0].shape)?;
-        let a = values_f64(&inputs[0])?;
+        let (batch, m, n) = split_matrix(GELQF, "A", args.input_shape(0)?)?;
+        let a = input_f64(args, 0)?;
         let (mut q, mut l) = (vec![0.0; batch * m * n], vec![0.0; batch * m * m]);
         let (q_items, l_items) = (ItemChunks::new(&mut q, m * n), ItemChunks::new(&mut l, m * m));
         for_each_item(batch, |i| {
-            // SAFETY: q and l hold batch items of their sizes; item i is this task's alone.
-            let (q_item, l_item) = unsafe { (q_items.item(i), l_items.item(i)) };
-            lq(&a[i * m * n..(i + 1) * m * n], m, n, q_item, l_item);
+            // SAFETY: `for_each_item` runs each index once, so item i of q and l is taken once.
+            let (q_item, l_item) = unsafe { (q_items.item(i)?, l_items.item(i)?) };
+            lq(batch_item(GELQF, "A", &a, i, m * n)?, m, n, q_item, l_item);
             Ok(())
         })?;
-        store_f64(&outputs[0], &q)?;
-        store_f64(&outputs[1], &l)
+        output_from_f64(args, 0, &q)?;
+        output_from_f64(args, 1, &l)
     }
     /// dA = L^-T (dQ + sym(L^T dL - dQ Q^T) Q), sym() mirroring the lower triangle.
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
@@ -1303,11 +1401,10 @@ impl Packing {
         at
     }
 
-    fn run<T: Elem>(&self, input: &Tensor, out: &Tensor) -> Result<()> {
-        let (n, m) = self.sizes(&input.shape)?;
+    fn run<T: Elem>(&self, args: &KernelArgs) -> Result<()> {
+        let (n, m) = self.sizes(args.input_shape(0)?)?;
         let positions = self.positions(n);
-        // SAFETY: the input is only read, the output belongs to this op alone.
-        let (x, y) = unsafe { (input.slice::<T>(), out.slice_mut::<T>()) };
+        let (x, y) = (args.input::<T>(0)?, args.output::<T>(0)?);
         if n == 0 || m == 0 {
             // Empty matrices or vectors (chunks of zero length are not allowed): a made matrix
             // is all zeros, an extracted vector has no entries.
@@ -1317,14 +1414,18 @@ impl Packing {
         if self.extract {
             for (vector, matrix) in y.chunks_exact_mut(m).zip(x.chunks_exact(n * n)) {
                 for (v, &at) in vector.iter_mut().zip(&positions) {
-                    *v = matrix[at];
+                    if let Some(&value) = matrix.get(at) {
+                        *v = value;
+                    }
                 }
             }
         } else {
             y.fill(T::default());
             for (matrix, vector) in y.chunks_exact_mut(n * n).zip(x.chunks_exact(m)) {
                 for (v, &at) in vector.iter().zip(&positions) {
-                    matrix[at] = *v;
+                    if let Some(slot) = matrix.get_mut(at) {
+                        *slot = *v;
+                    }
                 }
             }
         }
@@ -1347,8 +1448,9 @@ impl Operator for Packing {
         vec!["A".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let (n, m) = self.sizes(&inputs[0])?;
-        let mut dims = inputs[0].dims().to_vec();
+        let [a] = exactly(self.name, "input", inputs)?;
+        let (n, m) = self.sizes(a)?;
+        let mut dims = a.dims().to_vec();
         dims.pop();
         if self.extract {
             dims.pop();
@@ -1362,8 +1464,7 @@ impl Operator for Packing {
         real_dtype(self.name, inputs, 1)
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        crate::dispatch_dtype!(outputs[0].dtype, [F32, F64], T => self.run::<T>(&inputs[0], &outputs[0]), other => crate::bail!(Type, "linear algebra operators support float32 and float64 only, got {other}"))
+        crate::dispatch_dtype!(args.output_dtype(0)?, [F32, F64], T => self.run::<T>(args), other => check_real(other))
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let g = d.out_grad(0);

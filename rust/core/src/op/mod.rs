@@ -5,8 +5,11 @@
 //! shapes and dtypes, and runs its kernel. Python generates `mx.nd.<op>` from [`Registry::defs`].
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::indexing_slicing))]
 
+mod activation;
 mod amp;
 mod broadcast;
+mod conv_epilogue;
+mod conv_shifted;
 mod creation;
 mod ctc;
 pub mod custom;
@@ -16,22 +19,33 @@ mod elemwise_binary;
 mod elemwise_unary;
 mod fast_math;
 pub mod fused;
+mod gather_scatter;
 pub mod grad;
 mod group_norm;
 mod image;
 mod indexing;
 mod kernel_args;
+mod linalg;
+mod linalg_la;
 mod local;
 mod losses;
+mod normalization;
+mod optimizer_updates;
 mod output_layers;
 mod pad;
 pub mod params;
+mod pooling;
 mod rearrange;
+mod reduce;
+mod rnn;
+mod row_dots;
 mod sampling;
 mod select;
 mod sequence;
+mod shape_ops;
 mod simd;
 mod sorting;
+mod stencil;
 pub mod typed;
 
 // Kernels that still index their slices directly. Their indexes stay inside lengths the
@@ -39,38 +53,10 @@ pub mod typed;
 // crash: the engine turns a panicking kernel into an `MXNetError` of that operator. Each module
 // leaves this list when it reads its slices by iterators and checked access (issue 23).
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod activation;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod conv_epilogue;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod conv_shifted;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod convolution;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod gather_scatter;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod linalg;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod linalg_la;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod normalization;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod optimizer_updates;
 #[cfg(target_arch = "x86_64")]
 #[cfg_attr(not(test), allow(clippy::indexing_slicing))]
 mod packed_gemm;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod pooling;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod reduce;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod rnn;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod row_dots;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod shape_ops;
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod stencil;
 
 use std::sync::{Arc, OnceLock};
 

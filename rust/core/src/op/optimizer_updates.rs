@@ -5,7 +5,9 @@
 //! weights, each with its own lr and wd, in one operator call.
 
 use super::broadcast::{map_into, zip_args, zip_into, Operand};
-use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
+#[cfg(feature = "cuda")]
+use super::Tensor;
+use super::{exactly, ExecContext, InOut, OpDef, Operator, PARALLEL_GRAIN};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -20,14 +22,18 @@ struct Hyper {
     eta: f64,
 }
 
+/// Most states any rule keeps per element (rmspropalex: n, g, delta).
+const MAX_STATES: usize = 3;
+
+/// One element's optimizer states, as a rule reads and updates them (a rule with fewer states
+/// leaves the rest alone).
+type States = [f64; MAX_STATES];
+
 /// The new weight (or, for LAMB's first phase, the update direction) from the weight, the raw
 /// gradient and the states, updating the states. Monomorphized per rule so the element loop
 /// inlines it.
-trait Rule: Fn(&Hyper, f64, f64, &mut [f64]) -> f64 + Send + Sync + 'static {}
-impl<R: Fn(&Hyper, f64, f64, &mut [f64]) -> f64 + Send + Sync + 'static> Rule for R {}
-
-/// Most states any rule keeps per element (rmspropalex: n, g, delta).
-const MAX_STATES: usize = 3;
+trait Rule: Fn(&Hyper, f64, f64, &mut States) -> f64 + Send + Sync + 'static {}
+impl<R: Fn(&Hyper, f64, f64, &mut States) -> f64 + Send + Sync + 'static> Rule for R {}
 
 /// Rescale, then clip when `clip >= 0` (MXNet's clip_gradient convention).
 #[inline(always)]
@@ -86,6 +92,15 @@ impl Layout {
     fn mutated(&self) -> Vec<usize> {
         (0..self.weights).flat_map(|i| (2..self.per_weight()).map(move |k| i * self.per_weight() + k)).collect()
     }
+    /// The (weight, grad, states..., [master]) input groups of `items` (shapes, dtypes or
+    /// tensors), one per weight.
+    fn groups<'a, T>(&self, op: &str, items: &'a [T]) -> Result<std::slice::ChunksExact<'a, T>> {
+        let per = self.per_weight();
+        let groups = items
+            .get(..per * self.weights)
+            .ok_or_else(|| crate::err!(Value, "{op}: {} inputs expected ({} per weight), got {}", self.input_count(), per, items.len()))?;
+        Ok(groups.chunks_exact(per))
+    }
 }
 
 /// A fused update: `rule` applied to every weight of the layout.
@@ -121,135 +136,201 @@ impl<R: Rule> Update<R> {
         self.direction = true;
         self
     }
-}
 
-/// Apply `rule` to one weight's (weight, grad, states, master) group, writing `out` (element
-/// type `O`). `write_master`: the result is the new weight, stored into the master copy too.
-#[allow(clippy::too_many_arguments)]
-fn apply_rule<W: Elem, S: Elem, O: Elem>(
-    rule: &impl Rule,
-    h: &Hyper,
-    weight: &Tensor,
-    grad: &Tensor,
-    states: &[Tensor],
-    master: Option<&Tensor>,
-    write_master: bool,
-    out: &Tensor,
-) {
-    // The state count is a constant inside the element loop, so that the loop vectorizes.
-    match states.len() {
-        0 => apply_rule_with::<W, S, O, 0>(rule, h, weight, grad, states, master, write_master, out),
-        1 => apply_rule_with::<W, S, O, 1>(rule, h, weight, grad, states, master, write_master, out),
-        2 => apply_rule_with::<W, S, O, 2>(rule, h, weight, grad, states, master, write_master, out),
-        _ => apply_rule_with::<W, S, O, MAX_STATES>(rule, h, weight, grad, states, master, write_master, out),
+    /// Updates weight `i`, whose group of inputs starts at `first`: weight and gradient of
+    /// element type `W`, states and master copy of `S`, output of `O`.
+    fn update_weight<W: Elem, S: Elem, O: Elem>(&self, args: &KernelArgs, i: usize, first: usize, h: &Hyper) -> Result<()> {
+        if self.direction {
+            return self.update_group::<W, S, O>(args, first, h, Some(args.input::<W>(first)?), args.output::<O>(i)?);
+        }
+        // The new weight is written over the weight (O is W here), usually in its own memory.
+        match args.in_place::<W>(first, i)? {
+            InOut::Separate(weight, out) => self.update_group::<W, S, W>(args, first, h, Some(weight), out),
+            InOut::Same(weight) => self.update_group::<W, S, W>(args, first, h, None, weight),
+        }
+    }
+
+    /// [`Update::update_weight`] once the weight (`None`: it is `out`'s memory) and the output
+    /// are lent.
+    fn update_group<W: Elem, S: Elem, O: Elem>(&self, args: &KernelArgs, first: usize, h: &Hyper, weight: Option<&[W]>, out: &mut [O]) -> Result<()> {
+        // The state count is a constant inside the element loop, so that the loop vectorizes.
+        match self.layout.states.len() {
+            0 => self.update_with::<W, S, O, 0>(args, first, h, weight, out),
+            1 => self.update_with::<W, S, O, 1>(args, first, h, weight, out),
+            2 => self.update_with::<W, S, O, 2>(args, first, h, weight, out),
+            3 => self.update_with::<W, S, O, 3>(args, first, h, weight, out),
+            n => crate::bail!(Runtime, "{}: {n} states per weight, at most {MAX_STATES} supported", self.name),
+        }
+    }
+
+    fn update_with<W: Elem, S: Elem, O: Elem, const N: usize>(
+        &self,
+        args: &KernelArgs,
+        first: usize,
+        h: &Hyper,
+        weight: Option<&[W]>,
+        out: &mut [O],
+    ) -> Result<()> {
+        let grad = args.input::<W>(first + 1)?;
+        let mut states: [&mut [S]; N] = std::array::from_fn(|_| Default::default());
+        for (k, state) in states.iter_mut().enumerate() {
+            *state = args.mutated::<S>(first + 2 + k)?;
+        }
+        let master = if self.layout.master { Some(args.mutated::<S>(first + 2 + N)?) } else { None };
+        let n = out.len();
+        let mut lengths =
+            [grad.len()].into_iter().chain(weight.map(<[W]>::len)).chain(states.iter().map(|s| s.len())).chain(master.as_ref().map(|m| m.len()));
+        if let Some(bad) = lengths.find(|&len| len != n) {
+            crate::bail!(Runtime, "{}: the weight's output holds {n} elements but one of its inputs {bad}", self.name);
+        }
+        let arrays = UpdateArrays { weight, grad, out, states, master };
+        let write_master = !self.direction;
+        let threads = crate::engine::parallel::threads();
+        if n <= PARALLEL_GRAIN || threads <= 1 {
+            super::simd::vectorized(
+                #[inline(always)]
+                || update_range(&self.rule, h, arrays, write_master),
+            );
+            return Ok(());
+        }
+        // Index ranges as `parallel_chunks(n, PARALLEL_GRAIN, ..)` splits them.
+        let chunk = n.div_ceil(threads * 4).max(PARALLEL_GRAIN);
+        crate::engine::parallel::map_owned(arrays.split(chunk), |_, piece| {
+            super::simd::vectorized(
+                #[inline(always)]
+                || update_range(&self.rule, h, piece, write_master),
+            )
+        });
+        Ok(())
     }
 }
 
-/// The arrays of one update, as pointers shared by the tasks that each update one index range.
-struct UpdateArrays<W, S, O, const N: usize> {
-    weight: SendPtr<W>,
-    grad: SendPtr<W>,
-    out: SendPtr<O>,
-    states: [SendPtr<S>; N],
-    master: Option<SendPtr<S>>,
-    write_master: bool,
+/// The arrays of one weight's update (or of one index range of it, for one task): all of one
+/// length.
+struct UpdateArrays<'a, W, S, O, const N: usize> {
+    /// `None`: the weight is `out`'s memory, read before it is written.
+    weight: Option<&'a [W]>,
+    grad: &'a [W],
+    out: &'a mut [O],
+    states: [&'a mut [S]; N],
+    master: Option<&'a mut [S]>,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn apply_rule_with<W: Elem, S: Elem, O: Elem, const N: usize>(
-    rule: &impl Rule,
-    h: &Hyper,
-    weight: &Tensor,
-    grad: &Tensor,
-    states: &[Tensor],
-    master: Option<&Tensor>,
-    write_master: bool,
-    out: &Tensor,
-) {
-    let arrays = UpdateArrays::<W, S, O, N> {
-        weight: SendPtr(weight.ptr::<W>()),
-        grad: SendPtr(grad.ptr::<W>()),
-        out: SendPtr(out.ptr::<O>()),
-        states: std::array::from_fn(|k| SendPtr(states[k].ptr::<S>())),
-        master: master.map(|m| SendPtr(m.ptr::<S>())),
-        write_master,
-    };
-    parallel_chunks(weight.size(), PARALLEL_GRAIN, |range| {
-        // SAFETY: see `update_range`.
-        super::simd::vectorized(
-            #[inline(always)]
-            || unsafe { update_range(rule, h, &arrays, range) },
-        )
-    });
+impl<'a, W, S, O, const N: usize> UpdateArrays<'a, W, S, O, N> {
+    /// The arrays cut into index ranges of `chunk` elements (the last possibly shorter).
+    fn split(self, chunk: usize) -> Vec<Self> {
+        let chunk = chunk.max(1);
+        let UpdateArrays { weight, grad, out, states, master } = self;
+        let mut weights = weight.map(|w| w.chunks(chunk));
+        let mut states = states.map(|s| s.chunks_mut(chunk));
+        let mut masters = master.map(|m| m.chunks_mut(chunk));
+        grad.chunks(chunk)
+            .zip(out.chunks_mut(chunk))
+            .map(|(grad, out)| UpdateArrays {
+                weight: weights.as_mut().and_then(Iterator::next),
+                grad,
+                out,
+                states: states.each_mut().map(|s| s.next().unwrap_or_default()),
+                master: masters.as_mut().and_then(Iterator::next),
+            })
+            .collect()
+    }
 }
 
-/// Updates the indices `range`.
-///
-/// # Safety
-/// Every array holds `range.end` elements or more (checked by infer_shape and `check`); the
-/// states, master and output are written by this op alone, each index by exactly one task, and an
-/// output aliasing the weight (or the master copy) is written only after its block was loaded.
+/// Elements staged per block in [`update_range`].
+const STAGE: usize = 256;
+
+/// `dst[i] = src[i]` as f64 over the shorter of the two.
 #[inline(always)]
-unsafe fn update_range<W: Elem, S: Elem, O: Elem, const N: usize>(
-    rule: &impl Rule,
-    h: &Hyper,
-    a: &UpdateArrays<W, S, O, N>,
-    range: std::ops::Range<usize>,
-) {
+fn load<T: Elem>(dst: &mut [f64; STAGE], src: &[T]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = s.to_f64();
+    }
+}
+
+/// `dst[i] = src[i]` converted to `T`, over the shorter of the two.
+#[inline(always)]
+fn store<T: Elem>(dst: &mut [T], src: &[f64; STAGE]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = T::from_f64(s);
+    }
+}
+
+/// Applies the rule to every element of `a`. `write_master`: the result is the new weight,
+/// stored into the master copy too.
+#[inline(always)]
+fn update_range<W: Elem, S: Elem, O: Elem, const N: usize>(rule: &impl Rule, h: &Hyper, a: UpdateArrays<W, S, O, N>, write_master: bool) {
     // Each block is staged through local arrays: loaded from the operands, updated, stored back.
-    // The output is usually the weight itself and the states are written too, so computing
-    // through the raw pointers would make every store a possible alias of every later load and
-    // keep the loop scalar (4.5x slower on a 784x256 sgd_update); local arrays cannot alias. The
-    // hyper-parameters are copied for the same reason.
-    const STAGE: usize = 256;
+    // The element loop then works on arrays that cannot alias each other or the operands (the
+    // output is usually the weight's memory, read whole before it is written), which keeps it
+    // vectorized: computed through possibly-aliasing operands it stayed scalar (4.5x slower on a
+    // 784x256 sgd_update). The hyper-parameters are copied for the same reason.
     let hyper = *h;
     let h = &hyper;
     let (mut weights, mut grads, mut news) = ([0f64; STAGE], [0f64; STAGE], [0f64; STAGE]);
-    let mut states = [[0f64; STAGE]; N];
-    for start in range.clone().step_by(STAGE) {
-        let len = STAGE.min(range.end - start);
-        let load = |dst: &mut [f64; STAGE], src: *const W| {
-            for (o, d) in dst[..len].iter_mut().enumerate() {
-                *d = (*src.add(start + o)).to_f64();
-            }
-        };
-        match a.master {
-            // Multi-precision updates read the float32 master copy of the weight.
-            Some(m) => {
-                for (o, d) in weights[..len].iter_mut().enumerate() {
-                    *d = (*m.get().add(start + o)).to_f64();
-                }
-            }
-            None => load(&mut weights, a.weight.get()),
+    let mut staged = [[0f64; STAGE]; N];
+    let UpdateArrays { weight, grad, out, states, master } = a;
+    let mut weight_blocks = weight.map(|w| w.chunks(STAGE));
+    let mut state_blocks = states.map(|s| s.chunks_mut(STAGE));
+    let mut master_blocks = master.map(|m| m.chunks_mut(STAGE));
+    for (grad, out) in grad.chunks(STAGE).zip(out.chunks_mut(STAGE)) {
+        let states: [&mut [S]; N] = state_blocks.each_mut().map(|b| b.next().unwrap_or_default());
+        let master = master_blocks.as_mut().and_then(Iterator::next);
+        // Multi-precision updates read the float32 master copy of the weight.
+        match (&master, weight_blocks.as_mut().and_then(Iterator::next)) {
+            (Some(m), _) => load(&mut weights, m),
+            (None, Some(w)) => load(&mut weights, w),
+            (None, None) => load(&mut weights, out),
         }
-        load(&mut grads, a.grad.get());
-        for k in 0..N {
-            for (o, d) in states[k][..len].iter_mut().enumerate() {
-                *d = (*a.states[k].get().add(start + o)).to_f64();
+        load(&mut grads, grad);
+        for (column, state) in staged.iter_mut().zip(&states) {
+            load(column, state);
+        }
+        let len = grad.len();
+        if let (Some(weights), Some(grads), Some(news)) = (weights.get(..len), grads.get(..len), news.get_mut(..len)) {
+            apply(rule, h, weights, grads, news, &mut staged);
+        }
+        for (state, column) in states.into_iter().zip(&staged) {
+            store(state, column);
+        }
+        if let (Some(m), true) = (master, write_master) {
+            store(m, &news);
+        }
+        store(out, &news);
+    }
+}
+
+/// `news[i] = rule(weights[i], grads[i], states)` with element i's states taken from and
+/// written back to the staged columns.
+#[inline(always)]
+fn apply<const N: usize>(rule: &impl Rule, h: &Hyper, weights: &[f64], grads: &[f64], news: &mut [f64], staged: &mut [[f64; STAGE]; N]) {
+    let elements = news.iter_mut().zip(weights).zip(grads);
+    match staged.as_mut_slice() {
+        [] => {
+            for ((new, &w), &g) in elements {
+                *new = rule(h, w, g, &mut [0.0; MAX_STATES]);
             }
         }
-        for o in 0..len {
-            let mut state = [0f64; N];
-            for k in 0..N {
-                state[k] = states[k][o];
-            }
-            news[o] = rule(h, weights[o], grads[o], &mut state);
-            for k in 0..N {
-                states[k][o] = state[k];
+        [s0] => {
+            for (((new, &w), &g), s0) in elements.zip(s0.iter_mut()) {
+                let mut s = [*s0, 0.0, 0.0];
+                *new = rule(h, w, g, &mut s);
+                *s0 = s[0];
             }
         }
-        for k in 0..N {
-            for (o, &v) in states[k][..len].iter().enumerate() {
-                *a.states[k].get().add(start + o) = S::from_f64(v);
+        [s0, s1] => {
+            for (((new, &w), &g), (s0, s1)) in elements.zip(s0.iter_mut().zip(s1.iter_mut())) {
+                let mut s = [*s0, *s1, 0.0];
+                *new = rule(h, w, g, &mut s);
+                (*s0, *s1) = (s[0], s[1]);
             }
         }
-        if let (Some(m), true) = (a.master, a.write_master) {
-            for (o, &v) in news[..len].iter().enumerate() {
-                *m.get().add(start + o) = S::from_f64(v);
+        [s0, s1, s2, ..] => {
+            for (((new, &w), &g), ((s0, s1), s2)) in elements.zip(s0.iter_mut().zip(s1.iter_mut()).zip(s2.iter_mut())) {
+                let mut s = [*s0, *s1, *s2];
+                *new = rule(h, w, g, &mut s);
+                (*s0, *s1, *s2) = (s[0], s[1], s[2]);
             }
-        }
-        for (o, &v) in news[..len].iter().enumerate() {
-            *a.out.get().add(start + o) = O::from_f64(v);
         }
     }
 }
@@ -267,19 +348,25 @@ impl<R: Rule> Operator for Update<R> {
         self.layout.weights
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let per = self.layout.per_weight();
         let mut outs = Vec::with_capacity(self.layout.weights);
-        for group in inputs[..per * self.layout.weights].chunks(per) {
-            if let Some(bad) = group.iter().find(|s| s.size() != group[0].size()) {
-                crate::bail!(Shape, "{}: weight {}, gradient and states must have one shape, got {bad}", self.name, group[0]);
+        for group in self.layout.groups(self.name, inputs)? {
+            let Some(weight) = group.first() else { continue };
+            if let Some(bad) = group.iter().find(|s| s.size() != weight.size()) {
+                crate::bail!(Shape, "{}: weight {weight}, gradient and states must have one shape, got {bad}", self.name);
             }
-            outs.push(group[0].clone());
+            outs.push(weight.clone());
         }
-        if self.layout.rescale_input && inputs[inputs.len() - 1].size() != 1 {
-            crate::bail!(Shape, "{}: rescale_grad must hold one value, got shape {}", self.name, inputs[inputs.len() - 1]);
+        if self.layout.rescale_input {
+            let rescale = inputs.last().ok_or_else(|| crate::err!(Shape, "{}: a rescale_grad input expected, got no inputs", self.name))?;
+            if rescale.size() != 1 {
+                crate::bail!(Shape, "{}: rescale_grad must hold one value, got shape {rescale}", self.name);
+            }
         }
         if self.layout.preloaded_rates {
-            for (name, shape) in ["lrs", "wds"].iter().zip(&inputs[inputs.len() - 2..]) {
+            let Some((_, rates)) = inputs.split_last_chunk::<2>() else {
+                crate::bail!(Shape, "{}: lrs and wds inputs expected, got {} input(s)", self.name, inputs.len());
+            };
+            for (name, shape) in ["lrs", "wds"].iter().zip(rates) {
                 if shape.size() != self.layout.weights {
                     crate::bail!(Shape, "{}: {name} must hold one value per weight ({}), got shape {shape}", self.name, self.layout.weights);
                 }
@@ -288,15 +375,14 @@ impl<R: Rule> Operator for Update<R> {
         Ok(outs)
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        let per = self.layout.per_weight();
         let mut outs = Vec::with_capacity(self.layout.weights);
-        for group in inputs[..per * self.layout.weights].chunks(per) {
-            let weight = group[0];
+        for group in self.layout.groups(self.name, inputs)? {
+            let &[weight, grad, ref states @ ..] = group else { continue };
             let state = if self.layout.master { DType::F32 } else { weight };
-            if group[1] != weight {
-                crate::bail!(Type, "{}: gradient is {} but the weight is {weight}", self.name, group[1]);
+            if grad != weight {
+                crate::bail!(Type, "{}: gradient is {grad} but the weight is {weight}", self.name);
             }
-            if let Some(bad) = group[2..].iter().find(|&&d| d != state) {
+            if let Some(bad) = states.iter().find(|&&d| d != state) {
                 crate::bail!(Type, "{}: states{} must be {state}, got {bad}", self.name, if self.layout.master { " and weight32" } else { "" });
             }
             outs.push(if self.direction { state } else { weight });
@@ -310,19 +396,18 @@ impl<R: Rule> Operator for Update<R> {
         &self.mutated
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
         let per = self.layout.per_weight();
+        let count = args.inputs().len();
+        let from_end = |back: usize| count.checked_sub(back).ok_or_else(|| crate::err!(Runtime, "{}: {count} input(s), too few", self.name));
         let rescale = if self.layout.rescale_input {
-            let t = &inputs[inputs.len() - 1];
-            let value = super::normalization::to_f64(t)[0];
+            let value =
+                args.input_f64(from_end(1)?)?.first().copied().ok_or_else(|| crate::err!(Runtime, "{}: rescale_grad holds no value", self.name))?;
             if value == 0.0 || !value.is_finite() {
-                // MXNet skips the step (a dynamic loss scaler found an overflow).
-                for (i, out) in outputs.iter().enumerate() {
-                    if !std::ptr::eq(out.raw(), inputs[i * per].raw()) {
-                        // SAFETY: this kernel holds the weight for reading and its output for
-                        // writing, separate memory (checked just above), and touches neither
-                        // while the cast runs.
-                        unsafe { super::shape_ops::cast_into(&inputs[i * per], out) }?;
+                // MXNet skips the step (a dynamic loss scaler found an overflow): each output
+                // not in its weight's memory receives the weight.
+                for i in 0..self.layout.weights {
+                    if !args.shares_memory(i * per, i) {
+                        args.output_from_f64(i, &args.input_f64(i * per)?)?;
                     }
                 }
                 return Ok(());
@@ -331,30 +416,30 @@ impl<R: Rule> Operator for Update<R> {
         } else {
             None
         };
-        let preloaded = if self.layout.preloaded_rates {
-            Some((super::normalization::to_f64(&inputs[inputs.len() - 2]), super::normalization::to_f64(&inputs[inputs.len() - 1])))
-        } else {
-            None
-        };
-        let write_master = !self.direction;
-        for (i, out) in outputs.iter().enumerate() {
-            let group = &inputs[i * per..(i + 1) * per];
-            let (states, master) = if self.layout.master { (&group[2..per - 1], Some(&group[per - 1])) } else { (&group[2..], None) };
-            let mut h = self.hyper[i];
+        let preloaded = if self.layout.preloaded_rates { Some((args.input_f64(from_end(2)?)?, args.input_f64(from_end(1)?)?)) } else { None };
+        for i in 0..self.layout.weights {
+            let first = i * per;
+            let mut h = self.hyper.get(i).copied().ok_or_else(|| crate::err!(Runtime, "{}: no hyper-parameters for weight {i}", self.name))?;
             if let Some(r) = rescale {
                 h.rescale = r;
             }
             if let Some((lrs, wds)) = &preloaded {
-                h.lr = lrs[i];
-                h.wd = wds[i];
+                let rate = |rates: &[f64], name: &str| {
+                    rates
+                        .get(i)
+                        .copied()
+                        .ok_or_else(|| crate::err!(Runtime, "{}: {name} holds {} values, none for weight {i}", self.name, rates.len()))
+                };
+                h.lr = rate(lrs, "lrs")?;
+                h.wd = rate(wds, "wds")?;
             }
-            crate::dispatch_dtype!(group[0].dtype, [F32, F64, F16, BF16], W => {
+            crate::dispatch_dtype!(args.input_dtype(first)?, [F32, F64, F16, BF16], W => {
                 match (self.layout.master, self.direction) {
-                    (true, true) => apply_rule::<W, f32, f32>(&self.rule, &h, &group[0], &group[1], states, master, write_master, out),
-                    (true, false) => apply_rule::<W, f32, W>(&self.rule, &h, &group[0], &group[1], states, master, write_master, out),
-                    (false, _) => apply_rule::<W, W, W>(&self.rule, &h, &group[0], &group[1], states, master, write_master, out),
+                    (true, true) => self.update_weight::<W, f32, f32>(args, i, first, &h),
+                    (true, false) => self.update_weight::<W, f32, W>(args, i, first, &h),
+                    (false, _) => self.update_weight::<W, W, W>(args, i, first, &h),
                 }
-            }, other => crate::bail!(Type, "optimizer updates need floating-point weights, got {other}"));
+            }, other => crate::bail!(Type, "optimizer updates need floating-point weights, got {other}"))?;
         }
         Ok(())
     }
@@ -369,21 +454,17 @@ impl<R: Rule> Operator for Update<R> {
         if let Some(bad) = inputs.iter().find(|t| !t.dtype.is_float()) {
             crate::bail!(Type, "optimizer updates need floating-point weights, got {}", bad.dtype);
         }
-        let per = self.layout.per_weight();
-        for (i, out) in outputs.iter().enumerate() {
-            let group = &inputs[i * per..(i + 1) * per];
-            let (states, master) = if self.layout.master { (&group[2..per - 1], Some(&group[per - 1])) } else { (&group[2..], None) };
-            let h = self.hyper[i];
-            let arrays = crate::backend::cuda::kernels::UpdateArrays {
-                weight: &group[0],
-                grad: &group[1],
-                states,
-                master,
-                out,
-                lr: h.lr,
-                wd: h.wd,
-                rescale: h.rescale,
+        let groups = self.layout.groups(self.name, inputs)?;
+        for ((out, group), h) in outputs.iter().zip(groups).zip(&self.hyper) {
+            let [weight, grad, rest @ ..] = group else {
+                crate::bail!(Runtime, "{}: a weight's group lacks its weight or gradient", self.name);
             };
+            let (states, master) = match (self.layout.master, rest.split_last()) {
+                (true, Some((master, states))) => (states, Some(master)),
+                (true, None) => crate::bail!(Runtime, "{}: a weight's group lacks its weight32", self.name),
+                (false, _) => (rest, None),
+            };
+            let arrays = crate::backend::cuda::kernels::UpdateArrays { weight, grad, states, master, out, lr: h.lr, wd: h.wd, rescale: h.rescale };
             crate::backend::cuda::kernels::update(gpu, rule, constants, arrays, !self.direction)?;
         }
         Ok(())
@@ -692,11 +773,11 @@ const ADAM_CUDA: &str = "double gr = g * rescale + wd * w; if (c3 >= 0) gr = fmi
                          s0 = c0 * s0 + (1 - c0) * gr; s1 = c1 * s1 + (1 - c1) * gr * gr; w_new = w - lr * s0 / (sqrt(s1) + c2);";
 
 fn sgd_rule(clip: f64) -> impl Rule {
-    move |h: &Hyper, w: f64, g: f64, _: &mut [f64]| w - h.lr * (rescaled(g, h.rescale, clip) + h.wd * w)
+    move |h: &Hyper, w: f64, g: f64, _: &mut States| w - h.lr * (rescaled(g, h.rescale, clip) + h.wd * w)
 }
 
 fn sgd_mom_rule(momentum: f64, clip: f64) -> impl Rule {
-    move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+    move |h: &Hyper, w: f64, g: f64, s: &mut States| {
         s[0] = momentum * s[0] - h.lr * h.wd * w - h.lr * rescaled(g, h.rescale, clip);
         w + s[0]
     }
@@ -705,7 +786,7 @@ fn sgd_mom_rule(momentum: f64, clip: f64) -> impl Rule {
 /// MXNet's kernel form: the momentum holds lr-scaled steps (as sgd_mom_update's does), and the
 /// weight moves by the look-ahead momentum * mom - lr * g.
 fn nag_mom_rule(momentum: f64, clip: f64) -> impl Rule {
-    move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+    move |h: &Hyper, w: f64, g: f64, s: &mut States| {
         let step = h.lr * (rescaled(g, h.rescale, clip) + h.wd * w);
         s[0] = momentum * s[0] - step;
         w + momentum * s[0] - step
@@ -714,7 +795,7 @@ fn nag_mom_rule(momentum: f64, clip: f64) -> impl Rule {
 
 /// adam_update's rule: the weight decay joins the gradient before clipping.
 fn adam_rule(beta1: f64, beta2: f64, epsilon: f64, clip: f64) -> impl Rule {
-    move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+    move |h: &Hyper, w: f64, g: f64, s: &mut States| {
         let g = {
             let g = g * h.rescale + h.wd * w;
             if clip >= 0.0 {
@@ -731,7 +812,7 @@ fn adam_rule(beta1: f64, beta2: f64, epsilon: f64, clip: f64) -> impl Rule {
 
 /// AdamW's rule (decoupled weight decay), with `eta` per weight in [`Hyper`].
 fn adamw_rule(beta1: f64, beta2: f64, epsilon: f64, clip: f64) -> impl Rule {
-    move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+    move |h: &Hyper, w: f64, g: f64, s: &mut States| {
         let g = rescaled(g, h.rescale, clip);
         s[0] = beta1 * s[0] + (1.0 - beta1) * g;
         s[1] = beta2 * s[1] + (1.0 - beta2) * g * g;
@@ -928,7 +1009,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             "ftml_update",
             single(&["d", "v", "z"], false),
             hyper(p.lr, p.wd, p.rescale_grad),
-            move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+            move |h: &Hyper, w: f64, g: f64, s: &mut States| {
                 let g = {
                     let g = g * h.rescale + h.wd * w;
                     if clip >= 0.0 {
@@ -1007,7 +1088,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             "rmsprop_update",
             single(&["n"], false),
             hyper(p.lr, p.wd, p.rescale_grad),
-            move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+            move |h: &Hyper, w: f64, g: f64, s: &mut States| {
                 let g = {
                     let g = g * h.rescale + h.wd * w;
                     if clip >= 0.0 {
@@ -1027,7 +1108,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             "rmspropalex_update",
             single(&["n", "g", "delta"], false),
             hyper(p.lr, p.wd, p.rescale_grad),
-            move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+            move |h: &Hyper, w: f64, g: f64, s: &mut States| {
                 let g = {
                     let g = g * h.rescale + h.wd * w;
                     if clip >= 0.0 {
@@ -1049,7 +1130,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             "ftrl_update",
             single(&["z", "n"], false),
             hyper(p.lr, p.wd, p.rescale_grad),
-            move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+            move |h: &Hyper, w: f64, g: f64, s: &mut States| {
                 let g = rescaled(g, h.rescale, clip);
                 s[0] += g - ((s[1] + g * g).sqrt() - s[1].sqrt()) * w / h.lr;
                 s[1] += g * g;
@@ -1063,7 +1144,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     }));
     add(OpDef::new("signsgd_update", &[], "signSGD: weight = (1 - lr * wd) * weight - lr * sign(grad).", |p: SgdParams| {
         let clip = p.clip_gradient;
-        Ok(Update::new("signsgd_update", single(&[], false), hyper(p.lr, p.wd, p.rescale_grad), move |h: &Hyper, w: f64, g: f64, _: &mut [f64]| {
+        Ok(Update::new("signsgd_update", single(&[], false), hyper(p.lr, p.wd, p.rescale_grad), move |h: &Hyper, w: f64, g: f64, _: &mut States| {
             (1.0 - h.lr * h.wd) * w - h.lr * rescaled(g, h.rescale, clip).signum() * (g != 0.0) as i32 as f64
         }))
     }));
@@ -1073,7 +1154,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             "signum_update",
             single(&["mom"], false),
             hyper(p.lr, p.wd, p.rescale_grad),
-            move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+            move |h: &Hyper, w: f64, g: f64, s: &mut States| {
                 s[0] = momentum * s[0] - (1.0 - momentum) * (h.wd * w + rescaled(g, h.rescale, clip));
                 let sign = if s[0] > 0.0 {
                     1.0
@@ -1091,7 +1172,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
 fn lamb_phase1_rule(p: &LambPhase1Params) -> impl Rule {
     let (beta1, beta2, epsilon, clip) = (p.beta1, p.beta2, p.epsilon, p.clip_gradient);
     let (c1, c2) = if p.bias_correction { (1.0 - beta1.powi(p.t as i32), 1.0 - beta2.powi(p.t as i32)) } else { (1.0, 1.0) };
-    move |h: &Hyper, w: f64, g: f64, s: &mut [f64]| {
+    move |h: &Hyper, w: f64, g: f64, s: &mut States| {
         let g = rescaled(g, h.rescale, clip);
         s[0] = beta1 * s[0] + (1.0 - beta1) * g;
         s[1] = beta2 * s[1] + (1.0 - beta2) * g * g;
@@ -1113,10 +1194,11 @@ impl Operator for LambPhase2 {
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         if self.master {
-            if let Some(bad) = [inputs[1], inputs[4]].into_iter().find(|&d| d != DType::F32) {
+            let &[weight, g, _, _, weight32] = exactly("mp_lamb_update_phase2", "input", inputs)?;
+            if let Some(bad) = [g, weight32].into_iter().find(|&d| d != DType::F32) {
                 crate::bail!(Type, "mp_lamb_update_phase2: g and weight32 must be float32, got {bad}");
             }
-            Ok(vec![inputs[0]])
+            Ok(vec![weight])
         } else {
             super::same_dtype(inputs, 1)
         }
@@ -1129,20 +1211,25 @@ impl Operator for LambPhase2 {
         }
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        if inputs[1] != inputs[0] {
-            crate::bail!(Shape, "lamb_update_phase2: g has shape {}, the weight {}", inputs[1], inputs[0]);
+        let [weight, g, r1, r2, ..] = inputs else {
+            crate::bail!(Shape, "lamb_update_phase2: weight, g, r1 and r2 expected, got {} input(s)", inputs.len());
+        };
+        if g != weight {
+            crate::bail!(Shape, "lamb_update_phase2: g has shape {g}, the weight {weight}");
         }
-        if inputs[2].size() != 1 || inputs[3].size() != 1 {
-            crate::bail!(Shape, "lamb_update_phase2: r1 and r2 must hold one value each, got {} and {}", inputs[2], inputs[3]);
+        if r1.size() != 1 || r2.size() != 1 {
+            crate::bail!(Shape, "lamb_update_phase2: r1 and r2 must hold one value each, got {r1} and {r2}");
         }
-        Ok(vec![inputs[0].clone()])
+        Ok(vec![weight.clone()])
     }
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let inputs = args.inputs();
-        let (mut r1, r2) = (super::normalization::to_f64(&inputs[2])[0], super::normalization::to_f64(&inputs[3])[0]);
+        let norm = |i: usize| -> Result<f64> {
+            args.input_f64(i)?.first().copied().ok_or_else(|| crate::err!(Runtime, "lamb_update_phase2: r{} holds no value", i - 1))
+        };
+        let (mut r1, r2) = (norm(2)?, norm(3)?);
         if self.p.lower_bound > 0.0 {
             r1 = r1.max(self.p.lower_bound);
         }
@@ -1184,10 +1271,15 @@ impl Operator for MultiSumSq {
         Ok(vec![DType::F32])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let sums: Vec<f64> = inputs.iter().map(|t| super::normalization::to_f64(t).iter().map(|v| v * v).sum()).collect();
-        super::normalization::write_f64(&outputs[0], &sums);
-        Ok(())
+        let sums = (0..args.inputs().len())
+            .map(|i| {
+                crate::dispatch_dtype!(args.input_dtype(i)?, T => Ok(args.input::<T>(i)?.iter().map(|v| {
+                    let v = v.to_f64();
+                    v * v
+                }).sum::<f64>()))
+            })
+            .collect::<Result<Vec<f64>>>()?;
+        args.output_from_f64(0, &sums)
     }
 }
 
@@ -1201,10 +1293,13 @@ impl Operator for MultiLars {
         ["lrs", "weights_sum_sq", "grads_sum_sq", "wds"].iter().map(|s| s.to_string()).collect()
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        if let Some(bad) = inputs.iter().find(|s| s.size() != inputs[0].size()) {
-            crate::bail!(Shape, "multi_lars: lrs {}, weights_sum_sq, grads_sum_sq and wds must have one size, got {bad}", inputs[0]);
+        let [lrs, ..] = inputs else {
+            crate::bail!(Shape, "multi_lars: lrs, weights_sum_sq, grads_sum_sq and wds expected, got no inputs");
+        };
+        if let Some(bad) = inputs.iter().find(|s| s.size() != lrs.size()) {
+            crate::bail!(Shape, "multi_lars: lrs {lrs}, weights_sum_sq, grads_sum_sq and wds must have one size, got {bad}");
         }
-        Ok(vec![inputs[0].clone()])
+        Ok(vec![lrs.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
         if let Some(bad) = inputs.iter().find(|&&d| d != DType::F32) {
@@ -1216,19 +1311,29 @@ impl Operator for MultiLars {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let [lrs, w_sq, g_sq, wds] = [0, 1, 2, 3].map(|i| super::normalization::to_f64(&inputs[i]));
-        let rates: Vec<f64> = (0..lrs.len())
-            .map(|i| {
-                let (w_norm, g_norm) = (w_sq[i].sqrt(), g_sq[i].sqrt() * self.p.rescale_grad);
-                if w_norm > 0.0 && g_norm > 0.0 {
-                    lrs[i] * self.p.eta * w_norm / (g_norm + wds[i] * w_norm + self.p.eps)
-                } else {
-                    lrs[i]
-                }
-            })
-            .collect();
-        super::normalization::write_f64(&outputs[0], &rates);
+        let (w_sq, g_sq, wds) = (args.input_f64(1)?, args.input_f64(2)?, args.input_f64(3)?);
+        let rate = |lr: f32, (&w_sq, (&g_sq, &wd)): (&f64, (&f64, &f64))| {
+            let lr = lr.to_f64();
+            let (w_norm, g_norm) = (w_sq.sqrt(), g_sq.sqrt() * self.p.rescale_grad);
+            let rate = if w_norm > 0.0 && g_norm > 0.0 { lr * self.p.eta * w_norm / (g_norm + wd * w_norm + self.p.eps) } else { lr };
+            f32::from_f64(rate)
+        };
+        let (lrs, count) = (args.input_shape(0)?.size(), args.output_shape(0)?.size());
+        if [lrs, w_sq.len(), g_sq.len(), wds.len()].iter().any(|&len| len != count) {
+            crate::bail!(
+                Runtime,
+                "multi_lars: lrs ({lrs}), weights_sum_sq ({}), grads_sum_sq ({}) and wds ({}) must hold one value per rate ({count})",
+                w_sq.len(),
+                g_sq.len(),
+                wds.len()
+            );
+        }
+        let norms = w_sq.iter().zip(g_sq.iter().zip(&wds));
+        // The rates are written over the lrs (a declared in-place pair) or into their own array.
+        match args.in_place::<f32>(0, 0)? {
+            InOut::Separate(lrs, out) => out.iter_mut().zip(lrs).zip(norms).for_each(|((o, &lr), norm)| *o = rate(lr, norm)),
+            InOut::Same(lrs) => lrs.iter_mut().zip(norms).for_each(|(lr, norm)| *lr = rate(*lr, norm)),
+        }
         Ok(())
     }
 }

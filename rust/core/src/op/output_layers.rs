@@ -101,11 +101,10 @@ impl Operator for SoftmaxOutput {
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
         let [data, _] = exactly("SoftmaxOutput", "input", args.inputs())?;
-        let [out] = exactly("SoftmaxOutput", "output", args.outputs())?;
+        let [_] = exactly("SoftmaxOutput", "output", args.outputs())?;
         let layout = softmax_output_layout(&self.p, &data.shape)?;
         // In place over the data (the in-place pair) or disjoint from it: both are allowed.
-        super::activation::softmax_lanes(data, out, layout, 1.0, super::activation::SoftmaxKind::Softmax);
-        Ok(())
+        super::activation::softmax_lanes(args, layout, 1.0, super::activation::SoftmaxKind::Softmax)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (out, label) = (d.output(0), d.input(1));

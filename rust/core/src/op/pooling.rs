@@ -5,7 +5,7 @@
 
 use super::grad::{tuple_attr, Grad, InputGrads};
 use super::stencil::{self, Frame};
-use super::{parallel_chunks, ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::{exactly, parallel_units, ExecContext, OpDef, Operator, SendPtr};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -76,14 +76,16 @@ struct Pooling {
 
 fn three(values: &[i64], rank: usize, default: usize) -> Result<[usize; 3]> {
     let mut out = [if default == 0 { 0 } else { 1 }; 3];
+    // The spatial axes are the last `rank` (at most 3) of the three.
+    let leading = 3usize.saturating_sub(rank);
     if values.is_empty() {
-        out[3 - rank..].iter_mut().for_each(|v| *v = default);
+        out.iter_mut().skip(leading).for_each(|v| *v = default);
         return Ok(out);
     }
     if values.len() != rank || values.iter().any(|&v| v < 0) {
         crate::bail!(Param, "Pooling: {values:?} must hold {rank} non-negative values");
     }
-    for (slot, &v) in out[3 - rank..].iter_mut().zip(values) {
+    for (slot, &v) in out.iter_mut().skip(leading).zip(values) {
         *slot = v as usize;
     }
     Ok(out)
@@ -107,10 +109,14 @@ impl Pooling {
         }
         let channels_last = self.channels_last();
         // (batch, channel) and the spatial extents, whichever axis holds the channels.
-        let (batch, channels, spatial) =
-            if channels_last { (data[0], data[data.ndim() - 1], &data.dims()[1..data.ndim() - 1]) } else { (data[0], data[1], &data.dims()[2..]) };
+        let (batch, channels, spatial) = match (channels_last, data.dims()) {
+            (true, [batch, spatial @ .., channels]) | (false, [batch, channels, spatial @ ..]) => (*batch, *channels, spatial),
+            _ => crate::bail!(Shape, "Pooling: data must be 3-D, 4-D or 5-D (batch, channel, spatial...), got {data}"),
+        };
         let mut input = [1; 3];
-        input[3 - rank..].copy_from_slice(spatial);
+        for (extent, &given) in input.iter_mut().rev().zip(spatial.iter().rev()) {
+            *extent = given;
+        }
         let (kernel, stride, pad) = if self.p.global_pool {
             (input, [1; 3], [0; 3])
         } else {
@@ -127,24 +133,25 @@ impl Pooling {
             crate::bail!(Param, "Pooling: pad {:?} must be smaller than kernel {:?} in every dimension (data {data})", self.p.pad, self.p.kernel);
         }
         let mut output = [1; 3];
-        for a in 0..3 {
-            let padded = input[a] + 2 * pad[a];
-            if padded < kernel[a] && self.p.pooling_convention != PoolingConvention::Same {
+        for ((extent, &input), ((&kernel, &stride), &pad)) in output.iter_mut().zip(&input).zip(kernel.iter().zip(&stride).zip(&pad)) {
+            let padded = input + 2 * pad;
+            if padded < kernel && self.p.pooling_convention != PoolingConvention::Same {
                 crate::bail!(Shape, "Pooling: kernel {:?} is larger than the padded input {data}", self.p.kernel);
             }
-            output[a] = match self.p.pooling_convention {
-                PoolingConvention::Full => (padded - kernel[a]).div_ceil(stride[a]) + 1,
-                PoolingConvention::Same => input[a].div_ceil(stride[a]),
-                PoolingConvention::Valid => (padded - kernel[a]) / stride[a] + 1,
+            *extent = match self.p.pooling_convention {
+                PoolingConvention::Full => (padded - kernel).div_ceil(stride) + 1,
+                PoolingConvention::Same => input.div_ceil(stride),
+                PoolingConvention::Valid => (padded - kernel) / stride + 1,
             };
         }
+        let spatial_out = output.iter().skip(3 - rank);
         let mut dims = vec![batch];
         if channels_last {
-            dims.extend_from_slice(&output[3 - rank..]);
+            dims.extend(spatial_out);
             dims.push(channels);
         } else {
             dims.push(channels);
-            dims.extend_from_slice(&output[3 - rank..]);
+            dims.extend(spatial_out);
         }
         Ok(Window {
             planes: batch * channels,
@@ -163,14 +170,15 @@ impl Pooling {
     }
 }
 
-/// The window of output position `o` on one axis: its clipped [start, end) and the size of the
-/// part inside the padded input (what avg pooling divides by when padding counts).
+/// The window of output position `o` on one axis of (stride, kernel, pad, input): its clipped
+/// [start, end) and the size of the part inside the padded input (what avg pooling divides by
+/// when padding counts).
 #[inline]
-fn span(o: usize, a: usize, w: &Window) -> (usize, usize, usize) {
-    let start = (o * w.stride[a]) as isize - w.pad[a] as isize;
-    let end = (start + w.kernel[a] as isize).min((w.input[a] + w.pad[a]) as isize);
+fn span(o: usize, (stride, kernel, pad, input): (usize, usize, usize, usize)) -> (usize, usize, usize) {
+    let start = (o * stride) as isize - pad as isize;
+    let end = (start + kernel as isize).min((input + pad) as isize);
     let padded_len = (end - start).max(0) as usize;
-    let (s, e) = (start.max(0) as usize, end.clamp(0, w.input[a] as isize) as usize);
+    let (s, e) = (start.max(0) as usize, end.clamp(0, input as isize) as usize);
     (s, e.max(s), padded_len)
 }
 
@@ -184,74 +192,112 @@ struct Cells {
 }
 
 impl Cells {
+    /// `f` of each of the window's rows of cells, in order, as a range of the plane's elements.
     #[inline(always)]
-    fn for_each(&self, mut f: impl FnMut(usize)) {
+    fn for_each_row(&self, mut f: impl FnMut(std::ops::Range<usize>) -> Result<()>) -> Result<()> {
         for d in self.d.clone() {
             for h in self.h.clone() {
                 let row = (d * self.ih + h) * self.iw;
-                for x in self.w.clone() {
-                    f(row + x);
-                }
+                f(row + self.w.start..row + self.w.end)?;
             }
         }
+        Ok(())
     }
+    /// The first cell (row-major) of `plane` where `hit` holds.
     #[inline(always)]
-    fn find(&self, mut hit: impl FnMut(usize) -> bool) -> Option<usize> {
+    fn find<T>(&self, plane: &[T], hit: impl Fn(&T) -> bool) -> Result<Option<usize>> {
         for d in self.d.clone() {
             for h in self.h.clone() {
                 let row = (d * self.ih + h) * self.iw;
-                if let Some(x) = self.w.clone().find(|&x| hit(row + x)) {
-                    return Some(row + x);
+                let cells = row + self.w.start..row + self.w.end;
+                if let Some(x) = cells_of(plane, cells.clone())?.iter().position(&hit) {
+                    return Ok(Some(cells.start + x));
                 }
             }
         }
-        None
+        Ok(None)
     }
     fn count(&self) -> usize {
         self.d.len() * self.h.len() * self.w.len()
     }
 }
 
-/// Visit each output position of one plane with its window's cells and pad-inclusive size.
+/// The cells `cells` of a plane of `values`.
 #[inline(always)]
-fn for_each_window(w: &Window, mut visit: impl FnMut(usize, &Cells, usize)) {
-    let [_, ih, iw] = w.input;
-    let mut o = 0;
-    for od in 0..w.output[0] {
-        let (d0, d1, dn) = span(od, 0, w);
-        for oh in 0..w.output[1] {
-            let (h0, h1, hn) = span(oh, 1, w);
-            for ow in 0..w.output[2] {
-                let (w0, w1, wn) = span(ow, 2, w);
-                visit(o, &Cells { d: d0..d1, h: h0..h1, w: w0..w1, ih, iw }, dn * hn * wn);
-                o += 1;
+fn cells_of<T>(values: &[T], cells: std::ops::Range<usize>) -> Result<&[T]> {
+    let len = values.len();
+    values.get(cells.clone()).ok_or_else(|| crate::err!(Runtime, "Pooling: cells {cells:?} lie past a plane of {len}"))
+}
+
+#[inline(always)]
+fn cells_of_mut<T>(values: &mut [T], cells: std::ops::Range<usize>) -> Result<&mut [T]> {
+    let len = values.len();
+    values.get_mut(cells.clone()).ok_or_else(|| crate::err!(Runtime, "Pooling: cells {cells:?} lie past a plane of {len}"))
+}
+
+/// Visit the output positions of one plane in order, each with its window's cells and
+/// pad-inclusive size.
+#[inline(always)]
+fn for_each_window(w: &Window, mut visit: impl FnMut(&Cells, usize) -> Result<()>) -> Result<()> {
+    let ([id, ih, iw], [kd, kh, kw], [sd, sh, sw], [pd, ph, pw], [od, oh, ow]) = (w.input, w.kernel, w.stride, w.pad, w.output);
+    for o_d in 0..od {
+        let (d0, d1, dn) = span(o_d, (sd, kd, pd, id));
+        for o_h in 0..oh {
+            let (h0, h1, hn) = span(o_h, (sh, kh, ph, ih));
+            for o_w in 0..ow {
+                let (w0, w1, wn) = span(o_w, (sw, kw, pw, iw));
+                visit(&Cells { d: d0..d1, h: h0..h1, w: w0..w1, ih, iw }, dn * hn * wn)?;
             }
         }
     }
+    Ok(())
 }
 
 /// Copies plane `plane` (image `plane / channels`, channel `plane % channels`) of a channels-last
-/// array whose images hold `len` positions into `dst`.
-///
-/// # Safety
-/// `src` must hold the whole image of that plane (`len * channels` elements from its start).
-unsafe fn gather_plane<T: Elem>(src: *const T, plane: usize, len: usize, channels: usize, dst: &mut [T]) {
-    let base = src.add((plane / channels) * len * channels + plane % channels);
-    for (s, d) in dst.iter_mut().enumerate() {
-        *d = *base.add(s * channels);
+/// array `src` whose images hold `len` positions into `dst` (`len` elements).
+fn gather_plane<T: Elem>(src: &[T], plane: usize, len: usize, channels: usize, dst: &mut [T]) -> Result<()> {
+    let channels = channels.max(1);
+    let image = plane / channels;
+    let values = src
+        .get(image * len * channels..(image + 1) * len * channels)
+        .ok_or_else(|| crate::err!(Runtime, "Pooling: image {image} lies past the {} channels-last values", src.len()))?;
+    for (d, &s) in dst.iter_mut().zip(values.iter().skip(plane % channels).step_by(channels)) {
+        *d = s;
     }
+    Ok(())
 }
 
-/// Writes `src` as plane `plane` of a channels-last array (the inverse of [`gather_plane`]).
+/// Writes `src` (at most `len` elements) as plane `plane` of a channels-last array of `dst_len`
+/// elements at `dst` (the inverse of [`gather_plane`]).
 ///
 /// # Safety
-/// As for [`gather_plane`]; no other thread may write this plane's elements (other planes
-/// interleave with it, element by element, which is sound through raw pointers).
-unsafe fn scatter_plane<T: Elem>(src: &[T], dst: *mut T, plane: usize, len: usize, channels: usize) {
-    let base = dst.add((plane / channels) * len * channels + plane % channels);
-    for (s, &v) in src.iter().enumerate() {
-        base.add(s * channels).write(v);
+/// `dst` points at `dst_len` writable elements, and no other thread reads or writes this plane's
+/// elements meanwhile (other planes interleave with it, element by element, which is sound
+/// through raw pointers).
+unsafe fn scatter_plane<T: Elem>(src: &[T], dst: SendPtr<T>, dst_len: usize, plane: usize, len: usize, channels: usize) -> Result<()> {
+    let channels = channels.max(1);
+    let image = plane / channels;
+    if src.len() > len || (image + 1) * len * channels > dst_len {
+        crate::bail!(Runtime, "Pooling: plane {plane} of {} values lies past the {dst_len} channels-last values", src.len());
     }
+    let base = image * len * channels + plane % channels;
+    for (s, &v) in src.iter().enumerate() {
+        // SAFETY: s < src.len() <= len, so base + s * channels < (image + 1) * len * channels <=
+        // dst_len (checked above): inside `dst`, in this plane, which the caller lends us alone.
+        unsafe { dst.get().add(base + s * channels).write(v) };
+    }
+    Ok(())
+}
+
+/// `f` over `0..n` in the ranges [`super::parallel_chunks`] makes, in parallel when it does;
+/// the first error is returned.
+fn parallel_ranges(n: usize, min_chunk: usize, f: impl Fn(std::ops::Range<usize>) -> Result<()> + Sync) -> Result<()> {
+    let threads = crate::engine::parallel::threads();
+    if n <= min_chunk || threads <= 1 {
+        return f(0..n);
+    }
+    let chunk = (n.div_ceil(threads * 4)).max(min_chunk);
+    crate::engine::parallel::map(n.div_ceil(chunk), |p| f(p * chunk..((p + 1) * chunk).min(n))).into_iter().collect()
 }
 
 /// NaN-propagating maximum as a select (vectorizes).
@@ -269,160 +315,193 @@ impl Window {
     /// window inside the input; 2x2 stride 2 is the common case). Those planes run as row-wise
     /// vector loops instead of window by window.
     fn tiles(&self) -> bool {
-        self.kernel == self.stride && self.pad == [0; 3] && (0..3).all(|a| self.output[a] * self.kernel[a] <= self.input[a])
+        self.kernel == self.stride
+            && self.pad == [0; 3]
+            && self.output.iter().zip(&self.kernel).zip(&self.input).all(|((&output, &kernel), &input)| output * kernel <= input)
     }
 }
 
 /// Tiled max pooling of one plane: the maximum over a window's rows first (row against row),
 /// then over each window's columns.
-fn tiled_max_forward<T: Elem>(w: &Window, x: &[T], y: &mut [T], rows: &mut Vec<f64>) {
+fn tiled_max_forward<T: Elem>(w: &Window, x: &[T], y: &mut [T], rows: &mut Vec<f64>) -> Result<()> {
     let ([_, ih, iw], [kd, kh, kw], [od, oh, ow]) = (w.input, w.kernel, w.output);
+    if ow == 0 || oh == 0 {
+        return Ok(());
+    }
+    if y.len() < od * oh * ow {
+        crate::bail!(Runtime, "Pooling: {} outputs for a plane of {od} x {oh} x {ow}", y.len());
+    }
     rows.resize(ow * kw, 0.0);
-    for (d_out, h_out) in (0..od).flat_map(|d| (0..oh).map(move |h| (d, h))) {
+    for (dh, out) in y.chunks_exact_mut(ow).take(od * oh).enumerate() {
+        let (d_out, h_out) = (dh / oh, dh % oh);
         if kw == 2 {
             let starts = (d_out * kd..(d_out + 1) * kd).flat_map(|d| (h_out * kh..(h_out + 1) * kh).map(move |h| (d * ih + h) * iw));
-            pair_windows_forward(x, starts, &mut y[(d_out * oh + h_out) * ow..][..ow]);
+            pair_windows_forward(x, starts, out)?;
             continue;
         }
         rows.fill(f64::NEG_INFINITY);
         for d in d_out * kd..(d_out + 1) * kd {
             for h in h_out * kh..(h_out + 1) * kh {
-                let line = &x[(d * ih + h) * iw..][..ow * kw];
+                let start = (d * ih + h) * iw;
+                let line = cells_of(x, start..start + ow * kw)?;
                 rows.iter_mut().zip(line).for_each(|(m, v)| *m = nan_max(*m, v.to_f64()));
             }
         }
-        let out = &mut y[(d_out * oh + h_out) * ow..][..ow];
-        for (o, window) in out.iter_mut().zip(rows.chunks_exact(kw)) {
+        for (o, window) in out.iter_mut().zip(rows.chunks_exact(kw.max(1))) {
             *o = T::from_f64(window.iter().fold(f64::NEG_INFINITY, |m, &v| nan_max(m, v)));
         }
     }
+    Ok(())
 }
 
 /// Its gradient: each window's first cell (row-major) equal to the window's maximum `y`
 /// receives the output gradient, every other cell zero. Windows do not overlap, so every cell
 /// is written exactly once, by its own window, with branch-free selects.
-fn tiled_max_backward<T: Elem>(w: &Window, x: &[T], y: &[T], g: &[T], dx: &mut [T], starts: &mut Vec<usize>, taken: &mut Vec<bool>) {
-    let ([_, ih, iw], [kd, kh, kw], [od, oh, ow]) = (w.input, w.kernel, w.output);
+fn tiled_max_backward<T: Elem>(w: &Window, x: &[T], y: &[T], g: &[T], dx: &mut [T], starts: &mut Vec<usize>, taken: &mut Vec<bool>) -> Result<()> {
+    let ([id, ih, iw], [kd, kh, kw], [od, oh, ow]) = (w.input, w.kernel, w.output);
     let width = ow * kw;
     // Cells right of or below the last window belong to none.
-    if width < iw || oh * kh < ih || od * kd < w.input[0] {
+    if width < iw || oh * kh < ih || od * kd < id {
         dx.fill(T::default());
     }
-    for (d_out, h_out) in (0..od).flat_map(|d| (0..oh).map(move |h| (d, h))) {
+    if ow == 0 || oh == 0 {
+        return Ok(());
+    }
+    if y.len() < od * oh * ow || g.len() < od * oh * ow {
+        crate::bail!(Runtime, "Pooling gradient: {} outputs and {} output gradients for a plane of {od} x {oh} x {ow}", y.len(), g.len());
+    }
+    for (dh, (maxima, grads)) in y.chunks_exact(ow).zip(g.chunks_exact(ow)).take(od * oh).enumerate() {
+        let (d_out, h_out) = (dh / oh, dh % oh);
         starts.clear();
         starts.extend((d_out * kd..(d_out + 1) * kd).flat_map(|d| (h_out * kh..(h_out + 1) * kh).map(move |h| (d * ih + h) * iw)));
-        let first = (d_out * oh + h_out) * ow;
         if kw == 2 {
-            pair_windows_backward(x, &y[first..][..ow], &g[first..][..ow], dx, starts, taken);
+            pair_windows_backward(x, maxima, grads, dx, starts, taken)?;
             continue;
         }
-        for o in 0..ow {
-            let (m, grad) = (y[first + o].to_f64(), g[first + o]);
-            let mut taken = false;
-            for &start in starts.iter() {
-                let cells = start + o * kw..start + (o + 1) * kw;
-                for (v, d) in x[cells.clone()].iter().zip(&mut dx[cells]) {
+        // Window rows in order, the windows of each row side by side: every window still meets
+        // its cells in row-major order, which decides the one that takes the gradient.
+        taken.clear();
+        taken.resize(ow, false);
+        for &start in starts.iter() {
+            let (cells, out) = (cells_of(x, start..start + width)?, cells_of_mut(dx, start..start + width)?);
+            let windows = cells.chunks_exact(kw.max(1)).zip(out.chunks_exact_mut(kw.max(1))).zip(maxima.iter().zip(grads)).zip(taken.iter_mut());
+            for (((window, dwindow), (m, &grad)), taken) in windows {
+                let m = m.to_f64();
+                for (v, d) in window.iter().zip(dwindow) {
                     let v = v.to_f64();
-                    let hit = !taken & ((v == m) | (v.is_nan() & m.is_nan()));
+                    let hit = !*taken & ((v == m) | (v.is_nan() & m.is_nan()));
                     *d = if hit { grad } else { T::default() };
-                    taken |= hit;
+                    *taken |= hit;
                 }
             }
         }
     }
+    Ok(())
 }
 
 /// Maxima of one output row of windows two cells wide, whose rows start at `starts`: pairs of
 /// cells reduce side by side, so the loop over windows vectorizes.
 #[inline(always)]
-fn pair_windows_forward<T: Elem>(x: &[T], mut starts: impl Iterator<Item = usize>, maxima: &mut [T]) {
+fn pair_windows_forward<T: Elem>(x: &[T], mut starts: impl Iterator<Item = usize>, maxima: &mut [T]) -> Result<()> {
     let ow = maxima.len();
-    let pairs = |start: usize| x[start..][..2 * ow].as_chunks::<2>().0;
-    let Some(first) = starts.next() else { return };
-    for (m, pair) in maxima.iter_mut().zip(pairs(first)) {
-        *m = T::from_f64(nan_max(pair[0].to_f64(), pair[1].to_f64()));
+    let pairs = |start: usize| cells_of(x, start..start + 2 * ow).map(|cells| cells.as_chunks::<2>().0);
+    let Some(first) = starts.next() else { return Ok(()) };
+    for (m, &[a, b]) in maxima.iter_mut().zip(pairs(first)?) {
+        *m = T::from_f64(nan_max(a.to_f64(), b.to_f64()));
     }
     for start in starts {
-        for (m, pair) in maxima.iter_mut().zip(pairs(start)) {
-            *m = T::from_f64(nan_max(m.to_f64(), nan_max(pair[0].to_f64(), pair[1].to_f64())));
+        for (m, &[a, b]) in maxima.iter_mut().zip(pairs(start)?) {
+            *m = T::from_f64(nan_max(m.to_f64(), nan_max(a.to_f64(), b.to_f64())));
         }
     }
+    Ok(())
 }
 
 /// One output row of windows two cells wide (2x2 pooling): window rows in order, the two cells
 /// of each window side by side, so that the loop over windows vectorizes (pairs de-interleave).
 #[inline(always)]
-fn pair_windows_backward<T: Elem>(x: &[T], maxima: &[T], grads: &[T], dx: &mut [T], starts: &[usize], taken: &mut Vec<bool>) {
+fn pair_windows_backward<T: Elem>(x: &[T], maxima: &[T], grads: &[T], dx: &mut [T], starts: &[usize], taken: &mut Vec<bool>) -> Result<()> {
     let ow = maxima.len();
     taken.clear();
     taken.resize(ow, false);
     for &start in starts {
-        let (cells, out) = (&x[start..][..2 * ow], &mut dx[start..][..2 * ow]);
-        let windows = cells.chunks_exact(2).zip(out.chunks_exact_mut(2)).zip(maxima.iter().zip(grads)).zip(taken.iter_mut());
-        for (((pair, dpair), (m, &grad)), taken) in windows {
-            let (a, b, m) = (pair[0].to_f64(), pair[1].to_f64(), m.to_f64());
+        let (cells, out) = (cells_of(x, start..start + 2 * ow)?, cells_of_mut(dx, start..start + 2 * ow)?);
+        let windows = cells.as_chunks::<2>().0.iter().zip(out.as_chunks_mut::<2>().0).zip(maxima.iter().zip(grads)).zip(taken.iter_mut());
+        for (((&[a, b], [da, db]), (m, &grad)), taken) in windows {
+            let (a, b, m) = (a.to_f64(), b.to_f64(), m.to_f64());
             let equal = |v: f64| (v == m) | (v.is_nan() & m.is_nan());
             let hit_a = !*taken & equal(a);
             let hit_b = !*taken & !hit_a & equal(b);
-            dpair[0] = if hit_a { grad } else { T::default() };
-            dpair[1] = if hit_b { grad } else { T::default() };
+            *da = if hit_a { grad } else { T::default() };
+            *db = if hit_b { grad } else { T::default() };
             *taken |= hit_a | hit_b;
         }
     }
+    Ok(())
 }
 
 impl Operator for Pooling {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![self.window(&inputs[0])?.out_shape])
+        let [data] = exactly("Pooling", "input", inputs)?;
+        Ok(vec![self.window(data)?.out_shape])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let w = self.window(&inputs[0].shape)?;
+        let (w, dtype) = (self.window(args.input_shape(0)?)?, args.input_dtype(0)?);
         let (plane, outs) = (w.input.iter().product::<usize>(), w.output.iter().product::<usize>());
         let (kind, include_pad) = (self.kind, self.include_pad());
         let tiled_max = kind == PoolType::Max && w.tiles();
-        if kind == PoolType::Max && !tiled_max && w.channels_last.is_none() && inputs[0].dtype == DType::F32 {
+        if kind == PoolType::Max && !tiled_max && w.channels_last.is_none() && dtype == DType::F32 {
             let frame = Frame { input: w.input, kernel: w.kernel, stride: w.stride, dilate: [1; 3], pad: w.pad, output: w.output };
             if frame.windows_inside() {
                 let (x, y) = (args.input::<f32>(0)?, args.output::<f32>(0)?);
                 return stencil::max_pool(&frame, x, y);
             }
         }
-        crate::dispatch_dtype!(inputs[0].dtype, T => {
-            let (xp, op) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
-            parallel_chunks(w.planes, ((1usize << 14) / plane.max(1)).max(1), |planes| {
-                let mut rows = Vec::new();
-                let staged = w.channels_last.is_some();
-                let (mut x_staged, mut y_staged) = if staged { (vec![T::default(); plane], vec![T::default(); outs]) } else { (Vec::new(), Vec::new()) };
-                for pl in planes {
-                    // SAFETY: plane pl of the input and of the output belong to this task.
-                    let (x, y): (&[T], &mut [T]) = match w.channels_last {
-                        Some(channels) => {
-                            unsafe { gather_plane(xp.get(), pl, plane, channels, &mut x_staged) };
-                            (&x_staged, &mut y_staged)
+        if w.planes == 0 || outs == 0 {
+            return Ok(());
+        }
+        let grain = ((1usize << 14) / plane.max(1)).max(1);
+        crate::dispatch_dtype!(dtype, T => {
+            let (x, y) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            if x.len() < w.planes * plane || y.len() < w.planes * outs {
+                crate::bail!(Runtime, "Pooling: {} inputs and {} outputs for {} planes of {plane} and {outs}", x.len(), y.len(), w.planes);
+            }
+            let pool = |x: &[T], y: &mut [T], rows: &mut Vec<f64>| if tiled_max { tiled_max_forward(&w, x, y, rows) } else { pool_plane(&w, kind, include_pad, x, y) };
+            match w.channels_last {
+                None => {
+                    parallel_units(cells_of_mut(y, 0..w.planes * outs)?, outs, grain, |first, planes| {
+                        let mut rows = Vec::new();
+                        for (pl, y) in (first..).zip(planes.chunks_exact_mut(outs)) {
+                            pool(cells_of(x, pl * plane..(pl + 1) * plane)?, y, &mut rows)?;
                         }
-                        None => unsafe {
-                            (std::slice::from_raw_parts(xp.get().add(pl * plane), plane), std::slice::from_raw_parts_mut(op.get().add(pl * outs), outs))
-                        },
-                    };
-                    if tiled_max {
-                        tiled_max_forward(&w, x, y, &mut rows);
-                    } else {
-                        pool_plane(&w, kind, include_pad, x, y);
-                    }
-                    if let Some(channels) = w.channels_last {
-                        // SAFETY: this task alone writes plane pl of the output.
-                        unsafe { scatter_plane(&y_staged, op.get(), pl, outs, channels) };
-                    }
+                        Ok(())
+                    })?;
                 }
-            });
+                Some(channels) => {
+                    // Planes interleave element by element: each is pooled from a gathered copy
+                    // and its result scattered back through a pointer into the output.
+                    let (out, out_len) = (SendPtr(y.as_mut_ptr()), y.len());
+                    parallel_ranges(w.planes, grain, |planes| {
+                        let (mut rows, mut x_staged, mut y_staged) = (Vec::new(), vec![T::default(); plane], vec![T::default(); outs]);
+                        for pl in planes {
+                            gather_plane(x, pl, plane, channels, &mut x_staged)?;
+                            pool(&x_staged, &mut y_staged, &mut rows)?;
+                            // SAFETY: `out` is the output's `out_len` elements, borrowed for this
+                            // whole call; plane pl belongs to this task alone.
+                            unsafe { scatter_plane(&y_staged, out, out_len, pl, outs, channels)? };
+                        }
+                        Ok(())
+                    })?;
+                }
+            }
         });
         Ok(())
     }
     #[cfg(feature = "cuda")]
-    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        let (geometry, kind) = self.on_gpu(&inputs[0].shape)?;
-        crate::backend::cuda::kernels::pool(gpu, &geometry, kind, &inputs[0], &outputs[0])
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[super::Tensor], outputs: &[super::Tensor]) -> Result<()> {
+        let ([x], [y]) = (exactly("Pooling", "input", inputs)?, exactly("Pooling", "output", outputs)?);
+        let (geometry, kind) = self.on_gpu(&x.shape)?;
+        crate::backend::cuda::kernels::pool(gpu, &geometry, kind, x, y)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, y, g) = (d.input(0), d.output(0), d.out_grad(0));
@@ -431,22 +510,32 @@ impl Operator for Pooling {
 }
 
 /// Pools one contiguous plane `x` into `y`, window by window.
-fn pool_plane<T: Elem>(w: &Window, kind: PoolType, include_pad: bool, x: &[T], y: &mut [T]) {
-    for_each_window(w, |o, cells, padded| {
+fn pool_plane<T: Elem>(w: &Window, kind: PoolType, include_pad: bool, x: &[T], y: &mut [T]) -> Result<()> {
+    let available = y.len();
+    let mut outputs = y.iter_mut();
+    for_each_window(w, |cells, padded| {
         let value = match kind {
             PoolType::Max => {
                 let mut best = f64::NEG_INFINITY;
-                cells.for_each(|i| {
-                    let v = x[i].to_f64();
-                    if v > best || v.is_nan() {
-                        best = v;
+                cells.for_each_row(|row| {
+                    for v in cells_of(x, row)? {
+                        let v = v.to_f64();
+                        if v > best || v.is_nan() {
+                            best = v;
+                        }
                     }
-                });
+                    Ok(())
+                })?;
                 best
             }
             PoolType::Sum | PoolType::Avg => {
                 let mut sum = 0.0;
-                cells.for_each(|i| sum += x[i].to_f64());
+                cells.for_each_row(|row| {
+                    for v in cells_of(x, row)? {
+                        sum += v.to_f64();
+                    }
+                    Ok(())
+                })?;
                 if kind == PoolType::Avg {
                     sum / (if include_pad { padded } else { cells.count() }).max(1) as f64
                 } else {
@@ -455,12 +544,19 @@ fn pool_plane<T: Elem>(w: &Window, kind: PoolType, include_pad: bool, x: &[T], y
             }
             PoolType::Lp(p) => {
                 let mut sum = 0.0;
-                cells.for_each(|i| sum += x[i].to_f64().abs().powi(p));
+                cells.for_each_row(|row| {
+                    for v in cells_of(x, row)? {
+                        sum += v.to_f64().abs().powi(p);
+                    }
+                    Ok(())
+                })?;
                 sum.powf(1.0 / p as f64)
             }
         };
-        y[o] = T::from_f64(value);
-    });
+        let out = outputs.next().ok_or_else(|| crate::err!(Runtime, "Pooling: more windows than the {available} outputs of a plane"))?;
+        *out = T::from_f64(value);
+        Ok(())
+    })
 }
 
 impl Pooling {
@@ -517,94 +613,132 @@ impl Operator for PoolingBackward {
         vec!["grad".into(), "data".into(), "out".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![inputs[1].clone()])
+        let [_, data, _] = exactly("_backward_Pooling", "input", inputs)?;
+        Ok(vec![data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let Some(&grad) = inputs.first() else {
+            crate::bail!(Type, "_backward_Pooling: the output gradient is missing");
+        };
+        Ok(vec![grad])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let w = self.pool.window(&inputs[1].shape)?;
+        let (w, dtype) = (self.pool.window(args.input_shape(1)?)?, args.input_dtype(1)?);
         let (plane, outs) = (w.input.iter().product::<usize>(), w.output.iter().product::<usize>());
         let (kind, include_pad) = (self.pool.kind, self.pool.include_pad());
         let tiled_max = kind == PoolType::Max && w.tiles();
-        crate::dispatch_dtype!(inputs[1].dtype, T => {
-            let (gp, xp, yp, dp) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(inputs[1].ptr::<T>()), SendPtr(inputs[2].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
-            parallel_chunks(w.planes, ((1usize << 14) / plane.max(1)).max(1), |planes| {
-                let mut acc = vec![0f64; if tiled_max { 0 } else { plane }];
-                let (mut starts, mut taken) = (Vec::new(), Vec::new());
-                let staged = w.channels_last.is_some();
-                let [mut g_staged, mut x_staged, mut y_staged, mut dx_staged] =
-                    [outs, plane, outs, plane].map(|len| vec![T::default(); if staged { len } else { 0 }]);
-                for pl in planes {
-                    // SAFETY: plane pl of every array belongs to this task; inputs are read-only.
-                    let (g, x, y, dx): (&[T], &[T], &[T], &mut [T]) = match w.channels_last {
-                        Some(channels) => {
-                            unsafe {
-                                gather_plane(gp.get(), pl, outs, channels, &mut g_staged);
-                                gather_plane(xp.get(), pl, plane, channels, &mut x_staged);
-                                gather_plane(yp.get(), pl, outs, channels, &mut y_staged);
-                            }
-                            (&g_staged, &x_staged, &y_staged, &mut dx_staged)
-                        }
-                        None => unsafe {
-                            (
-                                std::slice::from_raw_parts(gp.get().add(pl * outs), outs),
-                                std::slice::from_raw_parts(xp.get().add(pl * plane), plane),
-                                std::slice::from_raw_parts(yp.get().add(pl * outs), outs),
-                                std::slice::from_raw_parts_mut(dp.get().add(pl * plane), plane),
-                            )
-                        },
-                    };
-                    if tiled_max {
-                        tiled_max_backward(&w, x, y, g, dx, &mut starts, &mut taken);
-                    } else {
-                        unpool_plane(&w, kind, include_pad, g, x, y, dx, &mut acc);
-                    }
-                    if let Some(channels) = w.channels_last {
-                        // SAFETY: this task alone writes plane pl of the input gradient.
-                        unsafe { scatter_plane(&dx_staged, dp.get(), pl, plane, channels) };
-                    }
+        if w.planes == 0 || plane == 0 {
+            return Ok(());
+        }
+        let grain = ((1usize << 14) / plane).max(1);
+        crate::dispatch_dtype!(dtype, T => {
+            let (g, x, y, dx) = (args.input::<T>(0)?, args.input::<T>(1)?, args.input::<T>(2)?, args.output::<T>(0)?);
+            if g.len() < w.planes * outs || x.len() < w.planes * plane || y.len() < w.planes * outs || dx.len() < w.planes * plane {
+                crate::bail!(
+                    Runtime,
+                    "_backward_Pooling: {}, {}, {} and {} values for {} planes of {plane} inputs and {outs} outputs",
+                    g.len(),
+                    x.len(),
+                    y.len(),
+                    dx.len(),
+                    w.planes
+                );
+            }
+            let unpool = |(g, x, y): (&[T], &[T], &[T]), dx: &mut [T], acc: &mut Vec<f64>, starts: &mut Vec<usize>, taken: &mut Vec<bool>| {
+                if tiled_max {
+                    tiled_max_backward(&w, x, y, g, dx, starts, taken)
+                } else {
+                    acc.resize(plane, 0.0);
+                    unpool_plane(&w, kind, include_pad, g, x, y, dx, acc)
                 }
-            });
+            };
+            match w.channels_last {
+                None => {
+                    parallel_units(cells_of_mut(dx, 0..w.planes * plane)?, plane, grain, |first, planes| {
+                        let (mut acc, mut starts, mut taken) = (Vec::new(), Vec::new(), Vec::new());
+                        for (pl, dx) in (first..).zip(planes.chunks_exact_mut(plane)) {
+                            let (of_outputs, of_inputs) = (pl * outs..(pl + 1) * outs, pl * plane..(pl + 1) * plane);
+                            let inputs = (cells_of(g, of_outputs.clone())?, cells_of(x, of_inputs)?, cells_of(y, of_outputs)?);
+                            unpool(inputs, dx, &mut acc, &mut starts, &mut taken)?;
+                        }
+                        Ok(())
+                    })?;
+                }
+                Some(channels) => {
+                    // Planes interleave element by element: each is computed from gathered
+                    // copies and scattered back through a pointer into the input gradient.
+                    let (out, out_len) = (SendPtr(dx.as_mut_ptr()), dx.len());
+                    parallel_ranges(w.planes, grain, |planes| {
+                        let (mut acc, mut starts, mut taken) = (Vec::new(), Vec::new(), Vec::new());
+                        let [mut g_staged, mut x_staged, mut y_staged, mut dx_staged] = [outs, plane, outs, plane].map(|len| vec![T::default(); len]);
+                        for pl in planes {
+                            gather_plane(g, pl, outs, channels, &mut g_staged)?;
+                            gather_plane(x, pl, plane, channels, &mut x_staged)?;
+                            gather_plane(y, pl, outs, channels, &mut y_staged)?;
+                            unpool((&g_staged, &x_staged, &y_staged), &mut dx_staged, &mut acc, &mut starts, &mut taken)?;
+                            // SAFETY: `out` is the input gradient's `out_len` elements, borrowed
+                            // for this whole call; plane pl belongs to this task alone.
+                            unsafe { scatter_plane(&dx_staged, out, out_len, pl, plane, channels)? };
+                        }
+                        Ok(())
+                    })?;
+                }
+            }
         });
         Ok(())
     }
     #[cfg(feature = "cuda")]
-    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        let (geometry, kind) = self.pool.on_gpu(&inputs[1].shape)?;
-        crate::backend::cuda::kernels::pool_backward(gpu, &geometry, kind, &inputs[0], &inputs[1], &inputs[2], &outputs[0])
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[super::Tensor], outputs: &[super::Tensor]) -> Result<()> {
+        let ([g, x, y], [dx]) = (exactly("_backward_Pooling", "input", inputs)?, exactly("_backward_Pooling", "output", outputs)?);
+        let (geometry, kind) = self.pool.on_gpu(&x.shape)?;
+        crate::backend::cuda::kernels::pool_backward(gpu, &geometry, kind, g, x, y, dx)
     }
 }
 
 /// Routes the output gradient `g` of one contiguous plane back through its windows into `dx`
 /// (`acc`, one f64 per input cell, accumulates overlapping windows).
 #[allow(clippy::too_many_arguments)]
-fn unpool_plane<T: Elem>(w: &Window, kind: PoolType, include_pad: bool, g: &[T], x: &[T], y: &[T], dx: &mut [T], acc: &mut [f64]) {
+fn unpool_plane<T: Elem>(w: &Window, kind: PoolType, include_pad: bool, g: &[T], x: &[T], y: &[T], dx: &mut [T], acc: &mut [f64]) -> Result<()> {
     acc.iter_mut().for_each(|v| *v = 0.0);
-    for_each_window(w, |o, cells, padded| {
-        let (go, yo) = (g[o].to_f64(), y[o].to_f64());
+    let available = g.len().min(y.len());
+    let mut outputs = g.iter().zip(y);
+    for_each_window(w, |cells, padded| {
+        let (go, yo) = outputs
+            .next()
+            .map(|(g, y)| (g.to_f64(), y.to_f64()))
+            .ok_or_else(|| crate::err!(Runtime, "Pooling gradient: more windows than the {available} outputs of a plane"))?;
         match kind {
             PoolType::Max => {
                 // The first element equal to the maximum takes the gradient.
-                if let Some(i) = cells.find(|i| x[i].to_f64() == yo || (yo.is_nan() && x[i].to_f64().is_nan())) {
-                    acc[i] += go;
+                if let Some(i) = cells.find(x, |v| v.to_f64() == yo || (yo.is_nan() && v.to_f64().is_nan()))? {
+                    cells_of_mut(acc, i..i + 1)?.iter_mut().for_each(|a| *a += go);
                 }
             }
-            PoolType::Sum => cells.for_each(|i| acc[i] += go),
+            PoolType::Sum => cells.for_each_row(|row| {
+                cells_of_mut(acc, row)?.iter_mut().for_each(|a| *a += go);
+                Ok(())
+            })?,
             PoolType::Avg => {
                 let share = go / if include_pad { padded } else { cells.count() }.max(1) as f64;
-                cells.for_each(|i| acc[i] += share);
+                cells.for_each_row(|row| {
+                    cells_of_mut(acc, row)?.iter_mut().for_each(|a| *a += share);
+                    Ok(())
+                })?;
             }
-            PoolType::Lp(p) => cells.for_each(|i| {
-                let xi = x[i].to_f64();
-                if yo != 0.0 {
-                    acc[i] += go * (xi.abs() / yo).powi(p - 1) * xi.signum();
+            PoolType::Lp(p) => cells.for_each_row(|row| {
+                for (a, xi) in cells_of_mut(acc, row.clone())?.iter_mut().zip(cells_of(x, row)?) {
+                    let xi = xi.to_f64();
+                    if yo != 0.0 {
+                        *a += go * (xi.abs() / yo).powi(p - 1) * xi.signum();
+                    }
                 }
-            }),
+                Ok(())
+            })?,
         }
-    });
+        Ok(())
+    })?;
     dx.iter_mut().zip(acc.iter()).for_each(|(v, &a)| *v = T::from_f64(a));
+    Ok(())
 }
 
 fn build(p: PoolingParams) -> Result<Pooling> {

@@ -4,8 +4,10 @@
 
 use super::grad::{tuple_attr, Grad, InputGrads};
 use super::shape_ops::strided_copy;
-use super::{exactly, ExecContext, OpDef, Operator, Tensor};
-use crate::base::{normalize_axis, DType, Shape};
+#[cfg(feature = "cuda")]
+use super::Tensor;
+use super::{exactly, ExecContext, OpDef, Operator};
+use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
 
@@ -19,33 +21,6 @@ struct Gather {
 
 fn input_strides(s: &Shape) -> Vec<isize> {
     s.strides().into_iter().map(|v| v as isize).collect()
-}
-
-/// The lowest and highest position `base + idx·strides` takes over the index space `dims`; None
-/// for an empty space, which reaches nothing.
-fn reach(dims: &[usize], base: isize, strides: &[isize]) -> Option<(isize, isize)> {
-    if dims.contains(&0) {
-        return None;
-    }
-    Some(dims.iter().zip(strides).fold((base, base), |(low, high), (&len, &stride)| {
-        let step = (len as isize - 1).saturating_mul(stride);
-        (low.saturating_add(step.min(0)), high.saturating_add(step.max(0)))
-    }))
-}
-
-/// [`strided_copy`] from `src` into `dst`, each given as (slice, base, strides): element `idx` of
-/// `dims` goes from `src[base + idx·strides]` to `dst[base + idx·strides]`. The copy indexes
-/// without checks, so it runs only once every position it reaches is known to lie in its slice.
-fn copy_strided<T: Copy + Send + Sync>(op: &str, dims: &[usize], src: (&[T], isize, &[isize]), dst: (&mut [T], isize, &[isize])) -> Result<()> {
-    let ((src, src_base, src_strides), (dst, dst_base, dst_strides)) = (src, dst);
-    let inside = |len: usize, base: isize, strides: &[isize]| {
-        strides.len() == dims.len() && reach(dims, base, strides).is_none_or(|(low, high)| low >= 0 && high < len as isize)
-    };
-    if !inside(src.len(), src_base, src_strides) || !inside(dst.len(), dst_base, dst_strides) {
-        crate::bail!(Runtime, "{op}: a strided copy over {dims:?} reaches past its input of {} or output of {} elements", src.len(), dst.len());
-    }
-    strided_copy(dims, src.as_ptr(), src_base, src_strides, dst.as_mut_ptr(), dst_base, dst_strides);
-    Ok(())
 }
 
 type Plan = Box<dyn Fn(&Shape) -> Result<(Shape, Gather)> + Send + Sync>;
@@ -67,7 +42,7 @@ impl Operator for Rearrange {
         let (_, g) = (self.plan)(args.input_shape(0)?)?;
         let dst_strides = input_strides(&Shape::new(g.dims.clone()));
         crate::dispatch_dtype!(args.output_dtype(0)?, T => {
-            copy_strided(self.name, &g.dims, (args.input::<T>(0)?, g.base, &g.strides), (args.output::<T>(0)?, 0, &dst_strides))
+            strided_copy(self.name, &g.dims, (args.input::<T>(0)?, g.base, &g.strides), (args.output::<T>(0)?, 0, &dst_strides))
         })
     }
     #[cfg(feature = "cuda")]
@@ -83,12 +58,11 @@ impl Operator for Rearrange {
     }
 }
 
-/// Broadcast `src` into `out` (same rank; `src` has size 1 where they differ).
-pub(super) fn broadcast_into(src: &Tensor, out: &Tensor) -> Result<()> {
-    let (_, g) = broadcast_gather(&src.shape, out.shape.dims().to_vec())?;
-    let dst_strides = input_strides(&out.shape);
-    crate::dispatch_dtype!(out.dtype, T => strided_copy::<T>(&g.dims, src.ptr::<T>(), g.base, &g.strides, out.ptr::<T>(), 0, &dst_strides));
-    Ok(())
+/// Broadcast `src` of shape `src_shape` into `out` of shape `out_shape` (the same rank; `src`
+/// has size 1 where they differ), for operator `op`.
+pub(super) fn broadcast_into<T: Elem>(op: &str, (src, src_shape): (&[T], &Shape), (out, out_shape): (&mut [T], &Shape)) -> Result<()> {
+    let (_, g) = broadcast_gather(src_shape, out_shape.dims().to_vec()).map_err(|e| e.context(op))?;
+    strided_copy(op, &g.dims, (src, g.base, &g.strides), (out, 0, &input_strides(out_shape)))
 }
 
 /// Gradient of a broadcast: sum back down to the input's shape.
@@ -321,7 +295,7 @@ impl Operator for Stack {
         crate::dispatch_dtype!(args.output_dtype(0)?, T => {
             let out = args.output::<T>(0)?;
             for k in 0..n {
-                copy_strided("stack", &dims, (args.input::<T>(k)?, 0, &src_strides), (&mut *out, (k * inner) as isize, &dst_strides))?;
+                strided_copy("stack", &dims, (args.input::<T>(k)?, 0, &src_strides), (&mut *out, (k * inner) as isize, &dst_strides))?;
             }
             Ok(())
         })
@@ -488,12 +462,12 @@ impl Operator for TileBackward {
         Ok(vec![grad])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let ([grad, data], [out]) = (exactly("_backward_tile", "input", args.inputs())?, exactly("_backward_tile", "output", args.outputs())?);
         // The tile gather's index space is (rep0, dim0, rep1, dim1, ...): sum over the reps.
-        let (_, gather) = tile_plan(self.reps.clone())(&data.shape)?;
+        let (_, gather) = tile_plan(self.reps.clone())(args.input_shape(1)?)?;
         let mask: Vec<bool> = (0..gather.dims.len()).map(|i| i % 2 == 0).collect();
-        super::reduce::sum_view(grad, &gather.dims, &mask, out);
-        Ok(())
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            super::reduce::sum_view("_backward_tile", args.input::<T>(0)?, &gather.dims, &mask, args.output::<T>(0)?)
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let g = d.out_grad(0);
@@ -521,16 +495,17 @@ impl Operator for RepeatBackward {
         Ok(vec![grad])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let ([grad, data], [out]) = (exactly("_backward_repeat", "input", args.inputs())?, exactly("_backward_repeat", "output", args.outputs())?);
         // The repeat gather's index space has a repeats axis right after the repeated one.
-        let (_, gather) = repeat_plan(self.params.clone())(&data.shape)?;
+        let data = args.input_shape(1)?;
+        let (_, gather) = repeat_plan(self.params.clone())(data)?;
         let axis = match self.params.axis {
-            Some(a) => normalize_axis(a, data.shape.ndim())?,
+            Some(a) => normalize_axis(a, data.ndim())?,
             None => 0,
         };
         let mask: Vec<bool> = (0..gather.dims.len()).map(|i| i == axis + 1).collect();
-        super::reduce::sum_view(grad, &gather.dims, &mask, out);
-        Ok(())
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            super::reduce::sum_view("_backward_repeat", args.input::<T>(0)?, &gather.dims, &mask, args.output::<T>(0)?)
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let g = d.out_grad(0);

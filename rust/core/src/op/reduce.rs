@@ -12,12 +12,16 @@ use super::grad::{tuple_attr, Grad, InputGrads};
 use super::params::NoParams;
 use super::rearrange::broadcast_into;
 use super::shape_ops::transpose_into;
-use super::{parallel_chunks, zero_gradient, ExecContext, OpDef, Operator, Reduction, SendPtr, Tensor};
+#[cfg(feature = "cuda")]
+use super::Tensor;
+use super::{exactly, parallel_units, zero_gradient, ExecContext, OpDef, Operator, Reduction};
 use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
 use crate::graph::Entry;
 
 pub trait Reducer: Send + Sync + 'static {
+    /// The operator's name, for errors.
+    const NAME: &'static str;
     const INIT: f64;
     /// Whether the accumulator is a plain sum of the elements (sum, mean), which float32 runs
     /// may accumulate in float32 lanes within short blocks.
@@ -94,6 +98,7 @@ fn mask_nan(d: &mut Grad, x: &Entry, grad: &Entry) -> Result<Entry> {
 
 struct Sum;
 impl Reducer for Sum {
+    const NAME: &'static str = "sum";
     const CUDA: Reduction = CUDA_SUM;
     const PLAIN_SUM: bool = true;
     #[inline(always)]
@@ -111,6 +116,7 @@ impl Reducer for Sum {
 }
 struct Mean;
 impl Reducer for Mean {
+    const NAME: &'static str = "mean";
     const CUDA: Reduction = Reduction { finish: "acc / count", ..CUDA_SUM };
     const PLAIN_SUM: bool = true;
     #[inline(always)]
@@ -131,6 +137,7 @@ impl Reducer for Mean {
 }
 struct Prod;
 impl Reducer for Prod {
+    const NAME: &'static str = "prod";
     const CUDA: Reduction = CUDA_PRODUCT;
     fn grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
         product_grad(d, x, y, g, spread)
@@ -143,6 +150,7 @@ impl Reducer for Prod {
 }
 struct NanSum;
 impl Reducer for NanSum {
+    const NAME: &'static str = "nansum";
     const CUDA: Reduction = Reduction { step: "isnan(x) ? acc : acc + x", ..CUDA_SUM };
     fn grad(d: &mut Grad, x: &Entry, _y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
         {
@@ -165,6 +173,7 @@ impl Reducer for NanSum {
 }
 struct NanProd;
 impl Reducer for NanProd {
+    const NAME: &'static str = "nanprod";
     const CUDA: Reduction = Reduction { step: "isnan(x) ? acc : acc * x", ..CUDA_PRODUCT };
     fn grad(d: &mut Grad, x: &Entry, y: &Entry, g: &Entry, spread: &Spread) -> Result<Entry> {
         {
@@ -187,6 +196,7 @@ impl Reducer for NanProd {
 }
 struct Max;
 impl Reducer for Max {
+    const NAME: &'static str = "max";
     const CUDA: Reduction = Reduction {
         init: "-__longlong_as_double(0x7ff0000000000000LL)",
         step: "(x > acc || isnan(x)) ? x : acc",
@@ -218,6 +228,7 @@ impl Reducer for Max {
 }
 struct Min;
 impl Reducer for Min {
+    const NAME: &'static str = "min";
     const CUDA: Reduction = Reduction {
         init: "__longlong_as_double(0x7ff0000000000000LL)",
         step: "(x < acc || isnan(x)) ? x : acc",
@@ -251,6 +262,7 @@ impl Reducer for Min {
 /// Sum of absolute values (the L1 norm).
 struct L1Norm;
 impl Reducer for L1Norm {
+    const NAME: &'static str = "norm";
     const CUDA: Reduction = Reduction { step: "acc + fabs(x)", ..CUDA_SUM };
     const INIT: f64 = 0.0;
     #[inline(always)]
@@ -270,6 +282,7 @@ impl Reducer for L1Norm {
 /// Square root of the sum of squares (the L2 norm).
 struct L2Norm;
 impl Reducer for L2Norm {
+    const NAME: &'static str = "norm";
     const CUDA: Reduction = Reduction { step: "acc + x * x", finish: "sqrt(acc)", ..CUDA_SUM };
     const INIT: f64 = 0.0;
     #[inline(always)]
@@ -321,31 +334,27 @@ impl Operator for Moments {
         2
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let s = self.mean.infer_shape(inputs)?.swap_remove(0);
-        Ok(vec![s.clone(), s])
+        let reduced = self.mean.infer_shape(inputs)?;
+        let [s] = exactly("moments", "mean output", &reduced)?;
+        Ok(vec![s.clone(), s.clone()])
     }
     fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let x = &inputs[0];
-        args.delegate(&self.mean, inputs, &outputs[..1], |mean_only| self.mean.forward(ctx, mean_only))?;
-        let mask = self.mean.mask(x.shape.ndim())?;
-        let kept: Vec<usize> = x.shape.dims().iter().zip(&mask).map(|(&d, &m)| if m { 1 } else { d }).collect();
-        crate::dispatch_dtype!(x.dtype, T => {
-            let mut deviations: Vec<T> = vec![T::default(); x.size()];
-            // SAFETY: `deviations` holds x.size() elements of T, the shape of x.
-            let dev = unsafe { Tensor::new(deviations.as_mut_ptr().cast::<u8>(), x.shape.clone(), x.dtype) };
-            // SAFETY: the mean output holds the reduced elements, the size of `kept`.
-            let mean = unsafe { Tensor::new(outputs[0].raw(), Shape::new(kept), x.dtype) };
-            broadcast_into(&mean, &dev)?;
-            // SAFETY: x is read-only here and `dev` is a private buffer.
-            let (xs, ds) = unsafe { (x.slice::<T>(), dev.slice_mut::<T>()) };
-            ds.iter_mut().zip(xs).for_each(|(d, &v)| {
+        let op = "moments";
+        let mean_only = args.outputs().get(..1).ok_or_else(|| crate::err!(Value, "{op}: 2 outputs expected, got none"))?;
+        args.delegate(&self.mean, args.inputs(), mean_only, |mean_only| self.mean.forward(ctx, mean_only))?;
+        let shape = args.input_shape(0)?;
+        let mask = self.mean.mask(shape.ndim())?;
+        let kept = Shape::new(shape.dims().iter().zip(&mask).map(|(&d, &m)| if m { 1 } else { d }).collect::<Vec<_>>());
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let (x, mean, var) = (args.input::<T>(0)?, args.output::<T>(0)?, args.output::<T>(1)?);
+            let mut deviations: Vec<T> = vec![T::default(); x.len()];
+            broadcast_into(op, (&*mean, &kept), (&mut deviations, shape))?;
+            deviations.iter_mut().zip(x).for_each(|(d, &v)| {
                 let diff = v.to_f64() - d.to_f64();
                 *d = T::from_f64(diff * diff);
             });
-            reduce_tensor::<T, Mean>(&dev, &outputs[1], &mask);
-        });
-        Ok(())
+            reduce_into::<T, Mean>(op, &deviations, shape.dims(), &mask, var)
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, mean, g_mean, g_var) = (d.input(0), d.output(0), d.out_grad(0), d.out_grad(1));
@@ -384,10 +393,10 @@ impl<R> Reduce<R> {
             Some(axes) if !axes.is_empty() => {
                 for &a in axes {
                     let a = normalize_axis(a, ndim)?;
-                    if mask[a] {
-                        crate::bail!(Value, "axis {a} is given more than once");
+                    match mask.get_mut(a) {
+                        Some(reduced) if !*reduced => *reduced = true,
+                        _ => crate::bail!(Value, "axis {a} is given more than once"),
                     }
-                    mask[a] = true;
                 }
                 if self.params.exclude {
                     mask.iter_mut().for_each(|m| *m = !*m);
@@ -404,7 +413,7 @@ impl<R: Reducer> Operator for Reduce<R> {
         1
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let s = &inputs[0];
+        let [s] = exactly(R::NAME, "input", inputs)?;
         let mask = self.mask(s.ndim())?;
         let dims: Vec<usize> = if self.params.keepdims {
             s.dims().iter().zip(&mask).map(|(&d, &m)| if m { 1 } else { d }).collect()
@@ -423,16 +432,15 @@ impl<R: Reducer> Operator for Reduce<R> {
     }
 
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let x = &inputs[0];
-        let mask = self.mask(x.shape.ndim())?;
-        crate::dispatch_dtype!(x.dtype, T => reduce_tensor::<T, R>(x, &outputs[0], &mask));
-        Ok(())
+        let shape = args.input_shape(0)?;
+        let mask = self.mask(shape.ndim())?;
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => reduce_into::<T, R>(R::NAME, args.input::<T>(0)?, shape.dims(), &mask, args.output::<T>(0)?))
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        let mask = self.mask(inputs[0].shape.ndim())?;
-        crate::backend::cuda::kernels::reduce(gpu, &R::CUDA, &mask, &inputs[0], &outputs[0])
+        let ([x], [y]) = (exactly(R::NAME, "input", inputs)?, exactly(R::NAME, "output", outputs)?);
+        let mask = self.mask(x.shape.ndim())?;
+        crate::backend::cuda::kernels::reduce(gpu, &R::CUDA, &mask, x, y)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, y, g) = (d.input(0), d.output(0), d.out_grad(0));
@@ -487,19 +495,15 @@ impl SumToLike {
             crate::bail!(Shape, "_reduce_sum_to_like: {like} has more dimensions than {data}");
         }
         let lead = data.ndim() - like.ndim();
-        (0..data.ndim())
-            .map(|i| {
-                if i < lead {
-                    return Ok(true);
-                }
-                let (dd, ld) = (data[i], like[i - lead]);
-                if dd == ld {
-                    Ok(false)
-                } else if ld == 1 {
-                    Ok(true)
-                } else {
-                    crate::bail!(Shape, "_reduce_sum_to_like: {like} does not broadcast to {data}")
-                }
+        let aligned = std::iter::repeat_n(None, lead).chain(like.dims().iter().map(Some));
+        data.dims()
+            .iter()
+            .zip(aligned)
+            .map(|(&dd, ld)| match ld {
+                None => Ok(true),
+                Some(&ld) if dd == ld => Ok(false),
+                Some(1) => Ok(true),
+                Some(_) => crate::bail!(Shape, "_reduce_sum_to_like: {like} does not broadcast to {data}"),
             })
             .collect()
     }
@@ -510,30 +514,33 @@ impl Operator for SumToLike {
         vec!["data".into(), "like".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        SumToLike::mask(&inputs[0], &inputs[1])?;
-        Ok(vec![inputs[1].clone()])
+        let [data, like] = exactly("_reduce_sum_to_like", "input", inputs)?;
+        SumToLike::mask(data, like)?;
+        Ok(vec![like.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[data, _] = exactly("_reduce_sum_to_like", "input", inputs)?;
+        Ok(vec![data])
     }
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let x = &inputs[0];
-        let mask = SumToLike::mask(&x.shape, &inputs[1].shape)?;
+        let shape = args.input_shape(0)?;
+        let mask = SumToLike::mask(shape, args.input_shape(1)?)?;
         if !mask.contains(&true) {
-            super::shape_ops::copy_bytes(x, &outputs[0]);
-            return Ok(());
+            return super::shape_ops::copy_args(args);
         }
-        crate::dispatch_dtype!(x.dtype, T => reduce_tensor::<T, Sum>(x, &outputs[0], &mask));
-        Ok(())
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            reduce_into::<T, Sum>("_reduce_sum_to_like", args.input::<T>(0)?, shape.dims(), &mask, args.output::<T>(0)?)
+        })
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        let mask = SumToLike::mask(&inputs[0].shape, &inputs[1].shape)?;
-        crate::backend::cuda::kernels::reduce(gpu, &CUDA_SUM, &mask, &inputs[0], &outputs[0])
+        let op = "_reduce_sum_to_like";
+        let ([data, like], [out]) = (exactly(op, "input", inputs)?, exactly(op, "output", outputs)?);
+        let mask = SumToLike::mask(&data.shape, &like.shape)?;
+        crate::backend::cuda::kernels::reduce(gpu, &CUDA_SUM, &mask, data, out)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
@@ -566,38 +573,43 @@ impl Operator for BroadcastReducedLike {
         vec!["data".into(), "like".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let reduced = self.reduce.infer_shape(&inputs[1..])?.swap_remove(0);
-        if reduced.size() != inputs[0].size() {
-            crate::bail!(Shape, "_broadcast_reduced_like: {} is not the reduced shape {reduced} of {}", inputs[0], inputs[1]);
+        let [data, like] = exactly("_broadcast_reduced_like", "input", inputs)?;
+        let reduced = self.reduce.infer_shape(std::slice::from_ref(like))?;
+        let [reduced] = exactly("_broadcast_reduced_like", "reduction output", &reduced)?;
+        if reduced.size() != data.size() {
+            crate::bail!(Shape, "_broadcast_reduced_like: {data} is not the reduced shape {reduced} of {like}");
         }
-        Ok(vec![inputs[1].clone()])
+        Ok(vec![like.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[data, _] = exactly("_broadcast_reduced_like", "input", inputs)?;
+        Ok(vec![data])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let like = &inputs[1].shape;
+        let op = "_broadcast_reduced_like";
+        let (like, out_shape) = (args.input_shape(1)?, args.output_shape(0)?);
         let mask = self.reduce.mask(like.ndim())?;
-        let kept: Vec<usize> = like.dims().iter().zip(&mask).map(|(&d, &m)| if m { 1 } else { d }).collect();
-        // SAFETY: the reduced input holds exactly as many elements as `kept` describes.
-        let src = unsafe { Tensor::new(inputs[0].raw(), Shape::new(kept), inputs[0].dtype) };
-        broadcast_into(&src, &outputs[0])?;
-        if self.divide_by_count {
-            let count = like.size() / src.size().max(1);
-            let out = &outputs[0];
-            crate::dispatch_dtype!(out.dtype, T => {
-                // SAFETY: the output is this op's alone and holds like.size() elements of T.
-                let o = unsafe { out.slice_mut::<T>() };
-                o.iter_mut().for_each(|v| *v = T::from_f64(v.to_f64() / count as f64));
-            });
-        }
-        Ok(())
+        // The reduced input viewed with the reduced axes kept as size 1.
+        let kept = Shape::new(like.dims().iter().zip(&mask).map(|(&d, &m)| if m { 1 } else { d }).collect::<Vec<_>>());
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            let (src, out) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            if src.len() != kept.size() {
+                crate::bail!(Runtime, "{op}: {} reduced elements for the reduced shape {kept}", src.len());
+            }
+            broadcast_into(op, (src, &kept), (&mut *out, out_shape))?;
+            if self.divide_by_count {
+                let count = like.size() / src.len().max(1);
+                out.iter_mut().for_each(|v| *v = T::from_f64(v.to_f64() / count as f64));
+            }
+            Ok(())
+        })
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         use crate::backend::cuda::kernels::{scale, strided_copy, Strided};
-        let (like, out) = (&inputs[1].shape, &outputs[0]);
+        let op = "_broadcast_reduced_like";
+        let ([reduced, like], [out]) = (exactly(op, "input", inputs)?, exactly(op, "output", outputs)?);
+        let like = &like.shape;
         let mask = self.reduce.mask(like.ndim())?;
         let kept = Shape::new(like.dims().iter().zip(&mask).map(|(&d, &m)| if m { 1 } else { d }).collect::<Vec<_>>());
         // Each output element reads the reduced value of its kept coordinates: stride 0 along
@@ -607,7 +619,7 @@ impl Operator for BroadcastReducedLike {
         strided_copy(
             gpu,
             out.shape.dims(),
-            Strided { tensor: &inputs[0], base: 0, strides: &source },
+            Strided { tensor: reduced, base: 0, strides: &source },
             Strided { tensor: out, base: 0, strides: &target },
         )?;
         if self.divide_by_count {
@@ -632,11 +644,9 @@ impl Operator for BroadcastReducedLike {
 }
 
 /// Sum `x`, viewed with shape `view`, over the axes in `mask`, into `out` (the gradient of tile
-/// and repeat, whose outputs are such views of repeated inputs).
-pub(super) fn sum_view(x: &Tensor, view: &[usize], mask: &[bool], out: &Tensor) {
-    // SAFETY: `view` has the same number of elements as x, so the reinterpretation stays in bounds.
-    let viewed = unsafe { Tensor::new(x.raw(), Shape::new(view.to_vec()), x.dtype) };
-    crate::dispatch_dtype!(x.dtype, T => reduce_tensor::<T, Sum>(&viewed, out, mask));
+/// and repeat, whose outputs are such views of repeated inputs, and of a bias).
+pub(super) fn sum_view<T: Elem>(op: &str, x: &[T], view: &[usize], mask: &[bool], out: &mut [T]) -> Result<()> {
+    reduce_into::<T, Sum>(op, x, view, mask, out)
 }
 
 /// Split `dims` into (outer, reduced, inner) if the reduced axes are adjacent (ignoring size-1 axes).
@@ -645,27 +655,38 @@ fn as_three_blocks(dims: &[usize], mask: &[bool]) -> Option<(usize, usize, usize
     let (Some(first), Some(last)) = (significant.iter().position(|&(_, m)| m), significant.iter().rposition(|&(_, m)| m)) else {
         return Some((significant.iter().map(|p| p.0).product(), 1, 1));
     };
-    if significant[first..=last].iter().any(|&(_, m)| !m) {
+    let (before, rest) = significant.split_at_checked(first)?;
+    let (reduced, after) = rest.split_at_checked(last + 1 - first)?;
+    if reduced.iter().any(|&(_, m)| !m) {
         return None;
     }
     let prod = |r: &[(usize, bool)]| r.iter().map(|p| p.0).product::<usize>();
-    Some((prod(&significant[..first]), prod(&significant[first..=last]), prod(&significant[last + 1..])))
+    Some((prod(before), prod(reduced), prod(after)))
 }
 
-fn reduce_tensor<T: Elem, R: Reducer>(x: &Tensor, out: &Tensor, mask: &[bool]) {
-    let dims = x.shape.dims();
+/// Reduce `x`, of shape `dims`, over the axes in `mask` into `out` (one element per index of the
+/// kept axes, in order).
+fn reduce_into<T: Elem, R: Reducer>(op: &str, x: &[T], dims: &[usize], mask: &[bool], out: &mut [T]) -> Result<()> {
+    if mask.len() != dims.len() || dims.iter().product::<usize>() != x.len() {
+        crate::bail!(Runtime, "{op}: reducing axes {mask:?} of {} elements viewed as {dims:?}", x.len());
+    }
     if let Some((outer, r, inner)) = as_three_blocks(dims, mask) {
-        reduce_blocks::<T, R>(x.ptr::<T>(), out.ptr::<T>(), outer, r, inner);
-        return;
+        return reduce_blocks::<T, R>(op, x, out, outer, r, inner);
     }
     // Move kept axes to the front, reduced axes to the back, then reduce contiguous rows.
-    let perm: Vec<usize> = (0..dims.len()).filter(|&i| !mask[i]).chain((0..dims.len()).filter(|&i| mask[i])).collect();
-    let mut tmp: Vec<T> = vec![T::default(); x.size()];
-    // SAFETY: tmp holds x.size() elements of T, matching the permuted shape.
-    let tmp_t = unsafe { Tensor::new(tmp.as_mut_ptr() as *mut u8, Shape::new(perm.iter().map(|&p| dims[p]).collect::<Vec<_>>()), x.dtype) };
-    transpose_into::<T>(x, &tmp_t, &perm);
-    let r: usize = (0..dims.len()).filter(|&i| mask[i]).map(|i| dims[i]).product();
-    reduce_blocks::<T, R>(tmp.as_ptr(), out.ptr::<T>(), x.size() / r.max(1), r, 1);
+    let axes = |reduced: bool| mask.iter().enumerate().filter(move |&(_, &m)| m == reduced).map(|(i, _)| i);
+    let perm: Vec<usize> = axes(false).chain(axes(true)).collect();
+    let mut tmp: Vec<T> = vec![T::default(); x.len()];
+    transpose_into(op, x, dims, &perm, &mut tmp)?;
+    let size = |reduced: bool| dims.iter().zip(mask).filter(|&(_, &m)| m == reduced).map(|(&d, _)| d).product::<usize>();
+    reduce_blocks::<T, R>(op, &tmp, out, size(false), size(true), 1)
+}
+
+/// `x` as float32 values, when its elements are float32.
+#[inline(always)]
+fn as_f32<T: Elem>(x: &[T]) -> Option<&[f32]> {
+    // SAFETY: an element type whose dtype is float32 is f32 itself, so this is the same slice.
+    (T::DTYPE == DType::F32).then(|| unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<f32>(), x.len()) })
 }
 
 /// Sum float32 values in thirty-two float32 lanes (vectorizes at the CPU's widest vectors) over
@@ -683,17 +704,18 @@ fn sum_f32_blocked_portable(x: &[f32]) -> f64 {
     let mut wide = [0f64; LANES];
     for block in x.chunks(F32_SUM_BLOCK) {
         let mut lanes = [0f32; LANES];
-        let mut chunks = block.chunks_exact(LANES);
-        for c in &mut chunks {
-            for l in 0..LANES {
-                lanes[l] += c[l];
+        let (chunks, tail) = block.as_chunks::<LANES>();
+        for c in chunks {
+            for (lane, &v) in lanes.iter_mut().zip(c) {
+                *lane += v;
             }
         }
-        for l in 0..LANES {
-            wide[l] += lanes[l] as f64;
+        for (w, &lane) in wide.iter_mut().zip(&lanes) {
+            *w += lane as f64;
         }
-        for &v in chunks.remainder() {
-            wide[0] += v as f64;
+        let [first, ..] = &mut wide;
+        for &v in tail {
+            *first += v as f64;
         }
     }
     wide.iter().sum()
@@ -716,39 +738,37 @@ fn lanes_f32<R: Reducer>(x: &[f32], init: f32) -> f32 {
 fn lanes_f32_portable<R: Reducer>(x: &[f32], init: f32) -> f32 {
     const LANES: usize = 32;
     let mut lanes = [init; LANES];
-    let mut chunks = x.chunks_exact(LANES);
-    for c in &mut chunks {
-        for l in 0..LANES {
-            lanes[l] = R::step_f32(lanes[l], c[l]);
+    let (chunks, tail) = x.as_chunks::<LANES>();
+    for c in chunks {
+        for (lane, &v) in lanes.iter_mut().zip(c) {
+            *lane = R::step_f32(*lane, v);
         }
     }
     let mut acc = init;
     for &l in &lanes {
         acc = R::step_f32(acc, l);
     }
-    for &v in chunks.remainder() {
+    for &v in tail {
         acc = R::step_f32(acc, v);
     }
     acc
 }
 
-/// Column-wise reduction of `count` float32 rows of `width` values: one f64 per column,
+/// Column-wise reduction of float32 rows (`lines`, each of `width` values): one f64 per column,
 /// accumulated in float32 (in blocks of rows for sums), at the CPU's widest vectors.
-fn columns_f32<R: Reducer>(rows: impl Fn(usize) -> *const f32, count: usize, width: usize) -> Vec<f64> {
+fn columns_f32<'a, R: Reducer>(lines: impl Iterator<Item = &'a [f32]>, width: usize) -> Vec<f64> {
     super::simd::vectorized(
         #[inline(always)]
-        || columns_f32_portable::<R>(rows, count, width),
+        || columns_f32_portable::<R>(lines, width),
     )
 }
 
 #[inline(always)]
-fn columns_f32_portable<R: Reducer>(rows: impl Fn(usize) -> *const f32, count: usize, width: usize) -> Vec<f64> {
+fn columns_f32_portable<'a, R: Reducer>(lines: impl Iterator<Item = &'a [f32]>, width: usize) -> Vec<f64> {
     let mut wide = vec![R::INIT; width];
     let mut narrow = vec![R::INIT as f32; width];
     let block = if R::PLAIN_SUM { F32_SUM_BLOCK / 4 } else { usize::MAX };
-    for k in 0..count {
-        // SAFETY: the caller's `rows(k)` addresses `width` readable floats for k < count.
-        let row = unsafe { std::slice::from_raw_parts(rows(k), width) };
+    for (k, row) in lines.enumerate() {
         for (a, &v) in narrow.iter_mut().zip(row) {
             *a = R::step_f32(*a, v);
         }
@@ -769,71 +789,71 @@ fn columns_f32_portable<R: Reducer>(rows: impl Fn(usize) -> *const f32, count: u
 /// Reduce `r` contiguous elements into an accumulator with eight independent lanes.
 #[inline]
 fn reduce_run<T: Elem, R: Reducer>(x: &[T]) -> f64 {
-    if T::DTYPE == DType::F32 && (R::PLAIN_SUM || R::EXACT_IN_F32) {
-        // SAFETY: T's dtype is float32, so T is f32 and the slice reinterprets in place.
-        let xs = unsafe { std::slice::from_raw_parts(x.as_ptr() as *const f32, x.len()) };
+    if let (Some(xs), true) = (as_f32(x), R::PLAIN_SUM || R::EXACT_IN_F32) {
         return if R::PLAIN_SUM { sum_f32_blocked(xs) } else { lanes_f32::<R>(xs, R::INIT as f32) as f64 };
     }
     let mut lanes = [R::INIT; 8];
-    let mut chunks = x.chunks_exact(8);
-    for c in &mut chunks {
-        for l in 0..8 {
-            lanes[l] = R::step(lanes[l], c[l].to_f64());
+    let (chunks, tail) = x.as_chunks::<8>();
+    for c in chunks {
+        for (lane, v) in lanes.iter_mut().zip(c) {
+            *lane = R::step(*lane, v.to_f64());
         }
     }
     let mut acc = lanes.into_iter().fold(R::INIT, R::merge);
-    for &v in chunks.remainder() {
+    for &v in tail {
         acc = R::step(acc, v.to_f64());
     }
     acc
 }
 
-fn reduce_blocks<T: Elem, R: Reducer>(x: *const T, out: *mut T, outer: usize, r: usize, inner: usize) {
-    let (xp, op) = (SendPtr(x as *mut T), SendPtr(out));
+/// Reduce `x`, viewed as (outer, r, inner) blocks, over r into `out` (outer x inner).
+fn reduce_blocks<T: Elem, R: Reducer>(op: &str, x: &[T], out: &mut [T], outer: usize, r: usize, inner: usize) -> Result<()> {
+    if x.len() != outer * r * inner || out.len() != outer * inner {
+        crate::bail!(Runtime, "{op}: reducing ({outer}, {r}, {inner}) blocks of {} elements into {}", x.len(), out.len());
+    }
+    if out.is_empty() {
+        return Ok(());
+    }
+    if r == 0 {
+        // Every result reduces no elements.
+        out.fill(T::from_f64(R::finish(reduce_run::<T, R>(&[]), 0)));
+        return Ok(());
+    }
     const GRAIN: usize = 1 << 15;
+    let threads = crate::engine::parallel::threads();
     if inner == 1 {
-        if outer == 1 || outer < crate::engine::parallel::threads() {
+        if outer == 1 || outer < threads {
             // Few long rows: split each row across threads and merge the partials.
-            for o in 0..outer {
-                let pieces = r.div_ceil(GRAIN).min(crate::engine::parallel::threads() * 4).max(1);
+            for (y, row) in out.iter_mut().zip(x.chunks_exact(r)) {
+                let pieces = r.div_ceil(GRAIN).min(threads * 4).max(1);
                 let step = r.div_ceil(pieces);
-                let partials: Vec<f64> = crate::engine::parallel::map(pieces, |p| {
-                    let (s, e) = (p * step, ((p + 1) * step).min(r));
-                    // SAFETY: [s, e) lies inside row o of the input.
-                    let row = unsafe { std::slice::from_raw_parts(xp.get().add(o * r + s), e.saturating_sub(s)) };
-                    reduce_run::<T, R>(row)
-                });
+                let partials: Vec<f64> =
+                    crate::engine::parallel::map(pieces, |p| reduce_run::<T, R>(row.get(p * step..((p + 1) * step).min(r)).unwrap_or_default()));
                 let acc = partials.into_iter().fold(R::INIT, R::merge);
-                // SAFETY: o < outer = number of output elements.
-                unsafe { *op.get().add(o) = T::from_f64(R::finish(acc, r)) };
+                *y = T::from_f64(R::finish(acc, r));
             }
-            return;
+            return Ok(());
         }
-        parallel_chunks(outer, (GRAIN / r.max(1)).max(1), |rows| {
-            for o in rows {
-                // SAFETY: row o spans [o*r, (o+1)*r) of the input; output o is ours alone.
-                unsafe {
-                    let row = std::slice::from_raw_parts(xp.get().add(o * r), r);
-                    *op.get().add(o) = T::from_f64(R::finish(reduce_run::<T, R>(row), r));
-                }
+        return parallel_units(out, 1, (GRAIN / r).max(1), |first, piece| {
+            for (y, row) in piece.iter_mut().zip(x.chunks_exact(r).skip(first)) {
+                *y = T::from_f64(R::finish(reduce_run::<T, R>(row), r));
             }
+            Ok(())
         });
-        return;
     }
     // Reduce over the middle axis: accumulate whole inner rows, which vectorizes over `inner`.
-    // `partial` gives the unfinished accumulators of rows `rows` for columns `cols` of block o.
+    // `partial` gives the unfinished accumulators of rows `rows` for columns `cols` of block o
+    // (ranges inside the block, which the sizes checked above keep inside `x`).
+    let block = r * inner;
     let partial = |o: usize, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| -> Vec<f64> {
-        let row_ptr = |k: usize| {
-            // SAFETY (of the pointer arithmetic): (o, k, cols) indexes inside the (outer, r, inner) input.
-            unsafe { xp.get().add((o * r + rows.start + k) * inner + cols.start) }
-        };
+        let width = cols.len();
+        let span = x.get(o * block + rows.start * inner..o * block + rows.end * inner).unwrap_or_default();
+        let lines = span.chunks_exact(inner).map(move |line| line.get(cols.clone()).unwrap_or_default());
         if T::DTYPE == DType::F32 && (R::PLAIN_SUM || R::EXACT_IN_F32) {
-            return columns_f32::<R>(|k| row_ptr(k) as *const f32, rows.len(), cols.len());
+            return columns_f32::<R>(lines.map(|line| as_f32(line).unwrap_or_default()), width);
         }
-        let mut acc = vec![R::INIT; cols.len()];
-        for k in 0..rows.len() {
-            // SAFETY: row_ptr(k) addresses cols.len() elements of the input.
-            let row = unsafe { std::slice::from_raw_parts(row_ptr(k), cols.len()) };
+        let mut acc = vec![R::INIT; width];
+        for row in lines {
             // Compiled for the CPU's vectors: a bfloat16 bias gradient's 128 x 1024 column sums
             // took 0.11 ms in baseline code, 8x float32's.
             super::simd::vectorized(
@@ -847,29 +867,37 @@ fn reduce_blocks<T: Elem, R: Reducer>(x: *const T, out: *mut T, outer: usize, r:
         }
         acc
     };
-    let write = |o: usize, cols: std::ops::Range<usize>, acc: Vec<f64>| {
-        for (j, a) in cols.zip(acc) {
-            // SAFETY: output (o, j) is written by one task only.
-            unsafe { *op.get().add(o * inner + j) = T::from_f64(R::finish(a, r)) };
+    let write = |y: &mut [T], acc: Vec<f64>| {
+        for (v, a) in y.iter_mut().zip(acc) {
+            *v = T::from_f64(R::finish(a, r));
         }
     };
-    let threads = crate::engine::parallel::threads();
     if outer >= threads {
-        parallel_chunks(outer, (GRAIN / (r * inner).max(1)).max(1), |os| os.for_each(|o| write(o, 0..inner, partial(o, 0..r, 0..inner))));
+        parallel_units(out, inner, (GRAIN / block).max(1), |first, piece| {
+            for (o, y) in (first..).zip(piece.chunks_exact_mut(inner)) {
+                write(y, partial(o, 0..r, 0..inner));
+            }
+            Ok(())
+        })
     } else if r >= 8 * threads && inner <= 1 << 16 {
         // Few blocks of many rows: split the rows across threads (each streams whole rows), then
         // merge the per-thread accumulators.
         let pieces = threads * 2;
         let step = r.div_ceil(pieces);
-        for o in 0..outer {
+        for (o, y) in out.chunks_exact_mut(inner).enumerate() {
             let parts: Vec<Vec<f64>> = crate::engine::parallel::map(pieces, |p| partial(o, (p * step).min(r)..((p + 1) * step).min(r), 0..inner));
             let merged = parts.into_iter().reduce(|a, b| a.into_iter().zip(b).map(|(x, y)| R::merge(x, y)).collect()).unwrap_or_default();
-            write(o, 0..inner, merged);
+            write(y, merged);
         }
+        Ok(())
     } else {
-        for o in 0..outer {
-            parallel_chunks(inner, (GRAIN / r.max(1)).max(64), |cols| write(o, cols.clone(), partial(o, 0..r, cols)));
+        for (o, y) in out.chunks_exact_mut(inner).enumerate() {
+            parallel_units(y, 1, (GRAIN / r).max(64), |first, piece| {
+                write(piece, partial(o, 0..r, first..first + piece.len()));
+                Ok(())
+            })?;
         }
+        Ok(())
     }
 }
 
@@ -906,21 +934,27 @@ struct ArgReduce {
 }
 
 impl ArgReduce {
+    fn name(&self) -> &'static str {
+        if self.max {
+            "argmax"
+        } else {
+            "argmin"
+        }
+    }
+
     /// (outer, length along the axis, inner) and the output shape.
     fn layout(&self, s: &Shape) -> Result<((usize, usize, usize), Shape)> {
         match self.axis {
             None => Ok(((1, s.size(), 1), Shape::new(if self.keepdims { vec![1; s.ndim().max(1)] } else { vec![1] }))),
             Some(a) => {
                 let a = normalize_axis(a, s.ndim())?;
-                let d = s.dims();
-                let mut out = d.to_vec();
-                if self.keepdims {
-                    out[a] = 1;
-                } else {
-                    out.remove(a);
-                }
+                let Some((before, [len, after @ ..])) = s.dims().split_at_checked(a) else {
+                    crate::bail!(Shape, "{}: axis {a} is outside {s}", self.name());
+                };
+                let kept: &[usize] = if self.keepdims { &[1] } else { &[] };
+                let out = [before, kept, after].concat();
                 let out = if out.is_empty() { vec![1] } else { out };
-                Ok(((d[..a].iter().product(), d[a], d[a + 1..].iter().product()), Shape::new(out)))
+                Ok(((before.iter().product(), *len, after.iter().product()), Shape::new(out)))
             }
         }
     }
@@ -931,9 +965,10 @@ impl Operator for ArgReduce {
         1
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let ((_, r, _), out) = self.layout(&inputs[0])?;
+        let [x] = exactly(self.name(), "input", inputs)?;
+        let ((_, r, _), out) = self.layout(x)?;
         if r == 0 {
-            crate::bail!(Shape, "cannot take the arg{} of an empty axis of {}", if self.max { "max" } else { "min" }, inputs[0]);
+            crate::bail!(Shape, "cannot take the {} of an empty axis of {x}", self.name());
         }
         Ok(vec![out])
     }
@@ -941,44 +976,59 @@ impl Operator for ArgReduce {
         zero_gradient(d)
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let ((outer, r, inner), _) = self.layout(&inputs[0].shape)?;
+        let op = self.name();
+        let ((outer, r, inner), _) = self.layout(args.input_shape(0)?)?;
         let max = self.max;
-        if inner == 1 && inputs[0].dtype == DType::F32 {
+        let check = |x: usize, y: usize| {
+            if x != outer * r * inner || y != outer * inner {
+                crate::bail!(Runtime, "{op}: ({outer}, {r}, {inner}) blocks of {x} elements searched into {y}");
+            }
+            Ok(())
+        };
+        if inner == 1 && args.input_dtype(0)? == DType::F32 {
             // Contiguous float32 rows: find the extreme with vector lanes, then its first position.
-            let (xp, op) = (SendPtr(inputs[0].ptr::<f32>()), SendPtr(outputs[0].ptr::<f32>()));
-            parallel_chunks(outer, ((1usize << 15) / r.max(1)).max(1), |rows| {
-                for o in rows {
-                    // SAFETY: row o spans [o*r, (o+1)*r) of the input; output o is ours alone.
-                    let row = unsafe { std::slice::from_raw_parts(xp.get().add(o * r), r) };
+            let (x, y) = (args.input::<f32>(0)?, args.output::<f32>(0)?);
+            check(x.len(), y.len())?;
+            if r == 0 {
+                y.fill(0.0);
+                return Ok(());
+            }
+            return parallel_units(y, 1, ((1usize << 15) / r).max(1), |first, piece| {
+                for (v, row) in piece.iter_mut().zip(x.chunks_exact(r).skip(first)) {
                     let best = if max { lanes_f32::<Max>(row, f32::NEG_INFINITY) } else { lanes_f32::<Min>(row, f32::INFINITY) };
                     let at = if best.is_nan() { row.iter().position(|v| v.is_nan()) } else { first_equal(row, best) }.unwrap_or(0);
-                    unsafe { *op.get().add(o) = at as f32 };
+                    *v = at as f32;
                 }
+                Ok(())
             });
-            return Ok(());
         }
-        crate::dispatch_dtype!(inputs[0].dtype, T => {
-            let (xp, op) = (SendPtr(inputs[0].ptr::<T>()), SendPtr(outputs[0].ptr::<T>()));
-            parallel_chunks(outer * inner, (1 << 14) / r.max(1) + 1, |cells| {
-                for cell in cells {
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let (x, y) = (args.input::<T>(0)?, args.output::<T>(0)?);
+            check(x.len(), y.len())?;
+            if r == 0 {
+                y.fill(T::from_f64(0.0));
+                return Ok(());
+            }
+            let block = r * inner;
+            parallel_units(y, 1, (1 << 14) / r + 1, |first, piece| {
+                for (cell, out) in (first..).zip(piece.iter_mut()) {
                     let (o, j) = (cell / inner, cell % inner);
+                    // Column j of block o: its r elements, `inner` apart.
+                    let column = x.get(o * block..(o + 1) * block).unwrap_or_default().iter().skip(j).step_by(inner);
                     let (mut best, mut best_k) = (f64::NAN, 0usize);
-                    for k in 0..r {
-                        // SAFETY: (o, k, j) indexes inside the (outer, r, inner) input.
-                        let v = unsafe { *xp.get().add((o * r + k) * inner + j) }.to_f64();
+                    for (k, v) in column.enumerate() {
+                        let v = v.to_f64();
                         let better = if max { v > best } else { v < best };
                         if k == 0 || better || (v.is_nan() && !best.is_nan()) {
                             best = v;
                             best_k = k;
                         }
                     }
-                    // SAFETY: output cell is written by this task only.
-                    unsafe { *op.get().add(cell) = T::from_f64(best_k as f64) };
+                    *out = T::from_f64(best_k as f64);
                 }
+                Ok(())
             })
-        });
-        Ok(())
+        })
     }
 }
 

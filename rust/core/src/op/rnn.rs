@@ -29,7 +29,7 @@ use super::fast_math::{sigmoid_f32, tanh_f32};
 use super::grad::{Grad, InputGrads};
 use super::linalg::{matmul_into, Mat};
 use super::packed_gemm::{Operand, PackedB};
-use super::{ExecContext, OpDef, Operator, SendPtr, Tensor};
+use super::{ExecContext, OpDef, Operator, SendPtr};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -212,13 +212,17 @@ impl Rnn {
     fn lengths_index(&self) -> usize {
         2 + self.num_states()
     }
-    /// Each sequence's number of valid steps: the `sequence_length` input, checked, or every
-    /// step when lengths are not used.
-    fn lengths(&self, inputs: &[Tensor], d: Dims) -> Result<Vec<usize>> {
+    /// Each sequence's number of valid steps: the `sequence_length` input (of the call's inputs
+    /// from `first` on), checked, or every step when lengths are not used.
+    fn lengths(&self, args: &KernelArgs, first: usize, d: Dims) -> Result<Vec<usize>> {
         if !self.use_lengths {
             return Ok(vec![d.steps; d.batch]);
         }
-        super::normalization::to_f64(&inputs[self.lengths_index()])
+        let values = args.input_f64(first + self.lengths_index())?;
+        if values.len() != d.batch {
+            crate::bail!(Shape, "RNN: sequence_length holds {} values for a batch of {}", values.len(), d.batch);
+        }
+        values
             .into_iter()
             .map(|v| {
                 if !(v >= 0.0 && v <= d.steps as f64) || v.fract() != 0.0 {
@@ -229,10 +233,14 @@ impl Rnn {
             .collect()
     }
     fn dims(&self, data: &Shape) -> Result<Dims> {
-        if data.ndim() != 3 {
+        let &[steps, batch, input] = data.dims() else {
             crate::bail!(Shape, "RNN: data must be 3-D (time, batch, input), got {data}");
+        };
+        // `build` makes both positive; the kernels cut rows of these widths.
+        if self.hidden == 0 || self.state_width() == 0 {
+            crate::bail!(Param, "RNN: state_size and projection_size must be positive");
         }
-        Ok(Dims { steps: data[0], batch: data[1], input: data[2] })
+        Ok(Dims { steps, batch, input })
     }
     /// Shapes of the visible outputs followed by the dropout mask's and the reserve's.
     fn output_shapes(&self, d: Dims) -> Vec<Shape> {
@@ -258,25 +266,31 @@ impl Rnn {
     }
     /// Checks data, parameters, states and lengths against each other.
     fn check_inputs(&self, inputs: &[Shape]) -> Result<Dims> {
-        let d = self.dims(&inputs[0])?;
+        let missing = || crate::err!(Shape, "RNN: inputs {} expected, got {} input(s)", self.input_names().join(", "), inputs.len());
+        let (Some(data), Some(params)) = (inputs.first(), inputs.get(1)) else {
+            return Err(missing());
+        };
+        let d = self.dims(data)?;
         let count = self.param_count(d.input);
-        if inputs[1].dims() != [count] {
+        if params.dims() != [count] {
             crate::bail!(
                 Shape,
-                "RNN: parameters has shape {}, expected ({count},) for data {} ({} layers, state_size {})",
-                inputs[1],
-                inputs[0],
+                "RNN: parameters has shape {params}, expected ({count},) for data {data} ({} layers, state_size {})",
                 self.layers,
                 self.hidden
             );
         }
-        for ((name, shape), expected) in ["state", "state_cell"].iter().zip(&inputs[2..2 + self.num_states()]).zip(self.initial_state_shapes(d)) {
+        let states = inputs.get(2..2 + self.num_states()).ok_or_else(missing)?;
+        for ((name, shape), expected) in ["state", "state_cell"].iter().zip(states).zip(self.initial_state_shapes(d)) {
             if *shape != expected {
-                crate::bail!(Shape, "RNN: {name} has shape {shape}, expected {expected} for data {}", inputs[0]);
+                crate::bail!(Shape, "RNN: {name} has shape {shape}, expected {expected} for data {data}");
             }
         }
-        if self.use_lengths && inputs[self.lengths_index()].dims() != [d.batch] {
-            crate::bail!(Shape, "RNN: sequence_length has shape {}, expected ({},) for data {}", inputs[self.lengths_index()], d.batch, inputs[0]);
+        if self.use_lengths {
+            let lengths = inputs.get(self.lengths_index()).ok_or_else(missing)?;
+            if lengths.dims() != [d.batch] {
+                crate::bail!(Shape, "RNN: sequence_length has shape {lengths}, expected ({},) for data {data}", d.batch);
+            }
         }
         Ok(d)
     }
@@ -314,20 +328,84 @@ impl Rnn {
     fn reserve_len(&self, d: Dims) -> usize {
         self.layers * self.dirs * self.trace_len(d) + (self.layers - 1) * self.layer_output_len(d)
     }
-    fn split_trace<'a, T>(&self, d: Dims, block: &'a mut [T]) -> Trace<&'a mut [T]> {
+    fn split_trace<'a, T>(&self, d: Dims, block: &'a mut [T]) -> Result<Trace<&'a mut [T]>> {
         let [gates, cells, hidden_n, _] = self.trace_parts(d);
-        let (gates, rest) = block.split_at_mut(gates);
-        let (cells, rest) = rest.split_at_mut(cells);
-        let (hidden_n, unprojected) = rest.split_at_mut(hidden_n);
-        Trace { gates, cells, hidden_n, unprojected }
+        let total = block.len();
+        let short = || crate::err!(Runtime, "RNN: a trace block of {total} elements is shorter than its parts {:?}", self.trace_parts(d));
+        let (gates, rest) = block.split_at_mut_checked(gates).ok_or_else(short)?;
+        let (cells, rest) = rest.split_at_mut_checked(cells).ok_or_else(short)?;
+        let (hidden_n, unprojected) = rest.split_at_mut_checked(hidden_n).ok_or_else(short)?;
+        Ok(Trace { gates, cells, hidden_n, unprojected })
     }
-    fn view_trace<'a, T>(&self, d: Dims, block: &'a [T]) -> Trace<&'a [T]> {
+    fn view_trace<'a, T>(&self, d: Dims, block: &'a [T]) -> Result<Trace<&'a [T]>> {
         let [gates, cells, hidden_n, _] = self.trace_parts(d);
-        let (gates, rest) = block.split_at(gates);
-        let (cells, rest) = rest.split_at(cells);
-        let (hidden_n, unprojected) = rest.split_at(hidden_n);
-        Trace { gates, cells, hidden_n, unprojected }
+        let short = || crate::err!(Runtime, "RNN: a trace block of {} elements is shorter than its parts {:?}", block.len(), self.trace_parts(d));
+        let (gates, rest) = block.split_at_checked(gates).ok_or_else(short)?;
+        let (cells, rest) = rest.split_at_checked(cells).ok_or_else(short)?;
+        let (hidden_n, unprojected) = rest.split_at_checked(hidden_n).ok_or_else(short)?;
+        Ok(Trace { gates, cells, hidden_n, unprojected })
     }
+    /// The output of layer `layer`: the operator's output `top` for the last layer, else its
+    /// block of the reserve's `inner` layer outputs.
+    fn layer_output<'a, T>(&self, d: Dims, layer: usize, top: &'a [T], inner: &'a [T]) -> Result<&'a [T]> {
+        if layer + 1 == self.layers {
+            return Ok(top);
+        }
+        let len = self.layer_output_len(d);
+        span(inner, layer * len, len, "an inner layer's output")
+    }
+}
+
+/// `values[start..start + len]`, or an error naming the block.
+#[inline]
+fn span<'a, T>(values: &'a [T], start: usize, len: usize, what: &str) -> Result<&'a [T]> {
+    values.get(start..start.saturating_add(len)).ok_or_else(|| outside(what, start, len, values.len()))
+}
+
+/// `values[start..start + len]` to write, or an error naming the block.
+#[inline]
+fn span_mut<'a, T>(values: &'a mut [T], start: usize, len: usize, what: &str) -> Result<&'a mut [T]> {
+    let total = values.len();
+    values.get_mut(start..start.saturating_add(len)).ok_or_else(|| outside(what, start, len, total))
+}
+
+#[cold]
+fn outside(what: &str, start: usize, len: usize, total: usize) -> crate::error::Error {
+    crate::err!(Runtime, "RNN: {what} [{start}, {}) lies outside its {total} elements", start.saturating_add(len))
+}
+
+/// The first `N` consecutive blocks of `len` elements of `values` (one row's gate blocks).
+#[inline]
+fn blocks<T, const N: usize>(values: &[T], len: usize) -> Result<[&[T]; N]> {
+    let mut rest = values;
+    let mut out: [&[T]; N] = [&[]; N];
+    for (k, block) in out.iter_mut().enumerate() {
+        let (head, tail) = rest.split_at_checked(len).ok_or_else(|| outside("a gate block", k * len, len, values.len()))?;
+        (*block, rest) = (head, tail);
+    }
+    Ok(out)
+}
+
+/// [`blocks`], writable.
+#[inline]
+fn blocks_mut<T, const N: usize>(values: &mut [T], len: usize) -> Result<[&mut [T]; N]> {
+    let total = values.len();
+    let mut rest = values;
+    let mut out: [&mut [T]; N] = std::array::from_fn(|_| Default::default());
+    for (k, block) in out.iter_mut().enumerate() {
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut_checked(len).ok_or_else(|| outside("a gate block", k * len, len, total))?;
+        (*block, rest) = (head, tail);
+    }
+    Ok(out)
+}
+
+/// `dst = src` for a whole output, checked to be `src`'s length.
+fn copy_output<T: Copy>(what: &str, dst: &mut [T], src: &[T]) -> Result<()> {
+    if dst.len() != src.len() {
+        crate::bail!(Shape, "RNN: {what} holds {} elements, expected {}", dst.len(), src.len());
+    }
+    dst.copy_from_slice(src);
+    Ok(())
 }
 
 /// One forward or backward computation over given parameters.
@@ -335,19 +413,14 @@ struct Pass<'a, T> {
     rnn: &'a Rnn,
     d: Dims,
     params: &'a [T],
-    /// Valid steps of each sequence of the batch.
+    /// Valid steps of each sequence of the batch (one per batch row, checked by `Rnn::lengths`).
     lengths: &'a [usize],
-    dtype: DType,
     threads: usize,
 }
 
-/// `dst (+)= a * b` for row-major operands given as (stored rows, stored cols, transposed).
-///
-/// # Safety
-/// Every slice must hold the stored matrix it describes and `T` must be `dtype`'s element type.
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm<T>(
-    dtype: DType,
+/// `dst (+)= a * b` for row-major operands given as (stored rows, stored cols, transposed),
+/// each checked to hold the matrix it describes.
+fn gemm<T: Elem>(
     dst: &mut [T],
     accumulate: bool,
     a: &[T],
@@ -355,62 +428,100 @@ unsafe fn gemm<T>(
     b: &[T],
     bm: (usize, usize, bool),
     threads: usize,
-) {
-    matmul_into(
-        dtype,
-        dst.as_mut_ptr() as *mut u8,
-        accumulate,
-        a.as_ptr() as *const u8,
-        Mat::stored(am.0, am.1, am.2),
-        b.as_ptr() as *const u8,
-        Mat::stored(bm.0, bm.1, bm.2),
-        threads,
-    )
+) -> Result<()> {
+    let read = |(rows, cols, transposed): (usize, usize, bool)| if transposed { (cols, rows) } else { (rows, cols) };
+    let ((m, k), (kb, n)) = (read(am), read(bm));
+    if k != kb || a.len() < am.0 * am.1 || b.len() < bm.0 * bm.1 || dst.len() < m * n {
+        crate::bail!(
+            Runtime,
+            "RNN: a product of ({m} x {k}) from {} elements and ({kb} x {n}) from {} elements into {} elements",
+            a.len(),
+            b.len(),
+            dst.len()
+        );
+    }
+    // SAFETY: a and b hold their stored matrices and dst the m x n product (checked above), all
+    // of element type T, whose dtype is passed; dst is a unique borrow, so it overlaps neither
+    // operand.
+    unsafe {
+        matmul_into(
+            T::DTYPE,
+            dst.as_mut_ptr().cast::<u8>(),
+            accumulate,
+            a.as_ptr().cast::<u8>(),
+            Mat::stored(am.0, am.1, am.2),
+            b.as_ptr().cast::<u8>(),
+            Mat::stored(bm.0, bm.1, bm.2),
+            threads,
+        )
+    };
+    Ok(())
 }
 
 /// A weight the recurrence multiplies by a few state rows at every time step: packed once for
 /// the float32 kernel where the CPU has it (a step's product then packs only its state rows),
 /// else read in place.
 enum StepWeight<'a, T> {
-    Packed(PackedB),
+    /// The packed weight and its product's (k, n).
+    Packed(PackedB, (usize, usize)),
     Stored(&'a [T], (usize, usize, bool)),
 }
 
-impl<'a, T> StepWeight<'a, T> {
+impl<'a, T: Elem> StepWeight<'a, T> {
     /// `w` stored as (rows, cols, transposed), as [`gemm`]'s operands.
-    fn new(dtype: DType, w: &'a [T], (rows, cols, transposed): (usize, usize, bool)) -> StepWeight<'a, T> {
-        if dtype != DType::F32 || !super::packed_gemm::available() {
-            return StepWeight::Stored(w, (rows, cols, transposed));
+    fn new(w: &'a [T], (rows, cols, transposed): (usize, usize, bool)) -> Result<StepWeight<'a, T>> {
+        if T::DTYPE != DType::F32 || !super::packed_gemm::available() {
+            return Ok(StepWeight::Stored(w, (rows, cols, transposed)));
+        }
+        if w.len() < rows * cols {
+            crate::bail!(Runtime, "RNN: a recurrent weight of {rows} x {cols} from {} elements", w.len());
         }
         // The product's right operand (k x n) read through strides of the stored matrix.
         let (k, n, rs, cs) = if transposed { (cols, rows, 1, cols as isize) } else { (rows, cols, cols as isize, 1) };
-        // SAFETY: w holds rows x cols elements, float32 as dtype says; the kernel's CPU feature
-        // was checked above.
-        StepWeight::Packed(unsafe { PackedB::new(Operand { ptr: w.as_ptr() as *const f32, rs, cs }, k, n) })
+        // SAFETY: w holds rows x cols elements (checked above), float32 as T's dtype says; the
+        // kernel's CPU feature was checked above.
+        let packed = unsafe { PackedB::new(Operand { ptr: w.as_ptr().cast::<f32>(), rs, cs }, k, n) };
+        Ok(StepWeight::Packed(packed, (k, n)))
     }
 
     /// `dst (+)= a * w` for `a` of (rows, k) stored row-major, on the calling thread.
-    ///
-    /// # Safety
-    /// As [`gemm`]: `dst` holds rows x n elements, `T` is `dtype`'s element type.
-    unsafe fn multiply(&self, dtype: DType, dst: &mut [T], accumulate: bool, a: &[T], (rows, k): (usize, usize)) {
+    fn multiply(&self, dst: &mut [T], accumulate: bool, a: &[T], (rows, k): (usize, usize)) -> Result<()> {
         match self {
-            StepWeight::Packed(packed) => {
-                let a = Operand { ptr: a.as_ptr() as *const f32, rs: k as isize, cs: 1 };
-                packed.multiply(rows, a, dst.as_mut_ptr() as *mut f32, dst.len().checked_div(rows).unwrap_or(0), accumulate)
+            StepWeight::Packed(packed, shape) => {
+                let (packed_k, n) = *shape;
+                if k != packed_k || a.len() < rows * k || dst.len() < rows * n {
+                    crate::bail!(
+                        Runtime,
+                        "RNN: a recurrent product of ({rows} x {k}) from {} elements and ({packed_k} x {n}) into {} elements",
+                        a.len(),
+                        dst.len()
+                    );
+                }
+                let a = Operand { ptr: a.as_ptr().cast::<f32>(), rs: k as isize, cs: 1 };
+                // SAFETY: `new` packs float32 weights only, so T is f32; a holds rows x k floats
+                // and dst the rows x n product with row stride n (checked above); dst is a unique
+                // borrow, overlapping neither a nor the packed weight.
+                unsafe { packed.multiply(rows, a, dst.as_mut_ptr().cast::<f32>(), n, accumulate) };
+                Ok(())
             }
-            StepWeight::Stored(w, stored) => gemm(dtype, dst, accumulate, a, (rows, k, false), w, *stored, 1),
+            StepWeight::Stored(w, stored) => gemm(dst, accumulate, a, (rows, k, false), w, *stored, 1),
         }
     }
 }
 
 fn add_rows<T: Real>(values: &mut [T], row: &[T]) {
+    if row.is_empty() {
+        return;
+    }
     for chunk in values.chunks_mut(row.len()) {
         chunk.iter_mut().zip(row).for_each(|(v, &b)| *v = *v + b);
     }
 }
 
 fn column_sums_into<T: Real>(sums: &mut [T], values: &[T]) {
+    if sums.is_empty() {
+        return;
+    }
     for chunk in values.chunks(sums.len()) {
         sums.iter_mut().zip(chunk).for_each(|(s, &v)| *s = *s + v);
     }
@@ -432,20 +543,29 @@ fn clip_cell<T: Real>(c: T, clip: Option<(f64, f64, bool)>) -> (T, bool) {
     }
 }
 
-/// One batch row of an LSTM step: pre-activation gates (i, f, g, o blocks of `hidden`) become
+/// One batch row of an LSTM step: the pre-activation gates (blocks of `hidden`) become
 /// activations, `cell` goes from c_(t-1) to c_t, `out` receives h_t.
 struct LstmRow<'a, T> {
-    gates: &'a mut [T],
+    input: &'a mut [T],
+    forget: &'a mut [T],
+    candidate: &'a mut [T],
+    output: &'a mut [T],
     cell: &'a mut [T],
     out: &'a mut [T],
 }
 
-/// The same row in backpropagation: `grads` receives the gates' pre-activation gradients from
-/// their activations `gates`, and `prev_cell_grad` the gradient of c_(t-1); `h_grad` is the
-/// whole gradient of h_t.
+/// The same row in backpropagation: the `d_` blocks receive the gates' pre-activation gradients
+/// from their activations, and `prev_cell_grad` the gradient of c_(t-1); `h_grad` is the whole
+/// gradient of h_t.
 struct LstmGradRow<'a, T> {
-    gates: &'a [T],
-    grads: &'a mut [T],
+    input: &'a [T],
+    forget: &'a [T],
+    candidate: &'a [T],
+    output: &'a [T],
+    d_input: &'a mut [T],
+    d_forget: &'a mut [T],
+    d_candidate: &'a mut [T],
+    d_output: &'a mut [T],
     cell: &'a [T],
     prev_cell: &'a [T],
     h_grad: &'a [T],
@@ -471,10 +591,7 @@ vectorized_row!(lstm_backward_row, LstmGradRow, lstm_backward_body);
 
 #[inline(always)]
 fn lstm_forward_body<T: Real>(row: LstmRow<'_, T>, clip: Option<(f64, f64, bool)>) {
-    let h = row.cell.len();
-    let (input, rest) = row.gates.split_at_mut(h);
-    let (forget, rest) = rest.split_at_mut(h);
-    let (candidate, output) = rest.split_at_mut(h);
+    let LstmRow { input, forget, candidate, output, cell, out } = row;
     // Separate loops (not one chained iterator) so that each vectorizes.
     for gate in [&mut *input, &mut *forget, &mut *output] {
         for v in gate.iter_mut() {
@@ -484,15 +601,15 @@ fn lstm_forward_body<T: Real>(row: LstmRow<'_, T>, clip: Option<(f64, f64, bool)
     for v in candidate.iter_mut() {
         *v = v.tanh();
     }
-    for (((c, &f), &i), &g) in row.cell.iter_mut().zip(&*forget).zip(&*input).zip(&*candidate) {
+    for (((c, &f), &i), &g) in cell.iter_mut().zip(&*forget).zip(&*input).zip(&*candidate) {
         *c = f * *c + i * g;
     }
     if clip.is_some() {
-        for c in row.cell.iter_mut() {
+        for c in cell.iter_mut() {
             *c = clip_cell(*c, clip).0;
         }
     }
-    for ((out, &c), &o) in row.out.iter_mut().zip(&*row.cell).zip(&*output) {
+    for ((out, &c), &o) in out.iter_mut().zip(&*cell).zip(&*output) {
         *out = o * c.tanh();
     }
 }
@@ -503,32 +620,43 @@ fn lstm_backward_body<T: Real>(row: LstmGradRow<'_, T>, clip: Option<(f64, f64, 
         return lstm_backward_cells(row, |_| false);
     }
     // A clipped cell passes no gradient to its gates or to c_(t-1).
-    let h = row.cell.len();
-    let g = &row.gates;
-    let clipped: Vec<bool> = (0..h).map(|j| clip_cell(g[h + j] * row.prev_cell[j] + g[j] * g[2 * h + j], clip).1).collect();
-    lstm_backward_cells(row, |j| clipped[j])
+    let clipped: Vec<bool> =
+        row.forget.iter().zip(row.prev_cell).zip(row.input).zip(row.candidate).map(|(((&f, &c), &i), &g)| clip_cell(f * c + i * g, clip).1).collect();
+    lstm_backward_cells(row, |j| clipped.get(j).copied().unwrap_or(false))
 }
 
 #[inline(always)]
 fn lstm_backward_cells<T: Real>(row: LstmGradRow<'_, T>, clipped: impl Fn(usize) -> bool) {
-    let h = row.cell.len();
-    let (input, rest) = row.gates.split_at(h);
-    let (forget, rest) = rest.split_at(h);
-    let (candidate, output) = rest.split_at(h);
-    let (d_input, rest) = row.grads.split_at_mut(h);
-    let (d_forget, rest) = rest.split_at_mut(h);
-    let (d_candidate, d_output) = rest.split_at_mut(h);
-    for j in 0..h {
-        let (i, f, g, o) = (input[j], forget[j], candidate[j], output[j]);
-        let grad = row.h_grad[j];
-        let tanh_c = row.cell[j].tanh();
-        let through = row.cell_grad[j] + grad * o * (T::ONE - tanh_c * tanh_c);
+    let LstmGradRow {
+        input,
+        forget,
+        candidate,
+        output,
+        d_input,
+        d_forget,
+        d_candidate,
+        d_output,
+        cell,
+        prev_cell,
+        h_grad,
+        cell_grad,
+        prev_cell_grad,
+    } = row;
+    let gates = input.iter().zip(forget).zip(candidate).zip(output);
+    let states = h_grad.iter().zip(cell).zip(cell_grad).zip(prev_cell);
+    let grads = d_input.iter_mut().zip(d_forget.iter_mut()).zip(d_candidate.iter_mut()).zip(d_output.iter_mut()).zip(prev_cell_grad.iter_mut());
+    for (j, ((gate, state), grads)) in gates.zip(states).zip(grads).enumerate() {
+        let (((&i, &f), &g), &o) = gate;
+        let (((&grad, &c), &c_grad), &prev) = state;
+        let ((((d_i, d_f), d_g), d_o), d_prev) = grads;
+        let tanh_c = c.tanh();
+        let through = c_grad + grad * o * (T::ONE - tanh_c * tanh_c);
         let cell_grad = if clipped(j) { T::ZERO } else { through };
-        d_input[j] = cell_grad * g * i * (T::ONE - i);
-        d_forget[j] = cell_grad * row.prev_cell[j] * f * (T::ONE - f);
-        d_candidate[j] = cell_grad * i * (T::ONE - g * g);
-        d_output[j] = grad * tanh_c * o * (T::ONE - o);
-        row.prev_cell_grad[j] = cell_grad * f;
+        *d_i = cell_grad * g * i * (T::ONE - i);
+        *d_f = cell_grad * prev * f * (T::ONE - f);
+        *d_g = cell_grad * i * (T::ONE - g * g);
+        *d_o = grad * tanh_c * o * (T::ONE - o);
+        *d_prev = cell_grad * f;
     }
 }
 
@@ -543,14 +671,18 @@ impl<T> Shared<T> {
         Shared { ptr: SendPtr(values.as_mut_ptr()), len: values.len() }
     }
 
-    /// The `len` elements from `start`.
+    /// The `len` elements from `start`, or an error where they pass the buffer's end.
     ///
     /// # Safety
     /// No other live slice from this buffer overlaps them.
     #[allow(clippy::mut_from_ref)]
-    unsafe fn rows(&self, start: usize, len: usize) -> &mut [T] {
-        assert!(start + len <= self.len, "row range outside the shared buffer");
-        std::slice::from_raw_parts_mut(self.ptr.get().add(start), len)
+    unsafe fn rows(&self, start: usize, len: usize) -> Result<&mut [T]> {
+        if start.checked_add(len).is_none_or(|end| end > self.len) {
+            crate::bail!(Runtime, "RNN: rows [{start}, +{len}) outside a shared buffer of {} elements", self.len);
+        }
+        // SAFETY: start + len <= len (checked above) keeps the slice inside the buffer `new`
+        // took, which outlives the sweeps; the caller guarantees that nothing else overlaps it.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.get().add(start), len) })
     }
 }
 
@@ -592,7 +724,7 @@ fn step_time(dir: usize, steps: usize, s: usize) -> usize {
 impl<T: Real> Pass<'_, T> {
     /// Whether batch row `row` has a valid step at time `t`.
     fn active(&self, row: usize, t: usize) -> bool {
-        t < self.lengths[row]
+        self.lengths.get(row).is_some_and(|&length| t < length)
     }
 
     /// The time step that row `row` processed just before position `step` of direction `dir`'s
@@ -618,16 +750,16 @@ impl<T: Real> Pass<'_, T> {
         trace: Trace<&mut [T]>,
         hy: &mut [T],
         cy: &mut [T],
-    ) {
+    ) -> Result<()> {
         let (rnn, d) = (self.rnn, self.d);
         let gh = rnn.gate_width();
         let s = rnn.slots(d.input, layer, dir);
         let p = self.params;
-        let w_ih = &p[s.w_ih..][..gh * s.input];
-        let (b_ih, b_hh) = (&p[s.b_ih..][..gh], &p[s.b_hh..][..gh]);
+        let w_ih = span(p, s.w_ih, gh * s.input, "the i2h weight")?;
+        let (b_ih, b_hh) = (span(p, s.b_ih, gh, "the i2h bias")?, span(p, s.b_hh, gh, "the h2h bias")?);
         let rows = d.steps * d.batch;
-        // SAFETY: x is (rows, input), w_ih (gh, input) read transposed, gates (rows, gh).
-        unsafe { gemm(self.dtype, trace.gates, false, x, (rows, s.input, false), w_ih, (gh, s.input, true), self.threads) };
+        // x is (rows, input), w_ih (gh, input) read transposed, gates (rows, gh).
+        gemm(trace.gates, false, x, (rows, s.input, false), w_ih, (gh, s.input, true), self.threads)?;
         add_rows(trace.gates, b_ih);
         if rnn.mode != RnnMode::Gru {
             add_rows(trace.gates, b_hh);
@@ -641,17 +773,17 @@ impl<T: Real> Pass<'_, T> {
             hy: Shared::new(hy),
             cy: Shared::new(cy),
         };
-        let w_hh = StepWeight::new(self.dtype, &p[s.w_hh..][..gh * rnn.state_width()], (gh, rnn.state_width(), true));
+        let w_hh = StepWeight::new(span(p, s.w_hh, gh * rnn.state_width(), "the h2h weight")?, (gh, rnn.state_width(), true))?;
         self.over_batch_ranges(1, |range| {
             // SAFETY: each range touches only its own batch rows of the shared buffers.
             unsafe { self.sweep_forward(layer, dir, range, h0, c0, &w_hh, &shared) }
-        });
+        })
     }
 
     /// Splits the batch into one range per thread (ranges of at least a few rows, each worth
     /// handing to another thread) and runs `sweep` on each concurrently. `passes`: products per
     /// step and row, in units of the recurrent one (the backward sweep makes two).
-    fn over_batch_ranges(&self, passes: usize, sweep: impl Fn(std::ops::Range<usize>) + Sync) {
+    fn over_batch_ranges(&self, passes: usize, sweep: impl Fn(std::ops::Range<usize>) -> Result<()> + Sync) -> Result<()> {
         const MIN_ROWS: usize = 4;
         let n = self.d.batch;
         let rnn = self.rnn;
@@ -660,7 +792,7 @@ impl<T: Real> Pass<'_, T> {
         let per = n.div_ceil(tasks).max(1);
         // Ranges of `per` rows: with many threads ceil(n / threads) rows each can cover the
         // batch in fewer ranges than threads (100 rows, 16 threads: 15 ranges of 7).
-        crate::engine::parallel::run(n.div_ceil(per), &|r| sweep(r * per..((r + 1) * per).min(n)));
+        crate::engine::parallel::map(n.div_ceil(per), |r| sweep(r * per..((r + 1) * per).min(n))).into_iter().collect()
     }
 
     /// The recurrence of one direction for batch rows `range`. Rows at a padding step (past
@@ -680,58 +812,60 @@ impl<T: Real> Pass<'_, T> {
         c0: &[T],
         w_hh: &StepWeight<'_, T>,
         buf: &SweepBuffers<T>,
-    ) {
+    ) -> Result<()> {
         let (rnn, d) = (self.rnn, self.d);
         let (h, sw, gh, n) = (rnn.hidden, rnn.state_width(), rnn.gate_width(), d.batch);
         let width = rnn.dirs * sw;
         let projecting = rnn.projection.is_some();
         let s = rnn.slots(d.input, layer, dir);
-        let b_hh = &self.params[s.b_hh..][..gh];
-        let w_hr = &self.params[s.w_hr..][..rnn.projection_weights()];
+        let b_hh = span(self.params, s.b_hh, gh, "the h2h bias")?;
+        let w_hr = span(self.params, s.w_hr, rnn.projection_weights(), "the projection weight")?;
         let (first, nb) = (range.start, range.len());
-        let mut h_prev = h0[first * sw..][..nb * sw].to_vec();
-        let mut c_prev = if rnn.mode == RnnMode::Lstm { c0[first * h..][..nb * h].to_vec() } else { Vec::new() };
+        let lengths = span(self.lengths, first, nb, "the sequence lengths")?;
+        let mut h_prev = span(h0, first * sw, nb * sw, "the initial state")?.to_vec();
+        let mut c_prev = if rnn.mode == RnnMode::Lstm { span(c0, first * h, nb * h, "the initial cell state")?.to_vec() } else { Vec::new() };
         let mut recurrent = vec![T::ZERO; if rnn.mode == RnnMode::Gru { nb * gh } else { 0 }];
         let mut projected = vec![T::ZERO; if projecting { nb * sw } else { 0 }];
+        // SAFETY (every `rows` below): the rows lie in this range's batch rows of their step,
+        // which the caller leaves to this sweep alone.
         for step in 0..d.steps {
             let t = step_time(dir, d.steps, step);
-            let gates = buf.gates.rows((t * n + first) * gh, nb * gh);
-            // SAFETY: h_prev is (nb, sw), w_hh (gh, sw) read transposed, the destination (nb, gh).
+            let gates = buf.gates.rows((t * n + first) * gh, nb * gh)?;
+            // h_prev is (nb, sw), w_hh (gh, sw) read transposed, the destination (nb, gh).
             if rnn.mode == RnnMode::Gru {
-                w_hh.multiply(self.dtype, &mut recurrent, false, &h_prev, (nb, sw));
+                w_hh.multiply(&mut recurrent, false, &h_prev, (nb, sw))?;
                 add_rows(&mut recurrent, b_hh);
             } else {
-                w_hh.multiply(self.dtype, gates, true, &h_prev, (nb, sw));
+                w_hh.multiply(gates, true, &h_prev, (nb, sw))?;
             }
-            let unprojected: &mut [T] = if projecting { buf.unprojected.rows((t * n + first) * h, nb * h) } else { &mut [] };
-            for b in 0..nb {
+            let unprojected: &mut [T] = if projecting { buf.unprojected.rows((t * n + first) * h, nb * h)? } else { &mut [] };
+            for (b, ((g, state), &length)) in gates.chunks_exact_mut(gh).zip(h_prev.chunks_exact_mut(sw)).zip(lengths).enumerate() {
                 let row = first + b;
-                let out_row = buf.out.rows((t * n + row) * width + dir * sw, sw);
-                if !self.active(row, t) {
+                let out_row = buf.out.rows((t * n + row) * width + dir * sw, sw)?;
+                if t >= length {
                     out_row.fill(T::ZERO);
                     if projecting {
                         // The projection weight's gradient multiplies every row of the trace
                         // (padding rows by zero gradients), and the reserve is not zeroed:
                         // garbage there could be NaN, and 0 * NaN is NaN.
-                        unprojected[b * h..][..h].fill(T::ZERO);
+                        span_mut(unprojected, b * h, h, "an unprojected state")?.fill(T::ZERO);
                     }
                     continue;
                 }
-                let g = &mut gates[b * gh..][..gh];
-                let state = &mut h_prev[b * sw..][..sw];
                 match rnn.mode {
                     RnnMode::Lstm => {
-                        let cell = &mut c_prev[b * h..][..h];
-                        let hidden: &mut [T] = if projecting { &mut unprojected[b * h..][..h] } else { &mut *out_row };
-                        lstm_forward_row(LstmRow { gates: g, cell, out: hidden }, rnn.clip);
-                        buf.cells.rows((t * n + row) * h, h).copy_from_slice(cell);
+                        let cell = span_mut(&mut c_prev, b * h, h, "a cell state")?;
+                        let hidden: &mut [T] = if projecting { span_mut(unprojected, b * h, h, "an unprojected state")? } else { &mut *out_row };
+                        let [input, forget, candidate, output] = blocks_mut::<_, 4>(g, h)?;
+                        lstm_forward_row(LstmRow { input, forget, candidate, output, cell: &mut *cell, out: hidden }, rnn.clip);
+                        buf.cells.rows((t * n + row) * h, h)?.copy_from_slice(cell);
                     }
                     // Vectorized like the LSTM rows: the fast tanh and sigmoid use FMA, which
                     // baseline x86-64 code would call through libm.
                     RnnMode::Relu | RnnMode::Tanh => super::simd::vectorized(
                         #[inline(always)]
                         || {
-                            for (o, v) in out_row.iter_mut().zip(&mut g[..h]) {
+                            for (o, v) in out_row.iter_mut().zip(g.iter_mut()) {
                                 *v = if rnn.mode == RnnMode::Relu {
                                     if *v > T::ZERO {
                                         *v
@@ -746,17 +880,21 @@ impl<T: Real> Pass<'_, T> {
                         },
                     ),
                     RnnMode::Gru => {
-                        let r = &recurrent[b * gh..][..gh];
-                        let hidden_n = buf.hidden_n.rows((t * n + row) * h, h);
+                        let [r_reset, r_update, r_candidate] = blocks::<_, 3>(span(&recurrent, b * gh, gh, "a recurrent product")?, h)?;
+                        let hidden_n = buf.hidden_n.rows((t * n + row) * h, h)?;
+                        let [g_reset, g_update, g_candidate] = blocks_mut::<_, 3>(g, h)?;
                         super::simd::vectorized(
                             #[inline(always)]
                             || {
-                                for j in 0..h {
-                                    let (reset, update) = ((g[j] + r[j]).sigmoid(), (g[h + j] + r[h + j]).sigmoid());
-                                    let candidate = (g[2 * h + j] + reset * r[2 * h + j]).tanh();
-                                    (g[j], g[h + j], g[2 * h + j]) = (reset, update, candidate);
-                                    hidden_n[j] = r[2 * h + j];
-                                    out_row[j] = (T::ONE - update) * candidate + update * state[j];
+                                let gates = g_reset.iter_mut().zip(g_update.iter_mut()).zip(g_candidate.iter_mut());
+                                let recurrent = r_reset.iter().zip(r_update).zip(r_candidate);
+                                let targets = hidden_n.iter_mut().zip(out_row.iter_mut()).zip(state.iter());
+                                for (((g_r, g_z), g_n), (((&r_r, &r_z), &r_n), ((hn, o), &prev))) in gates.zip(recurrent.zip(targets)) {
+                                    let (reset, update) = ((*g_r + r_r).sigmoid(), (*g_z + r_z).sigmoid());
+                                    let candidate = (*g_n + reset * r_n).tanh();
+                                    (*g_r, *g_z, *g_n) = (reset, update, candidate);
+                                    *hn = r_n;
+                                    *o = (T::ONE - update) * candidate + update * prev;
                                 }
                             },
                         )
@@ -767,19 +905,21 @@ impl<T: Real> Pass<'_, T> {
                 }
             }
             if projecting {
-                // SAFETY: unprojected (nb, h) times w_hr (sw, h) read transposed into (nb, sw).
-                gemm(self.dtype, &mut projected, false, unprojected, (nb, h, false), w_hr, (sw, h, true), 1);
-                for b in (0..nb).filter(|&b| self.active(first + b, t)) {
-                    let value = &projected[b * sw..][..sw];
-                    buf.out.rows((t * n + first + b) * width + dir * sw, sw).copy_from_slice(value);
-                    h_prev[b * sw..][..sw].copy_from_slice(value);
+                // unprojected (nb, h) times w_hr (sw, h) read transposed into (nb, sw).
+                gemm(&mut projected, false, unprojected, (nb, h, false), w_hr, (sw, h, true), 1)?;
+                for (b, ((value, state), &length)) in projected.chunks_exact(sw).zip(h_prev.chunks_exact_mut(sw)).zip(lengths).enumerate() {
+                    if t < length {
+                        buf.out.rows((t * n + first + b) * width + dir * sw, sw)?.copy_from_slice(value);
+                        state.copy_from_slice(value);
+                    }
                 }
             }
         }
-        buf.hy.rows(first * sw, nb * sw).copy_from_slice(&h_prev);
+        buf.hy.rows(first * sw, nb * sw)?.copy_from_slice(&h_prev);
         if rnn.mode == RnnMode::Lstm {
-            buf.cy.rows(first * h, nb * h).copy_from_slice(&c_prev);
+            buf.cy.rows(first * h, nb * h)?.copy_from_slice(&c_prev);
         }
+        Ok(())
     }
 
     /// Backpropagates one direction of one layer: `dout` is the gradient of the layer's output,
@@ -804,12 +944,12 @@ impl<T: Real> Pass<'_, T> {
         dc: &mut [T],
         dx: &mut [T],
         dparams: &mut [T],
-    ) {
+    ) -> Result<()> {
         let (rnn, d) = (self.rnn, self.d);
         let (h, sw, gh, n) = (rnn.hidden, rnn.state_width(), rnn.gate_width(), d.batch);
         let width = rnn.dirs * sw;
         let s = rnn.slots(d.input, layer, dir);
-        let w_ih = &self.params[s.w_ih..][..gh * s.input];
+        let w_ih = span(self.params, s.w_ih, gh * s.input, "the i2h weight")?;
         let rows = d.steps * n;
         // GRU's recurrent pre-activation gradients differ from its gate gradients (the reset gate
         // scales W_hn h + b_hn); for the other modes they are the gate gradients themselves.
@@ -822,66 +962,60 @@ impl<T: Real> Pass<'_, T> {
             dh: Shared::new(dh),
             dc: Shared::new(dc),
         };
-        let w_hh = StepWeight::new(self.dtype, &self.params[s.w_hh..][..gh * sw], (gh, sw, false));
+        let w_hh = StepWeight::new(span(self.params, s.w_hh, gh * sw, "the h2h weight")?, (gh, sw, false))?;
         self.over_batch_ranges(2, |range| {
             // SAFETY: each range touches only its own batch rows of the shared buffers.
             unsafe { self.sweep_backward(layer, dir, range, h0, c0, out, &trace, dout, &w_hh, &shared) }
-        });
+        })?;
         // The state each step read: its row's previous output, or h0 at the row's first step.
         let mut h_prev = vec![T::ZERO; rows * sw];
         for step in 0..d.steps {
             let t = step_time(dir, d.steps, step);
-            for b in 0..n {
+            for (b, state) in span_mut(&mut h_prev, t * n * sw, n * sw, "a step's states")?.chunks_exact_mut(sw).enumerate() {
                 let read = match self.previous_step(dir, step, b) {
-                    Some(tp) => &out[(tp * n + b) * width + dir * sw..][..sw],
-                    None => &h0[b * sw..][..sw],
+                    Some(tp) => span(out, (tp * n + b) * width + dir * sw, sw, "a previous output")?,
+                    None => span(h0, b * sw, sw, "the initial state")?,
                 };
-                h_prev[(t * n + b) * sw..][..sw].copy_from_slice(read);
+                state.copy_from_slice(read);
             }
         }
         let gate_grads = &*gate_grads;
-        let recurrent = if rnn.mode == RnnMode::Gru { &recurrent_grads[..] } else { gate_grads };
-        // SAFETY: recurrent (rows, gh) read transposed times h_prev (rows, sw) into the (gh, sw)
-        // weight gradient; gates (rows, gh) transposed times x (rows, input) into the
-        // (gh, input) weight gradient; gates times w_ih (gh, input) into dx (rows, input);
-        // projected gradients (rows, sw) transposed times the unprojected states (rows, h) into
-        // the (sw, h) projection weight gradient.
-        unsafe {
-            gemm(self.dtype, &mut dparams[s.w_hh..][..gh * sw], true, recurrent, (rows, gh, true), &h_prev, (rows, sw, false), self.threads);
-            gemm(self.dtype, &mut dparams[s.w_ih..][..gh * s.input], true, gate_grads, (rows, gh, true), x, (rows, s.input, false), self.threads);
-            gemm(self.dtype, dx, true, gate_grads, (rows, gh, false), w_ih, (gh, s.input, false), self.threads);
-            if rnn.projection.is_some() {
-                gemm(
-                    self.dtype,
-                    &mut dparams[s.w_hr..][..sw * h],
-                    true,
-                    &projected_grads,
-                    (rows, sw, true),
-                    trace.unprojected,
-                    (rows, h, false),
-                    self.threads,
-                );
-            }
+        let recurrent = if rnn.mode == RnnMode::Gru { recurrent_grads.as_slice() } else { gate_grads };
+        // recurrent (rows, gh) read transposed times h_prev (rows, sw) into the (gh, sw) weight
+        // gradient; gates (rows, gh) transposed times x (rows, input) into the (gh, input) weight
+        // gradient; gates times w_ih (gh, input) into dx (rows, input); projected gradients
+        // (rows, sw) transposed times the unprojected states (rows, h) into the (sw, h)
+        // projection weight gradient.
+        let dw_hh = span_mut(dparams, s.w_hh, gh * sw, "the h2h weight gradient")?;
+        gemm(dw_hh, true, recurrent, (rows, gh, true), &h_prev, (rows, sw, false), self.threads)?;
+        let dw_ih = span_mut(dparams, s.w_ih, gh * s.input, "the i2h weight gradient")?;
+        gemm(dw_ih, true, gate_grads, (rows, gh, true), x, (rows, s.input, false), self.threads)?;
+        gemm(dx, true, gate_grads, (rows, gh, false), w_ih, (gh, s.input, false), self.threads)?;
+        if rnn.projection.is_some() {
+            let dw_hr = span_mut(dparams, s.w_hr, sw * h, "the projection weight gradient")?;
+            gemm(dw_hr, true, &projected_grads, (rows, sw, true), trace.unprojected, (rows, h, false), self.threads)?;
         }
-        column_sums_into(&mut dparams[s.b_hh..][..gh], recurrent);
-        column_sums_into(&mut dparams[s.b_ih..][..gh], gate_grads);
+        column_sums_into(span_mut(dparams, s.b_hh, gh, "the h2h bias gradient")?, recurrent);
+        column_sums_into(span_mut(dparams, s.b_ih, gh, "the i2h bias gradient")?, gate_grads);
+        Ok(())
     }
 
     /// Writes into `dst` (rows `first..` of one step, state width each) the gradient of each
     /// row's output state at time `t`: the output's own gradient plus the one later steps sent
     /// back in `dh`; zero at padding steps, whose outputs are constant.
-    fn output_state_grads(&self, dir: usize, t: usize, first: usize, dout: &[T], dh: &[T], dst: &mut [T]) {
+    fn output_state_grads(&self, dir: usize, t: usize, first: usize, dout: &[T], dh: &[T], dst: &mut [T]) -> Result<()> {
         let (n, sw) = (self.d.batch, self.rnn.state_width());
         let width = self.rnn.dirs * sw;
-        for (b, (grads, later)) in dst.chunks_mut(sw).zip(dh.chunks(sw)).enumerate() {
-            let row = first + b;
-            if self.active(row, t) {
-                let own = &dout[(t * n + row) * width + dir * sw..][..sw];
+        let lengths = self.lengths.get(first..).unwrap_or_default();
+        for (b, ((grads, later), &length)) in dst.chunks_exact_mut(sw).zip(dh.chunks_exact(sw)).zip(lengths).enumerate() {
+            if t < length {
+                let own = span(dout, (t * n + first + b) * width + dir * sw, sw, "an output gradient")?;
                 grads.iter_mut().zip(own).zip(later).for_each(|((g, &o), &l)| *g = o + l);
             } else {
                 grads.fill(T::ZERO);
             }
         }
+        Ok(())
     }
 
     /// Backpropagation through time for batch rows `range`: writes the gates' pre-activation
@@ -904,17 +1038,20 @@ impl<T: Real> Pass<'_, T> {
         dout: &[T],
         w_hh: &StepWeight<'_, T>,
         buf: &GradBuffers<T>,
-    ) {
+    ) -> Result<()> {
         let (rnn, d) = (self.rnn, self.d);
         let (h, sw, gh, n) = (rnn.hidden, rnn.state_width(), rnn.gate_width(), d.batch);
         let width = rnn.dirs * sw;
         let lstm = rnn.mode == RnnMode::Lstm;
         let (cells, hidden_n) = (trace.cells, trace.hidden_n);
         let s = rnn.slots(d.input, layer, dir);
-        let w_hr = &self.params[s.w_hr..][..rnn.projection_weights()];
+        let w_hr = span(self.params, s.w_hr, rnn.projection_weights(), "the projection weight")?;
         let (first, nb) = (range.start, range.len());
-        let dh = buf.dh.rows(first * sw, nb * sw);
-        let dc = if lstm { buf.dc.rows(first * h, nb * h) } else { &mut [] };
+        let lengths = span(self.lengths, first, nb, "the sequence lengths")?;
+        // SAFETY (every `rows` below): the rows lie in this range's batch rows (of the states,
+        // or of their step), which the caller leaves to this sweep alone.
+        let dh = buf.dh.rows(first * sw, nb * sw)?;
+        let dc = if lstm { buf.dc.rows(first * h, nb * h)? } else { &mut [] };
         let mut dh_next = vec![T::ZERO; nb * sw];
         let mut c_grads = vec![T::ZERO; if lstm { nb * h } else { 0 }];
         // Each row's gradient of its hidden state at the current step (before LSTMP's projection).
@@ -922,78 +1059,94 @@ impl<T: Real> Pass<'_, T> {
         for step in (0..d.steps).rev() {
             let t = step_time(dir, d.steps, step);
             if rnn.projection.is_some() {
-                let projected = buf.projected.rows((t * n + first) * sw, nb * sw);
-                self.output_state_grads(dir, t, first, dout, dh, projected);
-                // SAFETY: projected gradients (nb, sw) times w_hr (sw, h) into (nb, h).
-                gemm(self.dtype, &mut h_grads, false, projected, (nb, sw, false), w_hr, (sw, h, false), 1);
+                let projected = buf.projected.rows((t * n + first) * sw, nb * sw)?;
+                self.output_state_grads(dir, t, first, dout, dh, projected)?;
+                // projected gradients (nb, sw) times w_hr (sw, h) into (nb, h).
+                gemm(&mut h_grads, false, projected, (nb, sw, false), w_hr, (sw, h, false), 1)?;
             } else {
-                self.output_state_grads(dir, t, first, dout, dh, &mut h_grads);
+                self.output_state_grads(dir, t, first, dout, dh, &mut h_grads)?;
             }
-            let grads = buf.gates.rows((t * n + first) * gh, nb * gh);
-            for b in 0..nb {
+            let grads = buf.gates.rows((t * n + first) * gh, nb * gh)?;
+            let step_gates = span(trace.gates, (t * n + first) * gh, nb * gh, "a step's gates")?;
+            let row_grads = step_gates.chunks_exact(gh).zip(grads.chunks_exact_mut(gh)).zip(h_grads.chunks_exact(h));
+            let row_states = dh_next.chunks_exact_mut(sw).zip(dh.chunks_exact(sw)).zip(lengths);
+            for (b, (((g, dg), grad), ((next, later), &length))) in row_grads.zip(row_states).enumerate() {
                 let row = first + b;
-                let g = &trace.gates[(t * n + row) * gh..][..gh];
-                let dg = &mut grads[b * gh..][..gh];
-                if !self.active(row, t) {
+                if t >= length {
                     dg.fill(T::ZERO);
                     if rnn.mode == RnnMode::Gru {
-                        buf.recurrent.rows((t * n + row) * gh, gh).fill(T::ZERO);
+                        buf.recurrent.rows((t * n + row) * gh, gh)?.fill(T::ZERO);
                     }
-                    dh_next[b * sw..][..sw].copy_from_slice(&dh[b * sw..][..sw]);
+                    next.copy_from_slice(later);
                     if lstm {
-                        c_grads[b * h..][..h].copy_from_slice(&dc[b * h..][..h]);
+                        span_mut(&mut c_grads, b * h, h, "a cell gradient")?.copy_from_slice(span(dc, b * h, h, "a cell gradient")?);
                     }
                     continue;
                 }
                 let previous = self.previous_step(dir, step, row);
-                let grad = &h_grads[b * h..][..h];
-                dh_next[b * sw..][..sw].fill(T::ZERO);
+                next.fill(T::ZERO);
                 match rnn.mode {
                     RnnMode::Lstm => {
                         let prev_cell = match previous {
-                            Some(tp) => &cells[(tp * n + row) * h..][..h],
-                            None => &c0[row * h..][..h],
+                            Some(tp) => span(cells, (tp * n + row) * h, h, "a traced cell state")?,
+                            None => span(c0, row * h, h, "the initial cell state")?,
                         };
+                        let [input, forget, candidate, output] = blocks::<_, 4>(g, h)?;
+                        let [d_input, d_forget, d_candidate, d_output] = blocks_mut::<_, 4>(dg, h)?;
                         let row_grads = LstmGradRow {
-                            gates: g,
-                            grads: dg,
-                            cell: &cells[(t * n + row) * h..][..h],
+                            input,
+                            forget,
+                            candidate,
+                            output,
+                            d_input,
+                            d_forget,
+                            d_candidate,
+                            d_output,
+                            cell: span(cells, (t * n + row) * h, h, "a traced cell state")?,
                             prev_cell,
                             h_grad: grad,
-                            cell_grad: &dc[b * h..][..h],
-                            prev_cell_grad: &mut c_grads[b * h..][..h],
+                            cell_grad: span(dc, b * h, h, "a cell gradient")?,
+                            prev_cell_grad: span_mut(&mut c_grads, b * h, h, "a cell gradient")?,
                         };
                         lstm_backward_row(row_grads, rnn.clip);
                     }
                     RnnMode::Relu | RnnMode::Tanh => {
-                        for j in 0..h {
-                            dg[j] = match rnn.mode {
+                        for ((d_g, &gv), &grad) in dg.iter_mut().zip(g).zip(grad) {
+                            *d_g = match rnn.mode {
                                 RnnMode::Relu => {
-                                    if g[j] > T::ZERO {
-                                        grad[j]
+                                    if gv > T::ZERO {
+                                        grad
                                     } else {
                                         T::ZERO
                                     }
                                 }
-                                _ => grad[j] * (T::ONE - g[j] * g[j]),
+                                _ => grad * (T::ONE - gv * gv),
                             };
                         }
                     }
                     RnnMode::Gru => {
                         let prev_h = match previous {
-                            Some(tp) => &out[(tp * n + row) * width + dir * h..][..h],
-                            None => &h0[row * h..][..h],
+                            Some(tp) => span(out, (tp * n + row) * width + dir * h, h, "a previous output")?,
+                            None => span(h0, row * h, h, "the initial state")?,
                         };
-                        let hn = &hidden_n[(t * n + row) * h..][..h];
-                        let r = buf.recurrent.rows((t * n + row) * gh, gh);
-                        for j in 0..h {
-                            let (reset, update, candidate) = (g[j], g[h + j], g[2 * h + j]);
-                            let d_candidate = grad[j] * (T::ONE - update) * (T::ONE - candidate * candidate);
-                            let d_update = grad[j] * (prev_h[j] - candidate) * update * (T::ONE - update);
-                            let d_reset = d_candidate * hn[j] * reset * (T::ONE - reset);
-                            (dg[j], dg[h + j], dg[2 * h + j]) = (d_reset, d_update, d_candidate);
-                            (r[j], r[h + j], r[2 * h + j]) = (d_reset, d_update, d_candidate * reset);
-                            dh_next[b * h + j] = grad[j] * update;
+                        let hn = span(hidden_n, (t * n + row) * h, h, "a traced W_hn h + b_hn")?;
+                        let [reset, update, candidate] = blocks::<_, 3>(g, h)?;
+                        let [d_reset, d_update, d_candidate] = blocks_mut::<_, 3>(dg, h)?;
+                        let [r_reset, r_update, r_candidate] = blocks_mut::<_, 3>(buf.recurrent.rows((t * n + row) * gh, gh)?, h)?;
+                        let gates = reset.iter().zip(update).zip(candidate);
+                        let inputs = grad.iter().zip(prev_h).zip(hn);
+                        let gate_grads = d_reset.iter_mut().zip(d_update.iter_mut()).zip(d_candidate.iter_mut());
+                        let recurrent_grads = r_reset.iter_mut().zip(r_update.iter_mut()).zip(r_candidate.iter_mut());
+                        let targets = gate_grads.zip(recurrent_grads).zip(next.iter_mut());
+                        for ((((&reset, &update), &candidate), ((&grad, &prev_h), &hn)), ((((d_r, d_z), d_n), ((r_r, r_z), r_n)), d_h)) in
+                            gates.zip(inputs).zip(targets)
+                        {
+                            let d_candidate = grad * (T::ONE - update) * (T::ONE - candidate * candidate);
+                            let d_update = grad * (prev_h - candidate) * update * (T::ONE - update);
+                            let d_reset = d_candidate * hn * reset * (T::ONE - reset);
+                            (*d_r, *d_z, *d_n) = (d_reset, d_update, d_candidate);
+                            (*r_r, *r_z, *r_n) = (d_reset, d_update, d_candidate * reset);
+                            *d_h = grad * update;
                         }
                     }
                 }
@@ -1001,11 +1154,12 @@ impl<T: Real> Pass<'_, T> {
             if lstm {
                 dc.copy_from_slice(&c_grads);
             }
-            let recurrent: &[T] = if rnn.mode == RnnMode::Gru { buf.recurrent.rows((t * n + first) * gh, nb * gh) } else { grads };
-            // SAFETY: recurrent (nb, gh) times w_hh (gh, sw) added to (nb, sw).
-            w_hh.multiply(self.dtype, &mut dh_next, true, recurrent, (nb, gh));
+            let recurrent: &[T] = if rnn.mode == RnnMode::Gru { buf.recurrent.rows((t * n + first) * gh, nb * gh)? } else { grads };
+            // recurrent (nb, gh) times w_hh (gh, sw) added to (nb, sw).
+            w_hh.multiply(&mut dh_next, true, recurrent, (nb, gh))?;
             dh.copy_from_slice(&dh_next);
         }
+        Ok(())
     }
 
     /// Runs all layers: the last layer's output goes to `out`, final states to `hy`/`cy`. A
@@ -1013,7 +1167,17 @@ impl<T: Real> Pass<'_, T> {
     /// the outputs of the inner layers, for backpropagation; without one (empty) the layers
     /// reuse one trace and two output buffers.
     #[allow(clippy::too_many_arguments)]
-    fn forward(&self, data: &[T], h0: &[T], c0: &[T], mask: Option<&[T]>, out: &mut [T], hy: &mut [T], cy: &mut [T], reserve: &mut [T]) {
+    fn forward(
+        &self,
+        data: &[T],
+        h0: &[T],
+        c0: &[T],
+        mask: Option<&[T]>,
+        out: &mut [T],
+        hy: &mut [T],
+        cy: &mut [T],
+        reserve: &mut [T],
+    ) -> Result<()> {
         let (rnn, d) = (self.rnn, self.d);
         let (state, cell_state) = (d.batch * rnn.state_width(), d.batch * rnn.hidden);
         let (trace_len, layer_out) = (rnn.trace_len(d), rnn.layer_output_len(d));
@@ -1023,9 +1187,12 @@ impl<T: Real> Pass<'_, T> {
             reserve
         } else {
             scratch = vec![T::ZERO; trace_len + (rnn.layers - 1).min(2) * layer_out];
-            &mut scratch[..]
+            scratch.as_mut_slice()
         };
-        let (traces, outputs) = reserve.split_at_mut(if keep { rnn.layers * rnn.dirs * trace_len } else { trace_len });
+        let reserve_len = reserve.len();
+        let (traces, outputs) = reserve
+            .split_at_mut_checked(if keep { rnn.layers * rnn.dirs * trace_len } else { trace_len })
+            .ok_or_else(|| crate::err!(Runtime, "RNN: a reserve of {reserve_len} elements holds no traces of {trace_len}"))?;
         let slots = outputs.len().checked_div(layer_out).unwrap_or(0).max(1);
         let mut masked: Vec<T> = Vec::new();
         for layer in 0..rnn.layers {
@@ -1034,15 +1201,18 @@ impl<T: Real> Pass<'_, T> {
             // least whenever a layer does both, so they never coincide.
             let (below, target): (&[T], &mut [T]) = match (layer, last) {
                 (0, true) => (data, &mut *out),
-                (0, false) => (data, &mut outputs[..layer_out]),
-                (_, true) => (&outputs[((layer - 1) % slots) * layer_out..][..layer_out], &mut *out),
+                (0, false) => (data, span_mut(outputs, 0, layer_out, "a layer's output")?),
+                (_, true) => (span(outputs, ((layer - 1) % slots) * layer_out, layer_out, "a layer's output")?, &mut *out),
                 (_, false) => {
                     let (read, write) = ((layer - 1) % slots, layer % slots);
-                    let (low, high) = outputs.split_at_mut(read.max(write) * layer_out);
+                    let total = outputs.len();
+                    let (low, high) = outputs
+                        .split_at_mut_checked(read.max(write) * layer_out)
+                        .ok_or_else(|| crate::err!(Runtime, "RNN: {total} elements hold no output slots {read} and {write} of {layer_out}"))?;
                     if read < write {
-                        (&low[read * layer_out..][..layer_out], &mut high[..layer_out])
+                        (span(low, read * layer_out, layer_out, "a layer's output")?, span_mut(high, 0, layer_out, "a layer's output")?)
                     } else {
-                        (&high[..layer_out], &mut low[write * layer_out..][..layer_out])
+                        (span(high, 0, layer_out, "a layer's output")?, span_mut(low, write * layer_out, layer_out, "a layer's output")?)
                     }
                 }
             };
@@ -1050,19 +1220,22 @@ impl<T: Real> Pass<'_, T> {
                 (0, _) | (_, None) => below,
                 (_, Some(m)) => {
                     masked.clear();
-                    masked.extend(below.iter().zip(&m[(layer - 1) * layer_out..][..layer_out]).map(|(&v, &k)| v * k));
+                    masked.extend(below.iter().zip(span(m, (layer - 1) * layer_out, layer_out, "the dropout mask")?).map(|(&v, &k)| v * k));
                     &masked
                 }
             };
             for dir in 0..rnn.dirs {
                 let k = layer * rnn.dirs + dir;
-                let block = if keep { &mut traces[k * trace_len..][..trace_len] } else { &mut traces[..] };
-                let cell = if rnn.mode == RnnMode::Lstm { &c0[k * cell_state..][..cell_state] } else { &[] };
-                let cell_out: &mut [T] = if rnn.mode == RnnMode::Lstm { &mut cy[k * cell_state..][..cell_state] } else { &mut [] };
-                let trace = rnn.split_trace(d, block);
-                self.direction_forward(layer, dir, x, &h0[k * state..][..state], cell, target, trace, &mut hy[k * state..][..state], cell_out);
+                let block = if keep { span_mut(traces, k * trace_len, trace_len, "a trace")? } else { &mut *traces };
+                let cell = if rnn.mode == RnnMode::Lstm { span(c0, k * cell_state, cell_state, "the initial cell state")? } else { &[] };
+                let cell_out: &mut [T] =
+                    if rnn.mode == RnnMode::Lstm { span_mut(cy, k * cell_state, cell_state, "the final cell state")? } else { &mut [] };
+                let trace = rnn.split_trace(d, block)?;
+                let (h0, hy) = (span(h0, k * state, state, "the initial state")?, span_mut(hy, k * state, state, "the final state")?);
+                self.direction_forward(layer, dir, x, h0, cell, target, trace, hy, cell_out)?;
             }
         }
+        Ok(())
     }
 }
 
@@ -1087,14 +1260,19 @@ impl Operator for Rnn {
         1
     }
     fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
-        if let Some(data) = &inputs[0] {
-            let d = self.dims(data)?;
-            inputs[1].get_or_insert_with(|| Shape::new(vec![self.param_count(d.input)]));
-            for (state, shape) in inputs[2..].iter_mut().zip(self.initial_state_shapes(d)) {
-                state.get_or_insert(shape);
-            }
-            if self.use_lengths {
-                inputs[self.lengths_index()].get_or_insert_with(|| Shape::new(vec![d.batch]));
+        let Some(Some(data)) = inputs.first() else {
+            return Ok(());
+        };
+        let d = self.dims(data)?;
+        if let Some(params) = inputs.get_mut(1) {
+            params.get_or_insert_with(|| Shape::new(vec![self.param_count(d.input)]));
+        }
+        for (state, shape) in inputs.iter_mut().skip(2).zip(self.initial_state_shapes(d)) {
+            state.get_or_insert(shape);
+        }
+        if self.use_lengths {
+            if let Some(lengths) = inputs.get_mut(self.lengths_index()) {
+                lengths.get_or_insert_with(|| Shape::new(vec![d.batch]));
             }
         }
         Ok(())
@@ -1105,18 +1283,22 @@ impl Operator for Rnn {
     }
     /// Data, parameters, states and outputs share one dtype; the lengths may have any.
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        super::same_dtype(&inputs[..self.lengths_index()], self.num_outputs())
+        let Some(typed) = inputs.get(..self.lengths_index()) else {
+            crate::bail!(Type, "RNN: inputs {} expected, got {} input(s)", self.input_names().join(", "), inputs.len());
+        };
+        super::same_dtype(typed, self.num_outputs())
     }
     fn needs_rng(&self) -> bool {
         self.has_mask()
     }
     fn forward(&self, ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        supported(inputs[0].dtype)?;
-        let d = self.dims(&inputs[0].shape)?;
-        let lengths = self.lengths(inputs, d)?;
+        let dtype = args.input_dtype(0)?;
+        supported(dtype)?;
+        let d = self.dims(args.input_shape(0)?)?;
+        let lengths = self.lengths(args, 0, d)?;
         let directions = self.layers * self.dirs;
-        crate::dispatch_dtype!(inputs[0].dtype, [F32, F64], T => {
+        let reserve_index = args.outputs().len().checked_sub(1).ok_or_else(|| crate::err!(Runtime, "RNN: called without outputs"))?;
+        crate::dispatch_dtype!(dtype, [F32, F64], T => {
             let (data, params, h0) = (args.input::<T>(0)?, args.input::<T>(1)?, args.input::<T>(2)?);
             let c0 = if self.mode == RnnMode::Lstm { args.input::<T>(3)? } else { &[] };
             let mut mask = self.has_mask().then(|| args.output::<T>(self.num_visible())).transpose()?;
@@ -1129,17 +1311,17 @@ impl Operator for Rnn {
             }
             let mut hy = vec![T::ZERO; directions * d.batch * self.state_width()];
             let mut cy = vec![T::ZERO; if self.mode == RnnMode::Lstm { directions * d.batch * self.hidden } else { 0 }];
-            let pass = Pass { rnn: self, d, params, lengths: &lengths, dtype: inputs[0].dtype, threads: crate::engine::parallel::threads() };
+            let pass = Pass { rnn: self, d, params, lengths: &lengths, threads: crate::engine::parallel::threads() };
             let out = args.output::<T>(0)?;
-            let reserve = args.output::<T>(outputs.len() - 1)?;
+            let reserve = args.output::<T>(reserve_index)?;
             if !reserve.is_empty() && reserve.len() != self.reserve_len(d) {
                 crate::bail!(Shape, "RNN: reserve holds {} elements, expected {} or none", reserve.len(), self.reserve_len(d));
             }
-            pass.forward(data, h0, c0, mask.as_deref(), out, &mut hy, &mut cy, reserve);
+            pass.forward(data, h0, c0, mask.as_deref(), out, &mut hy, &mut cy, reserve)?;
             if self.state_outputs {
-                args.output::<T>(1)?.copy_from_slice(&hy);
+                copy_output("the final state", args.output::<T>(1)?, &hy)?;
                 if self.mode == RnnMode::Lstm {
-                    args.output::<T>(2)?.copy_from_slice(&cy);
+                    copy_output("the final cell state", args.output::<T>(2)?, &cy)?;
                 }
             }
         }, other => crate::bail!(Type, "RNN supports float32 and float64, got {other}"));
@@ -1197,7 +1379,7 @@ struct RnnBackward(Rnn);
 impl Operator for RnnBackward {
     fn input_names(&self) -> Vec<String> {
         let rnn = &self.0;
-        let mut names: Vec<String> = ["grad", "grad_state", "grad_state_cell"][..rnn.num_visible()].iter().map(|s| s.to_string()).collect();
+        let mut names: Vec<String> = ["grad", "grad_state", "grad_state_cell"].iter().take(rnn.num_visible()).map(|s| s.to_string()).collect();
         names.extend(rnn.input_names());
         if rnn.has_mask() {
             names.push("mask".into());
@@ -1209,35 +1391,41 @@ impl Operator for RnnBackward {
         2 + self.0.num_states()
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let first = self.0.num_visible();
-        self.0.check_inputs(&inputs[first..])?;
-        Ok(inputs[first..first + 2 + self.0.num_states()].to_vec())
+        let forward_inputs = inputs.get(self.0.num_visible()..).unwrap_or_default();
+        self.0.check_inputs(forward_inputs)?;
+        let differentiable = forward_inputs
+            .get(..2 + self.0.num_states())
+            .ok_or_else(|| crate::err!(Shape, "_backward_RNN: inputs {} expected, got {} input(s)", self.input_names().join(", "), inputs.len()))?;
+        Ok(differentiable.to_vec())
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]; self.num_outputs()])
+        let Some(&dtype) = inputs.first() else {
+            crate::bail!(Type, "_backward_RNN: inputs {} expected, got none", self.input_names().join(", "));
+        };
+        Ok(vec![dtype; self.num_outputs()])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let inputs = args.inputs();
         let rnn = &self.0;
         let first = rnn.num_visible();
-        supported(inputs[first].dtype)?;
-        let d = rnn.dims(&inputs[first].shape)?;
-        let lengths = rnn.lengths(&inputs[first..], d)?;
+        let dtype = args.input_dtype(first)?;
+        supported(dtype)?;
+        let d = rnn.dims(args.input_shape(first)?)?;
+        let lengths = rnn.lengths(args, first, d)?;
         let (state, cell_state) = (d.batch * rnn.state_width(), d.batch * rnn.hidden);
         let lstm = rnn.mode == RnnMode::Lstm;
-        crate::dispatch_dtype!(inputs[first].dtype, [F32, F64], T => {
-            // SAFETY: inputs are only read; each output is this op's alone and aliases no input.
-            let read = |i: usize| unsafe { inputs[i].slice::<T>() };
-            let (dout, data, params, h0) = (read(0), read(first), read(first + 1), read(first + 2));
-            let c0 = if lstm { read(first + 3) } else { &[] };
-            let mask = rnn.has_mask().then(|| read(inputs.len() - 3));
-            let (top, given_reserve) = (read(inputs.len() - 2), read(inputs.len() - 1));
-            let pass = Pass { rnn, d, params, lengths: &lengths, dtype: inputs[first].dtype, threads: crate::engine::parallel::threads() };
+        let count = args.inputs().len();
+        let from_end = |back: usize| count.checked_sub(back).ok_or_else(|| crate::err!(Value, "_backward_RNN: {count} inputs are too few"));
+        crate::dispatch_dtype!(dtype, [F32, F64], T => {
+            let (dout, data, params, h0) = (args.input::<T>(0)?, args.input::<T>(first)?, args.input::<T>(first + 1)?, args.input::<T>(first + 2)?);
+            let c0 = if lstm { args.input::<T>(first + 3)? } else { &[] };
+            let mask = if rnn.has_mask() { Some(args.input::<T>(from_end(3)?)?) } else { None };
+            let (top, given_reserve) = (args.input::<T>(from_end(2)?)?, args.input::<T>(from_end(1)?)?);
+            let pass = Pass { rnn, d, params, lengths: &lengths, threads: crate::engine::parallel::threads() };
             let recomputed: Vec<T>;
             let reserve: &[T] = if given_reserve.is_empty() && rnn.reserve_len(d) > 0 {
                 let mut values = vec![T::ZERO; rnn.reserve_len(d)];
                 let (mut out, mut hy, mut cy) = (vec![T::ZERO; top.len()], vec![T::ZERO; h0.len()], vec![T::ZERO; c0.len()]);
-                pass.forward(data, h0, c0, mask, &mut out, &mut hy, &mut cy, &mut values);
+                pass.forward(data, h0, c0, mask, &mut out, &mut hy, &mut cy, &mut values)?;
                 recomputed = values;
                 &recomputed
             } else if given_reserve.len() == rnn.reserve_len(d) {
@@ -1245,46 +1433,48 @@ impl Operator for RnnBackward {
             } else {
                 crate::bail!(Shape, "_backward_RNN: reserve holds {} elements, expected {} or none", given_reserve.len(), rnn.reserve_len(d));
             };
-            let (trace_len, layer_out) = (rnn.trace_len(d), rnn.layer_output_len(d));
-            let (traces, layer_outputs) = reserve.split_at(rnn.layers * rnn.dirs * trace_len);
+            let trace_len = rnn.trace_len(d);
+            let (traces, layer_outputs) = reserve
+                .split_at_checked(rnn.layers * rnn.dirs * trace_len)
+                .ok_or_else(|| crate::err!(Runtime, "_backward_RNN: a reserve of {} elements holds no traces of {trace_len}", reserve.len()))?;
             let mut gate_grads = vec![T::ZERO; d.steps * d.batch * rnn.gate_width()];
             let mut masked = Vec::new();
             // The final states' gradients (zero unless they are outputs).
-            let mut dh = if rnn.state_outputs { read(1).to_vec() } else { vec![T::ZERO; h0.len()] };
-            let mut dc = if rnn.state_outputs && lstm { read(2).to_vec() } else { vec![T::ZERO; c0.len()] };
+            let mut dh = if rnn.state_outputs { args.input::<T>(1)?.to_vec() } else { vec![T::ZERO; h0.len()] };
+            let mut dc = if rnn.state_outputs && lstm { args.input::<T>(2)?.to_vec() } else { vec![T::ZERO; c0.len()] };
             let dparams = args.output::<T>(1)?;
             dparams.fill(T::ZERO);
             let mut d_layer_out = dout.to_vec();
-            let layer_output = |layer: usize| if layer + 1 == rnn.layers { top } else { &layer_outputs[layer * layer_out..][..layer_out] };
             for layer in (0..rnn.layers).rev() {
                 let x: &[T] = match (layer, mask) {
                     (0, _) => data,
-                    (_, None) => layer_output(layer - 1),
+                    (_, None) => rnn.layer_output(d, layer - 1, top, layer_outputs)?,
                     (_, Some(m)) => {
+                        let below = rnn.layer_output(d, layer - 1, top, layer_outputs)?;
                         masked.clear();
-                        masked.extend(layer_output(layer - 1).iter().zip(&m[(layer - 1) * layer_out..][..layer_out]).map(|(&v, &k)| v * k));
+                        masked.extend(below.iter().zip(span(m, (layer - 1) * below.len(), below.len(), "the dropout mask")?).map(|(&v, &k)| v * k));
                         &masked
                     }
                 };
                 let mut dx = vec![T::ZERO; x.len()];
                 for dir in 0..rnn.dirs {
                     let k = layer * rnn.dirs + dir;
-                    let cell = if lstm { &c0[k * cell_state..][..cell_state] } else { &[] };
-                    let dcell: &mut [T] = if lstm { &mut dc[k * cell_state..][..cell_state] } else { &mut [] };
-                    let trace = rnn.view_trace(d, &traces[k * trace_len..][..trace_len]);
-                    let out = layer_output(layer);
-                    pass.direction_backward(layer, dir, x, &h0[k * state..][..state], cell, out, trace, &mut gate_grads, &d_layer_out, &mut dh[k * state..][..state], dcell, &mut dx, dparams);
+                    let cell = if lstm { span(c0, k * cell_state, cell_state, "the initial cell state")? } else { &[] };
+                    let dcell: &mut [T] = if lstm { span_mut(&mut dc, k * cell_state, cell_state, "the cell state gradient")? } else { &mut [] };
+                    let trace = rnn.view_trace(d, span(traces, k * trace_len, trace_len, "a trace")?)?;
+                    let out = rnn.layer_output(d, layer, top, layer_outputs)?;
+                    let (h0, dh) = (span(h0, k * state, state, "the initial state")?, span_mut(&mut dh, k * state, state, "the state gradient")?);
+                    pass.direction_backward(layer, dir, x, h0, cell, out, trace, &mut gate_grads, &d_layer_out, dh, dcell, &mut dx, dparams)?;
                 }
                 d_layer_out = match (layer, mask) {
-                    (0, _) => dx,
-                    (_, Some(m)) => dx.iter().zip(&m[(layer - 1) * x.len()..][..x.len()]).map(|(&v, &k)| v * k).collect(),
-                    (_, None) => dx,
+                    (0, _) | (_, None) => dx,
+                    (_, Some(m)) => dx.iter().zip(span(m, (layer - 1) * x.len(), x.len(), "the dropout mask")?).map(|(&v, &k)| v * k).collect(),
                 };
             }
-            args.output::<T>(0)?.copy_from_slice(&d_layer_out);
-            args.output::<T>(2)?.copy_from_slice(&dh);
+            copy_output("the data gradient", args.output::<T>(0)?, &d_layer_out)?;
+            copy_output("the state gradient", args.output::<T>(2)?, &dh)?;
             if lstm {
-                args.output::<T>(3)?.copy_from_slice(&dc);
+                copy_output("the cell state gradient", args.output::<T>(3)?, &dc)?;
             }
         }, other => crate::bail!(Type, "RNN supports float32 and float64, got {other}"));
         Ok(())

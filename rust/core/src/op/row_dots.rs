@@ -96,6 +96,11 @@ pub(super) unsafe fn row_dots(
 /// blocks repeat their last row (its results are not stored), so every block runs the same code.
 /// One- and two-row blocks have kernels of their own: at batch 1 the four-row kernel spent
 /// three quarters of its multiply-adds on repeated rows and could not keep up with memory.
+///
+/// # Safety
+/// `1 <= mr <= MA` and `1 <= nr <= 6`; `a` holds `mr` rows of `kc` elements `lda` apart, `b`
+/// holds `nr` rows of `kc` elements `ldb` apart, `c` an `mr x nr` block of rows `ldc` apart that
+/// overlaps neither and that nothing else reads or writes meanwhile; the CPU has AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
@@ -126,22 +131,22 @@ unsafe fn block<const MA: usize>(
     while p < kc {
         // The tail reads only its valid lanes; masked-off lanes load as zero.
         let mask: __mmask16 = if kc - p >= 16 { 0xffff } else { (1u32 << (kc - p)) as u16 - 1 };
-        let av: [__m512; MA] = std::array::from_fn(|i| _mm512_maskz_loadu_ps(mask, a_rows[i].add(p)));
-        for j in 0..BLOCK_B {
+        let av: [__m512; MA] = a_rows.map(|row| _mm512_maskz_loadu_ps(mask, row.add(p)));
+        for (&row, acc_row) in b_rows.iter().zip(acc.iter_mut()) {
             // The first block of a band reads its B rows from memory: ask for them a kilobyte
             // ahead (six streams per core outrun the hardware prefetcher).
-            _mm_prefetch::<_MM_HINT_T0>(b_rows[j].wrapping_add(p + 256) as *const i8);
-            let bv = _mm512_maskz_loadu_ps(mask, b_rows[j].add(p));
-            for i in 0..MA {
-                acc[j][i] = _mm512_fmadd_ps(av[i], bv, acc[j][i]);
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(p + 256) as *const i8);
+            let bv = _mm512_maskz_loadu_ps(mask, row.add(p));
+            for (sum, &a_vec) in acc_row.iter_mut().zip(&av) {
+                *sum = _mm512_fmadd_ps(a_vec, bv, *sum);
             }
         }
         p += 16;
     }
-    for i in 0..mr {
-        for j in 0..nr {
+    for (j, acc_row) in acc.iter().enumerate().take(nr) {
+        for (i, &sum) in acc_row.iter().enumerate().take(mr) {
             let out = c.add(i * ldc + j);
-            let sum = _mm512_reduce_add_ps(acc[j][i]);
+            let sum = _mm512_reduce_add_ps(sum);
             *out = if add { *out + sum } else { sum };
         }
     }

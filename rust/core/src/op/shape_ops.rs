@@ -2,89 +2,164 @@
 //! split and cast. They share one strided-copy kernel that tiles 2-D transposes so that both the
 //! reads and the writes stay in cache.
 
+use smallvec::SmallVec;
+
 use super::grad::{tuple_attr, Grad, InputGrads};
-use super::{parallel_chunks, zero_gradient, ExecContext, OpDef, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
+use super::{exactly, parallel_chunks, parallel_units, zero_gradient, ExecContext, OpDef, Operator, SendPtr, Tensor, PARALLEL_GRAIN};
 use crate::base::{merge_partial, normalize_axis, unify_partial, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
 
-/// Copy an N-d block: element `idx` of `dims` goes from `src[sb + idx·ss]` to `dst[db + idx·ds]`.
-pub(crate) fn strided_copy<T: Copy + Send + Sync>(dims: &[usize], src: *const T, sb: isize, ss: &[isize], dst: *mut T, db: isize, ds: &[isize]) {
-    let nd = dims.len();
+/// The lowest and highest position `base + idx·strides` takes over the index space `dims`; None
+/// for an empty space, which reaches nothing.
+fn reach(dims: &[usize], base: isize, strides: &[isize]) -> Option<(isize, isize)> {
+    if dims.contains(&0) {
+        return None;
+    }
+    Some(dims.iter().zip(strides).fold((base, base), |(low, high), (&len, &stride)| {
+        let step = (len as isize - 1).saturating_mul(stride);
+        (low.saturating_add(step.min(0)), high.saturating_add(step.max(0)))
+    }))
+}
+
+/// Whether distinct indexes of `dims` reach distinct positions under `strides`: taken by
+/// increasing stride, each axis (of more than one element) must step past all that the axes
+/// before it span. This suffices rather than being necessary; it holds for every layout a
+/// kernel writes (a contiguous array, a region of one, its diagonals).
+fn distinct_positions(dims: &[usize], strides: &[isize]) -> bool {
+    let mut axes: SmallVec<[(usize, usize); 8]> =
+        dims.iter().zip(strides).filter(|&(&len, _)| len > 1).map(|(&len, &stride)| (stride.unsigned_abs(), len - 1)).collect();
+    axes.sort_unstable();
+    let mut span = 0usize;
+    for (stride, steps) in axes {
+        if stride <= span {
+            return false;
+        }
+        match stride.checked_mul(steps).and_then(|s| s.checked_add(span)) {
+            Some(s) => span = s,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Copy an N-d block: element `idx` of `dims` goes from `src[base + idx·strides]` to
+/// `dst[base + idx·strides]`, each side given as (array, position of index 0, stride along each
+/// dimension, in elements; a source stride may be 0 or negative). Before anything is copied,
+/// every position either side reaches is checked to lie inside its array, and distinct indexes
+/// to reach distinct destination elements (the copy writes in parallel); an error naming `op`
+/// otherwise.
+pub(crate) fn strided_copy<T: Elem>(op: &str, dims: &[usize], src: (&[T], isize, &[isize]), dst: (&mut [T], isize, &[isize])) -> Result<()> {
+    let ((src, src_base, src_strides), (dst, dst_base, dst_strides)) = (src, dst);
+    let inside = |len: usize, base: isize, strides: &[isize]| {
+        strides.len() == dims.len() && reach(dims, base, strides).is_none_or(|(low, high)| low >= 0 && high < len as isize)
+    };
+    if !inside(src.len(), src_base, src_strides) || !inside(dst.len(), dst_base, dst_strides) {
+        crate::bail!(
+            Runtime,
+            "{op}: a strided copy over {dims:?} (strides {src_strides:?} from {src_base}, {dst_strides:?} from {dst_base}) reaches past its input of {} or output of {} elements",
+            src.len(),
+            dst.len()
+        );
+    }
+    if !dims.contains(&0) && !distinct_positions(dims, dst_strides) {
+        crate::bail!(Runtime, "{op}: a strided copy over {dims:?} writes output elements more than once (strides {dst_strides:?})");
+    }
+    // SAFETY: the checks above are `strided_copy_unchecked`'s contract: every position either
+    // side reaches lies in its slice, distinct indexes write distinct elements, and a shared and
+    // a unique borrow never overlap.
+    unsafe { strided_copy_unchecked(dims, src.as_ptr(), src_base, src_strides, dst.as_mut_ptr(), dst_base, dst_strides) };
+    Ok(())
+}
+
+/// [`strided_copy`] without its checks: element `idx` of `dims` goes from `src[sb + idx·ss]` to
+/// `dst[db + idx·ds]`.
+///
+/// # Safety
+/// `ss` and `ds` have one stride per dimension of `dims`; over the index space `dims`, every
+/// position `sb + idx·ss` is an element of the source allocation and every `db + idx·ds` one of
+/// the destination allocation, valid for reads and for writes respectively and reached by nothing
+/// else while the copy runs; distinct indexes reach distinct destination positions (the copy
+/// writes from several threads); the source and the destination do not overlap.
+unsafe fn strided_copy_unchecked<T: Elem>(dims: &[usize], src: *const T, sb: isize, ss: &[isize], dst: *mut T, db: isize, ds: &[isize]) {
     let total: usize = dims.iter().product();
     if total == 0 {
         return;
     }
     let (sp, dp) = (SendPtr(src as *mut T), SendPtr(dst));
-    if nd == 0 {
-        // SAFETY: a 0-d block is the single element at the bases.
+    let (Some((&inner, outer)), Some((&si, ss_outer)), Some((&di, ds_outer))) = (dims.split_last(), ss.split_last(), ds.split_last()) else {
+        // SAFETY: a 0-d block is the single element at the bases, inside both arrays.
         unsafe { *dst.offset(db) = *src.offset(sb) };
         return;
-    }
-    let offsets = |mut row: usize, upto: usize| -> (isize, isize) {
+    };
+    // The positions of index `row` of the leading dimensions `lens` (strides `s` and `d`).
+    let offsets = |mut row: usize, lens: &[usize], s: &[isize], d: &[isize]| -> (isize, isize) {
         let (mut so, mut dof) = (sb, db);
-        for d in (0..upto).rev() {
-            let i = (row % dims[d]) as isize;
-            row /= dims[d];
-            so += i * ss[d];
-            dof += i * ds[d];
+        for ((&len, &s), &d) in lens.iter().zip(s).zip(d).rev() {
+            let i = (row % len) as isize;
+            row /= len;
+            so += i * s;
+            dof += i * d;
         }
         (so, dof)
     };
     const TILE: usize = 32;
-    let transposing = nd >= 2 && ss[nd - 1] != 1 && ds[nd - 1] == 1 && dims[nd - 1] >= TILE && dims[nd - 2] >= TILE;
-    if transposing {
-        let (r, c) = (dims[nd - 2], dims[nd - 1]);
-        let batches: usize = dims[..nd - 2].iter().product();
-        // Whole contiguous matrices of 4-byte values: the register-tiled transpose of the GEMM
-        // code moves them (1024x1024: 1.46 -> 0.3 ms); it only moves bits, so any 4-byte type.
-        let whole = ss[nd - 2] == 1 && ss[nd - 1] == r as isize && ds[nd - 2] == c as isize;
-        if whole && std::mem::size_of::<T>() == 4 {
-            for b in 0..batches {
-                let (so, dof) = offsets(b, nd - 2);
-                // SAFETY: batch b's source is a contiguous c x r block and its destination a
-                // contiguous r x c block (the strides checked above), distinct tensors, and T has
-                // f32's size and alignment.
-                let (src, dst) = unsafe {
-                    (
-                        std::slice::from_raw_parts(sp.get().offset(so) as *const f32, r * c),
-                        std::slice::from_raw_parts_mut(dp.get().offset(dof) as *mut f32, r * c),
-                    )
-                };
-                super::linalg::transpose_f32(src, c, r, dst);
+    if let (Some((&r, batch)), Some((&ss_row, ss_batch)), Some((&ds_row, ds_batch))) =
+        (outer.split_last(), ss_outer.split_last(), ds_outer.split_last())
+    {
+        let c = inner;
+        if si != 1 && di == 1 && c >= TILE && r >= TILE {
+            let batches: usize = batch.iter().product();
+            // Whole contiguous matrices of 4-byte values: the register-tiled transpose of the GEMM
+            // code moves them (1024x1024: 1.46 -> 0.3 ms); it only moves bits, so any 4-byte type.
+            let whole = ss_row == 1 && si == r as isize && ds_row == c as isize;
+            if whole && std::mem::size_of::<T>() == 4 && std::mem::align_of::<T>() == std::mem::align_of::<f32>() {
+                for b in 0..batches {
+                    let (so, dof) = offsets(b, batch, ss_batch, ds_batch);
+                    // SAFETY: batch b's source is a contiguous c x r block and its destination a
+                    // contiguous r x c block (the strides checked above), each inside its array
+                    // (the contract), distinct tensors; T has f32's size and alignment, and as an
+                    // element type it is a plain number (no padding), so its bits move as f32's.
+                    let (src, dst) = unsafe {
+                        (
+                            std::slice::from_raw_parts(sp.get().offset(so) as *const f32, r * c),
+                            std::slice::from_raw_parts_mut(dp.get().offset(dof) as *mut f32, r * c),
+                        )
+                    };
+                    super::linalg::transpose_f32(src, c, r, dst);
+                }
+                return;
             }
-            return;
-        }
-        let row_tiles = r.div_ceil(TILE);
-        parallel_chunks(batches * row_tiles, 1, |tiles| {
-            for t in tiles {
-                let (b, rt) = (t / row_tiles, t % row_tiles);
-                let (so, dof) = offsets(b, nd - 2);
-                let r0 = rt * TILE;
-                for c0 in (0..c).step_by(TILE) {
-                    for i in r0..(r0 + TILE).min(r) {
-                        for j in c0..(c0 + TILE).min(c) {
-                            // SAFETY: (b, i, j) is an in-range index of dims; strides map it into
-                            // the source and destination the caller described.
-                            unsafe {
-                                *dp.get().offset(dof + i as isize * ds[nd - 2] + j as isize) =
-                                    *sp.get().offset(so + i as isize * ss[nd - 2] + j as isize * ss[nd - 1])
-                            };
+            let row_tiles = r.div_ceil(TILE);
+            parallel_chunks(batches * row_tiles, 1, |tiles| {
+                for t in tiles {
+                    let (b, rt) = (t / row_tiles, t % row_tiles);
+                    let (so, dof) = offsets(b, batch, ss_batch, ds_batch);
+                    let r0 = rt * TILE;
+                    for c0 in (0..c).step_by(TILE) {
+                        for i in r0..(r0 + TILE).min(r) {
+                            for j in c0..(c0 + TILE).min(c) {
+                                // SAFETY: (b, i, j) is an in-range index of dims; strides map it into
+                                // the source and destination the caller described, and no other
+                                // task writes its destination element.
+                                unsafe {
+                                    *dp.get().offset(dof + i as isize * ds_row + j as isize) =
+                                        *sp.get().offset(so + i as isize * ss_row + j as isize * si)
+                                };
+                            }
                         }
                     }
                 }
-            }
-        });
-        return;
+            });
+            return;
+        }
     }
-    let inner = dims[nd - 1];
     let rows = total / inner;
-    let (si, di) = (ss[nd - 1], ds[nd - 1]);
     parallel_chunks(rows, (super::PARALLEL_GRAIN / inner).max(1), |rs| {
         for row in rs {
-            let (so, dof) = offsets(row, nd - 1);
+            let (so, dof) = offsets(row, outer, ss_outer, ds_outer);
             // SAFETY: as above, every (row, j) is in range of dims; a row's destination is written
-            // by this task only and never overlaps the source (callers pass distinct tensors).
+            // by this task only and never overlaps the source (the contract).
             unsafe {
                 if si == 1 && di == 1 {
                     std::ptr::copy_nonoverlapping(sp.get().offset(so), dp.get().offset(dof), inner);
@@ -102,15 +177,31 @@ pub(crate) fn strided_copy<T: Copy + Send + Sync>(dims: &[usize], src: *const T,
     });
 }
 
-fn contiguous_strides(s: &Shape) -> Vec<isize> {
-    s.strides().into_iter().map(|v| v as isize).collect()
+/// Strides of a contiguous (row-major) array of `dims`.
+pub(crate) fn contiguous(dims: &[usize]) -> Vec<isize> {
+    let mut strides = vec![0isize; dims.len()];
+    let mut step = 1isize;
+    for (stride, &len) in strides.iter_mut().zip(dims).rev() {
+        *stride = step;
+        step = step.saturating_mul(len as isize);
+    }
+    strides
 }
 
-/// `y = x.transpose(perm)`.
-pub(crate) fn transpose_into<T: Copy + Send + Sync>(x: &Tensor, y: &Tensor, perm: &[usize]) {
-    let xs = contiguous_strides(&x.shape);
-    let ss: Vec<isize> = perm.iter().map(|&p| xs[p]).collect();
-    strided_copy::<T>(y.shape.dims(), x.ptr::<T>(), 0, &ss, y.ptr::<T>(), 0, &contiguous_strides(&y.shape));
+#[cfg(feature = "cuda")]
+fn contiguous_strides(s: &Shape) -> Vec<isize> {
+    contiguous(s.dims())
+}
+
+/// `dims` permuted: element `i` is `dims[perm[i]]`.
+fn permuted<V: Copy>(op: &str, dims: &[V], perm: &[usize]) -> Result<Vec<V>> {
+    perm.iter().map(|&p| dims.get(p).copied().ok_or_else(|| crate::err!(Shape, "{op}: axis {p} is outside {} dimensions", dims.len()))).collect()
+}
+
+/// `y = x.transpose(perm)`, `x` of shape `x_dims`.
+pub(crate) fn transpose_into<T: Elem>(op: &str, x: &[T], x_dims: &[usize], perm: &[usize], y: &mut [T]) -> Result<()> {
+    let (y_dims, ss) = (permuted(op, x_dims, perm)?, permuted(op, &contiguous(x_dims), perm)?);
+    strided_copy(op, &y_dims, (x, 0, &ss), (y, 0, &contiguous(&y_dims)))
 }
 
 /// Output 0 of a kernel call as a copy of input 0 (same dtype and element count; a reshape):
@@ -120,19 +211,6 @@ pub(crate) fn copy_args(args: &KernelArgs) -> Result<()> {
         return Ok(());
     }
     crate::dispatch_dtype!(args.input_dtype(0)?, T => super::broadcast::copy_into(args.input::<T>(0)?, args.output::<T>(0)?))
-}
-
-/// Copy the bytes of one tensor into another of equal byte size.
-pub(crate) fn copy_bytes(x: &Tensor, y: &Tensor) {
-    let n = y.size() * y.dtype.size();
-    if x.raw() == y.raw() || n == 0 {
-        return;
-    }
-    let (xp, yp) = (SendPtr(x.raw()), SendPtr(y.raw()));
-    parallel_chunks(n, 1 << 20, |r| {
-        // SAFETY: r lies in both buffers; distinct tensors of one op never overlap partially.
-        unsafe { std::ptr::copy_nonoverlapping(xp.get().add(r.start), yp.get().add(r.start), r.len()) }
-    });
 }
 
 crate::op_params! {
@@ -157,7 +235,7 @@ impl Transpose {
         let perm: Vec<usize> = self.axes.iter().map(|&a| normalize_axis(a, ndim)).collect::<Result<_>>()?;
         let mut seen = vec![false; ndim];
         for &p in &perm {
-            if std::mem::replace(&mut seen[p], true) {
+            if seen.get_mut(p).is_none_or(|seen| std::mem::replace(seen, true)) {
                 crate::bail!(Value, "transpose: axes {:?} repeat an axis", self.axes);
             }
         }
@@ -167,38 +245,43 @@ impl Transpose {
 
 impl Operator for Transpose {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let perm = self.perm(inputs[0].ndim())?;
-        Ok(vec![Shape::new(perm.iter().map(|&p| inputs[0][p]).collect::<Vec<_>>())])
+        let [x] = exactly("transpose", "input", inputs)?;
+        let perm = self.perm(x.ndim())?;
+        Ok(vec![Shape::new(permuted("transpose", x.dims(), &perm)?)])
     }
     /// Dimensions move with their axes, known or not, in both directions.
     fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
-        let Some(ndim) = inputs[0].as_ref().or(outputs[0].as_ref()).map(PartialShape::ndim) else { return Ok(()) };
+        let counts = (inputs.len(), outputs.len());
+        let ([x_slot], [y_slot]) = (inputs, outputs) else {
+            crate::bail!(Value, "transpose: 1 input and 1 output expected, got {} and {}", counts.0, counts.1);
+        };
+        let Some(ndim) = x_slot.as_ref().or(y_slot.as_ref()).map(PartialShape::ndim) else { return Ok(()) };
         let perm = self.perm(ndim)?;
-        if let Some(x) = inputs[0].clone() {
-            merge_partial(&mut outputs[0], &PartialShape(perm.iter().map(|&p| x.0[p]).collect()))?;
+        if let Some(x) = x_slot.clone() {
+            merge_partial(y_slot, &PartialShape(permuted("transpose", &x.0, &perm)?))?;
         }
-        if let Some(y) = outputs[0].clone() {
+        if let Some(y) = y_slot.clone() {
             let mut x = PartialShape::unknown(ndim);
-            for (i, &p) in perm.iter().enumerate() {
-                x.0[p] = y.0[i];
+            for (&p, &len) in perm.iter().zip(&y.0) {
+                if let Some(slot) = x.0.get_mut(p) {
+                    *slot = len;
+                }
             }
-            merge_partial(&mut inputs[0], &x)?;
+            merge_partial(x_slot, &x)?;
         }
         Ok(())
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let perm = self.perm(inputs[0].shape.ndim())?;
-        crate::dispatch_dtype!(inputs[0].dtype, T => transpose_into::<T>(&inputs[0], &outputs[0], &perm));
-        Ok(())
+        let dims = args.input_shape(0)?.dims();
+        let perm = self.perm(dims.len())?;
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => transpose_into::<T>("transpose", args.input::<T>(0)?, dims, &perm, args.output::<T>(0)?))
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         use crate::backend::cuda::kernels::{strided_copy, Strided};
-        let perm = self.perm(inputs[0].shape.ndim())?;
-        let xs = contiguous_strides(&inputs[0].shape);
-        let source: Vec<isize> = perm.iter().map(|&p| xs[p]).collect();
-        let (x, y) = (&inputs[0], &outputs[0]);
+        let ([x], [y]) = (exactly("transpose", "input", inputs)?, exactly("transpose", "output", outputs)?);
+        let perm = self.perm(x.shape.ndim())?;
+        let source = permuted("transpose", &contiguous_strides(&x.shape), &perm)?;
         strided_copy(
             gpu,
             y.shape.dims(),
@@ -215,7 +298,9 @@ impl Operator for Transpose {
         let n = self.axes.len() as i64;
         let mut inverse = vec![0i64; self.axes.len()];
         for (i, &a) in self.axes.iter().enumerate() {
-            inverse[(a.rem_euclid(n)) as usize] = i as i64;
+            if let Some(slot) = inverse.get_mut(a.rem_euclid(n) as usize) {
+                *slot = i as i64;
+            }
         }
         Ok(vec![Some(d.op("transpose", &[("axes", tuple_attr(&inverse))], &[&g])?)])
     }
@@ -229,13 +314,15 @@ impl Operator for ReshapeLike {
         vec!["lhs".into(), "rhs".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        if inputs[0].size() != inputs[1].size() {
-            crate::bail!(Shape, "reshape_like: {} and {} have different sizes", inputs[0], inputs[1]);
+        let [lhs, rhs] = exactly("reshape_like", "input", inputs)?;
+        if lhs.size() != rhs.size() {
+            crate::bail!(Shape, "reshape_like: {lhs} and {rhs} have different sizes");
         }
-        Ok(vec![inputs[1].clone()])
+        Ok(vec![rhs.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[lhs, _] = exactly("reshape_like", "input", inputs)?;
+        Ok(vec![lhs])
     }
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
@@ -245,7 +332,7 @@ impl Operator for ReshapeLike {
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        crate::backend::cuda::kernels::copy_bytes(gpu, &inputs[0], &outputs[0])
+        copy_first_gpu("reshape_like", gpu, inputs, outputs)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         Ok(vec![Some(reshape_back(d)?), None])
@@ -262,16 +349,18 @@ impl Operator for IdentityLikeRhs {
         vec!["lhs".into(), "rhs".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        if inputs[0] != inputs[1] {
-            crate::bail!(Shape, "_identity_with_attr_like_rhs: lhs {} must have the shape of rhs {}", inputs[0], inputs[1]);
+        let [lhs, rhs] = exactly("_identity_with_attr_like_rhs", "input", inputs)?;
+        if lhs != rhs {
+            crate::bail!(Shape, "_identity_with_attr_like_rhs: lhs {lhs} must have the shape of rhs {rhs}");
         }
-        Ok(vec![inputs[0].clone()])
+        Ok(vec![lhs.clone()])
     }
     fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
         unify_partial(inputs, outputs)
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]])
+        let &[lhs, _] = exactly("_identity_with_attr_like_rhs", "input", inputs)?;
+        Ok(vec![lhs])
     }
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
@@ -281,11 +370,27 @@ impl Operator for IdentityLikeRhs {
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        crate::backend::cuda::kernels::copy_bytes(gpu, &inputs[0], &outputs[0])
+        copy_first_gpu("_identity_with_attr_like_rhs", gpu, inputs, outputs)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         Ok(vec![Some(d.out_grad(0)), None])
     }
+}
+
+/// Input 0 and the one output of a call on a GPU.
+#[cfg(feature = "cuda")]
+fn first_and_output<'a>(op: &str, inputs: &'a [Tensor], outputs: &'a [Tensor]) -> Result<(&'a Tensor, &'a Tensor)> {
+    match (inputs.first(), outputs) {
+        (Some(x), [y]) => Ok((x, y)),
+        _ => crate::bail!(Value, "{op}: an input and one output expected, got {} and {}", inputs.len(), outputs.len()),
+    }
+}
+
+/// Output 0 as a copy of input 0 on a GPU (a reshape).
+#[cfg(feature = "cuda")]
+fn copy_first_gpu(op: &str, gpu: &crate::backend::cuda::Gpu, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    let (x, y) = first_and_output(op, inputs, outputs)?;
+    crate::backend::cuda::kernels::copy_bytes(gpu, x, y)
 }
 
 /// The output gradient in the shape of the first input (gradient of every relayout).
@@ -304,8 +409,8 @@ pub fn infer_reshape(src: &Shape, spec: &[i64], reverse: bool) -> Result<Shape> 
     let mut inferred: Option<usize> = None;
     let (mut si, mut i) = (0usize, 0usize);
     let take = |si: usize| src_dims.get(si).copied().ok_or_else(|| fail("the codes use more dimensions than the input has".into()));
-    while i < spec_v.len() {
-        match spec_v[i] {
+    while let Some(&code) = spec_v.get(i) {
+        match code {
             p if p > 0 => {
                 out.push(p as usize);
                 si += 1;
@@ -357,7 +462,9 @@ pub fn infer_reshape(src: &Shape, spec: &[i64], reverse: bool) -> Result<Shape> 
         if known == 0 || !src.size().is_multiple_of(known) {
             return Err(fail("the -1 dimension cannot be inferred".into()));
         }
-        out[k] = src.size() / known;
+        if let Some(slot) = out.get_mut(k) {
+            *slot = src.size() / known;
+        }
     }
     if reverse {
         out.reverse();
@@ -372,14 +479,14 @@ pub fn infer_reshape(src: &Shape, spec: &[i64], reverse: bool) -> Result<Shape> 
 /// Reverse a code list keeping each `-4, a, b` group's operands in order relative to the split.
 fn reverse_spec(spec: &[i64]) -> Vec<i64> {
     let mut groups: Vec<Vec<i64>> = Vec::new();
-    let mut i = 0;
-    while i < spec.len() {
-        if spec[i] == -4 && i + 2 < spec.len() {
-            groups.push(vec![-4, spec[i + 2], spec[i + 1]]);
-            i += 3;
+    let mut rest = spec;
+    while let Some((&code, tail)) = rest.split_first() {
+        if let (-4, [a, b, after @ ..]) = (code, tail) {
+            groups.push(vec![-4, *b, *a]);
+            rest = after;
         } else {
-            groups.push(vec![spec[i]]);
-            i += 1;
+            groups.push(vec![code]);
+            rest = tail;
         }
     }
     groups.into_iter().rev().flatten().collect()
@@ -400,12 +507,14 @@ crate::op_params! {
 
 /// A copy into a new shape with the same element count (reshape, flatten, expand_dims).
 struct Relayout {
+    name: &'static str,
     shape_of: Box<dyn Fn(&Shape) -> Result<Shape> + Send + Sync>,
 }
 
 impl Operator for Relayout {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![(self.shape_of)(&inputs[0])?])
+        let [x] = exactly(self.name, "input", inputs)?;
+        Ok(vec![(self.shape_of)(x)?])
     }
     fn inplace_pairs(&self) -> &[(usize, usize)] {
         &[(0, 0)]
@@ -415,7 +524,7 @@ impl Operator for Relayout {
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        crate::backend::cuda::kernels::copy_bytes(gpu, &inputs[0], &outputs[0])
+        copy_first_gpu(self.name, gpu, inputs, outputs)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         Ok(vec![Some(reshape_back(d)?)])
@@ -438,6 +547,56 @@ crate::op_params! {
     }
 }
 
+/// The product of the dimensions before `axis`, its length and the product of those after it.
+pub(crate) fn around_axis(op: &str, dims: &[usize], axis: usize) -> Result<(usize, usize, usize)> {
+    match dims.split_at_checked(axis) {
+        Some((before, [len, after @ ..])) => Ok((before.iter().product(), *len, after.iter().product())),
+        _ => crate::bail!(Shape, "{op}: axis {axis} is outside a shape of {} dimensions", dims.len()),
+    }
+}
+
+/// The length of `axis` of `shape`.
+fn axis_len(op: &str, shape: &Shape, axis: usize) -> Result<usize> {
+    shape.dims().get(axis).copied().ok_or_else(|| crate::err!(Shape, "{op}: axis {axis} is outside {shape}"))
+}
+
+/// Rows of a copy between blocks of `block` elements below which it stays on one thread.
+fn min_rows<T>(block: usize) -> usize {
+    ((1usize << 17) / (block * std::mem::size_of::<T>()).max(1)).max(1)
+}
+
+/// For every row: `block` elements from column `from` of a row of `src` (rows of `src_row`
+/// elements) to column `to` of the same row of `dst` (rows of `dst_row`). The copies that join
+/// arrays along an axis and split them apart, split across threads by rows.
+fn copy_rows<T: Copy + Send + Sync>(
+    op: &str,
+    block: usize,
+    (src, src_row, from): (&[T], usize, usize),
+    (dst, dst_row, to): (&mut [T], usize, usize),
+) -> Result<()> {
+    if block == 0 {
+        return Ok(());
+    }
+    let rows = dst.len().checked_div(dst_row).unwrap_or(0);
+    if src.len() != rows * src_row || dst.len() != rows * dst_row || from + block > src_row || to + block > dst_row {
+        crate::bail!(
+            Runtime,
+            "{op}: blocks of {block} elements at {from} of rows of {src_row} and at {to} of rows of {dst_row} do not fit arrays of {} and {} elements",
+            src.len(),
+            dst.len()
+        );
+    }
+    parallel_units(dst, dst_row, min_rows::<T>(block), |first, piece| {
+        for (d, s) in piece.chunks_exact_mut(dst_row).zip(src.chunks_exact(src_row).skip(first)) {
+            let (Some(d), Some(s)) = (d.get_mut(to..to + block), s.get(from..from + block)) else {
+                crate::bail!(Runtime, "{op}: a block of {block} elements lies outside its row");
+            };
+            d.copy_from_slice(s);
+        }
+        Ok(())
+    })
+}
+
 struct Concat {
     num_args: usize,
     dim: i64,
@@ -450,14 +609,17 @@ impl Operator for Concat {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
         let first = super::first_input("Concat", inputs)?;
         let axis = normalize_axis(self.dim, first.ndim())?;
-        let mut out = first.dims().to_vec();
-        out[axis] = 0;
+        let mut total = 0;
         for s in inputs {
-            let same_rest = s.ndim() == first.ndim() && (0..s.ndim()).all(|d| d == axis || s[d] == first[d]);
+            let same_rest = s.ndim() == first.ndim() && s.dims().iter().zip(first.dims()).enumerate().all(|(d, (a, b))| d == axis || a == b);
             if !same_rest {
                 crate::bail!(Shape, "Concat: input shapes {} must agree except on dim {}", list(inputs), self.dim);
             }
-            out[axis] += s[axis];
+            total += axis_len("Concat", s, axis)?;
+        }
+        let mut out = first.dims().to_vec();
+        if let Some(len) = out.get_mut(axis) {
+            *len = total;
         }
         Ok(vec![Shape::new(out)])
     }
@@ -474,44 +636,50 @@ impl Operator for Concat {
                 crate::bail!(Shape, "Concat: operands {} must have the same number of dimensions", list_partial(inputs));
             }
             let mut rest = shape.clone();
-            rest.0[axis] = None;
+            if let Some(len) = rest.0.get_mut(axis) {
+                *len = None;
+            }
             common.merge(&rest).map_err(|e| e.context(format!("Concat: operands {} must agree except on dim {}", list_partial(inputs), self.dim)))?;
         }
         for slot in inputs.iter_mut() {
             merge_partial(slot, &common)?;
         }
         let mut out = common;
-        out.0[axis] = inputs.iter().map(|s| s.as_ref().and_then(|s| s.0[axis])).sum();
-        merge_partial(&mut outputs[0], &out)?;
+        if let Some(len) = out.0.get_mut(axis) {
+            *len = inputs.iter().map(|s| s.as_ref().and_then(|s| s.0.get(axis).copied().flatten())).sum();
+        }
+        let [y_slot] = outputs else {
+            crate::bail!(Value, "Concat: 1 output expected, got {}", outputs.len());
+        };
+        merge_partial(y_slot, &out)?;
         Ok(())
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let out = &outputs[0];
-        let axis = normalize_axis(self.dim, out.shape.ndim())?;
-        let es = out.dtype.size();
-        let outer: usize = out.shape.dims()[..axis].iter().product();
-        let inner: usize = out.shape.dims()[axis + 1..].iter().product::<usize>() * es;
-        let out_block = out.shape[axis] * inner;
-        let mut offset = 0;
-        for x in inputs {
-            let block = x.shape[axis] * inner;
-            copy_blocks(x.raw(), block, out.raw(), out_block, offset, outer);
-            offset += block;
-        }
-        Ok(())
+        let shape = args.output_shape(0)?;
+        let axis = normalize_axis(self.dim, shape.ndim())?;
+        let (_, len, inner) = around_axis("Concat", shape.dims(), axis)?;
+        let out_row = len * inner;
+        crate::dispatch_dtype!(args.output_dtype(0)?, T => {
+            let out = args.output::<T>(0)?;
+            let mut offset = 0;
+            for k in 0..args.inputs().len() {
+                let block = axis_len("Concat", args.input_shape(k)?, axis)? * inner;
+                copy_rows("Concat", block, (args.input::<T>(k)?, block, 0), (&mut *out, out_row, offset))?;
+                offset += block;
+            }
+            Ok(())
+        })
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         use crate::backend::cuda::kernels::{strided_copy, Strided};
-        let out = &outputs[0];
+        let [out] = exactly("Concat", "output", outputs)?;
         let axis = normalize_axis(self.dim, out.shape.ndim())?;
-        let outer: usize = out.shape.dims()[..axis].iter().product();
-        let inner: usize = out.shape.dims()[axis + 1..].iter().product();
-        let out_row = (out.shape[axis] * inner) as isize;
+        let (outer, len, inner) = around_axis("Concat", out.shape.dims(), axis)?;
+        let out_row = (len * inner) as isize;
         let mut offset = 0;
         for x in inputs {
-            let row = x.shape[axis] * inner;
+            let row = axis_len("Concat", &x.shape, axis)? * inner;
             let dims = [outer, row];
             strided_copy(
                 gpu,
@@ -548,36 +716,38 @@ impl Operator for ConcatBackward {
         self.num_args
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let concatenated = Concat { num_args: self.num_args, dim: self.dim }.infer_shape(&inputs[1..])?;
-        if concatenated[0] != inputs[0] {
-            crate::bail!(Shape, "_backward_Concat: gradient {} does not match the concatenation {}", inputs[0], concatenated[0]);
+        let Some((grad, parts)) = inputs.split_first() else {
+            crate::bail!(Value, "_backward_Concat: the gradient and the concatenated inputs are needed, got no input");
+        };
+        let concatenated = Concat { num_args: self.num_args, dim: self.dim }.infer_shape(parts)?;
+        let [concatenated] = exactly("_backward_Concat", "concatenation", &concatenated)?;
+        if concatenated != grad {
+            crate::bail!(Shape, "_backward_Concat: gradient {grad} does not match the concatenation {concatenated}");
         }
-        Ok(inputs[1..].to_vec())
+        Ok(parts.to_vec())
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]; self.num_args])
+        let Some(&grad) = inputs.first() else {
+            crate::bail!(Value, "_backward_Concat: the gradient and the concatenated inputs are needed, got no input");
+        };
+        Ok(vec![grad; self.num_args])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let g = &inputs[0];
-        let axis = normalize_axis(self.dim, g.shape.ndim())?;
-        let es = g.dtype.size();
-        let outer: usize = g.shape.dims()[..axis].iter().product();
-        let inner: usize = g.shape.dims()[axis + 1..].iter().product::<usize>() * es;
-        let row = g.shape[axis] * inner;
-        let mut offset = 0;
-        for y in outputs {
-            let part = y.shape[axis] * inner;
-            let (sp, dp) = (SendPtr(g.raw()), SendPtr(y.raw()));
-            parallel_chunks(outer, ((1usize << 17) / part.max(1)).max(1), |rows| {
-                for o in rows {
-                    // SAFETY: this part of row o lies inside the gradient row; output row o is ours.
-                    unsafe { std::ptr::copy_nonoverlapping(sp.get().add(o * row + offset), dp.get().add(o * part), part) };
-                }
-            });
-            offset += part;
-        }
-        Ok(())
+        let op = "_backward_Concat";
+        let shape = args.input_shape(0)?;
+        let axis = normalize_axis(self.dim, shape.ndim())?;
+        let (_, len, inner) = around_axis(op, shape.dims(), axis)?;
+        let row = len * inner;
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let g = args.input::<T>(0)?;
+            let mut offset = 0;
+            for o in 0..args.outputs().len() {
+                let part = axis_len(op, args.output_shape(o)?, axis)? * inner;
+                copy_rows(op, part, (g, row, offset), (args.output::<T>(o)?, part, 0))?;
+                offset += part;
+            }
+            Ok(())
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let grads: Vec<crate::graph::Entry> = (0..self.num_args).map(|i| d.out_grad(i)).collect();
@@ -585,18 +755,6 @@ impl Operator for ConcatBackward {
         let joined = d.op("Concat", &[("num_args", self.num_args.to_string()), ("dim", self.dim.to_string())], &refs)?;
         Ok(std::iter::once(Some(joined)).chain((0..self.num_args).map(|_| None)).collect())
     }
-}
-
-/// For each of `outer` rows copy `block` bytes from a packed source to `dst + row*dst_row + offset`.
-fn copy_blocks(src: *const u8, block: usize, dst: *mut u8, dst_row: usize, offset: usize, outer: usize) {
-    let (sp, dp) = (SendPtr(src as *mut u8), SendPtr(dst));
-    parallel_chunks(outer, ((1usize << 17) / block.max(1)).max(1), |rows| {
-        for o in rows {
-            // SAFETY: row o of the source is [o*block, (o+1)*block); its slot in the destination
-            // lies inside row o of the destination, disjoint from other inputs' slots.
-            unsafe { std::ptr::copy_nonoverlapping(sp.get().add(o * block), dp.get().add(o * dst_row + offset), block) };
-        }
-    });
 }
 
 fn list(shapes: &[Shape]) -> String {
@@ -627,37 +785,44 @@ impl Operator for SliceChannel {
         self.p.num_outputs
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let s = &inputs[0];
+        let [s] = exactly("SliceChannel", "input", inputs)?;
         let axis = normalize_axis(self.p.axis, s.ndim())?;
         let n = self.p.num_outputs;
-        if n == 0 || !s[axis].is_multiple_of(n) {
-            crate::bail!(Shape, "SliceChannel: axis {axis} of {s} (length {}) cannot be split into {n} equal parts", s[axis]);
+        let Some((before, [len, after @ ..])) = s.dims().split_at_checked(axis) else {
+            crate::bail!(Shape, "SliceChannel: axis {axis} is outside {s}");
+        };
+        let len = *len;
+        if n == 0 || !len.is_multiple_of(n) {
+            crate::bail!(Shape, "SliceChannel: axis {axis} of {s} (length {len}) cannot be split into {n} equal parts");
         }
-        let mut dims = s.dims().to_vec();
-        dims[axis] /= n;
-        if self.p.squeeze_axis {
-            if dims[axis] != 1 {
-                crate::bail!(Shape, "SliceChannel: squeeze_axis needs parts of length 1, but {s} split {n} ways gives {}", dims[axis]);
-            }
-            dims.remove(axis);
+        let part = len / n;
+        if self.p.squeeze_axis && part != 1 {
+            crate::bail!(Shape, "SliceChannel: squeeze_axis needs parts of length 1, but {s} split {n} ways gives {part}");
         }
-        Ok(vec![Shape::new(dims); n])
+        let kept: &[usize] = if self.p.squeeze_axis { &[] } else { &[part] };
+        Ok(vec![Shape::new([before, kept, after].concat()); n])
     }
     /// Every part has one shape: the input's with the split axis divided (or removed when
     /// squeezed); what is known of any part fills in the others and the input.
     fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
-        let Some(data) = inputs[0].clone() else { return Ok(()) };
+        let [x_slot] = inputs else {
+            crate::bail!(Value, "SliceChannel: 1 input expected, got {}", inputs.len());
+        };
+        let Some(data) = x_slot.clone() else { return Ok(()) };
         let axis = normalize_axis(self.p.axis, data.ndim())?;
         let n = self.p.num_outputs;
         let mut part = data;
-        if let Some(len) = part.0[axis] {
+        let Some(slot) = part.0.get_mut(axis) else {
+            crate::bail!(Shape, "SliceChannel: axis {axis} is outside {part}");
+        };
+        if let Some(len) = *slot {
             if n == 0 || len % n != 0 {
                 crate::bail!(Shape, "SliceChannel: axis {axis} of length {len} cannot be split into {n} equal parts");
             }
-            part.0[axis] = Some(len / n);
+            *slot = Some(len / n);
         }
         if self.p.squeeze_axis {
-            if part.0[axis].is_some_and(|len| len != 1) {
+            if slot.is_some_and(|len| len != 1) {
                 crate::bail!(Shape, "SliceChannel: squeeze_axis needs parts of length 1, got {part}");
             }
             part.0.remove(axis);
@@ -671,31 +836,26 @@ impl Operator for SliceChannel {
         let mut whole = part;
         if self.p.squeeze_axis {
             whole.0.insert(axis, Some(n));
-        } else {
-            whole.0[axis] = whole.0[axis].map(|len| len * n);
+        } else if let Some(len) = whole.0.get_mut(axis) {
+            *len = len.map(|len| len * n);
         }
-        merge_partial(&mut inputs[0], &whole)?;
+        merge_partial(x_slot, &whole)?;
         Ok(())
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let x = &inputs[0];
-        let axis = normalize_axis(self.p.axis, x.shape.ndim())?;
-        let es = x.dtype.size();
-        let outer: usize = x.shape.dims()[..axis].iter().product();
-        let inner: usize = x.shape.dims()[axis + 1..].iter().product::<usize>() * es;
-        let part = x.shape[axis] / self.p.num_outputs * inner;
-        let row = x.shape[axis] * inner;
-        for (k, y) in outputs.iter().enumerate() {
-            let (sp, dp) = (SendPtr(x.raw()), SendPtr(y.raw()));
-            parallel_chunks(outer, ((1usize << 17) / part.max(1)).max(1), |rows| {
-                for o in rows {
-                    // SAFETY: part k of row o lies inside the input row; output row o is ours.
-                    unsafe { std::ptr::copy_nonoverlapping(sp.get().add(o * row + k * part), dp.get().add(o * part), part) };
-                }
-            });
-        }
-        Ok(())
+        let op = "SliceChannel";
+        let shape = args.input_shape(0)?;
+        let axis = normalize_axis(self.p.axis, shape.ndim())?;
+        let (_, len, inner) = around_axis(op, shape.dims(), axis)?;
+        let part = len.checked_div(self.p.num_outputs).unwrap_or(0) * inner;
+        let row = len * inner;
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let x = args.input::<T>(0)?;
+            for k in 0..args.outputs().len() {
+                copy_rows(op, part, (x, row, k * part), (args.output::<T>(k)?, part, 0))?;
+            }
+            Ok(())
+        })
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let x = d.input(0);
@@ -762,12 +922,17 @@ pub(crate) fn cast_args(args: &KernelArgs, i: usize, o: usize) -> Result<()> {
 /// As for [`KernelArgs::new`]: the caller holds `x` for reading and `y` for writing, and nothing
 /// else reaches them while the cast runs.
 pub(crate) unsafe fn cast_into(x: &Tensor, y: &Tensor) -> Result<()> {
+    if x.dtype == y.dtype {
+        // SAFETY: this function's own contract.
+        return unsafe { super::kernel_args::copy_tensor(x, y) };
+    }
     cast_args(&KernelArgs::new(std::slice::from_ref(x), std::slice::from_ref(y), &[], &[])?, 0, 0)
 }
 
 impl Operator for Cast {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![inputs[0].clone()])
+        let [x] = exactly("Cast", "input", inputs)?;
+        Ok(vec![x.clone()])
     }
     fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
         unify_partial(inputs, outputs)
@@ -785,7 +950,8 @@ impl Operator for Cast {
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        crate::backend::cuda::kernels::cast(gpu, &inputs[0], &outputs[0])
+        let (x, y) = first_and_output("Cast", inputs, outputs)?;
+        crate::backend::cuda::kernels::cast(gpu, x, y)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
@@ -801,17 +967,20 @@ impl Operator for CastLike {
         vec!["data".into(), "like".into()]
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![inputs[0].clone()])
+        let [data, _] = exactly("_cast_like", "input", inputs)?;
+        Ok(vec![data.clone()])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[1]])
+        let &[_, like] = exactly("_cast_like", "input", inputs)?;
+        Ok(vec![like])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
         cast_args(args, 0, 0)
     }
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        crate::backend::cuda::kernels::cast(gpu, &inputs[0], &outputs[0])
+        let (x, y) = first_and_output("_cast_like", inputs, outputs)?;
+        crate::backend::cuda::kernels::cast(gpu, x, y)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         let (x, g) = (d.input(0), d.out_grad(0));
@@ -824,19 +993,28 @@ struct ShapeInfo {
     size_only: bool,
 }
 
+impl ShapeInfo {
+    fn name(&self) -> &'static str {
+        if self.size_only {
+            "size_array"
+        } else {
+            "shape_array"
+        }
+    }
+}
+
 impl Operator for ShapeInfo {
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![Shape::new(vec![if self.size_only { 1 } else { inputs[0].ndim() }])])
+        let [x] = exactly(self.name(), "input", inputs)?;
+        Ok(vec![Shape::new(vec![if self.size_only { 1 } else { x.ndim() }])])
     }
     fn infer_type(&self, _inputs: &[DType]) -> Result<Vec<DType>> {
         Ok(vec![DType::I64])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let inputs = args.inputs();
-        let s = &inputs[0].shape;
+        let s = args.input_shape(0)?;
         let values: Vec<i64> = if self.size_only { vec![s.size() as i64] } else { s.dims().iter().map(|&d| d as i64).collect() };
-        args.output::<i64>(0)?.copy_from_slice(&values);
-        Ok(())
+        super::broadcast::copy_into(&values, args.output::<i64>(0)?)
     }
     fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
         zero_gradient(d)
@@ -871,7 +1049,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
             }
             let spec = if p.shape.is_empty() { p.target_shape } else { p.shape };
             let reverse = p.reverse;
-            Ok(Relayout { shape_of: Box::new(move |s| infer_reshape(s, &spec, reverse)) })
+            Ok(Relayout { name: "Reshape", shape_of: Box::new(move |s| infer_reshape(s, &spec, reverse)) })
         },
     ));
     add(OpDef::new(
@@ -880,6 +1058,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         "Flattens the input array into a 2-D array, collapsing the higher dimensions.",
         |_: super::params::NoParams| {
             Ok(Relayout {
+                name: "Flatten",
                 shape_of: Box::new(|s| {
                     let first = s.dims().first().copied().unwrap_or(1);
                     Ok(Shape::new(vec![first, s.size().checked_div(first).unwrap_or(0)]))
@@ -889,6 +1068,7 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     ));
     add(OpDef::new("expand_dims", &[], "Inserts a new axis of size 1 into the array shape.", |p: ExpandDimsParams| {
         Ok(Relayout {
+            name: "expand_dims",
             shape_of: Box::new(move |s| {
                 let axis = normalize_axis(p.axis, s.ndim() + 1)?;
                 let mut dims = s.dims().to_vec();
@@ -938,5 +1118,42 @@ mod tests {
         assert_eq!(r(&[10, 5, 4], &[-1, 0], true).unwrap(), vec![50, 4]);
         assert!(r(&[2, 3], &[4, -1, -1], false).is_err());
         assert!(r(&[2, 3], &[5], false).is_err());
+    }
+
+    #[test]
+    fn strided_copy_checks_what_it_reaches() {
+        let src: Vec<f32> = (0..6).map(|v| v as f32).collect();
+        let mut dst = vec![0f32; 6];
+        // A 2 x 3 array transposed into 3 x 2.
+        strided_copy("t", &[3, 2], (&src, 0, &[1, 3]), (&mut dst, 0, &[2, 1])).unwrap();
+        assert_eq!(dst, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+        assert!(strided_copy("t", &[3, 2], (&src, 1, &[1, 3]), (&mut dst, 0, &[2, 1])).is_err(), "reads past the source");
+        assert!(strided_copy("t", &[3, 2], (&src, 0, &[1, 3]), (&mut dst, 1, &[2, 1])).is_err(), "writes past the output");
+        assert!(strided_copy("t", &[3, 2], (&src, 0, &[1, 3]), (&mut dst, 0, &[1, 1])).is_err(), "writes an element twice");
+        assert!(strided_copy("t", &[3, 2], (&src, 0, &[1]), (&mut dst, 0, &[2, 1])).is_err(), "a stride per dimension");
+        assert!(strided_copy("t", &[3, 0], (&src, 100, &[1, 3]), (&mut dst, 100, &[2, 1])).is_ok(), "an empty copy reaches nothing");
+        // One value broadcast over the output (stride 0 on the source side only).
+        strided_copy("t", &[2, 3], (&[7f32], 0, &[0, 0]), (&mut dst, 0, &[3, 1])).unwrap();
+        assert_eq!(dst, vec![7.0; 6]);
+    }
+
+    #[test]
+    fn transposes_match_the_definition() {
+        // Large enough for the tiled paths: whole 4-byte matrices, and the generic tiles.
+        let (r, c) = (40, 33);
+        let x: Vec<f32> = (0..r * c).map(|v| v as f32).collect();
+        let mut y = vec![0f32; r * c];
+        transpose_into("t", &x, &[r, c], &[1, 0], &mut y).unwrap();
+        let x64: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+        let mut y64 = vec![0f64; r * c];
+        transpose_into("t", &x64, &[r, c], &[1, 0], &mut y64).unwrap();
+        for i in 0..c {
+            for j in 0..r {
+                assert_eq!(y[i * r + j], x[j * c + i]);
+                assert_eq!(y64[i * r + j], x64[j * c + i]);
+            }
+        }
+        assert!(transpose_into("t", &x, &[r, c], &[1, 0], &mut y[1..]).is_err(), "an output too short");
+        assert!(transpose_into("t", &x, &[r, c], &[2, 0], &mut y).is_err(), "an axis outside the input");
     }
 }

@@ -40,8 +40,9 @@ impl Frame {
     /// Whether every window lies inside the padded input (pooling's 'full' and 'same'
     /// conventions can reach past it).
     pub fn windows_inside(&self) -> bool {
-        (0..3).all(|a| {
-            self.output[a] == 0 || (self.output[a] - 1) * self.stride[a] + (self.kernel[a] - 1) * self.dilate[a] < self.input[a] + 2 * self.pad[a]
+        let mut axes = self.output.iter().zip(&self.stride).zip(self.kernel.iter().zip(&self.dilate)).zip(self.input.iter().zip(&self.pad));
+        axes.all(|(((&output, &stride), (&kernel, &dilate)), (&input, &pad))| {
+            output == 0 || (output - 1) * stride + (kernel - 1) * dilate < input + 2 * pad
         })
     }
 }
@@ -67,7 +68,10 @@ pub(super) struct PhaseLayout {
 impl PhaseLayout {
     pub(super) fn new(f: &Frame) -> PhaseLayout {
         let phases = f.stride.map(|s| s.max(1));
-        let lens: [usize; 3] = std::array::from_fn(|a| (f.input[a] + 2 * f.pad[a]).div_ceil(phases[a]));
+        let mut lens = [0; 3];
+        for ((len, &phase), (&input, &pad)) in lens.iter_mut().zip(&phases).zip(f.input.iter().zip(&f.pad)) {
+            *len = (input + 2 * pad).div_ceil(phase);
+        }
         let volume = lens.iter().product::<usize>();
         let mut offsets = Vec::with_capacity(f.kernel.iter().product());
         for kz in 0..f.kernel[0] {
@@ -91,43 +95,61 @@ impl PhaseLayout {
     }
 
     /// Copies `plane` (one input plane of `f`) into `phased`, whose padding stays as it is
-    /// (every plane's interior lands at the same places).
+    /// (every plane's interior lands at the same places). `phased` holds [`Self::plane_len`]
+    /// elements (or more); a row that would fall past a shorter one is left out, and so is
+    /// everything after it.
     pub(super) fn fill<T: Copy>(&self, f: &Frame, plane: &[T], phased: &mut [T]) {
         let (iw, pw, sw, volume) = (f.input[2], f.pad[2], self.phases[2], self.lens.iter().product::<usize>());
         if iw == 0 {
             return;
         }
         for (row, values) in plane.chunks_exact(iw).enumerate() {
-            let row_start = self.row_start(f, row);
-            if sw == 1 {
-                copy_short(&mut phased[row_start + pw..][..iw], values);
-                continue;
-            }
-            if sw == 2 {
-                // Pairs of columns: the first of each goes to phase pw % 2, the second to the
-                // other, deinterleaved by plain loops the compiler vectorizes.
-                let (first_at, second_at) = (row_start + pw % 2 * volume + pw / 2, row_start + (pw + 1) % 2 * volume + pw.div_ceil(2));
-                let (low, high) = phased.split_at_mut(first_at.max(second_at));
-                let (first, second) = if first_at < second_at { (&mut low[first_at..], high) } else { (high, &mut low[second_at..]) };
-                let (pairs, tail) = values.as_chunks::<2>();
-                for ((a, b), pair) in first.iter_mut().zip(second.iter_mut()).zip(pairs) {
-                    (*a, *b) = (pair[0], pair[1]);
-                }
-                if let Some(&last) = tail.first() {
-                    first[pairs.len()] = last;
-                }
-                continue;
-            }
-            // Phase p holds padded columns p, p + sw, ...: input columns from the first of them
-            // at or after the padding.
-            for p in 0..sw {
-                let skip = (p + sw - pw % sw) % sw;
-                let dst = &mut phased[row_start + p * volume + (pw + skip) / sw..];
-                for (d, &v) in dst.iter_mut().zip(values.iter().skip(skip).step_by(sw)) {
-                    *d = v;
-                }
+            if self.fill_row(f, row, values, phased, (iw, pw, sw, volume)).is_none() {
+                return;
             }
         }
+    }
+
+    /// One input row of [`Self::fill`]; None where it does not fit in `phased`.
+    #[inline(always)]
+    fn fill_row<T: Copy>(
+        &self,
+        f: &Frame,
+        row: usize,
+        values: &[T],
+        phased: &mut [T],
+        (iw, pw, sw, volume): (usize, usize, usize, usize),
+    ) -> Option<()> {
+        let row_start = self.row_start(f, row);
+        if sw == 1 {
+            copy_short(phased.get_mut(row_start + pw..row_start + pw + iw)?, values);
+            return Some(());
+        }
+        if sw == 2 {
+            // Pairs of columns: the first of each goes to phase pw % 2, the second to the
+            // other, deinterleaved by plain loops the compiler vectorizes.
+            let (first_at, second_at) = (row_start + pw % 2 * volume + pw / 2, row_start + (pw + 1) % 2 * volume + pw.div_ceil(2));
+            let (low, high) = phased.split_at_mut_checked(first_at.max(second_at))?;
+            let (first, second) = if first_at < second_at { (low.get_mut(first_at..)?, high) } else { (high, low.get_mut(second_at..)?) };
+            let (pairs, tail) = values.as_chunks::<2>();
+            for ((a, b), pair) in first.iter_mut().zip(second.iter_mut()).zip(pairs) {
+                (*a, *b) = (pair[0], pair[1]);
+            }
+            if let Some(&last) = tail.first() {
+                *first.get_mut(pairs.len())? = last;
+            }
+            return Some(());
+        }
+        // Phase p holds padded columns p, p + sw, ...: input columns from the first of them
+        // at or after the padding.
+        for p in 0..sw {
+            let skip = (p + sw - pw % sw) % sw;
+            let dst = phased.get_mut(row_start + p * volume + (pw + skip) / sw..)?;
+            for (d, &v) in dst.iter_mut().zip(values.iter().skip(skip).step_by(sw)) {
+                *d = v;
+            }
+        }
+        Some(())
     }
 
     /// Where input row `row` (depth-major) starts in its phase volumes: the place of its padded
@@ -140,29 +162,38 @@ impl PhaseLayout {
 
     /// The inverse of [`Self::fill`]: the input plane's values read back out of `phased` (the
     /// padding left behind).
-    fn unfill(&self, f: &Frame, phased: &[f32], plane: &mut [f32]) {
+    fn unfill(&self, f: &Frame, phased: &[f32], plane: &mut [f32]) -> Result<()> {
         let (iw, pw, sw, volume) = (f.input[2], f.pad[2], self.phases[2], self.lens.iter().product::<usize>());
         if iw == 0 {
-            return;
+            return Ok(());
         }
         for (row, values) in plane.chunks_exact_mut(iw).enumerate() {
             let row_start = self.row_start(f, row);
             for p in 0..sw {
                 let skip = (p + sw - pw % sw) % sw;
-                let src = &phased[row_start + p * volume + (pw + skip) / sw..];
+                let at = row_start + p * volume + (pw + skip) / sw;
+                let src =
+                    phased.get(at..).ok_or_else(|| crate::err!(Runtime, "stencil: input row {row} lies past the {} phased values", phased.len()))?;
                 for (v, &s) in values.iter_mut().skip(skip).step_by(sw).zip(src) {
                     *v = s;
                 }
             }
         }
+        Ok(())
     }
 
     /// Copies the output rows of one plane out of `block` (positions in phase numbering).
-    fn copy_out(&self, f: &Frame, block: &[f32], out_plane: &mut [f32]) {
+    fn copy_out(&self, f: &Frame, block: &[f32], out_plane: &mut [f32]) -> Result<()> {
         let ([_, oh, ow], [_, lh, lw]) = (f.output, self.lens);
-        for (r, out_row) in out_plane.chunks_exact_mut(ow).enumerate() {
-            copy_short(out_row, &block[(r / oh * lh + r % oh) * lw..][..ow]);
+        if oh == 0 || ow == 0 {
+            return Ok(());
         }
+        for (r, out_row) in out_plane.chunks_exact_mut(ow).enumerate() {
+            let at = (r / oh * lh + r % oh) * lw;
+            let row = block.get(at..at + ow).ok_or_else(|| crate::err!(Runtime, "stencil: output row {r} lies past the block of {}", block.len()))?;
+            copy_short(out_row, row);
+        }
+        Ok(())
     }
 }
 
@@ -186,11 +217,14 @@ fn over_planes(
     (image, ins): (&[f32], usize),
     (response, out_len): (&mut [f32], usize),
     taps: usize,
-    plane_task: impl Fn(usize, &[f32], &mut [f32], &mut [f32]) + Sync,
+    plane_task: impl Fn(usize, &[f32], &mut [f32], &mut [f32]) -> Result<()> + Sync,
 ) -> Result<()> {
     let planes = image.len().checked_div(ins).unwrap_or_else(|| response.len() / out_len.max(1));
     if planes == 0 || out_len == 0 {
         return Ok(());
+    }
+    if response.len() < planes * out_len {
+        crate::bail!(Runtime, "stencil: {} output values for {planes} planes of {out_len}", response.len());
     }
     let parts = if response.len() * taps < super::PARALLEL_GRAIN { 1 } else { crate::engine::parallel::threads().min(planes) };
     let runs = crate::engine::parallel::split_runs(response, out_len, planes, parts);
@@ -204,8 +238,11 @@ fn over_planes(
         }
         let mut block = Scratch::<f32>::zeroed(layout.span.div_ceil(tile) * tile)?;
         for (p, out) in run.zip(outputs.chunks_exact_mut(out_len)) {
-            layout.fill(f, &image[p * ins..][..ins], phased.as_mut_slice());
-            plane_task(p, phased.as_slice(), block.as_mut_slice(), out);
+            let plane = image
+                .get(p * ins..(p + 1) * ins)
+                .ok_or_else(|| crate::err!(Runtime, "stencil: input plane {p} lies past the {} input values", image.len()))?;
+            layout.fill(f, plane, phased.as_mut_slice());
+            plane_task(p, phased.as_slice(), block.as_mut_slice(), out)?;
         }
         Ok(())
     });
@@ -224,10 +261,12 @@ fn tiles<const W: usize, const PV: usize>(
     block: &mut [f32],
     start: f32,
     combine: impl Fn(f32, f32, f32) -> f32,
-) {
+) -> Result<()> {
     let max_offset = offsets.iter().copied().max().unwrap_or(0);
     // What the unchecked loads below rely on: every tile's runs lie inside `phased`.
-    assert!(block.len().is_multiple_of(PV * W) && phased.len() >= block.len() + max_offset, "stencil buffers sized for another tile");
+    if !block.len().is_multiple_of(PV * W) || phased.len() < block.len() + max_offset {
+        crate::bail!(Runtime, "stencil: buffers of {} and {} values sized for another tile (offsets up to {max_offset})", phased.len(), block.len());
+    }
     for (t, dst) in block.chunks_exact_mut(PV * W).enumerate() {
         let mut acc = [[start; W]; PV];
         let tile = phased.as_ptr().wrapping_add(t * PV * W);
@@ -236,7 +275,7 @@ fn tiles<const W: usize, const PV: usize>(
             // an array first made the compiler vectorize across them with gathers (15x slower).
             for (v, acc_vec) in acc.iter_mut().enumerate() {
                 // SAFETY: tile start + offset + PV * W <= block.len() + max_offset <= phased.len()
-                // (asserted above).
+                // (checked above, before the loop).
                 let x_vec: [f32; W] = unsafe { std::ptr::read_unaligned(tile.add(offset + v * W) as *const [f32; W]) };
                 for (a, &x) in acc_vec.iter_mut().zip(&x_vec) {
                     *a = combine(weight, x, *a);
@@ -247,6 +286,7 @@ fn tiles<const W: usize, const PV: usize>(
             d.copy_from_slice(a);
         }
     }
+    Ok(())
 }
 
 /// Runs `body::<W, PV, FUSED>()` compiled for this CPU's vectors.
@@ -287,10 +327,12 @@ pub(super) fn depthwise_correlate(g: &Geometry, image: &[f32], weight: &[f32], e
     let layout = PhaseLayout::new(&frame);
     let (layout, frame) = (&layout, &frame);
     over_planes(frame, layout, 0.0, (image, g.input_size()), (response, multiplier * g.output_size()), ks, |p, phased, block, out| {
-        let c = p % g.channels;
-        for (m, out_plane) in out.chunks_exact_mut(g.output_size()).enumerate() {
+        let c = p % g.channels.max(1);
+        for (m, out_plane) in out.chunks_exact_mut(g.output_size().max(1)).enumerate() {
             let filter = c * multiplier + m;
-            let w = &weight[filter * ks..][..ks];
+            let w = weight
+                .get(filter * ks..(filter + 1) * ks)
+                .ok_or_else(|| crate::err!(Runtime, "depthwise convolution: no weights for filter {filter} in {} values", weight.len()))?;
             vectorized_tiles!(|W, PV, FUSED| tiles::<W, PV>(
                 phased,
                 (&layout.offsets, w),
@@ -298,10 +340,11 @@ pub(super) fn depthwise_correlate(g: &Geometry, image: &[f32], weight: &[f32], e
                 0.0,
                 #[inline(always)]
                 |w, x, a| if FUSED { w.mul_add(x, a) } else { a + w * x }
-            ));
-            layout.copy_out(frame, block, out_plane);
-            epilogue.apply_plane(filter, out_plane);
+            ))?;
+            layout.copy_out(frame, block, out_plane)?;
+            epilogue.apply_plane(filter, out_plane)?;
         }
+        Ok(())
     })
 }
 
@@ -321,8 +364,8 @@ pub(super) fn max_pool(frame: &Frame, planes: &[f32], pooled: &mut [f32]) -> Res
             f32::NEG_INFINITY,
             #[inline(always)]
             |_, x, best| if x > best || x.is_nan() { x } else { best }
-        ));
-        layout.copy_out(frame, block, out);
+        ))?;
+        layout.copy_out(frame, block, out)
     })
 }
 
@@ -351,6 +394,16 @@ pub(super) fn depthwise_backward(g: &Geometry, x: &[f32], weight: &[f32], dy: &[
     let tile = simd::f32_lanes() * tile_vectors();
     let phased_len = layout.plane_len().div_ceil(tile) * tile;
     let parts = if planes * (ins + outs) * ks < super::PARALLEL_GRAIN { 1 } else { crate::engine::parallel::threads().min(planes.max(1)) };
+    let dx_len = dx.as_deref().map_or(planes * ins, <[f32]>::len);
+    if x.len() < planes * ins || dy.len() < planes * outs || weight.len() < channels * ks || dx_len < planes * ins {
+        crate::bail!(
+            Runtime,
+            "depthwise convolution gradient: {} data, {} output gradient, {} weight and {dx_len} data gradient values for {planes} planes of {ins} inputs, {outs} outputs and {ks} taps",
+            x.len(),
+            dy.len(),
+            weight.len()
+        );
+    }
     // Each task's planes of dx, or none when the data gradient is not asked for.
     let runs: Vec<(std::ops::Range<usize>, Option<&mut [f32]>)> = match dx {
         Some(dx) => crate::engine::parallel::split_runs(dx, ins, planes, parts).into_iter().map(|(run, d)| (run, Some(d))).collect(),
@@ -363,24 +416,29 @@ pub(super) fn depthwise_backward(g: &Geometry, x: &[f32], weight: &[f32], dy: &[
         let mut dy_laid = Scratch::<f32>::zeroed(margin + phased_len + margin + tile)?;
         let mut grad = Scratch::<f32>::zeroed(phased_len)?;
         let ([_, oh, ow], [_, lh, lw]) = (g.output, layout.lens);
+        let short = |what: &str, p: usize| crate::err!(Runtime, "depthwise convolution gradient: {what} of plane {p} lies past its buffer");
         for p in run.clone() {
-            let c = p % channels;
-            layout.fill(&frame, &x[p * ins..][..ins], phased.as_mut_slice());
+            let c = p % channels.max(1);
+            let x_plane = x.get(p * ins..(p + 1) * ins).ok_or_else(|| short("the data", p))?;
+            layout.fill(&frame, x_plane, phased.as_mut_slice());
             let laid = dy_laid.as_mut_slice();
-            for (r, row) in dy[p * outs..][..outs].chunks_exact(ow.max(1)).enumerate() {
-                copy_short(&mut laid[margin + (r / oh * lh + r % oh) * lw..][..ow], row);
+            let dy_plane = dy.get(p * outs..(p + 1) * outs).ok_or_else(|| short("the output gradient", p))?;
+            for (r, row) in dy_plane.chunks_exact(ow.max(1)).enumerate() {
+                let at = margin + (r / oh.max(1) * lh + r % oh.max(1)) * lw;
+                copy_short(laid.get_mut(at..at + ow).ok_or_else(|| short("an output gradient row", p))?, row);
             }
             let (laid, phased_x) = (dy_laid.as_slice(), phased.as_slice());
-            let taps = &mut partial.as_mut_slice()[c * ks..][..ks];
-            let span = &laid[margin..][..layout.span];
+            let taps = partial.as_mut_slice().get_mut(c * ks..(c + 1) * ks).ok_or_else(|| short("the weight gradient", p))?;
+            let span = laid.get(margin..margin + layout.span).ok_or_else(|| short("the laid-out output gradient", p))?;
             for (sum, &offset) in taps.iter_mut().zip(&layout.offsets) {
+                let shifted = phased_x.get(offset..offset + layout.span).ok_or_else(|| short("a shifted input", p))?;
                 *sum += simd::vectorized(
                     #[inline(always)]
-                    || dot(span, &phased_x[offset..][..layout.span]),
+                    || dot(span, shifted),
                 );
             }
             let Some(dx_run) = dx_run.as_deref_mut() else { continue };
-            let w = &weight[c * ks..][..ks];
+            let w = weight.get(c * ks..(c + 1) * ks).ok_or_else(|| short("the weights", p))?;
             let block = grad.as_mut_slice();
             vectorized_tiles!(|W, PV, FUSED| tiles::<W, PV>(
                 laid,
@@ -389,8 +447,9 @@ pub(super) fn depthwise_backward(g: &Geometry, x: &[f32], weight: &[f32], dy: &[
                 0.0,
                 #[inline(always)]
                 |w, v, a| if FUSED { w.mul_add(v, a) } else { a + w * v }
-            ));
-            layout.unfill(&frame, block, &mut dx_run[(p - run.start) * ins..][..ins]);
+            ))?;
+            let at = (p - run.start) * ins;
+            layout.unfill(&frame, block, dx_run.get_mut(at..at + ins).ok_or_else(|| short("the data gradient", p))?)?;
         }
         Ok(partial)
     });
