@@ -87,7 +87,6 @@ pub mod profiler;
 pub mod random;
 pub mod storage;
 pub mod symbol;
-mod sync;
 
 pub use base::{Context, DType, DeviceType, Shape};
 pub use error::{Error, ErrorKind, Result};

@@ -92,7 +92,7 @@ pub(crate) struct OprBlock {
     /// Dependencies not yet granted, plus one held by `push` until registration finishes. Only the
     /// thread whose `count_down` ends it starts the block: it runs exactly once, and never
     /// before it is on the queues of all its vars.
-    wait: crate::sync::Countdown,
+    wait: oxnet_sync::Countdown,
     /// Taken exactly once, by the thread that executes the block; the lock is never contended and
     /// only makes the block shareable between the vars' queues.
     func: Mutex<Option<OpBody>>,
@@ -214,7 +214,7 @@ fn push_body(func: OpBody, reads: &[Arc<Var>], writes: &[Arc<Var>], props: PushP
     // A var that is both read and written is only a write dependency.
     let reads_dedup = unique_vars(reads, &writes_dedup);
     let blk = Arc::new(OprBlock {
-        wait: crate::sync::Countdown::new(reads_dedup.len() + writes_dedup.len() + 1),
+        wait: oxnet_sync::Countdown::new(reads_dedup.len() + writes_dedup.len() + 1),
         func: Mutex::new(Some(func)),
         reads: reads_dedup,
         writes: writes_dedup,
@@ -536,7 +536,7 @@ pub fn wait_for_var(var: &Arc<Var>, for_write: bool) -> Result<()> {
     let deps = vec![var.clone()];
     let (reads, writes) = if for_write { (vec![], deps) } else { (deps, vec![]) };
     let marker = Arc::new(OprBlock {
-        wait: crate::sync::Countdown::new(2),
+        wait: oxnet_sync::Countdown::new(2),
         func: Mutex::new(Some(func)),
         reads,
         writes,

@@ -333,12 +333,11 @@ impl CpuPool {
 ///
 /// It sleeps a quarter of the idle time between passes while the pool holds free blocks and parks
 /// while it holds none, so an idle process with an empty pool never wakes up. A release that
-/// finds it parked unparks it; the protocol (`crate::sync::Parking`, model-checked with loom)
+/// finds it parked unparks it; the protocol (`oxnet_sync::Parking`, model-checked with loom)
 /// loses no wake-up, given that releases add to `pooled` with SeqCst before waking it.
-#[cfg(not(loom))]
 mod trimmer {
     use super::*;
-    use crate::sync::Parking;
+    use oxnet_sync::Parking;
     use std::sync::atomic::AtomicPtr;
 
     static PARKING: Parking = Parking::new();
@@ -397,12 +396,6 @@ mod trimmer {
             });
         }
     }
-}
-
-/// Under loom only the protocols are exercised; the process-wide trimmer does not exist.
-#[cfg(loom)]
-mod trimmer {
-    pub(super) fn wake(_pool: &'static super::CpuPool) {}
 }
 
 /// Memory the kernel reports available (MemAvailable), estimated between readings.

@@ -2,11 +2,14 @@
 //! model-checks them: every interleaving of their atomic operations (and, for `Parking`, of park
 //! and unpark) is explored, not only those a stress test happens to hit.
 //!
+//! They are a crate of their own so that the model checker builds this file and loom alone, in
+//! about a minute, rather than the whole of `oxnet` a second time under `--cfg loom`:
+//!
 //! ```sh
-//! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --profile release-nolto -p oxnet --lib sync::
+//! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p oxnet-sync
 //! ```
 //!
-//! (The rest of the crate's atomics are statistics counters and a memory estimate, whose races only
+//! (The rest of `oxnet`'s atomics are statistics counters and a memory estimate, whose races only
 //! blur a figure; they need no protocol.)
 
 #[cfg(loom)]
@@ -16,17 +19,17 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 /// A count of outstanding events (an operation's ungranted dependencies) whose end exactly one
 /// party observes: the one that then acts (runs the operation).
-pub(crate) struct Countdown(AtomicUsize);
+pub struct Countdown(AtomicUsize);
 
 impl Countdown {
-    pub(crate) fn new(count: usize) -> Countdown {
+    pub fn new(count: usize) -> Countdown {
         Countdown(AtomicUsize::new(count))
     }
 
     /// Take `n` events off the count; true for the one call that ends it. AcqRel: the call that
     /// ends the count happens after every other call, so the one who acts sees everything the
     /// others did before they counted down.
-    pub(crate) fn count_down(&self, n: usize) -> bool {
+    pub fn count_down(&self, n: usize) -> bool {
         self.0.fetch_sub(n, Ordering::AcqRel) == n
     }
 }
@@ -43,22 +46,22 @@ const PARKED: u8 = 2;
 /// reads PARKED and unparks. An unpark that comes before the park makes the park return at once.
 /// (Plain SeqCst loads and stores would also do, by SeqCst's single total order, but loom cannot
 /// check that pattern; the waker's read-modify-write costs a few nanoseconds per release.)
-pub(crate) struct Parking(AtomicU8);
+pub struct Parking(AtomicU8);
 
 impl Parking {
     #[cfg(not(loom))]
-    pub(crate) const fn new() -> Parking {
+    pub const fn new() -> Parking {
         Parking(AtomicU8::new(NOT_RUNNING))
     }
 
     #[cfg(loom)]
-    pub(crate) fn new() -> Parking {
+    pub fn new() -> Parking {
         Parking(AtomicU8::new(NOT_RUNNING))
     }
 
     /// The waker's side, called after it published its work with a SeqCst write: unparks a
     /// parked thread, or starts one (`start` returns whether it could) when none runs yet.
-    pub(crate) fn wake(&self, unpark: impl FnOnce(), start: impl FnOnce() -> bool) {
+    pub fn wake(&self, unpark: impl FnOnce(), start: impl FnOnce() -> bool) {
         // A read-modify-write that changes nothing: it reads the latest state (see above).
         match self.0.fetch_or(0, Ordering::AcqRel) {
             ACTIVE => {}
@@ -74,7 +77,7 @@ impl Parking {
 
     /// The sleeper's side: park unless `has_work` (a read of what wakers publish before they
     /// call `wake`) sees work once PARKED is announced.
-    pub(crate) fn park_unless(&self, has_work: impl Fn() -> bool, park: impl FnOnce()) {
+    pub fn park_unless(&self, has_work: impl Fn() -> bool, park: impl FnOnce()) {
         self.0.swap(PARKED, Ordering::AcqRel);
         if !has_work() {
             park();
@@ -83,9 +86,14 @@ impl Parking {
     }
 
     /// In a child made by `fork`, which has no thread: the next waker starts one.
-    #[cfg_attr(loom, allow(dead_code))] // the process-wide trimmer is not built under loom
-    pub(crate) fn forget_thread(&self) {
+    pub fn forget_thread(&self) {
         self.0.store(NOT_RUNNING, Ordering::Release);
+    }
+}
+
+impl Default for Parking {
+    fn default() -> Parking {
+        Parking::new()
     }
 }
 
