@@ -9,9 +9,10 @@
 use super::conv_epilogue::Epilogue;
 use super::conv_shifted::{Shifted, ShiftedBuffers, ShiftedLayout, Uses};
 use super::grad::{tuple_attr, Grad, InputGrads};
-use super::linalg::{matmul_into, Mat};
+use super::linalg::matmul_checked;
+use super::linalg::Mat;
 use super::stencil;
-use super::{simd, sum_lanes, ExecContext, OpDef, Operator, Scratch, SendPtr, Tensor};
+use super::{exactly, simd, sum_lanes, ExecContext, OpDef, Operator, Scratch, SendPtr, Tensor};
 use crate::base::{merge_partial, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -104,27 +105,83 @@ impl Geometry {
     }
     pub fn weight_shape(&self) -> Shape {
         let mut dims = vec![self.filters, self.channels / self.groups];
-        dims.extend_from_slice(&self.kernel[3 - self.rank..]);
+        dims.extend(self.kernel.iter().skip(3usize.saturating_sub(self.rank)));
         Shape::new(dims)
     }
     pub fn output_shape(&self) -> Shape {
         let mut dims = vec![self.batch, self.filters];
-        dims.extend_from_slice(&self.output[3 - self.rank..]);
+        dims.extend(self.output.iter().skip(3usize.saturating_sub(self.rank)));
         Shape::new(dims)
     }
+    /// Each spatial axis's stride, input and output sizes, dilation and padding.
+    fn axes(&self) -> [Axis; 3] {
+        let mut axes = [Axis::default(); 3];
+        let per_axis = self.stride.iter().zip(&self.input).zip(&self.output).zip(self.dilate.iter().zip(&self.pad));
+        for (axis, (((&stride, &input), &output), (&dilate, &pad))) in axes.iter_mut().zip(per_axis) {
+            *axis = Axis { stride, input, output, dilate, pad };
+        }
+        axes
+    }
 }
+
+/// One spatial axis of a [`Geometry`].
+#[derive(Clone, Copy, Default)]
+struct Axis {
+    stride: usize,
+    input: usize,
+    output: usize,
+    dilate: usize,
+    pad: usize,
+}
+
+/// `values[start..start + len]`, or an error of `op` naming the block.
+#[inline]
+fn part<'a, T>(op: &str, values: &'a [T], start: usize, len: usize, what: &str) -> Result<&'a [T]> {
+    values.get(start..start.saturating_add(len)).ok_or_else(|| outside(op, what, start, len, values.len()))
+}
+
+/// `values[start..start + len]` to write, or an error of `op` naming the block.
+#[inline]
+fn part_mut<'a, T>(op: &str, values: &'a mut [T], start: usize, len: usize, what: &str) -> Result<&'a mut [T]> {
+    let total = values.len();
+    values.get_mut(start..start.saturating_add(len)).ok_or_else(|| outside(op, what, start, len, total))
+}
+
+/// `values[start..]`, or an error of `op` naming the block.
+#[inline]
+fn tail<'a, T>(op: &str, values: &'a [T], start: usize, what: &str) -> Result<&'a [T]> {
+    values.get(start..).ok_or_else(|| outside(op, what, start, 0, values.len()))
+}
+
+/// `values[start..]` to write, or an error of `op` naming the block.
+#[inline]
+fn tail_mut<'a, T>(op: &str, values: &'a mut [T], start: usize, what: &str) -> Result<&'a mut [T]> {
+    let total = values.len();
+    values.get_mut(start..).ok_or_else(|| outside(op, what, start, 0, total))
+}
+
+#[cold]
+fn outside(op: &str, what: &str, start: usize, len: usize, total: usize) -> crate::error::Error {
+    crate::err!(Runtime, "{op}: {what} of {len} elements at {start} lies outside its {total} elements")
+}
+
+/// The operator named in the errors of the products below (Deconvolution runs them too).
+const OP: &str = "Convolution";
 
 /// A per-axis parameter padded to three axes (leading axes take `fill`).
 pub(super) fn spatial(op: &str, name: &str, values: &[i64], rank: usize, default: usize, fill: usize) -> Result<[usize; 3]> {
     let mut out = [fill; 3];
+    let Some(axes) = 3usize.checked_sub(rank).and_then(|first| out.get_mut(first..)) else {
+        crate::bail!(Param, "{op}: a kernel has 1, 2 or 3 spatial axes, got {rank}");
+    };
     if values.is_empty() {
-        out[3 - rank..].iter_mut().for_each(|v| *v = default);
+        axes.iter_mut().for_each(|v| *v = default);
         return Ok(out);
     }
     if values.len() != rank {
         crate::bail!(Param, "{op}: {name} has {} values for a {rank}-D kernel", values.len());
     }
-    for (slot, &v) in out[3 - rank..].iter_mut().zip(values) {
+    for (slot, &v) in axes.iter_mut().zip(values) {
         if v < 0 {
             crate::bail!(Param, "{op}: {name} must be non-negative, got {values:?}");
         }
@@ -140,7 +197,11 @@ impl ConvolutionParams {
             crate::bail!(Param, "{op}: kernel must have 1, 2 or 3 values, got {:?}", self.kernel);
         }
         if let Some(layout) = &self.layout {
-            let expected = ["NCW", "NCHW", "NCDHW"][rank - 1];
+            let expected = match rank {
+                1 => "NCW",
+                2 => "NCHW",
+                _ => "NCDHW",
+            };
             if layout != expected {
                 crate::bail!(Param, "{op}: layout {layout} is not supported; use {expected} (channels first)");
             }
@@ -155,22 +216,29 @@ impl ConvolutionParams {
         if kernel.contains(&0) || stride.contains(&0) || dilate.contains(&0) {
             crate::bail!(Param, "{op}: kernel, stride and dilate must be positive");
         }
+        // data has rank + 2 axes (checked above): batch, channels, then the spatial axes.
+        let [batch, channels, sizes @ ..] = data.dims() else {
+            crate::bail!(Shape, "{op}: data {data} has no batch and channel axes");
+        };
         let mut input = [1; 3];
-        input[3 - rank..].copy_from_slice(&data.dims()[2..]);
+        for (slot, &size) in input.iter_mut().skip(3 - rank).zip(sizes) {
+            *slot = size;
+        }
         let mut output = [1; 3];
-        for a in 0..3 {
-            let extent = dilate[a] * (kernel[a] - 1) + 1;
-            let padded = input[a] + 2 * pad[a];
+        let per_axis = kernel.iter().zip(&stride).zip(dilate.iter().zip(&pad)).zip(&input);
+        for (out, (((&kernel, &stride), (&dilate, &pad)), &input)) in output.iter_mut().zip(per_axis) {
+            let extent = dilate * (kernel - 1) + 1;
+            let padded = input + 2 * pad;
             if padded < extent {
                 crate::bail!(Shape, "{op}: kernel {:?} (dilated) is larger than the padded input {data}", self.kernel);
             }
-            output[a] = (padded - extent) / stride[a] + 1;
+            *out = (padded - extent) / stride + 1;
         }
-        let (channels, groups) = (data[1], self.num_group);
+        let (batch, channels, groups) = (*batch, *channels, self.num_group);
         if groups == 0 || channels % groups != 0 || !self.num_filter.is_multiple_of(groups) {
             crate::bail!(Param, "{op}: channels ({channels}) and num_filter ({}) must divide by num_group ({groups})", self.num_filter);
         }
-        Ok(Geometry { batch: data[0], channels, filters: self.num_filter, groups, input, kernel, stride, dilate, pad, output, rank })
+        Ok(Geometry { batch, channels, filters: self.num_filter, groups, input, kernel, stride, dilate, pad, output, rank })
     }
 
     pub(super) fn attrs(&self) -> Vec<(&'static str, String)> {
@@ -193,30 +261,36 @@ impl ConvolutionParams {
 /// For one kernel offset along an axis: the output positions whose input index lies inside the
 /// input, as a range, and the input index of output position 0 (possibly negative).
 #[inline]
-fn valid_outputs(kernel_pos: usize, axis: usize, g: &Geometry) -> (std::ops::Range<usize>, isize) {
-    let (s, n) = (g.stride[axis] as isize, g.input[axis] as isize);
-    let offset = (kernel_pos * g.dilate[axis]) as isize - g.pad[axis] as isize;
+fn valid_outputs(kernel_pos: usize, axis: Axis) -> (std::ops::Range<usize>, isize) {
+    let (s, n) = (axis.stride as isize, axis.input as isize);
+    let offset = (kernel_pos * axis.dilate) as isize - axis.pad as isize;
     // First o with o*s + offset >= 0, and one past the last with o*s + offset < n.
     let lo = if offset >= 0 { 0 } else { ((-offset) + s - 1) / s };
     let hi = if n - offset <= 0 { 0 } else { (n - offset + s - 1) / s };
-    let out = g.output[axis] as isize;
+    let out = axis.output as isize;
     (lo.clamp(0, out) as usize..hi.clamp(0, out).max(lo.clamp(0, out)) as usize, offset)
 }
 
 /// Visit every (row of the column matrix, output line) of channels `c0..c0+cs` of one image:
 /// `visit(column_line, input_line_or_none, valid_width_range, w_offset)` where an output line is
 /// the run of output positions along the last axis.
-fn for_each_line(g: &Geometry, cs: usize, row_stride: usize, mut visit: impl FnMut(usize, usize, Option<usize>, std::ops::Range<usize>, isize)) {
+fn for_each_line(
+    g: &Geometry,
+    cs: usize,
+    row_stride: usize,
+    mut visit: impl FnMut(usize, usize, Option<usize>, std::ops::Range<usize>, isize) -> Result<()>,
+) -> Result<()> {
     let [_, ih, iw] = g.input;
     let [od, oh, ow] = g.output;
+    let [axis_d, axis_h, axis_w] = g.axes();
     let mut row = 0;
     for c in 0..cs {
         for kd in 0..g.kernel[0] {
-            let (d_range, d_off) = valid_outputs(kd, 0, g);
+            let (d_range, d_off) = valid_outputs(kd, axis_d);
             for kh in 0..g.kernel[1] {
-                let (h_range, h_off) = valid_outputs(kh, 1, g);
+                let (h_range, h_off) = valid_outputs(kh, axis_h);
                 for kw in 0..g.kernel[2] {
-                    let (w_range, w_off) = valid_outputs(kw, 2, g);
+                    let (w_range, w_off) = valid_outputs(kw, axis_w);
                     for o_d in 0..od {
                         for o_h in 0..oh {
                             let start = row * row_stride + (o_d * oh + o_h) * ow;
@@ -226,7 +300,7 @@ fn for_each_line(g: &Geometry, cs: usize, row_stride: usize, mut visit: impl FnM
                                 let h = (o_h as isize * g.stride[1] as isize + h_off) as usize;
                                 (c * g.input[0] + d) * ih * iw + h * iw
                             });
-                            visit(start, c, src, w_range.clone(), w_off);
+                            visit(start, c, src, w_range.clone(), w_off)?;
                         }
                     }
                     row += 1;
@@ -234,12 +308,13 @@ fn for_each_line(g: &Geometry, cs: usize, row_stride: usize, mut visit: impl FnM
             }
         }
     }
+    Ok(())
 }
 
 /// [`for_each_line`] for dense geometries (unit stride and dilation, no padding), where every
 /// output line reads one contiguous run of the input: `visit(column_line, input_line)`.
 #[inline(always)]
-fn for_each_dense_line(g: &Geometry, cs: usize, row_stride: usize, mut visit: impl FnMut(usize, usize)) {
+fn for_each_dense_line(g: &Geometry, cs: usize, row_stride: usize, mut visit: impl FnMut(usize, usize) -> Result<()>) -> Result<()> {
     let [id, ih, iw] = g.input;
     let [od, oh, ow] = g.output;
     let mut row = 0;
@@ -250,7 +325,7 @@ fn for_each_dense_line(g: &Geometry, cs: usize, row_stride: usize, mut visit: im
                     for o_d in 0..od {
                         let input_rows = (c * id + o_d + kd) * ih + kh;
                         for o_h in 0..oh {
-                            visit(row * row_stride + (o_d * oh + o_h) * ow, (input_rows + o_h) * iw + kw);
+                            visit(row * row_stride + (o_d * oh + o_h) * ow, (input_rows + o_h) * iw + kw)?;
                         }
                     }
                     row += 1;
@@ -258,6 +333,7 @@ fn for_each_dense_line(g: &Geometry, cs: usize, row_stride: usize, mut visit: im
             }
         }
     }
+    Ok(())
 }
 
 /// `apply(d, s)` over the pairs of two short lines (8 to 30 elements in small CNNs), in fixed
@@ -321,35 +397,38 @@ impl ColumnSource {
     /// kernel tap, columns = output positions, rows `row_stride` apart so that several images sit
     /// side by side). `phased` holds [`Self::phased_len`] elements whose padding is zero; each
     /// call rewrites the same interior places, so the padding stays zero from call to call.
-    fn im2col<T: Elem>(&self, image: &[T], c0: usize, cs: usize, col: &mut [T], row_stride: usize, phased: &mut [T]) {
+    fn im2col<T: Elem>(&self, image: &[T], c0: usize, cs: usize, col: &mut [T], row_stride: usize, phased: &mut [T]) -> Result<()> {
         let ([od, oh, ow], [_, lh, lw]) = (self.frame.output, self.phases.lens);
         if od * oh * ow == 0 || cs == 0 {
-            return;
+            return Ok(());
         }
         let plane = self.frame.input.iter().product::<usize>();
-        let channels = &image[c0 * plane..(c0 + cs) * plane];
+        let channels = part(OP, image, c0 * plane, cs * plane, "an image's channels")?;
         let (source, channel_len) = if self.in_place() {
             (channels, plane)
         } else {
             let len = self.phases.plane_len();
+            let copies = part_mut(OP, phased, 0, cs * len, "the phased copies")?;
             // An empty image is all padding: the copies stay zero.
-            if plane > 0 {
-                for (values, copy) in channels.chunks_exact(plane).zip(phased.chunks_exact_mut(len)) {
+            if plane > 0 && len > 0 {
+                for (values, copy) in channels.chunks_exact(plane).zip(copies.chunks_exact_mut(len)) {
                     self.phases.fill(&self.frame, values, copy);
                 }
             }
-            (&phased[..cs * len], len)
+            (&*copies, len)
         };
         let taps = self.phases.offsets.len();
         for c in 0..cs {
             for (t, &offset) in self.phases.offsets.iter().enumerate() {
-                let row = &mut col[(c * taps + t) * row_stride..];
-                let from = &source[c * channel_len + offset..];
+                let row = tail_mut(OP, col, (c * taps + t) * row_stride, "the column matrix")?;
+                let from = tail(OP, source, c * channel_len + offset, "the column source")?;
                 for o_d in 0..od {
-                    self.copy.lines(&mut row[o_d * oh * ow..], ow, &from[o_d * lh * lw..], lw, oh, ow);
+                    let to = tail_mut(OP, row, o_d * oh * ow, "a column row")?;
+                    self.copy.lines(to, ow, tail(OP, from, o_d * lh * lw, "a source plane")?, lw, oh, ow)?;
                 }
             }
         }
+        Ok(())
     }
 }
 
@@ -366,22 +445,30 @@ impl LineCopy {
     }
 
     /// Copies `lines` runs of `len` elements, `src_step` apart in `src`, to runs `dst_step`
-    /// apart in `dst`. Panics if a run would lie outside its slice.
-    fn lines<T: Copy>(self, dst: &mut [T], dst_step: usize, src: &[T], src_step: usize, lines: usize, len: usize) {
+    /// apart in `dst`; an error if a run would lie outside its slice.
+    fn lines<T: Copy>(self, dst: &mut [T], dst_step: usize, src: &[T], src_step: usize, lines: usize, len: usize) -> Result<()> {
         if lines == 0 || len == 0 {
-            return;
+            return Ok(());
         }
-        assert!((lines - 1) * dst_step + len <= dst.len() && (lines - 1) * src_step + len <= src.len(), "line copy out of bounds");
+        if (lines - 1) * dst_step + len > dst.len() || (lines - 1) * src_step + len > src.len() {
+            crate::bail!(
+                Runtime,
+                "{OP}: {lines} lines of {len} elements, {src_step} and {dst_step} apart, from {} into {} elements",
+                src.len(),
+                dst.len()
+            );
+        }
         #[cfg(target_arch = "x86_64")]
         if self.avx512 && std::mem::size_of::<T>() == 4 {
             // SAFETY: `avx512` is only set where the CPU has AVX-512 F; every run lies inside its
-            // slice (asserted above) and T is 4 bytes, so the runs are whole u32 elements.
+            // slice (checked above) and T is 4 bytes, so the runs are whole u32 elements.
             unsafe { copy_lines_avx512(dst.as_mut_ptr().cast(), dst_step, src.as_ptr().cast(), src_step, lines, len) };
-            return;
+            return Ok(());
         }
         for l in 0..lines {
-            copy_short(&mut dst[l * dst_step..][..len], &src[l * src_step..][..len]);
+            copy_short(part_mut(OP, dst, l * dst_step, len, "a copied line")?, part(OP, src, l * src_step, len, "a source line")?);
         }
+        Ok(())
     }
 }
 
@@ -413,21 +500,26 @@ unsafe fn copy_lines_avx512(dst: *mut u32, dst_step: usize, src: *const u32, src
 
 /// col2im, accumulating the column matrix (rows `row_stride` apart) back into the image's
 /// channels `c0..c0+cs`.
-fn col2im<T: Elem>(col: &[T], g: &Geometry, c0: usize, cs: usize, image: &mut [T], row_stride: usize) {
+fn col2im<T: Elem>(col: &[T], g: &Geometry, c0: usize, cs: usize, image: &mut [T], row_stride: usize) -> Result<()> {
     let (plane, sw, ow) = (g.input_size(), g.stride[2], g.output[2]);
-    let base = &mut image[c0 * plane..(c0 + cs) * plane];
+    let base = part_mut(OP, image, c0 * plane, cs * plane, "an image's channels")?;
     if g.is_dense() {
-        for_each_dense_line(g, cs, row_stride, |line, dst| add_short(&mut base[dst..dst + ow], &col[line..line + ow]));
-        return;
+        return for_each_dense_line(g, cs, row_stride, |line, dst| {
+            add_short(part_mut(OP, base, dst, ow, "an image line")?, part(OP, col, line, ow, "a column line")?);
+            Ok(())
+        });
     }
     for_each_line(g, cs, row_stride, |start, _c, src, w, w_off| {
-        let Some(src) = src else { return };
+        let Some(src) = src else { return Ok(()) };
         let first = (w.start as isize * sw as isize + w_off) as usize + src;
-        for (k, v) in col[start + w.start..start + w.end].iter().enumerate() {
+        for (k, v) in part(OP, col, start + w.start, w.len(), "a column line")?.iter().enumerate() {
             let at = first + k * sw;
-            base[at] = T::from_f64(base[at].to_f64() + v.to_f64());
+            let total = base.len();
+            let slot = base.get_mut(at).ok_or_else(|| outside(OP, "an image element", at, 1, total))?;
+            *slot = T::from_f64(slot.to_f64() + v.to_f64());
         }
-    });
+        Ok(())
+    })
 }
 
 /// The three products that Convolution and Deconvolution (a convolution's data gradient) are
@@ -511,9 +603,9 @@ impl<'a> ImageProducts<'a> {
 
     /// The shifted strategy's products; only called with buffers from [`Self::buffers`], which
     /// are shifted exactly when the layout is.
-    fn shifted_products(&self) -> Shifted<'_> {
-        let layout = self.shifted.as_ref().expect("shifted buffers come only from a shifted layout");
-        Shifted { g: self.g, layout, threads: self.threads }
+    fn shifted_products(&self) -> Result<Shifted<'_>> {
+        let layout = self.shifted.as_ref().ok_or_else(|| crate::err!(Runtime, "{OP}: shifted buffers for products without a shifted layout"))?;
+        Ok(Shifted { g: self.g, layout, threads: self.threads })
     }
 
     /// Whether a column matrix would copy the image unchanged (1x1 kernel, unit stride, no
@@ -523,7 +615,7 @@ impl<'a> ImageProducts<'a> {
     }
 
     /// Fills the side-by-side column matrix of group `grp` for `images`.
-    fn columns<T: Elem>(&self, images: &Range<usize>, grp: usize, image: &[T], col: &mut [T], phased: &mut [T]) {
+    fn columns<T: Elem>(&self, images: &Range<usize>, grp: usize, image: &[T], col: &mut [T], phased: &mut [T]) -> Result<()> {
         let g = self.g;
         let (plane, outs, cpg) = (g.channels * g.input_size(), g.output_size(), g.channels / g.groups);
         let stride = images.len() * outs;
@@ -531,64 +623,84 @@ impl<'a> ImageProducts<'a> {
             // One image (chunks run in turn): its channels' rows are filled by the threads, in
             // contiguous runs. The 3-channel 7x7 stride-2 stem of ResNet spent 1.1 of its 1.7 ms
             // here on one thread.
-            let image = &image[images.start * plane..][..plane];
+            let image = part(OP, image, images.start * plane, plane, "an image")?;
             let parts = self.threads.min(cpg);
-            let rows = crate::engine::parallel::split_runs(col, g.kernel_size() * stride, cpg, parts);
-            let copies = crate::engine::parallel::split_runs(phased, self.source.phased_len(1), cpg, parts);
+            let (row_len, copy_len) = (g.kernel_size() * stride, self.source.phased_len(1));
+            let col = part_mut(OP, col, 0, cpg * row_len, "the column matrix")?;
+            let phased = part_mut(OP, phased, 0, cpg * copy_len, "the phased copies")?;
+            let rows = crate::engine::parallel::split_runs(col, row_len, cpg, parts);
+            let copies = crate::engine::parallel::split_runs(phased, copy_len, cpg, parts);
             let runs = rows.into_iter().zip(copies).map(|((channels, rows), (_, copies))| (channels, rows, copies)).collect();
-            crate::engine::parallel::map_owned(runs, |_, (channels, rows, copies): (Range<usize>, &mut [T], &mut [T])| {
+            return crate::engine::parallel::map_owned(runs, |_, (channels, rows, copies): (Range<usize>, &mut [T], &mut [T])| {
                 self.source.im2col(image, grp * cpg + channels.start, channels.len(), rows, stride, copies)
-            });
-            return;
+            })
+            .into_iter()
+            .collect();
         }
         for (k, n) in images.clone().enumerate() {
-            self.source.im2col(&image[n * plane..][..plane], grp * cpg, cpg, &mut col[k * outs..], stride, phased);
+            let image = part(OP, image, n * plane, plane, "an image")?;
+            self.source.im2col(image, grp * cpg, cpg, tail_mut(OP, col, k * outs, "the column matrix")?, stride, phased)?;
         }
+        Ok(())
+    }
+
+    /// The whole weight, of element type `T`.
+    ///
+    /// # Safety
+    /// `self.weight` holds the whole weight (filters x channels/groups x kernel) of element type
+    /// `T`, alive and unwritten for the call.
+    unsafe fn weight<T: Elem>(&self) -> Result<&[T]> {
+        if T::DTYPE != self.dtype {
+            crate::bail!(Runtime, "{OP}: products of {} asked for as {}", self.dtype, T::DTYPE);
+        }
+        // SAFETY: as the caller guarantees; T is the products' dtype (checked above).
+        Ok(unsafe { std::slice::from_raw_parts(self.weight.cast::<T>(), self.g.filters * self.g.col_rows()) })
     }
 
     /// response = W * im2col(image) for `images`, every group (response is overwritten).
     ///
     /// # Safety
     /// `response` points to the whole-batch response array of element type `T` (`self.dtype`),
-    /// whose blocks for `images` nobody else touches during the call.
+    /// whose blocks for `images` nobody else touches during the call; `self.weight` holds the
+    /// whole weight of element type `T`.
     pub unsafe fn correlate<T: Elem>(&self, images: Range<usize>, image: &[T], response: *mut T, buf: &mut ChunkBuffers<T>) -> Result<()> {
         let g = self.g;
-        let (outs, rows, es) = (g.output_size(), g.col_rows(), self.dtype.size());
+        let (outs, rows) = (g.output_size(), g.col_rows());
         let fpg = g.filters / g.groups;
         let columns = images.len() * outs;
         let (col, staging, phased) = match buf {
-            ChunkBuffers::Shifted(b) => return self.shifted_products().correlate(images, as_f32(image), self.weight, response as *mut f32, b),
+            // SAFETY: forwarded from the caller.
+            ChunkBuffers::Shifted(b) => {
+                return unsafe { self.shifted_products()?.correlate(images, as_f32(image)?, self.weight, response as *mut f32, b) }
+            }
             ChunkBuffers::Columns { col, staging, phased } => (col.as_mut_slice(), staging.as_mut_slice(), phased.as_mut_slice()),
         };
+        // SAFETY: forwarded from the caller.
+        let weight = unsafe { self.weight::<T>() }?;
+        // SAFETY: the caller guarantees that `response` is the whole-batch array, whose blocks
+        // for `images` (these elements) are this call's alone.
+        let chunk = unsafe { std::slice::from_raw_parts_mut(response.add(images.start * g.filters * outs), images.len() * g.filters * outs) };
         let single = images.len() == 1;
         for grp in 0..g.groups {
+            let group_weight = tail(OP, weight, grp * fpg * rows, "a group's weight")?;
             // One image's column matrix of a dense 1x1 convolution is its group of channels.
-            let col_ptr = if single && self.reads_image_as_columns() {
-                image[(images.start * g.channels + grp * g.col_rows()) * outs..].as_ptr()
+            let col: &[T] = if single && self.reads_image_as_columns() {
+                tail(OP, image, (images.start * g.channels + grp * g.col_rows()) * outs, "an image's group")?
             } else {
-                self.columns(&images, grp, image, col, phased);
-                col.as_ptr()
+                self.columns(&images, grp, image, col, phased)?;
+                col
             };
             // One image's block of a group is laid out as the staging block: the product goes
             // straight into the response.
-            let product = if single { response.add((images.start * g.filters + grp * fpg) * outs) } else { staging.as_mut_ptr() };
-            matmul_into(
-                self.dtype,
-                product as *mut u8,
-                false,
-                self.weight.add(grp * fpg * rows * es),
-                Mat::stored(fpg, rows, false),
-                col_ptr as *const u8,
-                Mat::stored(rows, columns, false),
-                self.threads,
-            );
+            let product = if single { tail_mut(OP, chunk, grp * fpg * outs, "the response")? } else { &mut *staging };
+            matmul_checked(OP, product, false, group_weight, Mat::stored(fpg, rows, false), col, Mat::stored(rows, columns, false), self.threads)?;
             if single {
                 continue;
             }
-            for (k, n) in images.clone().enumerate() {
+            for k in 0..images.len() {
                 for f in 0..fpg {
-                    let dst = response.add((n * g.filters + grp * fpg + f) * outs);
-                    std::ptr::copy_nonoverlapping(staging[f * columns + k * outs..].as_ptr(), dst, outs);
+                    let dst = part_mut(OP, chunk, (k * g.filters + grp * fpg + f) * outs, outs, "a response plane")?;
+                    dst.copy_from_slice(part(OP, staging, f * columns + k * outs, outs, "the staging block")?);
                 }
             }
         }
@@ -596,15 +708,17 @@ impl<'a> ImageProducts<'a> {
     }
 
     /// One group's response block for `images`, gathered side by side.
-    fn gather<T: Elem>(&self, images: &Range<usize>, grp: usize, response: &[T], staging: &mut [T]) {
+    fn gather<T: Elem>(&self, images: &Range<usize>, grp: usize, response: &[T], staging: &mut [T]) -> Result<()> {
         let g = self.g;
         let (outs, fpg) = (g.output_size(), g.filters / g.groups);
         let columns = images.len() * outs;
         for (k, n) in images.clone().enumerate() {
             for f in 0..fpg {
-                staging[f * columns + k * outs..][..outs].copy_from_slice(&response[(n * g.filters + grp * fpg + f) * outs..][..outs]);
+                let src = part(OP, response, (n * g.filters + grp * fpg + f) * outs, outs, "a response plane")?;
+                part_mut(OP, staging, f * columns + k * outs, outs, "the staging block")?.copy_from_slice(src);
             }
         }
+        Ok(())
     }
 
     /// image = col2im(W^T * response) for `images`, every group (overwritten).
@@ -613,69 +727,59 @@ impl<'a> ImageProducts<'a> {
     /// As [`Self::correlate`], for the whole-batch `image` array.
     pub unsafe fn scatter<T: Elem>(&self, images: Range<usize>, response: &[T], image: *mut T, buf: &mut ChunkBuffers<T>) -> Result<()> {
         let g = self.g;
-        let (outs, rows, es) = (g.output_size(), g.col_rows(), self.dtype.size());
+        let (outs, rows) = (g.output_size(), g.col_rows());
         let (fpg, cpg, plane) = (g.filters / g.groups, g.channels / g.groups, g.channels * g.input_size());
         let columns = images.len() * outs;
         let (col, staging) = match buf {
-            ChunkBuffers::Shifted(b) => return self.shifted_products().scatter(images, as_f32(response), self.weight, image as *mut f32, b),
+            // SAFETY: forwarded from the caller.
+            ChunkBuffers::Shifted(b) => {
+                return unsafe { self.shifted_products()?.scatter(images, as_f32(response)?, self.weight, image as *mut f32, b) }
+            }
             ChunkBuffers::Columns { col, staging, .. } => (col.as_mut_slice(), staging.as_mut_slice()),
         };
+        // SAFETY: forwarded from the caller.
+        let weight = unsafe { self.weight::<T>() }?;
+        // SAFETY: the caller guarantees that `image` is the whole-batch array, whose images in
+        // `images` (these elements) are this call's alone.
+        let chunk = unsafe { std::slice::from_raw_parts_mut(image.add(images.start * plane), images.len() * plane) };
         // col2im adds, so the chunk's images start from zero.
-        std::slice::from_raw_parts_mut(image.add(images.start * plane), images.len() * plane).fill(T::default());
+        chunk.fill(T::default());
         for grp in 0..g.groups {
-            self.gather(&images, grp, response, staging);
-            matmul_into(
-                self.dtype,
-                col.as_mut_ptr() as *mut u8,
-                false,
-                self.weight.add(grp * fpg * rows * es),
-                Mat::stored(fpg, rows, true),
-                staging.as_ptr() as *const u8,
-                Mat::stored(fpg, columns, false),
-                self.threads,
-            );
-            for (k, n) in images.clone().enumerate() {
-                let target = std::slice::from_raw_parts_mut(image.add(n * plane), plane);
-                col2im(&col[k * outs..], g, grp * cpg, cpg, target, columns);
+            self.gather(&images, grp, response, staging)?;
+            let group_weight = tail(OP, weight, grp * fpg * rows, "a group's weight")?;
+            matmul_checked(OP, col, false, group_weight, Mat::stored(fpg, rows, true), staging, Mat::stored(fpg, columns, false), self.threads)?;
+            for k in 0..images.len() {
+                let target = part_mut(OP, chunk, k * plane, plane, "an image")?;
+                col2im(tail(OP, col, k * outs, "the column matrix")?, g, grp * cpg, cpg, target, columns)?;
             }
         }
         Ok(())
     }
 
     /// weight_grad += response * im2col(image)^T over `images`, every group (the shifted
-    /// strategy keeps the sum in `buf` until [`Self::finish_weight_grad`]).
-    ///
-    /// # Safety
-    /// `weight_grad` points to a buffer shaped like the weight, of element type `T`.
-    pub unsafe fn accumulate_weight_grad<T: Elem>(
+    /// strategy keeps the sum in `buf` until [`Self::finish_weight_grad`]); `weight_grad` is
+    /// shaped like the weight.
+    pub fn accumulate_weight_grad<T: Elem>(
         &self,
         images: Range<usize>,
         image: &[T],
         response: &[T],
-        weight_grad: *mut u8,
+        weight_grad: &mut [T],
         buf: &mut ChunkBuffers<T>,
     ) -> Result<()> {
         let g = self.g;
-        let (outs, rows, es) = (g.output_size(), g.col_rows(), self.dtype.size());
+        let (outs, rows) = (g.output_size(), g.col_rows());
         let fpg = g.filters / g.groups;
         let columns = images.len() * outs;
         let (col, staging, phased) = match buf {
-            ChunkBuffers::Shifted(b) => return self.shifted_products().accumulate_weight_grad(images, as_f32(image), as_f32(response), b),
+            ChunkBuffers::Shifted(b) => return self.shifted_products()?.accumulate_weight_grad(images, as_f32(image)?, as_f32(response)?, b),
             ChunkBuffers::Columns { col, staging, phased } => (col.as_mut_slice(), staging.as_mut_slice(), phased.as_mut_slice()),
         };
         for grp in 0..g.groups {
-            self.columns(&images, grp, image, col, phased);
-            self.gather(&images, grp, response, staging);
-            matmul_into(
-                self.dtype,
-                weight_grad.add(grp * fpg * rows * es),
-                true,
-                staging.as_ptr() as *const u8,
-                Mat::stored(fpg, columns, false),
-                col.as_ptr() as *const u8,
-                Mat::stored(rows, columns, true),
-                self.threads,
-            );
+            self.columns(&images, grp, image, col, phased)?;
+            self.gather(&images, grp, response, staging)?;
+            let group_grad = tail_mut(OP, weight_grad, grp * fpg * rows, "a group's weight gradient")?;
+            matmul_checked(OP, group_grad, true, staging, Mat::stored(fpg, columns, false), col, Mat::stored(rows, columns, true), self.threads)?;
         }
         Ok(())
     }
@@ -686,25 +790,29 @@ impl ImageProducts<'_> {
     /// gradient itself (the shifted strategy sums in its own layout and folds once per task).
     pub fn finish_weight_grad<T: Elem>(&self, buf: &mut ChunkBuffers<T>, weight_grad: &mut [T]) -> Result<()> {
         if let ChunkBuffers::Shifted(b) = buf {
-            return self.shifted_products().finish_weight_grad(b, as_f32_mut(weight_grad));
+            return self.shifted_products()?.finish_weight_grad(b, as_f32_mut(weight_grad)?);
         }
         Ok(())
     }
 }
 
 /// As [`as_f32`], writable.
-fn as_f32_mut<T: Elem>(values: &mut [T]) -> &mut [f32] {
-    assert_eq!(std::mem::size_of::<T>(), 4, "the shifted convolution strategy is float32 only");
-    // SAFETY: as in as_f32.
-    unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr() as *mut f32, values.len()) }
+fn as_f32_mut<T: Elem>(values: &mut [T]) -> Result<&mut [f32]> {
+    if T::DTYPE != DType::F32 {
+        crate::bail!(Runtime, "{OP}: the shifted strategy is float32 only, given {}", T::DTYPE);
+    }
+    // SAFETY: T is f32 (checked above): same size and alignment.
+    Ok(unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr() as *mut f32, values.len()) })
 }
 
 /// A float32 array seen as such: the shifted strategy (float32 only) is chosen by dtype, so its
-/// buffers only meet arrays of element type f32.
-fn as_f32<T: Elem>(values: &[T]) -> &[f32] {
-    assert_eq!(std::mem::size_of::<T>(), 4, "the shifted convolution strategy is float32 only");
-    // SAFETY: T is f32 here (the strategy is only built for DType::F32), same size and alignment.
-    unsafe { std::slice::from_raw_parts(values.as_ptr() as *const f32, values.len()) }
+/// buffers only meet arrays of element type f32 (anything else is an error).
+fn as_f32<T: Elem>(values: &[T]) -> Result<&[f32]> {
+    if T::DTYPE != DType::F32 {
+        crate::bail!(Runtime, "{OP}: the shifted strategy is float32 only, given {}", T::DTYPE);
+    }
+    // SAFETY: T is f32 (checked above): same size and alignment.
+    Ok(unsafe { std::slice::from_raw_parts(values.as_ptr() as *const f32, values.len()) })
 }
 
 /// `images` cut into chunks of at most `chunk` images, all of them `chunk` long but the last.
@@ -714,8 +822,10 @@ fn chunks(images: Range<usize>, chunk: usize) -> Vec<Range<usize>> {
 
 /// Adds `bias[c]` to every element of channel c of `images` (batch x channels x plane).
 pub(super) fn add_channel_bias<T: Elem>(images: &mut [T], bias: &[T], plane: usize) {
-    for (channel, values) in images.chunks_mut(plane).enumerate() {
-        let b = bias[channel % bias.len()];
+    if plane == 0 {
+        return;
+    }
+    for (values, &b) in images.chunks_mut(plane).zip(bias.iter().cycle()) {
         values.iter_mut().for_each(|v| *v = T::from_f64(v.to_f64() + b.to_f64()));
     }
 }
@@ -723,23 +833,32 @@ pub(super) fn add_channel_bias<T: Elem>(images: &mut [T], bias: &[T], plane: usi
 /// Per-channel sums of `images` (batch x channels x plane), accumulated in f64.
 pub(super) fn channel_sums<T: Elem>(images: &[T], channels: usize, plane: usize, sums: &mut [T]) {
     let mut acc = vec![0f64; channels];
-    for (i, values) in images.chunks(plane).enumerate() {
-        acc[i % channels] += simd::vectorized(
-            #[inline(always)]
-            || sum_lanes(values, values, |v, _| v),
-        );
+    if plane > 0 && channels > 0 {
+        for (values, total) in images.chunks(plane).zip((0..channels).cycle()) {
+            if let Some(total) = acc.get_mut(total) {
+                *total += simd::vectorized(
+                    #[inline(always)]
+                    || sum_lanes(values, values, |v, _| v),
+                );
+            }
+        }
     }
     sums.iter_mut().zip(&acc).for_each(|(v, &a)| *v = T::from_f64(a));
 }
 
 /// `Convolution`'s parameters' shapes for data of geometry `g`: (data, weight, bias if any).
 pub(super) fn check_parameter_shapes(g: &Geometry, inputs: &[Shape]) -> Result<()> {
-    let weight = g.weight_shape();
-    if inputs[1] != weight {
-        crate::bail!(Shape, "Convolution: weight has shape {}, expected {weight} for data {}", inputs[1], inputs[0]);
+    let (data, weight, bias) = match inputs {
+        [data, weight] => (data, weight, None),
+        [data, weight, bias] => (data, weight, Some(bias)),
+        _ => crate::bail!(Value, "Convolution: 2 or 3 inputs expected (data, weight[, bias]), got {}", inputs.len()),
+    };
+    let expected = g.weight_shape();
+    if *weight != expected {
+        crate::bail!(Shape, "Convolution: weight has shape {weight}, expected {expected} for data {data}");
     }
-    if let Some(bias) = inputs.get(2) {
-        if bias.ndim() != 1 || bias[0] != g.filters {
+    if let Some(bias) = bias {
+        if bias.dims() != [g.filters] {
             crate::bail!(Shape, "Convolution: bias has shape {bias}, expected ({},)", g.filters);
         }
     }
@@ -758,6 +877,16 @@ pub(super) fn convolve(g: &Geometry, x: &Tensor, weight: &Tensor, out: &Tensor, 
         return stencil::depthwise_correlate(g, xv, wv, epilogue, outv);
     }
     let outs = g.output_size();
+    let sizes = [
+        (x, g.batch * g.channels * g.input_size(), "data"),
+        (weight, g.weight_shape().size(), "weight"),
+        (out, g.batch * g.filters * outs, "output"),
+    ];
+    for (tensor, size, name) in sizes {
+        if tensor.size() != size || tensor.dtype != x.dtype {
+            crate::bail!(Runtime, "{OP}: {name} of {} {} elements, expected {size} of {}", tensor.size(), tensor.dtype, x.dtype);
+        }
+    }
     let (products, plan) = ImageProducts::planned(g, x.dtype, weight.raw());
     crate::dispatch_dtype!(x.dtype, T => {
         // SAFETY: the input is read-only here; chunks write disjoint images of the output.
@@ -767,7 +896,9 @@ pub(super) fn convolve(g: &Geometry, x: &Tensor, weight: &Tensor, out: &Tensor, 
             let mut buf = products.buffers::<T>(Uses { correlate: true, scatter: false, weight_grad: false })?;
             for images in mine.iter().cloned() {
                 let response = op.get() as *mut T;
-                // SAFETY: this chunk's images of the output are written by this task alone.
+                // SAFETY: the output holds the whole batch and the weight the whole weight, of
+                // x's dtype (checked above); this chunk's images of the output are written by this
+                // task alone.
                 unsafe { products.correlate(images.clone(), xv, response, &mut buf) }?;
                 if x.dtype == DType::F32 {
                     let block = images.len() * g.filters * outs;
@@ -795,12 +926,13 @@ impl Operator for Convolution {
         names
     }
     fn complete_input_shapes(&self, inputs: &mut [Option<Shape>]) -> Result<()> {
-        if let Some(data) = &inputs[0] {
-            let g = self.p.geometry("Convolution", data)?;
-            inputs[1].get_or_insert_with(|| g.weight_shape());
-            if let Some(bias) = inputs.get_mut(2) {
-                bias.get_or_insert_with(|| Shape::new(vec![g.filters]));
-            }
+        let [Some(data), weight, rest @ ..] = inputs else {
+            return Ok(());
+        };
+        let g = self.p.geometry("Convolution", data)?;
+        weight.get_or_insert_with(|| g.weight_shape());
+        if let Some(bias) = rest.first_mut() {
+            bias.get_or_insert_with(|| Shape::new(vec![g.filters]));
         }
         Ok(())
     }
@@ -808,7 +940,7 @@ impl Operator for Convolution {
     /// the output the batch and the spatial sizes the data determines; back from the output,
     /// the data takes the batch, and its spatial sizes where the stride is 1.
     fn infer_partial_shapes(&self, inputs: &mut [Option<PartialShape>], outputs: &mut [Option<PartialShape>]) -> Result<()> {
-        let Some(data) = inputs[0].clone() else { return Ok(()) };
+        let Some(data) = inputs.first().cloned().flatten() else { return Ok(()) };
         let op = "Convolution";
         let rank = self.p.kernel.len();
         if !(1..=3).contains(&rank) || data.ndim() != rank + 2 {
@@ -822,53 +954,81 @@ impl Operator for Convolution {
         let first = 3 - rank;
         let (kernel, stride) = (spatial(op, "kernel", &self.p.kernel, rank, 1, 1)?, spatial(op, "stride", &self.p.stride, rank, 1, 1)?);
         let (dilate, pad) = (spatial(op, "dilate", &self.p.dilate, rank, 1, 1)?, spatial(op, "pad", &self.p.pad, rank, 0, 0)?);
-        let (kernel, stride, dilate, pad) = (&kernel[first..], &stride[first..], &dilate[first..], &pad[first..]);
         let groups = self.p.num_group.max(1);
         let filters = Some(self.p.num_filter);
-        let extent: Vec<usize> = (0..rank).map(|a| dilate[a] * (kernel[a].max(1) - 1) + 1).collect();
+        // Per spatial axis: (kernel, stride, pad, dilated kernel extent).
+        let axes: Vec<(usize, usize, usize, usize)> = kernel
+            .iter()
+            .zip(&stride)
+            .zip(dilate.iter().zip(&pad))
+            .skip(first)
+            .map(|((&k, &s), (&d, &p))| (k, s, p, d * (k.max(1) - 1) + 1))
+            .collect();
+        // data has rank + 2 axes (checked above).
+        let [batch, channels, sizes @ ..] = data.0.as_slice() else {
+            crate::bail!(Shape, "{op}: data {data} has no batch and channel axes");
+        };
+        let [data_slot, weight_slot, rest @ ..] = inputs else {
+            crate::bail!(Value, "{op}: data and weight expected, got {} inputs", inputs.len());
+        };
+        let [out_slot] = outputs else {
+            crate::bail!(Value, "{op}: one output expected, got {}", outputs.len());
+        };
 
-        let mut weight = vec![filters, data.0[1].map(|c| c / groups)];
-        weight.extend(kernel.iter().map(|&k| Some(k)));
-        merge_partial(&mut inputs[1], &PartialShape(weight))?;
-        if let Some(bias) = inputs.get_mut(2) {
+        let mut weight = vec![filters, channels.map(|c| c / groups)];
+        weight.extend(axes.iter().map(|&(k, ..)| Some(k)));
+        merge_partial(weight_slot, &PartialShape(weight))?;
+        if let Some(bias) = rest.first_mut() {
             merge_partial(bias, &PartialShape(vec![filters]))?;
         }
-        let mut out = vec![data.0[0], filters];
-        for a in 0..rank {
-            out.push(match data.0[2 + a] {
-                Some(size) if size + 2 * pad[a] < extent[a] => {
+        let mut out = vec![*batch, filters];
+        for (&size, &(_, stride, pad, extent)) in sizes.iter().zip(&axes) {
+            out.push(match size {
+                Some(size) if size + 2 * pad < extent => {
                     crate::bail!(Shape, "{op}: kernel {:?} (dilated) is larger than the padded input {data}", self.p.kernel)
                 }
-                Some(size) => Some((size + 2 * pad[a] - extent[a]) / stride[a].max(1) + 1),
+                Some(size) => Some((size + 2 * pad - extent) / stride.max(1) + 1),
                 None => None,
             });
         }
-        merge_partial(&mut outputs[0], &PartialShape(out))?;
-        let out = outputs[0].clone().expect("merged above");
+        merge_partial(out_slot, &PartialShape(out))?;
+        let Some(out) = out_slot.clone() else {
+            crate::bail!(Shape, "{op}: the output shape is unknown after merging");
+        };
         let mut back = PartialShape::unknown(data.ndim());
-        back.0[0] = out.0[0];
-        for a in 0..rank {
-            if stride[a] == 1 {
-                back.0[2 + a] = out.0[2 + a].and_then(|o| (o + extent[a] - 1).checked_sub(2 * pad[a]));
+        if let ([back_batch, _, back_sizes @ ..], [out_batch, _, out_sizes @ ..]) = (back.0.as_mut_slice(), out.0.as_slice()) {
+            *back_batch = *out_batch;
+            for ((slot, &size), &(_, stride, pad, extent)) in back_sizes.iter_mut().zip(out_sizes).zip(&axes) {
+                if stride == 1 {
+                    *slot = size.and_then(|o| (o + extent - 1).checked_sub(2 * pad));
+                }
             }
         }
-        merge_partial(&mut inputs[0], &back)?;
+        merge_partial(data_slot, &back)?;
         Ok(())
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let g = self.p.geometry("Convolution", &inputs[0])?;
+        let Some(data) = inputs.first() else {
+            crate::bail!(Value, "Convolution: data and weight expected, got no inputs");
+        };
+        let g = self.p.geometry("Convolution", data)?;
         check_parameter_shapes(&g, inputs)?;
         Ok(vec![g.output_shape()])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let g = self.p.geometry("Convolution", &inputs[0].shape)?;
-        if inputs[0].dtype == DType::F32 {
-            return convolve(&g, &inputs[0], &inputs[1], &outputs[0], &Epilogue::with_bias(inputs.get(2)));
+        let (inputs, [out]) = (args.inputs(), exactly(OP, "output", args.outputs())?);
+        let (x, weight, bias) = match inputs {
+            [x, weight] => (x, weight, None),
+            [x, weight, bias] => (x, weight, Some(bias)),
+            _ => crate::bail!(Value, "{OP}: 2 or 3 inputs expected (data, weight[, bias]), got {}", inputs.len()),
+        };
+        let g = self.p.geometry("Convolution", &x.shape)?;
+        if x.dtype == DType::F32 {
+            return convolve(&g, x, weight, out, &Epilogue::with_bias(bias));
         }
-        convolve(&g, &inputs[0], &inputs[1], &outputs[0], &Epilogue::default())?;
-        if inputs.len() > 2 {
-            crate::dispatch_dtype!(outputs[0].dtype, T => {
+        convolve(&g, x, weight, out, &Epilogue::default())?;
+        if bias.is_some() {
+            crate::dispatch_dtype!(out.dtype, T => {
                 add_channel_bias(args.output::<T>(0)?, args.input::<T>(2)?, g.output_size());
             });
         }
@@ -879,8 +1039,10 @@ impl Operator for Convolution {
     #[cfg(feature = "cuda")]
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         use crate::backend::cuda::kernels::{add_bias, columns, elements_from, Columns};
-        let g = self.p.geometry("Convolution", &inputs[0].shape)?;
-        let (x, w, out) = (&inputs[0], &inputs[1], &outputs[0]);
+        let ([x, w, ..], [out]) = (inputs, outputs) else {
+            crate::bail!(Value, "{OP}: data, weight and one output expected, got {} inputs and {} outputs", inputs.len(), outputs.len());
+        };
+        let g = self.p.geometry("Convolution", &x.shape)?;
         let gpu_geometry = g.on_gpu();
         let columns_buffer = GpuColumns::new(gpu, &g, x.dtype)?;
         let (fg, rows, outs) = (g.filters / g.groups, g.col_rows(), g.output_size());
@@ -951,7 +1113,7 @@ impl ChunkPlan {
         if self.runs.len() <= 1 {
             return self.runs.iter().map(|run| work(run)).collect();
         }
-        crate::engine::parallel::map(self.runs.len(), |i| work(&self.runs[i])).into_iter().collect()
+        crate::engine::parallel::map(self.runs.len(), |i| work(self.runs.get(i).map(Vec::as_slice).unwrap_or_default())).into_iter().collect()
     }
 }
 
@@ -963,13 +1125,13 @@ pub(super) fn weight_grad_over_chunks<T: Elem>(
     products: &ImageProducts,
     uses: Uses,
     weight_grad: &mut [T],
-    accumulate: impl Fn(Range<usize>, &mut ChunkBuffers<T>, *mut u8) -> Result<()> + Sync,
+    accumulate: impl Fn(Range<usize>, &mut ChunkBuffers<T>, &mut [T]) -> Result<()> + Sync,
 ) -> Result<()> {
     let partials = plan.run(|mine| {
         let mut buf = products.buffers::<T>(uses)?;
         let mut partial = Scratch::<T>::zeroed(weight_grad.len())?;
         for images in mine {
-            accumulate(images.clone(), &mut buf, partial.as_mut_slice().as_mut_ptr() as *mut u8)?;
+            accumulate(images.clone(), &mut buf, partial.as_mut_slice())?;
         }
         products.finish_weight_grad(&mut buf, partial.as_mut_slice())?;
         Ok(partial)
@@ -1000,20 +1162,22 @@ impl Operator for ConvolutionBackward {
         3
     }
     fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        Ok(vec![inputs[1].clone(), inputs[2].clone(), Shape::new(vec![self.p.num_filter])])
+        let [_, data, weight] = exactly("_backward_Convolution", "input", inputs)?;
+        Ok(vec![data.clone(), weight.clone(), Shape::new(vec![self.p.num_filter])])
     }
     fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
-        Ok(vec![inputs[0]; 3])
+        let &[grad, _, _] = exactly("_backward_Convolution", "input", inputs)?;
+        Ok(vec![grad; 3])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, outputs) = (args.inputs(), args.outputs());
-        let (gt, x) = (&inputs[0], &inputs[1]);
-        let g = self.p.geometry("Convolution", &x.shape)?;
-        let (dx, dw, db) = (&outputs[0], &outputs[1], &outputs[2]);
-        if x.dtype == DType::F32 && stencil::suits_depthwise_backward(&g) {
-            // SAFETY: inputs are read-only here; each output is this op's alone.
-            let (gv, xv, wv) = unsafe { (gt.slice::<f32>(), x.slice::<f32>(), inputs[2].slice::<f32>()) };
-            let (dxv, dwv, dbv) = unsafe { (dx.slice_mut::<f32>(), dw.slice_mut::<f32>(), db.slice_mut::<f32>()) };
+        let op = "_backward_Convolution";
+        exactly::<_, 3>(op, "input", args.inputs())?;
+        exactly::<_, 3>(op, "output", args.outputs())?;
+        let g = self.p.geometry("Convolution", args.input_shape(1)?)?;
+        let dtype = args.input_dtype(1)?;
+        if dtype == DType::F32 && stencil::suits_depthwise_backward(&g) {
+            let (gv, xv, wv) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.input::<f32>(2)?);
+            let (dxv, dwv, dbv) = (args.output::<f32>(0)?, args.output::<f32>(1)?, args.output::<f32>(2)?);
             if !self.data_grad {
                 dxv.fill(0.0);
             }
@@ -1021,21 +1185,32 @@ impl Operator for ConvolutionBackward {
             channel_sums(gv, g.filters, g.output_size(), dbv);
             return Ok(());
         }
-        let (products, plan) = ImageProducts::planned(&g, x.dtype, inputs[2].raw());
-        crate::dispatch_dtype!(x.dtype, T => {
-            // SAFETY: inputs are read-only here; each output is this op's alone.
-            let (gv, xv) = unsafe { (gt.slice::<T>(), x.slice::<T>()) };
-            let (dxv, dwv, dbv) = unsafe { (dx.slice_mut::<T>(), dw.slice_mut::<T>(), db.slice_mut::<T>()) };
+        crate::dispatch_dtype!(dtype, T => {
+            let (gv, xv, wv) = (args.input::<T>(0)?, args.input::<T>(1)?, args.input::<T>(2)?);
+            let (dxv, dwv, dbv) = (args.output::<T>(0)?, args.output::<T>(1)?, args.output::<T>(2)?);
+            let weight_size = g.weight_shape().size();
+            let sizes = [
+                (gv.len(), g.batch * g.filters * g.output_size(), "output gradient"),
+                (xv.len(), g.batch * g.channels * g.input_size(), "data"),
+                (wv.len(), weight_size, "weight"),
+                (dxv.len(), g.batch * g.channels * g.input_size(), "data gradient"),
+                (dwv.len(), weight_size, "weight gradient"),
+            ];
+            for (len, size, name) in sizes {
+                if len != size {
+                    crate::bail!(Runtime, "{op}: {name} of {len} elements, expected {size}");
+                }
+            }
+            let (products, plan) = ImageProducts::planned(&g, dtype, wv.as_ptr().cast());
             let dx_ptr = SendPtr(dxv.as_mut_ptr());
             let uses = Uses { correlate: false, scatter: self.data_grad, weight_grad: true };
             weight_grad_over_chunks(&plan, &products, uses, dwv, |images, buf, partial| {
-                // SAFETY: the partial is shaped like the weight; each chunk's images of dx are
-                // written by the task running that chunk alone.
-                unsafe {
-                    products.accumulate_weight_grad(images.clone(), xv, gv, partial, buf)?;
-                    if self.data_grad {
-                        products.scatter(images, gv, dx_ptr.get(), buf)?;
-                    }
+                products.accumulate_weight_grad(images.clone(), xv, gv, partial, buf)?;
+                if self.data_grad {
+                    // SAFETY: dx holds the whole batch and the weight the whole weight, of T
+                    // (checked above); each chunk's images of dx are written by the task running
+                    // that chunk alone.
+                    unsafe { products.scatter(images, gv, dx_ptr.get(), buf)? };
                 }
                 Ok(())
             })?;
@@ -1053,9 +1228,10 @@ impl Operator for ConvolutionBackward {
     fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, _ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
         use crate::backend::cuda::blas::{gemm, Gemm};
         use crate::backend::cuda::kernels::{columns, elements_from, fill, reduce, Columns};
-        let (dy, x, w) = (&inputs[0], &inputs[1], &inputs[2]);
+        let ([dy, x, w], [dx, dw, db]) = (inputs, outputs) else {
+            crate::bail!(Value, "_backward_Convolution: 3 inputs and 3 outputs expected, got {} and {}", inputs.len(), outputs.len());
+        };
         let g = self.p.geometry("Convolution", &x.shape)?;
-        let (dx, dw, db) = (&outputs[0], &outputs[1], &outputs[2]);
         let gpu_geometry = g.on_gpu();
         let buffer = GpuColumns::new(gpu, &g, x.dtype)?;
         let (fg, rows, outs) = (g.filters / g.groups, g.col_rows(), g.output_size());

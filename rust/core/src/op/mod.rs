@@ -10,6 +10,7 @@ mod amp;
 mod broadcast;
 mod conv_epilogue;
 mod conv_shifted;
+mod convolution;
 mod creation;
 mod ctc;
 pub mod custom;
@@ -32,6 +33,8 @@ mod losses;
 mod normalization;
 mod optimizer_updates;
 mod output_layers;
+#[cfg(target_arch = "x86_64")]
+mod packed_gemm;
 mod pad;
 pub mod params;
 mod pooling;
@@ -47,16 +50,6 @@ mod simd;
 mod sorting;
 mod stencil;
 pub mod typed;
-
-// Kernels that still index their slices directly. Their indexes stay inside lengths the
-// dispatcher checked against the shapes inference validated (`KernelArgs`), and a slip is not a
-// crash: the engine turns a panicking kernel into an `MXNetError` of that operator. Each module
-// leaves this list when it reads its slices by iterators and checked access (issue 23).
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod convolution;
-#[cfg(target_arch = "x86_64")]
-#[cfg_attr(not(test), allow(clippy::indexing_slicing))]
-mod packed_gemm;
 
 use std::sync::{Arc, OnceLock};
 

@@ -330,9 +330,13 @@ unsafe fn blocked<P: Precision>(
         let nc = NC.min(n - j0);
         for p0 in (0..k).step_by(slice) {
             let kc = slice.min(k - p0);
-            for q0 in (0..nc).step_by(NR) {
-                // SAFETY: rows p0..p0+kc and columns j0+q0.. of the block lie inside b.
-                unsafe { P::pack_b(b.from(p0, j0 + q0), kc, NR.min(nc - q0), &mut packed_b[q0 * units(kc)..]) };
+            // kc >= 1 (p0 < k): every panel is units(kc) x NR, and the buffer holds
+            // nc.div_ceil(NR) of them (sized above for the largest block), so the zip below packs
+            // every panel of the block.
+            for (q0, panel) in (0..nc).step_by(NR).zip(packed_b.chunks_exact_mut(units(kc) * NR)) {
+                // SAFETY: rows p0..p0+kc and columns j0+q0.. of the block lie inside b; the panel
+                // holds units(kc) x NR.
+                unsafe { P::pack_b(b.from(p0, j0 + q0), kc, NR.min(nc - q0), panel) };
             }
             // SAFETY: forwarded from the caller; the block was packed just above.
             unsafe { multiply_block::<P>(m, k, a, (j0, nc, p0, kc), packed_b, packed_a, dest, accumulate) };
@@ -361,6 +365,9 @@ unsafe fn multiply_block<P: Precision>(
     accumulate: bool,
 ) {
     let ku = kc.div_ceil(P::PER_UNIT);
+    if ku == 0 {
+        return;
+    }
     let add = accumulate || p0 > 0;
     // The last k slice rounds a bfloat16 product into `out` (null otherwise).
     let narrow = if p0 + kc == k { dest.out } else { std::ptr::null_mut() };
@@ -368,12 +375,14 @@ unsafe fn multiply_block<P: Precision>(
         let mc = MC.min(m - i0);
         // SAFETY: rows i0..i0+mc and columns p0..p0+kc lie inside a.
         unsafe { P::pack_a(a.from(i0, p0), mc, kc, packed_a) };
-        for q0 in (0..nc).step_by(NR) {
+        // The caller's buffers hold every panel (see the safety contract), so neither zip below
+        // stops early: B panels are ku x NR, A panels MR x ku, one per NR columns and MR rows.
+        for (q0, panel_b) in (0..nc).step_by(NR).zip(packed_b.chunks_exact(ku * NR)) {
             let masks = column_masks(NR.min(nc - q0));
-            let panel_b = packed_b[q0 * ku..].as_ptr();
-            for r0 in (0..mc).step_by(MR) {
+            let panel_b = panel_b.as_ptr();
+            for (r0, panel) in (0..mc).step_by(MR).zip(packed_a.chunks_exact(MR * ku)) {
                 let rows = MR.min(mc - r0);
-                let panel = packed_a[r0 * ku..].as_ptr();
+                let panel = panel.as_ptr();
                 // SAFETY: the packed panels hold MR x ku and ku x NR units (zero past the
                 // block's rows, columns and k); C's block at (i0 + r0, j0 + q0) has `rows`
                 // rows, as wide as `masks` allow, inside c.
@@ -412,18 +421,23 @@ impl PackedB {
     /// `b` addresses k x n floats; [`available`] is true.
     pub(super) unsafe fn new(b: Operand, k: usize, n: usize) -> PackedB {
         let mut panels = AlignedBuffer::default();
-        let buffer = panels.floats(k * n.div_ceil(NR) * NR);
-        let mut at = 0;
+        // The blocks' sizes (kc x nc rounded up to NR) add up to the buffer's length, so every
+        // block is split off whole.
+        let mut rest = panels.floats(k * n.div_ceil(NR) * NR);
         for j0 in (0..n).step_by(NC) {
             let nc = NC.min(n - j0);
             for p0 in (0..k).step_by(KC) {
                 let kc = KC.min(k - p0);
-                for q0 in (0..nc).step_by(NR) {
-                    // SAFETY: rows p0..p0+kc and columns j0+q0.. lie inside b; the buffer holds
-                    // every block's panels.
-                    unsafe { F32::pack_b(b.from(p0, j0 + q0), kc, NR.min(nc - q0), &mut buffer[at + q0 * kc..]) };
+                let Some((block, after)) = std::mem::take(&mut rest).split_at_mut_checked(kc * nc.div_ceil(NR) * NR) else {
+                    break;
+                };
+                rest = after;
+                // kc >= 1 (p0 < k): the block's panels are kc x NR each, nc.div_ceil(NR) of them.
+                for (q0, panel) in (0..nc).step_by(NR).zip(block.chunks_exact_mut(kc * NR)) {
+                    // SAFETY: rows p0..p0+kc and columns j0+q0.. lie inside b; the panel holds
+                    // kc x NR.
+                    unsafe { F32::pack_b(b.from(p0, j0 + q0), kc, NR.min(nc - q0), panel) };
                 }
-                at += kc * nc.div_ceil(NR) * NR;
             }
         }
         PackedB { panels, k, n }
@@ -456,15 +470,19 @@ impl PackedB {
                 Err(_) => &mut own,
             };
             let packed_a = buffers.a.floats(MC.min(m.div_ceil(MR) * MR) * KC.min(k));
-            let mut at = 0;
+            let mut rest = packed;
             for j0 in (0..n).step_by(NC) {
                 let nc = NC.min(n - j0);
                 for p0 in (0..k).step_by(KC) {
                     let kc = KC.min(k - p0);
-                    // SAFETY: the block's panels start at `at`, as `new` packed them; a and c
-                    // as the caller guarantees.
-                    unsafe { multiply_block::<F32>(m, k, a, (j0, nc, p0, kc), &packed[at..], packed_a, dest, accumulate) };
-                    at += kc * nc.div_ceil(NR) * NR;
+                    // As `new` split them: the blocks are consecutive, kc x nc rounded up to NR.
+                    let Some((block, after)) = rest.split_at_checked(kc * nc.div_ceil(NR) * NR) else {
+                        return;
+                    };
+                    rest = after;
+                    // SAFETY: the block holds its panels as `new` packed them; a and c as the
+                    // caller guarantees.
+                    unsafe { multiply_block::<F32>(m, k, a, (j0, nc, p0, kc), block, packed_a, dest, accumulate) };
                 }
             }
         });
@@ -559,8 +577,11 @@ fn column_masks(columns: usize) -> [__mmask16; V] {
 /// `a` addresses rows x kc elements.
 #[target_feature(enable = "avx512f")]
 unsafe fn pack_a(a: Operand, rows: usize, kc: usize, out: &mut [f32]) {
-    for r0 in (0..rows).step_by(MR) {
-        let panel = &mut out[r0 * kc..(r0 + MR) * kc];
+    if kc == 0 {
+        return;
+    }
+    // `out` holds rows.div_ceil(MR) panels of MR x kc (the contract), one per step of r0.
+    for (r0, panel) in (0..rows).step_by(MR).zip(out.chunks_exact_mut(MR * kc)) {
         let valid = MR.min(rows - r0);
         if a.cs == 1 {
             // Rows run along k: transpose them in registers.
@@ -569,13 +590,14 @@ unsafe fn pack_a(a: Operand, rows: usize, kc: usize, out: &mut [f32]) {
                 // SAFETY: row r0 + r is inside the block.
                 *start = unsafe { a.at(r0 + r, 0) };
             }
-            // SAFETY: each of the `valid` rows holds kc elements; the panel holds kc x MR.
-            unsafe { interleave(&starts[..valid], MR, kc, panel) };
+            // SAFETY: each of the `valid` (<= MR) rows holds kc elements; the panel holds kc x MR.
+            unsafe { interleave(starts.get(..valid).unwrap_or_default(), MR, kc, panel) };
         } else {
-            for p in 0..kc {
-                for r in 0..MR {
-                    // SAFETY: (r0 + r, p) is inside the block for r < valid.
-                    panel[p * MR + r] = if r < valid { unsafe { *a.at(r0 + r, p) } } else { 0.0 };
+            for (p, unit) in panel.chunks_exact_mut(MR).enumerate() {
+                for (r, slot) in unit.iter_mut().enumerate() {
+                    // SAFETY: (r0 + r, p) is inside the block for r < valid (p < kc: the panel
+                    // holds kc units).
+                    *slot = if r < valid { unsafe { *a.at(r0 + r, p) } } else { 0.0 };
                 }
             }
         }
@@ -589,13 +611,19 @@ unsafe fn pack_a(a: Operand, rows: usize, kc: usize, out: &mut [f32]) {
 /// `b` addresses kc x columns elements.
 #[target_feature(enable = "avx512f")]
 unsafe fn pack_b(b: Operand, kc: usize, columns: usize, out: &mut [f32]) {
-    let out = &mut out[..kc * NR];
+    let columns = columns.min(NR);
+    let Some(out) = out.get_mut(..kc * NR) else {
+        return;
+    };
     if b.cs == 1 {
         for (p, row) in out.chunks_exact_mut(NR).enumerate() {
             // SAFETY: row p of the block holds `columns` elements from here.
             let src = unsafe { std::slice::from_raw_parts(b.at(p, 0), columns) };
-            row[..columns].copy_from_slice(src);
-            row[columns..].fill(0.0);
+            // columns <= NR, the row's length.
+            if let Some((head, tail)) = row.split_at_mut_checked(columns) {
+                head.copy_from_slice(src);
+                tail.fill(0.0);
+            }
         }
     } else if b.rs == 1 {
         // Columns run along k (a transposed row-major matrix, as FullyConnected's weight):
@@ -605,8 +633,8 @@ unsafe fn pack_b(b: Operand, kc: usize, columns: usize, out: &mut [f32]) {
             // SAFETY: column j is inside the block.
             *start = unsafe { b.at(0, j) };
         }
-        // SAFETY: each of the `columns` columns holds kc elements; the panel holds kc x NR.
-        unsafe { interleave(&starts[..columns], NR, kc, out) };
+        // SAFETY: each of the `columns` (<= NR) columns holds kc elements; the panel holds kc x NR.
+        unsafe { interleave(starts.get(..columns).unwrap_or_default(), NR, kc, out) };
     } else {
         for (p, row) in out.chunks_exact_mut(NR).enumerate() {
             for (j, slot) in row.iter_mut().enumerate() {
@@ -631,18 +659,21 @@ fn pair(low: u16, high: u16) -> f32 {
 /// Each of the `lines` (<= NR) lines holds kc elements; `out` holds kc.div_ceil(2) x width.
 #[target_feature(enable = "avx512f")]
 unsafe fn interleave_pairs(lines: usize, start: impl Fn(usize) -> *const u16, width: usize, kc: usize, out: &mut [f32]) {
+    let lines = lines.min(NR);
     let mut words = [std::ptr::null(); NR];
     for (i, word) in words.iter_mut().enumerate().take(lines) {
         *word = start(i) as *const f32;
     }
     // SAFETY: each line holds kc / 2 whole words; out holds at least that many units.
-    unsafe { interleave(&words[..lines], width, kc / 2, out) };
+    unsafe { interleave(words.get(..lines).unwrap_or_default(), width, kc / 2, out) };
     if kc % 2 == 1 {
-        let last = kc / 2;
-        for i in 0..width {
-            // SAFETY: element kc - 1 is the last of line i < lines.
-            let low = if i < lines { unsafe { *start(i).add(kc - 1) } } else { 0 };
-            out[last * width + i] = pair(low, 0);
+        // The last unit row, kc / 2 (out holds kc.div_ceil(2) of them).
+        if let Some(last) = out.chunks_exact_mut(width.max(1)).nth(kc / 2) {
+            for (i, slot) in last.iter_mut().enumerate() {
+                // SAFETY: element kc - 1 is the last of line i < lines.
+                let low = if i < lines { unsafe { *start(i).add(kc - 1) } } else { 0 };
+                *slot = pair(low, 0);
+            }
         }
     }
 }
@@ -654,8 +685,11 @@ unsafe fn interleave_pairs(lines: usize, start: impl Fn(usize) -> *const u16, wi
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 unsafe fn pack_a_bf16(a: Operand<u16>, rows: usize, kc: usize, out: &mut [f32]) {
     let units = kc.div_ceil(2);
-    for r0 in (0..rows).step_by(MR) {
-        let panel = &mut out[r0 * units..(r0 + MR) * units];
+    if units == 0 {
+        return;
+    }
+    // `out` holds rows.div_ceil(MR) panels of MR x units (the contract), one per step of r0.
+    for (r0, panel) in (0..rows).step_by(MR).zip(out.chunks_exact_mut(MR * units)) {
         let valid = MR.min(rows - r0);
         // SAFETY (every read below): (r0 + r, p) lies inside the block for r < valid, p < kc.
         let element = |r: usize, p: usize| if r < valid && p < kc { unsafe { *a.at(r0 + r, p) } } else { 0 };
@@ -676,15 +710,15 @@ unsafe fn pack_a_bf16(a: Operand<u16>, rows: usize, kc: usize, out: &mut [f32]) 
                     _mm512_setzero_si512()
                 }
             };
-            for u in 0..units {
+            for (u, unit) in panel.chunks_exact_mut(MR).enumerate() {
                 let unit_row = _mm512_or_si512(column(2 * u), _mm512_slli_epi32::<16>(column(2 * u + 1)));
-                // SAFETY: unit row u of the panel holds MR floats (u < units).
-                unsafe { _mm512_mask_storeu_epi32(panel.as_mut_ptr().add(u * MR) as *mut i32, ((1u32 << MR) - 1) as __mmask16, unit_row) };
+                // SAFETY: the unit row holds MR floats, the lanes the mask stores.
+                unsafe { _mm512_mask_storeu_epi32(unit.as_mut_ptr() as *mut i32, ((1u32 << MR) - 1) as __mmask16, unit_row) };
             }
         } else {
-            for u in 0..units {
-                for r in 0..MR {
-                    panel[u * MR + r] = pair(element(r, 2 * u), element(r, 2 * u + 1));
+            for (u, unit) in panel.chunks_exact_mut(MR).enumerate() {
+                for (r, slot) in unit.iter_mut().enumerate() {
+                    *slot = pair(element(r, 2 * u), element(r, 2 * u + 1));
                 }
             }
         }
@@ -698,7 +732,10 @@ unsafe fn pack_a_bf16(a: Operand<u16>, rows: usize, kc: usize, out: &mut [f32]) 
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn pack_b_bf16(b: Operand<u16>, kc: usize, columns: usize, out: &mut [f32]) {
     let units = kc.div_ceil(2);
-    let out = &mut out[..units * NR];
+    let columns = columns.min(NR);
+    let Some(out) = out.get_mut(..units * NR) else {
+        return;
+    };
     // SAFETY (every read below): (p, j) lies inside the block for p < kc, j < columns.
     let element = |p: usize, j: usize| if p < kc && j < columns { unsafe { *b.at(p, j) } } else { 0 };
     if b.rs == 1 {
@@ -712,22 +749,22 @@ unsafe fn pack_b_bf16(b: Operand<u16>, kc: usize, columns: usize, out: &mut [f32
         let mask: __mmask32 = if columns >= 32 { !0 } else { (1u32 << columns) - 1 };
         let first = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
         let second = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
-        for u in 0..units {
+        for (u, unit) in out.chunks_exact_mut(NR).enumerate() {
             // SAFETY: rows 2u (and 2u + 1 when inside the block) hold `columns` elements, the
-            // masked-off lanes are not read; the unit row u * NR.. holds NR floats of out.
+            // masked-off lanes are not read; the unit row holds NR floats, two vectors.
             unsafe {
                 let even = _mm512_maskz_loadu_epi16(mask, b.at(2 * u, 0) as *const i16);
                 let odd = if 2 * u + 1 < kc { _mm512_maskz_loadu_epi16(mask, b.at(2 * u + 1, 0) as *const i16) } else { _mm512_setzero_si512() };
                 let (low, high) = (_mm512_unpacklo_epi16(even, odd), _mm512_unpackhi_epi16(even, odd));
-                let dst = out.as_mut_ptr().add(u * NR) as *mut __m512i;
+                let dst = unit.as_mut_ptr() as *mut __m512i;
                 _mm512_storeu_si512(dst, _mm512_permutex2var_epi64(low, first, high));
                 _mm512_storeu_si512(dst.add(1), _mm512_permutex2var_epi64(low, second, high));
             }
         }
     } else {
-        for u in 0..units {
-            for j in 0..NR {
-                out[u * NR + j] = pair(element(2 * u, j), element(2 * u + 1, j));
+        for (u, unit) in out.chunks_exact_mut(NR).enumerate() {
+            for (j, slot) in unit.iter_mut().enumerate() {
+                *slot = pair(element(2 * u, j), element(2 * u + 1, j));
             }
         }
     }
@@ -742,10 +779,12 @@ unsafe fn pack_b_bf16(b: Operand<u16>, kc: usize, columns: usize, out: &mut [f32
 #[target_feature(enable = "avx512f")]
 unsafe fn interleave(lines: &[*const f32], width: usize, kc: usize, out: &mut [f32]) {
     assert!(lines.len() <= width && out.len() >= kc * width);
+    // Group g / 16 of the lines (empty past the last line).
+    let mut groups = lines.chunks(16);
     for g in (0..width).step_by(16) {
         let lanes = 16.min(width - g);
         let store_mask: __mmask16 = ((1u32 << lanes) - 1) as __mmask16;
-        let group = &lines[g.min(lines.len())..(g + 16).min(lines.len())];
+        let group = groups.next().unwrap_or_default();
         for p0 in (0..kc).step_by(16) {
             let depth = 16.min(kc - p0);
             let load_mask: __mmask16 = ((1u32 << depth) - 1) as __mmask16;
@@ -775,29 +814,34 @@ fn transpose16(v: &mut [__m512; 16]) {
     let mut t = [_mm512_setzero_ps(); 16];
     // Pairs of rows interleaved by element, then by element pairs: afterwards vector 4i + j holds,
     // in each 128-bit lane L, rows 4i..4i+4 at column 4L + j.
-    for i in 0..8 {
-        t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+    for (&[even, odd], out) in v.as_chunks::<2>().0.iter().zip(t.as_chunks_mut::<2>().0) {
+        *out = [_mm512_unpacklo_ps(even, odd), _mm512_unpackhi_ps(even, odd)];
     }
-    for i in 0..4 {
-        let pd = |x: __m512| _mm512_castps_pd(x);
-        let (t0, t1, t2, t3) = (pd(t[4 * i]), pd(t[4 * i + 1]), pd(t[4 * i + 2]), pd(t[4 * i + 3]));
-        v[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
-        v[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
-        v[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
-        v[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+    for (&quad, out) in t.as_chunks::<4>().0.iter().zip(v.as_chunks_mut::<4>().0) {
+        let [t0, t1, t2, t3] = quad.map(|x| _mm512_castps_pd(x));
+        *out = [
+            _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2)),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2)),
+            _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3)),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3)),
+        ];
     }
-    // 128-bit lanes: even lanes (0x88) and odd lanes (0xdd) of row groups 0-1 and 2-3, then of
-    // those results, leave every column whole in one vector.
-    for j in 0..4 {
-        t[j] = _mm512_shuffle_f32x4::<0x88>(v[j], v[j + 4]);
-        t[j + 4] = _mm512_shuffle_f32x4::<0xdd>(v[j], v[j + 4]);
-        t[j + 8] = _mm512_shuffle_f32x4::<0x88>(v[j + 8], v[j + 12]);
-        t[j + 12] = _mm512_shuffle_f32x4::<0xdd>(v[j + 8], v[j + 12]);
+    // 128-bit lanes: even lanes (0x88) and odd lanes (0xdd) of row groups 0-1 and 2-3 (vectors
+    // j and j + 4 of each half), then of those results (vectors j and j + 8), leave every column
+    // whole in one vector.
+    for (&[first, second], [even, odd]) in v.as_chunks::<4>().0.as_chunks::<2>().0.iter().zip(t.as_chunks_mut::<4>().0.as_chunks_mut::<2>().0) {
+        for (((&x, &y), e), o) in first.iter().zip(&second).zip(even.iter_mut()).zip(odd.iter_mut()) {
+            *e = _mm512_shuffle_f32x4::<0x88>(x, y);
+            *o = _mm512_shuffle_f32x4::<0xdd>(x, y);
+        }
     }
-    for j in 0..8 {
-        v[j] = _mm512_shuffle_f32x4::<0x88>(t[j], t[j + 8]);
-        v[j + 8] = _mm512_shuffle_f32x4::<0xdd>(t[j], t[j + 8]);
+    if let ([low, high], []) = t.as_chunks::<8>() {
+        if let ([even, odd], []) = v.as_chunks_mut::<8>() {
+            for (((&x, &y), e), o) in low.iter().zip(high).zip(even.iter_mut()).zip(odd.iter_mut()) {
+                *e = _mm512_shuffle_f32x4::<0x88>(x, y);
+                *o = _mm512_shuffle_f32x4::<0xdd>(x, y);
+            }
+        }
     }
 }
 
@@ -858,9 +902,9 @@ unsafe fn store<const R: usize>(acc: &[[__m512; V]; R], tile: Tile) {
         return unsafe { store_narrowed(acc, tile) };
     }
     for (i, row) in acc.iter().enumerate().take(tile.rows) {
-        for (half, &mask) in tile.masks.iter().enumerate() {
+        for (half, (&mask, &sums)) in tile.masks.iter().zip(row).enumerate() {
             let dst = tile.c.add(i * tile.ldc + 16 * half);
-            let value = if tile.add { _mm512_add_ps(row[half], _mm512_maskz_loadu_ps(mask, dst)) } else { row[half] };
+            let value = if tile.add { _mm512_add_ps(sums, _mm512_maskz_loadu_ps(mask, dst)) } else { sums };
             _mm512_mask_storeu_ps(dst, mask, value);
         }
     }
@@ -874,9 +918,9 @@ unsafe fn store<const R: usize>(acc: &[[__m512; V]; R], tile: Tile) {
 #[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
 unsafe fn store_narrowed<const R: usize>(acc: &[[__m512; V]; R], tile: Tile) {
     for (i, row) in acc.iter().enumerate().take(tile.rows) {
-        for (half, &mask) in tile.masks.iter().enumerate() {
+        for (half, (&mask, &sums)) in tile.masks.iter().zip(row).enumerate() {
             let at = i * tile.ldc + 16 * half;
-            let value = if tile.add { _mm512_add_ps(row[half], _mm512_maskz_loadu_ps(mask, tile.c.add(at))) } else { row[half] };
+            let value = if tile.add { _mm512_add_ps(sums, _mm512_maskz_loadu_ps(mask, tile.c.add(at))) } else { sums };
             // SAFETY: __m256bh and __m256i are the same 32 bytes; the store moves the bits.
             let rounded: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(value));
             _mm256_mask_storeu_epi16(tile.narrow.add(at) as *mut i16, mask, rounded);
