@@ -510,7 +510,9 @@ fn col2im<T: Elem>(col: &[T], g: &Geometry, c0: usize, cs: usize, image: &mut [T
         });
     }
     for_each_line(g, cs, row_stride, |start, _c, src, w, w_off| {
-        let Some(src) = src else { return Ok(()) };
+        // A tap that reaches no input along the width adds nothing (its clamped start may lie
+        // left of the image); a non-empty range starts at the first output whose input is >= 0.
+        let Some(src) = src.filter(|_| !w.is_empty()) else { return Ok(()) };
         let first = (w.start as isize * sw as isize + w_off) as usize + src;
         for (k, v) in part(OP, col, start + w.start, w.len(), "a column line")?.iter().enumerate() {
             let at = first + k * sw;
