@@ -18,10 +18,13 @@
 
 use super::convolution::{copy_short, Geometry};
 use super::linalg::transpose_f32;
-use super::{simd, Scratch};
+use super::{outside, part, part_mut, simd, tail, tail_mut, Scratch};
 use crate::base::DType;
 use crate::error::Result;
 use std::ops::Range;
+
+/// The operator named in this module's errors.
+const OP: &str = "Convolution (shifted)";
 
 /// Fewest channels per group worth it: below, the per-offset sums are too short and im2col's
 /// single long GEMM wins.
@@ -44,37 +47,6 @@ const TILE_QUANTUM: usize = 48;
 
 fn round_up(n: usize) -> usize {
     n.div_ceil(TILE_QUANTUM) * TILE_QUANTUM
-}
-
-/// `values[start..start + len]`, or an error naming the block.
-#[inline]
-fn part<'a>(values: &'a [f32], start: usize, len: usize, what: &str) -> Result<&'a [f32]> {
-    values.get(start..start.saturating_add(len)).ok_or_else(|| outside(what, start, len, values.len()))
-}
-
-/// `values[start..start + len]` to write, or an error naming the block.
-#[inline]
-fn part_mut<'a>(values: &'a mut [f32], start: usize, len: usize, what: &str) -> Result<&'a mut [f32]> {
-    let total = values.len();
-    values.get_mut(start..start.saturating_add(len)).ok_or_else(|| outside(what, start, len, total))
-}
-
-/// `values[start..]`, or an error naming the block.
-#[inline]
-fn tail<'a>(values: &'a [f32], start: usize, what: &str) -> Result<&'a [f32]> {
-    values.get(start..).ok_or_else(|| outside(what, start, 0, values.len()))
-}
-
-/// `values[start..]` to write, or an error naming the block.
-#[inline]
-fn tail_mut<'a>(values: &'a mut [f32], start: usize, what: &str) -> Result<&'a mut [f32]> {
-    let total = values.len();
-    values.get_mut(start..).ok_or_else(|| outside(what, start, 0, total))
-}
-
-#[cold]
-fn outside(what: &str, start: usize, len: usize, total: usize) -> crate::error::Error {
-    crate::err!(Runtime, "Convolution (shifted): {what} [{start}, {}) lies outside its {total} elements", start.saturating_add(len))
 }
 
 /// Where a chunk's positions live in padded coordinates.
@@ -267,10 +239,10 @@ impl Shifted<'_> {
         let row = self.layout.positions(images.len());
         for (k, n) in images.clone().enumerate() {
             for c in 0..cpg {
-                let src = part(image, (n * g.channels + grp * cpg + c) * plane_in, plane_in, "an image channel")?;
-                let dst = part_mut(padded, c * row + k * plane, plane, "a padded channel")?;
+                let src = part(OP, image, (n * g.channels + grp * cpg + c) * plane_in, plane_in, "an image channel")?;
+                let dst = part_mut(OP, padded, c * row + k * plane, plane, "a padded channel")?;
                 for (from, to) in self.layout.input_lines(g) {
-                    copy_short(part_mut(dst, to, iw, "a padded line")?, part(src, from, iw, "an image line")?);
+                    copy_short(part_mut(OP, dst, to, iw, "a padded line")?, part(OP, src, from, iw, "an image line")?);
                 }
             }
         }
@@ -284,13 +256,13 @@ impl Shifted<'_> {
         let (fpg, outs) = (g.filters / g.groups, g.output_size());
         let [_, _, ow] = g.output;
         let (row, margin) = (self.layout.response_row(images.len()), self.layout.margin());
-        part_mut(block, 0, fpg * row, "the response block")?.fill(0.0);
+        part_mut(OP, block, 0, fpg * row, "the response block")?.fill(0.0);
         for (k, n) in images.clone().enumerate() {
             for f in 0..fpg {
-                let src = part(response, (n * g.filters + grp * fpg + f) * outs, outs, "a response plane")?;
-                let dst = tail_mut(block, f * row + margin + k * self.layout.plane, "the response block")?;
+                let src = part(OP, response, (n * g.filters + grp * fpg + f) * outs, outs, "a response plane")?;
+                let dst = tail_mut(OP, block, f * row + margin + k * self.layout.plane, "the response block")?;
                 for (from, to) in self.layout.output_lines(g) {
-                    copy_short(part_mut(dst, to, ow, "a response block line")?, part(src, from, ow, "a response line")?);
+                    copy_short(part_mut(OP, dst, to, ow, "a response block line")?, part(OP, src, from, ow, "a response line")?);
                 }
             }
         }
@@ -336,18 +308,18 @@ impl Shifted<'_> {
             self.pad_images(&images, grp, image, padded)?;
             let source = Rows { data: padded, stride: self.layout.positions(images.len()), count: cpg };
             if direct {
-                let target = RowsMut { data: tail_mut(chunk, grp * fpg * outs, "the response")?, stride: outs, count: fpg };
+                let target = RowsMut { data: tail_mut(OP, chunk, grp * fpg * outs, "the response")?, stride: outs, count: fpg };
                 correlate_rows_split(source, &self.layout.offsets, packed.group(grp)?, target, &spans, self.threads)?;
                 continue;
             }
-            let target = RowsMut { data: tail_mut(block, margin, "the response block")?, stride: row, count: fpg };
+            let target = RowsMut { data: tail_mut(OP, block, margin, "the response block")?, stride: row, count: fpg };
             correlate_rows_split(source, &self.layout.offsets, packed.group(grp)?, target, &spans, self.threads)?;
             for k in 0..images.len() {
                 for f in 0..fpg {
-                    let dst = part_mut(chunk, (k * g.filters + grp * fpg + f) * outs, outs, "a response plane")?;
-                    let src = tail(block, f * row + margin + k * self.layout.plane, "the response block")?;
+                    let dst = part_mut(OP, chunk, (k * g.filters + grp * fpg + f) * outs, outs, "a response plane")?;
+                    let src = tail(OP, block, f * row + margin + k * self.layout.plane, "the response block")?;
                     for (to, from) in self.layout.output_lines(g) {
-                        copy_short(part_mut(dst, to, ow, "a response line")?, part(src, from, ow, "a response block line")?);
+                        copy_short(part_mut(OP, dst, to, ow, "a response line")?, part(OP, src, from, ow, "a response block line")?);
                     }
                 }
             }
@@ -405,7 +377,7 @@ impl Shifted<'_> {
             self.gather(&images, grp, response, block)?;
             let source = Rows { data: block, stride: self.layout.response_row(images.len()), count: fpg };
             if direct {
-                let target = RowsMut { data: tail_mut(chunk, grp * cpg * plane_in, "the image")?, stride: plane_in, count: cpg };
+                let target = RowsMut { data: tail_mut(OP, chunk, grp * cpg * plane_in, "the image")?, stride: plane_in, count: cpg };
                 correlate_rows_split(source, &mirrored, packed.group(grp)?, target, &spans, self.threads)?;
                 continue;
             }
@@ -413,10 +385,10 @@ impl Shifted<'_> {
             correlate_rows_split(source, &mirrored, packed.group(grp)?, target, &spans, self.threads)?;
             for k in 0..images.len() {
                 for c in 0..cpg {
-                    let dst = part_mut(chunk, (k * g.channels + grp * cpg + c) * plane_in, plane_in, "an image channel")?;
-                    let src = tail(padded_grad, c * positions + k * self.layout.plane, "the padded image gradient")?;
+                    let dst = part_mut(OP, chunk, (k * g.channels + grp * cpg + c) * plane_in, plane_in, "an image channel")?;
+                    let src = tail(OP, padded_grad, c * positions + k * self.layout.plane, "the padded image gradient")?;
                     for (to, from) in self.layout.input_lines(g) {
-                        copy_short(part_mut(dst, to, iw, "an image line")?, part(src, from, iw, "a padded line")?);
+                        copy_short(part_mut(OP, dst, to, iw, "an image line")?, part(OP, src, from, iw, "a padded line")?);
                     }
                 }
             }
@@ -447,9 +419,9 @@ impl Shifted<'_> {
             // The kernel overwrites (adding inside it spills its accumulators), so it fills the
             // chunk's sum, which is then added to the running one.
             let chunk_sum = buf.chunk_weight_grad.as_mut_slice();
-            let transposed = part(transposed, 0, images.len() * outs * stride, "the transposed response")?;
+            let transposed = part(OP, transposed, 0, images.len() * outs * stride, "the transposed response")?;
             weight_grad_rows(&source, &self.layout.offsets, transposed, stride, &lines, ow, chunk_sum)?;
-            let by_offset = part_mut(buf.weight_grad.as_mut_slice(), grp * per_group, per_group, "the weight gradient sums")?;
+            let by_offset = part_mut(OP, buf.weight_grad.as_mut_slice(), grp * per_group, per_group, "the weight gradient sums")?;
             by_offset.iter_mut().zip(chunk_sum.iter()).for_each(|(total, v)| *total += v);
         }
         Ok(())
@@ -467,8 +439,8 @@ impl Shifted<'_> {
         let stride = filter_stride(fpg);
         let by_offset = buf.weight_grad.as_slice();
         for grp in 0..g.groups {
-            let sums = part(by_offset, grp * kernel * cpg * stride, kernel * cpg * stride, "the weight gradient sums")?;
-            let total = part_mut(weight_grad, grp * fpg * cpg * kernel, fpg * cpg * kernel, "the weight gradient")?;
+            let sums = part(OP, by_offset, grp * kernel * cpg * stride, kernel * cpg * stride, "the weight gradient sums")?;
+            let total = part_mut(OP, weight_grad, grp * fpg * cpg * kernel, fpg * cpg * kernel, "the weight gradient")?;
             for (fc, taps) in total.chunks_exact_mut(kernel).enumerate() {
                 let (f, c) = (fc / cpg, fc % cpg);
                 // Offset k's sum for (c, f) is at (k * cpg + c) * stride + f.
@@ -488,17 +460,17 @@ impl Shifted<'_> {
         let (fpg, outs) = (g.filters / g.groups, g.output_size());
         let stride = filter_stride(fpg);
         for (k, n) in images.clone().enumerate() {
-            let planes = part(response, (n * g.filters + grp * fpg) * outs, fpg * outs, "a group's response planes")?;
-            let rows = part_mut(transposed, k * outs * stride, outs * stride, "the transposed response")?;
+            let planes = part(OP, response, (n * g.filters + grp * fpg) * outs, fpg * outs, "a group's response planes")?;
+            let rows = part_mut(OP, transposed, k * outs * stride, outs * stride, "the transposed response")?;
             if stride == fpg {
                 transpose_f32(planes, fpg, outs, rows);
                 continue;
             }
             // Here 0 < fpg < stride (an empty group has stride == fpg).
-            let staging = part_mut(staging, 0, outs * fpg, "the transposing buffer")?;
+            let staging = part_mut(OP, staging, 0, outs * fpg, "the transposing buffer")?;
             transpose_f32(planes, fpg, outs, staging);
             for (row, position) in rows.chunks_exact_mut(stride).zip(staging.chunks_exact(fpg)) {
-                let (filters, padding) = row.split_at_mut_checked(fpg).ok_or_else(|| outside("a transposed row", 0, fpg, stride))?;
+                let (filters, padding) = row.split_at_mut_checked(fpg).ok_or_else(|| outside(OP, "a transposed row", 0, fpg, stride))?;
                 filters.copy_from_slice(position);
                 padding.fill(0.0);
             }
@@ -597,7 +569,7 @@ fn weight_grad_tiles<const W: usize, const FV: usize, const NC: usize, const FUS
                     }
                 }
                 for (j, acc_row) in acc.iter().enumerate().take(channels - c0) {
-                    let dst = part_mut(out, (k * channels + c0 + j) * fpg + f0, fb, "the weight gradient")?;
+                    let dst = part_mut(OP, out, (k * channels + c0 + j) * fpg + f0, fb, "the weight gradient")?;
                     for (d, v) in dst.chunks_exact_mut(W).zip(acc_row) {
                         d.copy_from_slice(v);
                     }
@@ -650,7 +622,7 @@ impl PackedWeight {
             for o in 0..outputs {
                 for i in 0..inputs {
                     let (f, c) = if transposed { (i, o) } else { (o, i) };
-                    let taps = part(filters, (f * cpg + c) * kernel, kernel, "a weight's taps")?;
+                    let taps = part(OP, filters, (f * cpg + c) * kernel, kernel, "a weight's taps")?;
                     // Tap k of (o, i) goes to ((o / block * inputs + i) * kernel + k) * block + o % block.
                     let first = (o / block * inputs + i) * kernel * block + o % block;
                     for (slot, &w) in packed.iter_mut().skip(first).step_by(block).zip(taps) {
@@ -663,7 +635,7 @@ impl PackedWeight {
     }
 
     fn group(&self, grp: usize) -> Result<(&[f32], usize)> {
-        Ok((part(&self.data, grp * self.per_group, self.per_group, "a group's packed weight")?, self.block))
+        Ok((part(OP, &self.data, grp * self.per_group, self.per_group, "a group's packed weight")?, self.block))
     }
 }
 
@@ -728,12 +700,14 @@ fn correlate_rows_split(
             (rows_left, <&mut [f32]>::default())
         } else {
             let total = rows_left.len();
-            rows_left.split_at_mut_checked(count * target.stride).ok_or_else(|| outside("a run of target rows", 0, count * target.stride, total))?
+            rows_left
+                .split_at_mut_checked(count * target.stride)
+                .ok_or_else(|| outside(OP, "a run of target rows", 0, count * target.stride, total))?
         };
         let weights_len = weights_left.len();
         let (weights, weights_rest) = weights_left
             .split_at_checked((end - first) * per_tile)
-            .ok_or_else(|| outside("a run of packed weights", 0, (end - first) * per_tile, weights_len))?;
+            .ok_or_else(|| outside(OP, "a run of packed weights", 0, (end - first) * per_tile, weights_len))?;
         pieces.push((RowsMut { data: rows, stride: target.stride, count }, weights));
         (rows_left, weights_left) = (rest, weights_rest);
     }
@@ -827,7 +801,7 @@ fn correlate_tiles<const W: usize, const PV: usize, const FB: usize, const FUSED
                     let dst = out
                         .get_mut(row_start + span.dst..)
                         .and_then(|s| s.first_chunk_mut::<W>())
-                        .ok_or_else(|| outside("a target vector", row_start + span.dst, W, out_len))?;
+                        .ok_or_else(|| outside(OP, "a target vector", row_start + span.dst, W, out_len))?;
                     *dst = *acc_vec;
                 }
             }

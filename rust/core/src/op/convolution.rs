@@ -12,7 +12,7 @@ use super::grad::{tuple_attr, Grad, InputGrads};
 use super::linalg::matmul_checked;
 use super::linalg::Mat;
 use super::stencil;
-use super::{exactly, simd, sum_lanes, ExecContext, OpDef, Operator, Scratch, SendPtr, Tensor};
+use super::{exactly, outside, part, part_mut, simd, sum_lanes, tail, tail_mut, ExecContext, OpDef, Operator, Scratch, SendPtr, Tensor};
 use crate::base::{merge_partial, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -132,37 +132,6 @@ struct Axis {
     output: usize,
     dilate: usize,
     pad: usize,
-}
-
-/// `values[start..start + len]`, or an error of `op` naming the block.
-#[inline]
-fn part<'a, T>(op: &str, values: &'a [T], start: usize, len: usize, what: &str) -> Result<&'a [T]> {
-    values.get(start..start.saturating_add(len)).ok_or_else(|| outside(op, what, start, len, values.len()))
-}
-
-/// `values[start..start + len]` to write, or an error of `op` naming the block.
-#[inline]
-fn part_mut<'a, T>(op: &str, values: &'a mut [T], start: usize, len: usize, what: &str) -> Result<&'a mut [T]> {
-    let total = values.len();
-    values.get_mut(start..start.saturating_add(len)).ok_or_else(|| outside(op, what, start, len, total))
-}
-
-/// `values[start..]`, or an error of `op` naming the block.
-#[inline]
-fn tail<'a, T>(op: &str, values: &'a [T], start: usize, what: &str) -> Result<&'a [T]> {
-    values.get(start..).ok_or_else(|| outside(op, what, start, 0, values.len()))
-}
-
-/// `values[start..]` to write, or an error of `op` naming the block.
-#[inline]
-fn tail_mut<'a, T>(op: &str, values: &'a mut [T], start: usize, what: &str) -> Result<&'a mut [T]> {
-    let total = values.len();
-    values.get_mut(start..).ok_or_else(|| outside(op, what, start, 0, total))
-}
-
-#[cold]
-fn outside(op: &str, what: &str, start: usize, len: usize, total: usize) -> crate::error::Error {
-    crate::err!(Runtime, "{op}: {what} of {len} elements at {start} lies outside its {total} elements")
 }
 
 /// The operator named in the errors of the products below (Deconvolution runs them too).

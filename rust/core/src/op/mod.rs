@@ -435,6 +435,39 @@ pub(crate) fn exactly<'a, T, const N: usize>(op: &str, what: &str, items: &'a [T
     items.try_into().map_err(|_| crate::err!(Value, "{op}: {N} {what}(s) expected, got {}", items.len()))
 }
 
+/// `values[start..start + len]`, or an error of `op` naming the block: the checked slicing of
+/// kernels that walk blocks of a buffer (an impossible geometry becomes an error, never a panic).
+#[inline]
+pub(crate) fn part<'a, T>(op: &str, values: &'a [T], start: usize, len: usize, what: &str) -> Result<&'a [T]> {
+    values.get(start..start.saturating_add(len)).ok_or_else(|| outside(op, what, start, len, values.len()))
+}
+
+/// `values[start..start + len]` to write, or an error of `op` naming the block.
+#[inline]
+pub(crate) fn part_mut<'a, T>(op: &str, values: &'a mut [T], start: usize, len: usize, what: &str) -> Result<&'a mut [T]> {
+    let total = values.len();
+    values.get_mut(start..start.saturating_add(len)).ok_or_else(|| outside(op, what, start, len, total))
+}
+
+/// `values[start..]`, or an error of `op` naming the block.
+#[inline]
+pub(crate) fn tail<'a, T>(op: &str, values: &'a [T], start: usize, what: &str) -> Result<&'a [T]> {
+    values.get(start..).ok_or_else(|| outside(op, what, start, 0, values.len()))
+}
+
+/// `values[start..]` to write, or an error of `op` naming the block.
+#[inline]
+pub(crate) fn tail_mut<'a, T>(op: &str, values: &'a mut [T], start: usize, what: &str) -> Result<&'a mut [T]> {
+    let total = values.len();
+    values.get_mut(start..).ok_or_else(|| outside(op, what, start, 0, total))
+}
+
+/// The error of a block `[start, start + len)` that does not lie within a buffer of `total` elements.
+#[cold]
+pub(crate) fn outside(op: &str, what: &str, start: usize, len: usize, total: usize) -> crate::error::Error {
+    crate::err!(Runtime, "{op}: {what} [{start}, {}) lies outside its {total} elements", start.saturating_add(len))
+}
+
 /// Shared dtype check: all inputs have one dtype, which every output takes.
 pub fn same_dtype(inputs: &[DType], num_outputs: usize) -> Result<Vec<DType>> {
     let Some(&first) = inputs.first() else {

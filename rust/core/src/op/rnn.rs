@@ -29,10 +29,13 @@ use super::fast_math::{sigmoid_f32, tanh_f32};
 use super::grad::{Grad, InputGrads};
 use super::linalg::{matmul_into, Mat};
 use super::packed_gemm::{Operand, PackedB};
-use super::{ExecContext, OpDef, Operator, SendPtr};
+use super::{outside, part, part_mut, ExecContext, OpDef, Operator, SendPtr};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
+
+/// The operator named in this module's errors.
+const OP: &str = "RNN";
 
 crate::op_params! {
     pub struct RnnParams {
@@ -352,26 +355,8 @@ impl Rnn {
             return Ok(top);
         }
         let len = self.layer_output_len(d);
-        span(inner, layer * len, len, "an inner layer's output")
+        part(OP, inner, layer * len, len, "an inner layer's output")
     }
-}
-
-/// `values[start..start + len]`, or an error naming the block.
-#[inline]
-fn span<'a, T>(values: &'a [T], start: usize, len: usize, what: &str) -> Result<&'a [T]> {
-    values.get(start..start.saturating_add(len)).ok_or_else(|| outside(what, start, len, values.len()))
-}
-
-/// `values[start..start + len]` to write, or an error naming the block.
-#[inline]
-fn span_mut<'a, T>(values: &'a mut [T], start: usize, len: usize, what: &str) -> Result<&'a mut [T]> {
-    let total = values.len();
-    values.get_mut(start..start.saturating_add(len)).ok_or_else(|| outside(what, start, len, total))
-}
-
-#[cold]
-fn outside(what: &str, start: usize, len: usize, total: usize) -> crate::error::Error {
-    crate::err!(Runtime, "RNN: {what} [{start}, {}) lies outside its {total} elements", start.saturating_add(len))
 }
 
 /// The first `N` consecutive blocks of `len` elements of `values` (one row's gate blocks).
@@ -380,7 +365,7 @@ fn blocks<T, const N: usize>(values: &[T], len: usize) -> Result<[&[T]; N]> {
     let mut rest = values;
     let mut out: [&[T]; N] = [&[]; N];
     for (k, block) in out.iter_mut().enumerate() {
-        let (head, tail) = rest.split_at_checked(len).ok_or_else(|| outside("a gate block", k * len, len, values.len()))?;
+        let (head, tail) = rest.split_at_checked(len).ok_or_else(|| outside(OP, "a gate block", k * len, len, values.len()))?;
         (*block, rest) = (head, tail);
     }
     Ok(out)
@@ -393,7 +378,7 @@ fn blocks_mut<T, const N: usize>(values: &mut [T], len: usize) -> Result<[&mut [
     let mut rest = values;
     let mut out: [&mut [T]; N] = std::array::from_fn(|_| Default::default());
     for (k, block) in out.iter_mut().enumerate() {
-        let (head, tail) = std::mem::take(&mut rest).split_at_mut_checked(len).ok_or_else(|| outside("a gate block", k * len, len, total))?;
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut_checked(len).ok_or_else(|| outside(OP, "a gate block", k * len, len, total))?;
         (*block, rest) = (head, tail);
     }
     Ok(out)
@@ -755,8 +740,8 @@ impl<T: Real> Pass<'_, T> {
         let gh = rnn.gate_width();
         let s = rnn.slots(d.input, layer, dir);
         let p = self.params;
-        let w_ih = span(p, s.w_ih, gh * s.input, "the i2h weight")?;
-        let (b_ih, b_hh) = (span(p, s.b_ih, gh, "the i2h bias")?, span(p, s.b_hh, gh, "the h2h bias")?);
+        let w_ih = part(OP, p, s.w_ih, gh * s.input, "the i2h weight")?;
+        let (b_ih, b_hh) = (part(OP, p, s.b_ih, gh, "the i2h bias")?, part(OP, p, s.b_hh, gh, "the h2h bias")?);
         let rows = d.steps * d.batch;
         // x is (rows, input), w_ih (gh, input) read transposed, gates (rows, gh).
         gemm(trace.gates, false, x, (rows, s.input, false), w_ih, (gh, s.input, true), self.threads)?;
@@ -773,7 +758,7 @@ impl<T: Real> Pass<'_, T> {
             hy: Shared::new(hy),
             cy: Shared::new(cy),
         };
-        let w_hh = StepWeight::new(span(p, s.w_hh, gh * rnn.state_width(), "the h2h weight")?, (gh, rnn.state_width(), true))?;
+        let w_hh = StepWeight::new(part(OP, p, s.w_hh, gh * rnn.state_width(), "the h2h weight")?, (gh, rnn.state_width(), true))?;
         self.over_batch_ranges(1, |range| {
             // SAFETY: each range touches only its own batch rows of the shared buffers.
             unsafe { self.sweep_forward(layer, dir, range, h0, c0, &w_hh, &shared) }
@@ -818,12 +803,12 @@ impl<T: Real> Pass<'_, T> {
         let width = rnn.dirs * sw;
         let projecting = rnn.projection.is_some();
         let s = rnn.slots(d.input, layer, dir);
-        let b_hh = span(self.params, s.b_hh, gh, "the h2h bias")?;
-        let w_hr = span(self.params, s.w_hr, rnn.projection_weights(), "the projection weight")?;
+        let b_hh = part(OP, self.params, s.b_hh, gh, "the h2h bias")?;
+        let w_hr = part(OP, self.params, s.w_hr, rnn.projection_weights(), "the projection weight")?;
         let (first, nb) = (range.start, range.len());
-        let lengths = span(self.lengths, first, nb, "the sequence lengths")?;
-        let mut h_prev = span(h0, first * sw, nb * sw, "the initial state")?.to_vec();
-        let mut c_prev = if rnn.mode == RnnMode::Lstm { span(c0, first * h, nb * h, "the initial cell state")?.to_vec() } else { Vec::new() };
+        let lengths = part(OP, self.lengths, first, nb, "the sequence lengths")?;
+        let mut h_prev = part(OP, h0, first * sw, nb * sw, "the initial state")?.to_vec();
+        let mut c_prev = if rnn.mode == RnnMode::Lstm { part(OP, c0, first * h, nb * h, "the initial cell state")?.to_vec() } else { Vec::new() };
         let mut recurrent = vec![T::ZERO; if rnn.mode == RnnMode::Gru { nb * gh } else { 0 }];
         let mut projected = vec![T::ZERO; if projecting { nb * sw } else { 0 }];
         // SAFETY (every `rows` below): the rows lie in this range's batch rows of their step,
@@ -848,14 +833,14 @@ impl<T: Real> Pass<'_, T> {
                         // The projection weight's gradient multiplies every row of the trace
                         // (padding rows by zero gradients), and the reserve is not zeroed:
                         // garbage there could be NaN, and 0 * NaN is NaN.
-                        span_mut(unprojected, b * h, h, "an unprojected state")?.fill(T::ZERO);
+                        part_mut(OP, unprojected, b * h, h, "an unprojected state")?.fill(T::ZERO);
                     }
                     continue;
                 }
                 match rnn.mode {
                     RnnMode::Lstm => {
-                        let cell = span_mut(&mut c_prev, b * h, h, "a cell state")?;
-                        let hidden: &mut [T] = if projecting { span_mut(unprojected, b * h, h, "an unprojected state")? } else { &mut *out_row };
+                        let cell = part_mut(OP, &mut c_prev, b * h, h, "a cell state")?;
+                        let hidden: &mut [T] = if projecting { part_mut(OP, unprojected, b * h, h, "an unprojected state")? } else { &mut *out_row };
                         let [input, forget, candidate, output] = blocks_mut::<_, 4>(g, h)?;
                         lstm_forward_row(LstmRow { input, forget, candidate, output, cell: &mut *cell, out: hidden }, rnn.clip);
                         buf.cells.rows((t * n + row) * h, h)?.copy_from_slice(cell);
@@ -880,7 +865,7 @@ impl<T: Real> Pass<'_, T> {
                         },
                     ),
                     RnnMode::Gru => {
-                        let [r_reset, r_update, r_candidate] = blocks::<_, 3>(span(&recurrent, b * gh, gh, "a recurrent product")?, h)?;
+                        let [r_reset, r_update, r_candidate] = blocks::<_, 3>(part(OP, &recurrent, b * gh, gh, "a recurrent product")?, h)?;
                         let hidden_n = buf.hidden_n.rows((t * n + row) * h, h)?;
                         let [g_reset, g_update, g_candidate] = blocks_mut::<_, 3>(g, h)?;
                         super::simd::vectorized(
@@ -949,7 +934,7 @@ impl<T: Real> Pass<'_, T> {
         let (h, sw, gh, n) = (rnn.hidden, rnn.state_width(), rnn.gate_width(), d.batch);
         let width = rnn.dirs * sw;
         let s = rnn.slots(d.input, layer, dir);
-        let w_ih = span(self.params, s.w_ih, gh * s.input, "the i2h weight")?;
+        let w_ih = part(OP, self.params, s.w_ih, gh * s.input, "the i2h weight")?;
         let rows = d.steps * n;
         // GRU's recurrent pre-activation gradients differ from its gate gradients (the reset gate
         // scales W_hn h + b_hn); for the other modes they are the gate gradients themselves.
@@ -962,7 +947,7 @@ impl<T: Real> Pass<'_, T> {
             dh: Shared::new(dh),
             dc: Shared::new(dc),
         };
-        let w_hh = StepWeight::new(span(self.params, s.w_hh, gh * sw, "the h2h weight")?, (gh, sw, false))?;
+        let w_hh = StepWeight::new(part(OP, self.params, s.w_hh, gh * sw, "the h2h weight")?, (gh, sw, false))?;
         self.over_batch_ranges(2, |range| {
             // SAFETY: each range touches only its own batch rows of the shared buffers.
             unsafe { self.sweep_backward(layer, dir, range, h0, c0, out, &trace, dout, &w_hh, &shared) }
@@ -971,10 +956,10 @@ impl<T: Real> Pass<'_, T> {
         let mut h_prev = vec![T::ZERO; rows * sw];
         for step in 0..d.steps {
             let t = step_time(dir, d.steps, step);
-            for (b, state) in span_mut(&mut h_prev, t * n * sw, n * sw, "a step's states")?.chunks_exact_mut(sw).enumerate() {
+            for (b, state) in part_mut(OP, &mut h_prev, t * n * sw, n * sw, "a step's states")?.chunks_exact_mut(sw).enumerate() {
                 let read = match self.previous_step(dir, step, b) {
-                    Some(tp) => span(out, (tp * n + b) * width + dir * sw, sw, "a previous output")?,
-                    None => span(h0, b * sw, sw, "the initial state")?,
+                    Some(tp) => part(OP, out, (tp * n + b) * width + dir * sw, sw, "a previous output")?,
+                    None => part(OP, h0, b * sw, sw, "the initial state")?,
                 };
                 state.copy_from_slice(read);
             }
@@ -986,17 +971,17 @@ impl<T: Real> Pass<'_, T> {
         // gradient; gates times w_ih (gh, input) into dx (rows, input); projected gradients
         // (rows, sw) transposed times the unprojected states (rows, h) into the (sw, h)
         // projection weight gradient.
-        let dw_hh = span_mut(dparams, s.w_hh, gh * sw, "the h2h weight gradient")?;
+        let dw_hh = part_mut(OP, dparams, s.w_hh, gh * sw, "the h2h weight gradient")?;
         gemm(dw_hh, true, recurrent, (rows, gh, true), &h_prev, (rows, sw, false), self.threads)?;
-        let dw_ih = span_mut(dparams, s.w_ih, gh * s.input, "the i2h weight gradient")?;
+        let dw_ih = part_mut(OP, dparams, s.w_ih, gh * s.input, "the i2h weight gradient")?;
         gemm(dw_ih, true, gate_grads, (rows, gh, true), x, (rows, s.input, false), self.threads)?;
         gemm(dx, true, gate_grads, (rows, gh, false), w_ih, (gh, s.input, false), self.threads)?;
         if rnn.projection.is_some() {
-            let dw_hr = span_mut(dparams, s.w_hr, sw * h, "the projection weight gradient")?;
+            let dw_hr = part_mut(OP, dparams, s.w_hr, sw * h, "the projection weight gradient")?;
             gemm(dw_hr, true, &projected_grads, (rows, sw, true), trace.unprojected, (rows, h, false), self.threads)?;
         }
-        column_sums_into(span_mut(dparams, s.b_hh, gh, "the h2h bias gradient")?, recurrent);
-        column_sums_into(span_mut(dparams, s.b_ih, gh, "the i2h bias gradient")?, gate_grads);
+        column_sums_into(part_mut(OP, dparams, s.b_hh, gh, "the h2h bias gradient")?, recurrent);
+        column_sums_into(part_mut(OP, dparams, s.b_ih, gh, "the i2h bias gradient")?, gate_grads);
         Ok(())
     }
 
@@ -1009,7 +994,7 @@ impl<T: Real> Pass<'_, T> {
         let lengths = self.lengths.get(first..).unwrap_or_default();
         for (b, ((grads, later), &length)) in dst.chunks_exact_mut(sw).zip(dh.chunks_exact(sw)).zip(lengths).enumerate() {
             if t < length {
-                let own = span(dout, (t * n + first + b) * width + dir * sw, sw, "an output gradient")?;
+                let own = part(OP, dout, (t * n + first + b) * width + dir * sw, sw, "an output gradient")?;
                 grads.iter_mut().zip(own).zip(later).for_each(|((g, &o), &l)| *g = o + l);
             } else {
                 grads.fill(T::ZERO);
@@ -1045,9 +1030,9 @@ impl<T: Real> Pass<'_, T> {
         let lstm = rnn.mode == RnnMode::Lstm;
         let (cells, hidden_n) = (trace.cells, trace.hidden_n);
         let s = rnn.slots(d.input, layer, dir);
-        let w_hr = span(self.params, s.w_hr, rnn.projection_weights(), "the projection weight")?;
+        let w_hr = part(OP, self.params, s.w_hr, rnn.projection_weights(), "the projection weight")?;
         let (first, nb) = (range.start, range.len());
-        let lengths = span(self.lengths, first, nb, "the sequence lengths")?;
+        let lengths = part(OP, self.lengths, first, nb, "the sequence lengths")?;
         // SAFETY (every `rows` below): the rows lie in this range's batch rows (of the states,
         // or of their step), which the caller leaves to this sweep alone.
         let dh = buf.dh.rows(first * sw, nb * sw)?;
@@ -1067,7 +1052,7 @@ impl<T: Real> Pass<'_, T> {
                 self.output_state_grads(dir, t, first, dout, dh, &mut h_grads)?;
             }
             let grads = buf.gates.rows((t * n + first) * gh, nb * gh)?;
-            let step_gates = span(trace.gates, (t * n + first) * gh, nb * gh, "a step's gates")?;
+            let step_gates = part(OP, trace.gates, (t * n + first) * gh, nb * gh, "a step's gates")?;
             let row_grads = step_gates.chunks_exact(gh).zip(grads.chunks_exact_mut(gh)).zip(h_grads.chunks_exact(h));
             let row_states = dh_next.chunks_exact_mut(sw).zip(dh.chunks_exact(sw)).zip(lengths);
             for (b, (((g, dg), grad), ((next, later), &length))) in row_grads.zip(row_states).enumerate() {
@@ -1079,7 +1064,7 @@ impl<T: Real> Pass<'_, T> {
                     }
                     next.copy_from_slice(later);
                     if lstm {
-                        span_mut(&mut c_grads, b * h, h, "a cell gradient")?.copy_from_slice(span(dc, b * h, h, "a cell gradient")?);
+                        part_mut(OP, &mut c_grads, b * h, h, "a cell gradient")?.copy_from_slice(part(OP, dc, b * h, h, "a cell gradient")?);
                     }
                     continue;
                 }
@@ -1088,8 +1073,8 @@ impl<T: Real> Pass<'_, T> {
                 match rnn.mode {
                     RnnMode::Lstm => {
                         let prev_cell = match previous {
-                            Some(tp) => span(cells, (tp * n + row) * h, h, "a traced cell state")?,
-                            None => span(c0, row * h, h, "the initial cell state")?,
+                            Some(tp) => part(OP, cells, (tp * n + row) * h, h, "a traced cell state")?,
+                            None => part(OP, c0, row * h, h, "the initial cell state")?,
                         };
                         let [input, forget, candidate, output] = blocks::<_, 4>(g, h)?;
                         let [d_input, d_forget, d_candidate, d_output] = blocks_mut::<_, 4>(dg, h)?;
@@ -1102,11 +1087,11 @@ impl<T: Real> Pass<'_, T> {
                             d_forget,
                             d_candidate,
                             d_output,
-                            cell: span(cells, (t * n + row) * h, h, "a traced cell state")?,
+                            cell: part(OP, cells, (t * n + row) * h, h, "a traced cell state")?,
                             prev_cell,
                             h_grad: grad,
-                            cell_grad: span(dc, b * h, h, "a cell gradient")?,
-                            prev_cell_grad: span_mut(&mut c_grads, b * h, h, "a cell gradient")?,
+                            cell_grad: part(OP, dc, b * h, h, "a cell gradient")?,
+                            prev_cell_grad: part_mut(OP, &mut c_grads, b * h, h, "a cell gradient")?,
                         };
                         lstm_backward_row(row_grads, rnn.clip);
                     }
@@ -1126,10 +1111,10 @@ impl<T: Real> Pass<'_, T> {
                     }
                     RnnMode::Gru => {
                         let prev_h = match previous {
-                            Some(tp) => span(out, (tp * n + row) * width + dir * h, h, "a previous output")?,
-                            None => span(h0, row * h, h, "the initial state")?,
+                            Some(tp) => part(OP, out, (tp * n + row) * width + dir * h, h, "a previous output")?,
+                            None => part(OP, h0, row * h, h, "the initial state")?,
                         };
-                        let hn = span(hidden_n, (t * n + row) * h, h, "a traced W_hn h + b_hn")?;
+                        let hn = part(OP, hidden_n, (t * n + row) * h, h, "a traced W_hn h + b_hn")?;
                         let [reset, update, candidate] = blocks::<_, 3>(g, h)?;
                         let [d_reset, d_update, d_candidate] = blocks_mut::<_, 3>(dg, h)?;
                         let [r_reset, r_update, r_candidate] = blocks_mut::<_, 3>(buf.recurrent.rows((t * n + row) * gh, gh)?, h)?;
@@ -1201,8 +1186,8 @@ impl<T: Real> Pass<'_, T> {
             // least whenever a layer does both, so they never coincide.
             let (below, target): (&[T], &mut [T]) = match (layer, last) {
                 (0, true) => (data, &mut *out),
-                (0, false) => (data, span_mut(outputs, 0, layer_out, "a layer's output")?),
-                (_, true) => (span(outputs, ((layer - 1) % slots) * layer_out, layer_out, "a layer's output")?, &mut *out),
+                (0, false) => (data, part_mut(OP, outputs, 0, layer_out, "a layer's output")?),
+                (_, true) => (part(OP, outputs, ((layer - 1) % slots) * layer_out, layer_out, "a layer's output")?, &mut *out),
                 (_, false) => {
                     let (read, write) = ((layer - 1) % slots, layer % slots);
                     let total = outputs.len();
@@ -1210,9 +1195,9 @@ impl<T: Real> Pass<'_, T> {
                         .split_at_mut_checked(read.max(write) * layer_out)
                         .ok_or_else(|| crate::err!(Runtime, "RNN: {total} elements hold no output slots {read} and {write} of {layer_out}"))?;
                     if read < write {
-                        (span(low, read * layer_out, layer_out, "a layer's output")?, span_mut(high, 0, layer_out, "a layer's output")?)
+                        (part(OP, low, read * layer_out, layer_out, "a layer's output")?, part_mut(OP, high, 0, layer_out, "a layer's output")?)
                     } else {
-                        (span(high, 0, layer_out, "a layer's output")?, span_mut(low, write * layer_out, layer_out, "a layer's output")?)
+                        (part(OP, high, 0, layer_out, "a layer's output")?, part_mut(OP, low, write * layer_out, layer_out, "a layer's output")?)
                     }
                 }
             };
@@ -1220,18 +1205,18 @@ impl<T: Real> Pass<'_, T> {
                 (0, _) | (_, None) => below,
                 (_, Some(m)) => {
                     masked.clear();
-                    masked.extend(below.iter().zip(span(m, (layer - 1) * layer_out, layer_out, "the dropout mask")?).map(|(&v, &k)| v * k));
+                    masked.extend(below.iter().zip(part(OP, m, (layer - 1) * layer_out, layer_out, "the dropout mask")?).map(|(&v, &k)| v * k));
                     &masked
                 }
             };
             for dir in 0..rnn.dirs {
                 let k = layer * rnn.dirs + dir;
-                let block = if keep { span_mut(traces, k * trace_len, trace_len, "a trace")? } else { &mut *traces };
-                let cell = if rnn.mode == RnnMode::Lstm { span(c0, k * cell_state, cell_state, "the initial cell state")? } else { &[] };
+                let block = if keep { part_mut(OP, traces, k * trace_len, trace_len, "a trace")? } else { &mut *traces };
+                let cell = if rnn.mode == RnnMode::Lstm { part(OP, c0, k * cell_state, cell_state, "the initial cell state")? } else { &[] };
                 let cell_out: &mut [T] =
-                    if rnn.mode == RnnMode::Lstm { span_mut(cy, k * cell_state, cell_state, "the final cell state")? } else { &mut [] };
+                    if rnn.mode == RnnMode::Lstm { part_mut(OP, cy, k * cell_state, cell_state, "the final cell state")? } else { &mut [] };
                 let trace = rnn.split_trace(d, block)?;
-                let (h0, hy) = (span(h0, k * state, state, "the initial state")?, span_mut(hy, k * state, state, "the final state")?);
+                let (h0, hy) = (part(OP, h0, k * state, state, "the initial state")?, part_mut(OP, hy, k * state, state, "the final state")?);
                 self.direction_forward(layer, dir, x, h0, cell, target, trace, hy, cell_out)?;
             }
         }
@@ -1452,23 +1437,23 @@ impl Operator for RnnBackward {
                     (_, Some(m)) => {
                         let below = rnn.layer_output(d, layer - 1, top, layer_outputs)?;
                         masked.clear();
-                        masked.extend(below.iter().zip(span(m, (layer - 1) * below.len(), below.len(), "the dropout mask")?).map(|(&v, &k)| v * k));
+                        masked.extend(below.iter().zip(part(OP, m, (layer - 1) * below.len(), below.len(), "the dropout mask")?).map(|(&v, &k)| v * k));
                         &masked
                     }
                 };
                 let mut dx = vec![T::ZERO; x.len()];
                 for dir in 0..rnn.dirs {
                     let k = layer * rnn.dirs + dir;
-                    let cell = if lstm { span(c0, k * cell_state, cell_state, "the initial cell state")? } else { &[] };
-                    let dcell: &mut [T] = if lstm { span_mut(&mut dc, k * cell_state, cell_state, "the cell state gradient")? } else { &mut [] };
-                    let trace = rnn.view_trace(d, span(traces, k * trace_len, trace_len, "a trace")?)?;
+                    let cell = if lstm { part(OP, c0, k * cell_state, cell_state, "the initial cell state")? } else { &[] };
+                    let dcell: &mut [T] = if lstm { part_mut(OP, &mut dc, k * cell_state, cell_state, "the cell state gradient")? } else { &mut [] };
+                    let trace = rnn.view_trace(d, part(OP, traces, k * trace_len, trace_len, "a trace")?)?;
                     let out = rnn.layer_output(d, layer, top, layer_outputs)?;
-                    let (h0, dh) = (span(h0, k * state, state, "the initial state")?, span_mut(&mut dh, k * state, state, "the state gradient")?);
+                    let (h0, dh) = (part(OP, h0, k * state, state, "the initial state")?, part_mut(OP, &mut dh, k * state, state, "the state gradient")?);
                     pass.direction_backward(layer, dir, x, h0, cell, out, trace, &mut gate_grads, &d_layer_out, dh, dcell, &mut dx, dparams)?;
                 }
                 d_layer_out = match (layer, mask) {
                     (0, _) | (_, None) => dx,
-                    (_, Some(m)) => dx.iter().zip(span(m, (layer - 1) * x.len(), x.len(), "the dropout mask")?).map(|(&v, &k)| v * k).collect(),
+                    (_, Some(m)) => dx.iter().zip(part(OP, m, (layer - 1) * x.len(), x.len(), "the dropout mask")?).map(|(&v, &k)| v * k).collect(),
                 };
             }
             copy_output("the data gradient", args.output::<T>(0)?, &d_layer_out)?;
