@@ -4,6 +4,7 @@
 //! pool and waits.
 
 use rayon::prelude::*;
+use std::sync::{Mutex, PoisonError};
 
 /// Threads a loop can use.
 pub fn threads() -> usize {
@@ -35,22 +36,59 @@ pub fn run(tasks: usize, task: &(dyn Fn(usize) + Sync)) {
 
 /// `task(0) .. task(tasks - 1)` run as by [`run`], their results in task order.
 pub fn map<R: Send>(tasks: usize, task: impl Fn(usize) -> R + Sync) -> Vec<R> {
-    if tasks <= 1 || threads() <= 1 {
-        return (0..tasks).map(task).collect();
-    }
-    // The closure borrows `task` (Sync, so the borrow is Send); passing `task` itself would need
-    // it to be Send.
-    #[allow(clippy::redundant_closure)]
-    super::pool::pool().install(|| (0..tasks).into_par_iter().with_max_len(1).map(|i| task(i)).collect())
+    map_owned(vec![(); tasks], |i, ()| task(i))
 }
 
 /// `task(i, items[i])` for every item, each moved to the thread that runs its task (disjoint
 /// `&mut` pieces of one buffer, say), scheduled as by [`run`]; the results in item order.
+///
+/// The tasks reach the pool through `dyn Fn`s, not as a generic parallel iterator: rayon's
+/// splitting and joining is then compiled once, and the rest once per item and result type,
+/// not once per call site and element type. Handing each call site's closure to rayon
+/// generically made 700 thousand of the crate's 880 thousand monomorphized functions and most
+/// of its build time (RESULTS.md, "Build time"); a lock per task costs nothing beside a task
+/// worth a thread.
 pub fn map_owned<T: Send, R: Send>(items: Vec<T>, task: impl Fn(usize, T) -> R + Sync) -> Vec<R> {
+    map_owned_dyn(items, &task)
+}
+
+fn map_owned_dyn<T: Send, R: Send>(items: Vec<T>, task: &(dyn Fn(usize, T) -> R + Sync)) -> Vec<R> {
+    let mut results = Vec::with_capacity(items.len());
     if items.len() <= 1 || threads() <= 1 {
-        return items.into_iter().enumerate().map(|(i, item)| task(i, item)).collect();
+        for (i, item) in items.into_iter().enumerate() {
+            results.push(task(i, item));
+        }
+        return results;
     }
-    super::pool::pool().install(|| items.into_par_iter().with_max_len(1).enumerate().map(|(i, item)| task(i, item)).collect())
+    // Slot i holds item i until task i takes it, then task i's result. Only task i locks slot
+    // i (and the caller, after `run` returned), so the locks are never contended: they make the
+    // slots shareable between threads. A task that panics leaves its slot poisoned, but `run`
+    // then panics in the caller and the slots are only dropped.
+    let mut slots = Vec::with_capacity(items.len());
+    for item in items {
+        slots.push(Mutex::new(Slot::Item(item)));
+    }
+    run(slots.len(), &|i| {
+        let Some(slot) = slots.get(i) else { return };
+        let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Slot::Item(item) = std::mem::replace(&mut *slot, Slot::Taken) {
+            *slot = Slot::Result(task(i, item));
+        }
+    });
+    // Every task ran once (`run` returns only then), so every slot holds its result.
+    for slot in slots {
+        if let Slot::Result(result) = slot.into_inner().unwrap_or_else(PoisonError::into_inner) {
+            results.push(result);
+        }
+    }
+    results
+}
+
+/// One task's state in [`map_owned`].
+enum Slot<T, R> {
+    Item(T),
+    Taken,
+    Result(R),
 }
 
 /// `data`, `items` items of `item_len` elements each, cut into `parts` runs of whole items

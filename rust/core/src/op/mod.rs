@@ -633,6 +633,12 @@ pub(crate) fn parallel_chunks(n: usize, min_chunk: usize, f: impl Fn(std::ops::R
 /// split as `parallel_chunks` splits, so the two parallelize alike. The first error is returned.
 #[inline]
 pub(crate) fn parallel_units<T: Send>(out: &mut [T], unit: usize, min_units: usize, f: impl Fn(usize, &mut [T]) -> Result<()> + Sync) -> Result<()> {
+    parallel_units_dyn(out, unit, min_units, &f)
+}
+
+/// [`parallel_units`] compiled once per element type rather than once per kernel (see
+/// `engine::parallel::map_owned` on what generic closures cost the build).
+fn parallel_units_dyn<T: Send>(out: &mut [T], unit: usize, min_units: usize, f: &(dyn Fn(usize, &mut [T]) -> Result<()> + Sync)) -> Result<()> {
     let unit = unit.max(1);
     let units = out.len().div_ceil(unit);
     let threads = crate::engine::parallel::threads();
