@@ -48,18 +48,22 @@ pub fn map<R: Send>(tasks: usize, task: impl Fn(usize) -> R + Sync) -> Vec<R> {
 /// generically made 700 thousand of the crate's 880 thousand monomorphized functions and most
 /// of its build time (RESULTS.md, "Build time"); a lock per task costs nothing beside a task
 /// worth a thread.
+///
+/// On one thread the tasks run here, generically, so that a task inlines into its caller (a
+/// kernel compiled for the CPU's vectors inside `simd::vectorized` keeps its vectors).
 pub fn map_owned<T: Send, R: Send>(items: Vec<T>, task: impl Fn(usize, T) -> R + Sync) -> Vec<R> {
-    map_owned_dyn(items, &task)
-}
-
-fn map_owned_dyn<T: Send, R: Send>(items: Vec<T>, task: &(dyn Fn(usize, T) -> R + Sync)) -> Vec<R> {
-    let mut results = Vec::with_capacity(items.len());
     if items.len() <= 1 || threads() <= 1 {
+        let mut results = Vec::with_capacity(items.len());
         for (i, item) in items.into_iter().enumerate() {
             results.push(task(i, item));
         }
         return results;
     }
+    map_owned_on_pool(items, &task)
+}
+
+fn map_owned_on_pool<T: Send, R: Send>(items: Vec<T>, task: &(dyn Fn(usize, T) -> R + Sync)) -> Vec<R> {
+    let mut results = Vec::with_capacity(items.len());
     // Slot i holds item i until task i takes it, then task i's result. Only task i locks slot
     // i (and the caller, after `run` returned), so the locks are never contended: they make the
     // slots shareable between threads. A task that panics leaves its slot poisoned, but `run`

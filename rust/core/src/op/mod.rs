@@ -633,18 +633,27 @@ pub(crate) fn parallel_chunks(n: usize, min_chunk: usize, f: impl Fn(std::ops::R
 /// split as `parallel_chunks` splits, so the two parallelize alike. The first error is returned.
 #[inline]
 pub(crate) fn parallel_units<T: Send>(out: &mut [T], unit: usize, min_units: usize, f: impl Fn(usize, &mut [T]) -> Result<()> + Sync) -> Result<()> {
-    parallel_units_dyn(out, unit, min_units, &f)
-}
-
-/// [`parallel_units`] compiled once per element type rather than once per kernel (see
-/// `engine::parallel::map_owned` on what generic closures cost the build).
-fn parallel_units_dyn<T: Send>(out: &mut [T], unit: usize, min_units: usize, f: &(dyn Fn(usize, &mut [T]) -> Result<()> + Sync)) -> Result<()> {
     let unit = unit.max(1);
     let units = out.len().div_ceil(unit);
     let threads = crate::engine::parallel::threads();
+    // One piece runs here, generically, so that `f` inlines into a caller compiled for the
+    // CPU's vectors.
     if units <= min_units || threads <= 1 {
         return f(0, out);
     }
+    pieces_on_pool(out, unit, units, min_units, threads, &f)
+}
+
+/// [`parallel_units`]' pieces on the pool, compiled once per element type rather than once per
+/// kernel (see `engine::parallel::map_owned` on what generic closures cost the build).
+fn pieces_on_pool<T: Send>(
+    out: &mut [T],
+    unit: usize,
+    units: usize,
+    min_units: usize,
+    threads: usize,
+    f: &(dyn Fn(usize, &mut [T]) -> Result<()> + Sync),
+) -> Result<()> {
     let per_piece = units.div_ceil(threads * 4).max(min_units);
     let pieces: Vec<&mut [T]> = out.chunks_mut(per_piece * unit).collect();
     crate::engine::parallel::map_owned(pieces, |p, piece| f(p * per_piece, piece)).into_iter().collect()
