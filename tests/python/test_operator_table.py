@@ -798,6 +798,31 @@ def test_norm_and_moments(dtype, ctx):
         mx.nd.norm(arr, ord=3)
 
 
+@pytest.mark.parametrize("dtype", ALL)
+def test_allclose(dtype, ctx):
+    # Spread over several parallel pieces, with the one far element in the last.
+    b = _data((70001,), dtype)
+    a = b.copy()
+    cases = [(a, b, {}), (a, b, {"rtol": 0, "atol": 0})]
+    far = a.copy()
+    far[-1] = far[-1] + (3 if dtype in INTS else 0.5)
+    cases += [(far, b, {}), (far, b, {"atol": 4.0})]
+    if dtype not in INTS:
+        special = np.array([np.inf, -np.inf, np.nan, 1.0], dtype=_np_dtype(dtype))
+        cases += [(special, special, {}), (special, special, {"equal_nan": False}),
+                  (np.array([1.0, np.inf], dtype=_np_dtype(dtype)), np.array([np.inf, np.inf], dtype=_np_dtype(dtype)), {"rtol": 1.0})]
+    for x, y, kwargs in cases:
+        expected = np.allclose(x.astype(np.float64), y.astype(np.float64), **{"equal_nan": True, **kwargs})
+        out = mx.nd.contrib.allclose(mx.nd.array(x, ctx=ctx, dtype=dtype), mx.nd.array(y, ctx=ctx, dtype=dtype), **kwargs)
+        _check(out, np.array([expected], dtype=np.uint8), "uint8")
+    with pytest.raises(mx.MXNetError, match=r"allclose.*\(2, 3\).*\(3, 2\)"):
+        mx.nd.contrib.allclose(mx.nd.zeros((2, 3), ctx=ctx), mx.nd.zeros((3, 2), ctx=ctx))
+    with pytest.raises(mx.MXNetError, match="allclose.*dtype"):
+        mx.nd.contrib.allclose(mx.nd.zeros((2,), ctx=ctx), mx.nd.zeros((2,), ctx=ctx, dtype="float64"))
+    with pytest.raises(mx.MXNetError, match="allclose.*negative"):
+        mx.nd.contrib.allclose(mx.nd.zeros((2,), ctx=ctx), mx.nd.zeros((2,), ctx=ctx), rtol=-1)
+
+
 def test_depth_to_space_and_back(ctx):
     x = _data((2, 8, 3, 5), "float32")
     b = 2

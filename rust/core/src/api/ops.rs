@@ -248,6 +248,13 @@ pub fn norm(x: &NDArray, params: NormParams) -> Result<NDArray> {
     call1("norm", &[x], &params)
 }
 
+/// Whether every element of `a` is within `params.atol + params.rtol * |b|` of `b`'s: a
+/// one-element uint8 array holding 1 or 0 (`_contrib_allclose`).
+#[track_caller]
+pub fn allclose(a: &NDArray, b: &NDArray, params: AllCloseParams) -> Result<NDArray> {
+    call1("_contrib_allclose", &[a, b], &params)
+}
+
 /// Matrix product of the last axis of `lhs` with the first of `rhs` (either transposed first).
 #[track_caller]
 pub fn dot(lhs: &NDArray, rhs: &NDArray, params: DotParams) -> Result<NDArray> {

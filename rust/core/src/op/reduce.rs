@@ -14,7 +14,7 @@ use super::rearrange::broadcast_into;
 use super::shape_ops::transpose_into;
 #[cfg(feature = "cuda")]
 use super::Tensor;
-use super::{exactly, parallel_units, zero_gradient, ExecContext, OpDef, Operator, Reduction};
+use super::{exactly, parallel_units, zero_gradient, ExecContext, OpDef, Operator, Reduction, PARALLEL_GRAIN};
 use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
 use crate::graph::Entry;
@@ -1032,6 +1032,92 @@ impl Operator for ArgReduce {
     }
 }
 
+crate::op_params! {
+    pub struct AllCloseParams {
+        /// Relative tolerance.
+        rtol: f64 = 1e-5,
+        /// Absolute tolerance.
+        atol: f64 = 1e-8,
+        /// Whether NaNs in a and b at the same position count as equal.
+        equal_nan: bool = true,
+    }
+}
+
+/// allclose(a, b): 1 (uint8) when every `|a - b| <= atol + rtol * |b|`, else 0. As in NumPy,
+/// an infinity is close only to an equal infinity, and NaN to NaN only with `equal_nan` (MXNet
+/// 1.9.1 counted any finite value close to an infinity). Test suites compare large arrays
+/// with it without copying them out and comparing them in NumPy, which for float16 is far slower
+/// than the computation under test.
+struct AllClose {
+    params: AllCloseParams,
+}
+
+impl AllClose {
+    /// Positions of `a` and `b` (equal lengths) that are not close, counted without an early
+    /// exit so that the loop vectorizes.
+    fn count_far<T: Elem>(&self, a: &[T], b: &[T]) -> usize {
+        let AllCloseParams { rtol, atol, equal_nan } = self.params;
+        let far = |(x, y): (&T, &T)| {
+            let (x, y) = (x.to_f64(), y.to_f64());
+            // As NumPy: an infinity is close only to itself (|1 - inf| <= rtol * inf would hold).
+            let close = if x.is_finite() && y.is_finite() {
+                (x - y).abs() <= atol + rtol * y.abs()
+            } else {
+                x == y || (equal_nan && x.is_nan() && y.is_nan())
+            };
+            usize::from(!close)
+        };
+        let pieces = a.len().div_ceil(PARALLEL_GRAIN).clamp(1, crate::engine::parallel::threads());
+        let per_piece = a.len().div_ceil(pieces).max(1);
+        let counts = crate::engine::parallel::map(pieces, |i| {
+            let range = (i * per_piece).min(a.len())..((i + 1) * per_piece).min(a.len());
+            let (a, b) = (a.get(range.clone()).unwrap_or_default(), b.get(range).unwrap_or_default());
+            super::simd::vectorized(
+                #[inline(always)]
+                || a.iter().zip(b).map(far).sum::<usize>(),
+            )
+        });
+        counts.into_iter().sum()
+    }
+}
+
+impl Operator for AllClose {
+    fn input_names(&self) -> Vec<String> {
+        vec!["a".into(), "b".into()]
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let [a, b] = exactly("allclose", "input", inputs)?;
+        if a != b {
+            crate::bail!(Shape, "allclose: a {a} and b {b} must have the same shape");
+        }
+        Ok(vec![Shape::new(vec![1])])
+    }
+    fn infer_type(&self, inputs: &[DType]) -> Result<Vec<DType>> {
+        let [a, b] = exactly("allclose", "input", inputs)?;
+        if a != b {
+            crate::bail!(Type, "allclose: a is {a} and b {b}; they must share one dtype");
+        }
+        Ok(vec![DType::U8])
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        zero_gradient(d)
+    }
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let far = crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let (a, b) = (args.input::<T>(0)?, args.input::<T>(1)?);
+            if a.len() != b.len() {
+                crate::bail!(Runtime, "allclose: a has {} elements and b {}", a.len(), b.len());
+            }
+            self.count_far(a, b)
+        });
+        match args.output::<u8>(0)? {
+            [out] => *out = u8::from(far == 0),
+            other => crate::bail!(Runtime, "allclose: the output has {} elements, expected 1", other.len()),
+        }
+        Ok(())
+    }
+}
+
 macro_rules! reductions {
     ($( $r:ident $name:literal [$($alias:literal),*] $doc:literal; )*) => {
         pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
@@ -1056,6 +1142,13 @@ macro_rules! reductions {
                     other => crate::bail!(Param, "norm: ord must be 1 or 2, got {other}"),
                 }
             }));
+            add(OpDef::new("_contrib_allclose", &[], "Whether all elements of a and b are close: |a - b| <= atol + rtol * |b| (1 or 0, uint8).",
+                |params: AllCloseParams| {
+                    if params.rtol < 0.0 || params.atol < 0.0 {
+                        crate::bail!(Param, "allclose: rtol ({}) and atol ({}) must not be negative", params.rtol, params.atol);
+                    }
+                    Ok(AllClose { params })
+                }));
             add(OpDef::new("moments", &[], "Calculates the mean and variance of the input over axes.", |p: MomentsParams| {
                 Ok(Moments { mean: Reduce { params: ReduceParams { axis: p.axes, keepdims: p.keepdims, exclude: false }, _r: PhantomData } })
             }));

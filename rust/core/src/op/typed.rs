@@ -45,7 +45,7 @@ pub use super::rearrange::{
     BlockSizeParams, BroadcastAxisParams, BroadcastLikeParams, BroadcastToParams, FlipParams, RepeatParams, SqueezeParams, StackParams,
     SwapAxesParams, TileParams,
 };
-pub use super::reduce::{ArgReduceParams, MomentsParams, NormParams, ReduceParams, SpreadParams};
+pub use super::reduce::{AllCloseParams, ArgReduceParams, MomentsParams, NormParams, ReduceParams, SpreadParams};
 pub use super::rnn::{RnnMode, RnnParams};
 pub use super::sampling::{MultinomialParams, SampleParams};
 pub use super::select::{AddNParams, ClipParams};
