@@ -117,6 +117,7 @@ VALUE_TESTS = {
     "isfinite": "test_operator_table.py::test_erfinv_inverts_erf_and_flags",
     "BlockGrad": "test_operator_table.py::test_eye_linspace_stop_gradient",
     "_backward_relu": "test_operator_table.py::test_backward_relu",
+    "_contrib_allclose": "test_operator_table.py::test_allclose",
     "argmax": "test_operator_table.py::test_argmax_argmin",
     "argmin": "test_operator_table.py::test_argmax_argmin",
     "argmax_channel": "test_operator_table.py::test_argmax_argmin",
@@ -404,6 +405,7 @@ OPTIMIZER_STATISTIC = "optimizer helper computing norms or rates from weights: n
 RANDOM_PERMUTATION = "random permutation: no gradient (none in MXNet 1.9.1 either)"
 INDEX_WRITE = "in-place write of NDArray.__setitem__: no gradient (none in MXNet 1.9.1 either)"
 BATCH_TAKE = "deprecated in favour of pick: no gradient (none in MXNet 1.9.1 either)"
+CLOSENESS_TEST = "a yes/no comparison of two arrays: no gradient (none in MXNet 1.9.1 either)"
 OVERFLOW_CHECK = "AMP's overflow check of gradients: no gradient (none in MXNet 1.9.1 either)"
 RESIZE = ("no gradient: MXNet 1.9.1's gradient copies the output gradient, which fits only an unchanged size; "
           "oxnet registers none")
@@ -449,6 +451,7 @@ NOT_DIFFERENTIABLE = {
     "batch_take": (BATCH_TAKE, (lambda x: nd.batch_take(x, _index(2, 0)), [(2, 4)])),
     "_image_resize": (RESIZE, (lambda x: nd.image.resize(x, size=(2, 2)), [(3, 4, 3)])),
     "all_finite": (OVERFLOW_CHECK, (nd.all_finite, [(2, 3)])),
+    "_contrib_allclose": (CLOSENESS_TEST, (nd.contrib.allclose, [(2, 3), (2, 3)])),
     "multi_all_finite": (OVERFLOW_CHECK, (lambda a, b: nd.multi_all_finite(a, b, num_arrays=2), [(2, 3), (3,)])),
 }
 

@@ -1099,9 +1099,6 @@ impl Operator for AllClose {
         }
         Ok(vec![DType::U8])
     }
-    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
-        zero_gradient(d)
-    }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
         let far = crate::dispatch_dtype!(args.input_dtype(0)?, T => {
             let (a, b) = (args.input::<T>(0)?, args.input::<T>(1)?);

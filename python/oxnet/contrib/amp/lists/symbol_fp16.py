@@ -81,7 +81,7 @@ CONDITIONAL_FP32_FUNCS = [
 
 # Take several inputs of one type: their inputs are cast to the widest float type among them.
 WIDEST_TYPE_CASTS = [
-    'Concat', 'ElementWiseSum', '_Div', '_Equal', '_Greater', '_Greater_Equal', '_Lesser', '_Lesser_Equal',
+    'Concat', 'ElementWiseSum', '_Div', '_contrib_allclose', '_Equal', '_Greater', '_Greater_Equal', '_Lesser', '_Lesser_Equal',
     '_Logical_And', '_Logical_Or', '_Logical_Xor', '_Maximum', '_Minimum', '_Minus', '_Mod', '_Mul', '_Not_Equal',
     '_Plus', '_div', '_equal', '_greater', '_greater_equal', '_lesser', '_lesser_equal', '_logical_and',
     '_logical_or', '_logical_xor', '_maximum', '_minimum', '_minus', '_mod', '_mul', '_not_equal', '_plus',
