@@ -29,9 +29,8 @@ pub(super) struct Epilogue {
 
 impl Epilogue {
     /// Adds `bias` (one value per filter), if any.
-    pub fn with_bias(bias: Option<&Tensor>) -> Epilogue {
-        let shift = bias.map(|b| super::normalization::to_f64(b).into_iter().map(|v| v as f32).collect());
-        Epilogue { scale: None, shift, relu: false }
+    pub fn with_bias(bias: Option<&[f32]>) -> Epilogue {
+        Epilogue { scale: None, shift: bias.map(<[f32]>::to_vec), relu: false }
     }
 
     pub fn is_identity(&self) -> bool {
@@ -109,7 +108,8 @@ impl ConvolutionWithEpilogue {
     /// The epilogue at inference: the bias, the BatchNorm's moving statistics folded into a
     /// scale and shift (in float64, as BatchNorm computes them), the relu.
     fn inference_epilogue(&self, args: &KernelArgs) -> Result<Epilogue> {
-        let mut epilogue = Epilogue::with_bias(args.inputs().get(2).filter(|_| !self.conv.no_bias));
+        let bias = (!self.conv.no_bias).then(|| args.input::<f32>(2)).transpose()?;
+        let mut epilogue = Epilogue::with_bias(bias);
         if let Some(bn) = &self.batch_norm {
             let n = self.conv_inputs();
             let read = |i: usize| args.input_f64(n + i);
@@ -141,7 +141,7 @@ impl ConvolutionWithEpilogue {
         let [out] = exactly(OP, "output", args.outputs())?;
         let (conv_inputs, norm_params) = self.split_inputs(args.inputs())?;
         let [gamma, beta, moving_mean, moving_var] = exactly(OP, "BatchNorm input", norm_params)?;
-        let [x, weight, ..] = conv_inputs else {
+        let [x, _, ..] = conv_inputs else {
             crate::bail!(Value, "{OP}: data and weight expected, got {} convolution inputs", conv_inputs.len());
         };
         let g = self.conv.geometry("Convolution", &x.shape)?;
@@ -157,7 +157,8 @@ impl ConvolutionWithEpilogue {
                 Tensor::new(var.as_mut_slice().as_mut_ptr() as *mut u8, channels, DType::F32),
             )
         };
-        convolve(&g, x, weight, &conv_out, &Epilogue::with_bias(conv_inputs.get(2)))?;
+        let convolution = super::lookup("Convolution")?.instantiate("Convolution", &self.conv.to_attrs())?;
+        args.delegate(convolution.as_ref(), conv_inputs, std::slice::from_ref(&conv_out), |conv| convolution.forward(ctx, conv))?;
         let norm_inputs = [conv_out, gamma.clone(), beta.clone(), moving_mean.clone(), moving_var.clone()];
         let batch_norm = BatchNorm::new(bn.clone());
         args.delegate(&batch_norm, &norm_inputs, &[out.clone(), mean, var], |normalize| batch_norm.forward(ctx, normalize))?;
@@ -216,13 +217,8 @@ impl Operator for ConvolutionWithEpilogue {
         match &self.batch_norm {
             Some(bn) if ctx.is_train && !bn.use_global_stats => self.forward_training(bn, ctx, args),
             _ => {
-                let [out] = exactly(OP, "output", args.outputs())?;
-                let (conv_inputs, _) = self.split_inputs(args.inputs())?;
-                let [x, weight, ..] = conv_inputs else {
-                    crate::bail!(Value, "{OP}: data and weight expected, got {} convolution inputs", conv_inputs.len());
-                };
-                let g = self.conv.geometry("Convolution", &x.shape)?;
-                convolve(&g, x, weight, out, &self.inference_epilogue(args)?)
+                let g = self.conv.geometry("Convolution", args.input_shape(0)?)?;
+                convolve(&g, args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(0)?, &self.inference_epilogue(args)?)
             }
         }
     }

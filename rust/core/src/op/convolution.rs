@@ -770,17 +770,17 @@ impl ImageProducts<'_> {
 /// As [`as_f32`], writable.
 fn as_f32_mut<T: Elem>(values: &mut [T]) -> Result<&mut [f32]> {
     if T::DTYPE != DType::F32 {
-        crate::bail!(Runtime, "{OP}: the shifted strategy is float32 only, given {}", T::DTYPE);
+        crate::bail!(Runtime, "{OP}: a float32 kernel was given {} values", T::DTYPE);
     }
     // SAFETY: T is f32 (checked above): same size and alignment.
     Ok(unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr() as *mut f32, values.len()) })
 }
 
-/// A float32 array seen as such: the shifted strategy (float32 only) is chosen by dtype, so its
-/// buffers only meet arrays of element type f32 (anything else is an error).
+/// A float32 array seen as such: the float32-only strategies (shifted, depthwise) are chosen by
+/// dtype, so they only meet arrays of element type f32 (anything else is an error).
 fn as_f32<T: Elem>(values: &[T]) -> Result<&[f32]> {
     if T::DTYPE != DType::F32 {
-        crate::bail!(Runtime, "{OP}: the shifted strategy is float32 only, given {}", T::DTYPE);
+        crate::bail!(Runtime, "{OP}: a float32 kernel was given {} values", T::DTYPE);
     }
     // SAFETY: T is f32 (checked above): same size and alignment.
     Ok(unsafe { std::slice::from_raw_parts(values.as_ptr() as *const f32, values.len()) })
@@ -838,49 +838,42 @@ pub(super) fn check_parameter_shapes(g: &Geometry, inputs: &[Shape]) -> Result<(
 
 /// `out = weight * x` for geometry `g`, with `epilogue` applied to each chunk of images as it
 /// is done (float32 only; any other dtype takes the identity).
-pub(super) fn convolve(g: &Geometry, x: &Tensor, weight: &Tensor, out: &Tensor, epilogue: &Epilogue) -> Result<()> {
-    if x.dtype != DType::F32 && !epilogue.is_identity() {
-        crate::bail!(Type, "Convolution: a fused epilogue needs float32 data, got {:?}", x.dtype);
-    }
-    if x.dtype == DType::F32 && stencil::suits_depthwise(g) {
-        // SAFETY: inputs are read-only here; the output is this op's alone.
-        let (xv, wv, outv) = unsafe { (x.slice::<f32>(), weight.slice::<f32>(), out.slice_mut::<f32>()) };
-        return stencil::depthwise_correlate(g, xv, wv, epilogue, outv);
+pub(super) fn convolve<T: Elem>(g: &Geometry, x: &[T], weight: &[T], out: &mut [T], epilogue: &Epilogue) -> Result<()> {
+    if T::DTYPE != DType::F32 && !epilogue.is_identity() {
+        crate::bail!(Type, "Convolution: a fused epilogue needs float32 data, got {}", T::DTYPE);
     }
     let outs = g.output_size();
     let sizes = [
-        (x, g.batch * g.channels * g.input_size(), "data"),
-        (weight, g.weight_shape().size(), "weight"),
-        (out, g.batch * g.filters * outs, "output"),
+        (x.len(), g.batch * g.channels * g.input_size(), "data"),
+        (weight.len(), g.weight_shape().size(), "weight"),
+        (out.len(), g.batch * g.filters * outs, "output"),
     ];
-    for (tensor, size, name) in sizes {
-        if tensor.size() != size || tensor.dtype != x.dtype {
-            crate::bail!(Runtime, "{OP}: {name} of {} {} elements, expected {size} of {}", tensor.size(), tensor.dtype, x.dtype);
+    for (len, size, name) in sizes {
+        if len != size {
+            crate::bail!(Runtime, "{OP}: {name} of {len} elements, expected {size}");
         }
     }
-    let (products, plan) = ImageProducts::planned(g, x.dtype, weight.raw());
-    crate::dispatch_dtype!(x.dtype, T => {
-        // SAFETY: the input is read-only here; chunks write disjoint images of the output.
-        let xv = unsafe { x.slice::<T>() };
-        let op = SendPtr(out.raw());
-        plan.run(|mine| {
-            let mut buf = products.buffers::<T>(Uses { correlate: true, scatter: false, weight_grad: false })?;
-            for images in mine.iter().cloned() {
-                let response = op.get() as *mut T;
-                // SAFETY: the output holds the whole batch and the weight the whole weight, of
-                // x's dtype (checked above); this chunk's images of the output are written by this
-                // task alone.
-                unsafe { products.correlate(images.clone(), xv, response, &mut buf) }?;
-                if x.dtype == DType::F32 {
-                    let block = images.len() * g.filters * outs;
-                    // SAFETY: as above; the dtype is float32.
-                    let region = unsafe { std::slice::from_raw_parts_mut(response.add(images.start * g.filters * outs).cast::<f32>(), block) };
-                    epilogue.apply_images(region, g.filters, outs, products.threads)?;
-                }
+    if T::DTYPE == DType::F32 && stencil::suits_depthwise(g) {
+        return stencil::depthwise_correlate(g, as_f32(x)?, as_f32(weight)?, epilogue, as_f32_mut(out)?);
+    }
+    let (products, plan) = ImageProducts::planned(g, T::DTYPE, weight.as_ptr().cast());
+    let response = SendPtr(out.as_mut_ptr());
+    plan.run(|mine| {
+        let mut buf = products.buffers::<T>(Uses { correlate: true, scatter: false, weight_grad: false })?;
+        for images in mine.iter().cloned() {
+            let response = response.get();
+            // SAFETY: the output holds the whole batch and the weight the whole weight (checked
+            // above); this chunk's images of the output are written by this task alone.
+            unsafe { products.correlate(images.clone(), x, response, &mut buf) }?;
+            if T::DTYPE == DType::F32 {
+                let block = images.len() * g.filters * outs;
+                // SAFETY: as above; T is f32.
+                let region = unsafe { std::slice::from_raw_parts_mut(response.add(images.start * g.filters * outs).cast::<f32>(), block) };
+                epilogue.apply_images(region, g.filters, outs, products.threads)?;
             }
-            Ok(())
-        })?;
-    });
+        }
+        Ok(())
+    })?;
     Ok(())
 }
 
@@ -987,22 +980,23 @@ impl Operator for Convolution {
         Ok(vec![g.output_shape()])
     }
     fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let (inputs, [out]) = (args.inputs(), exactly(OP, "output", args.outputs())?);
-        let (x, weight, bias) = match inputs {
-            [x, weight] => (x, weight, None),
-            [x, weight, bias] => (x, weight, Some(bias)),
-            _ => crate::bail!(Value, "{OP}: 2 or 3 inputs expected (data, weight[, bias]), got {}", inputs.len()),
+        let has_bias = match args.inputs().len() {
+            2 => false,
+            3 => true,
+            n => crate::bail!(Value, "{OP}: 2 or 3 inputs expected (data, weight[, bias]), got {n}"),
         };
-        let g = self.p.geometry("Convolution", &x.shape)?;
-        if x.dtype == DType::F32 {
-            return convolve(&g, x, weight, out, &Epilogue::with_bias(bias));
+        let g = self.p.geometry("Convolution", args.input_shape(0)?)?;
+        if args.input_dtype(0)? == DType::F32 {
+            let epilogue = Epilogue::with_bias(has_bias.then(|| args.input::<f32>(2)).transpose()?);
+            return convolve(&g, args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(0)?, &epilogue);
         }
-        convolve(&g, x, weight, out, &Epilogue::default())?;
-        if bias.is_some() {
-            crate::dispatch_dtype!(out.dtype, T => {
-                add_channel_bias(args.output::<T>(0)?, args.input::<T>(2)?, g.output_size());
-            });
-        }
+        crate::dispatch_dtype!(args.input_dtype(0)?, T => {
+            let out = args.output::<T>(0)?;
+            convolve(&g, args.input::<T>(0)?, args.input::<T>(1)?, out, &Epilogue::default())?;
+            if has_bias {
+                add_channel_bias(out, args.input::<T>(2)?, g.output_size());
+            }
+        });
         Ok(())
     }
     /// im2col of a chunk of images per group, then one strided-batched GEMM per group and

@@ -189,21 +189,6 @@ impl Tensor {
     pub fn raw(&self) -> *mut u8 {
         self.ptr
     }
-    /// View the elements. Valid only inside the op's kernel, and only for inputs that are not
-    /// also written by the same op.
-    ///
-    /// # Safety
-    /// `T` must be the element type of `dtype`, and no output of the running op may alias it.
-    pub unsafe fn slice<T>(&self) -> &[T] {
-        std::slice::from_raw_parts(self.ptr::<T>(), self.size())
-    }
-    /// # Safety
-    /// `T` must be the element type of `dtype`; the running op must own this output exclusively
-    /// and not read any input that aliases it through another slice.
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn slice_mut<T>(&self) -> &mut [T] {
-        std::slice::from_raw_parts_mut(self.ptr::<T>(), self.size())
-    }
 }
 
 /// What a running kernel may ask of its environment.

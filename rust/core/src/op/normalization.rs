@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 use super::grad::{Grad, InputGrads};
-use super::{exactly, simd, sum_lanes, ExecContext, OpDef, Operator, Tensor};
+use super::{exactly, simd, sum_lanes, ExecContext, OpDef, Operator};
 use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -55,16 +55,6 @@ fn check_backward_inputs(op: &str, inputs: &[Shape], params: usize, stats: usize
         }
     }
     Ok(())
-}
-
-/// A tensor's elements as f64, for code that holds tensors rather than kernel arguments (the
-/// convolution epilogue's bias); kernels use [`KernelArgs::input_f64`]. Delete with its last
-/// caller.
-pub(super) fn to_f64(t: &Tensor) -> Vec<f64> {
-    crate::dispatch_dtype!(t.dtype, T => {
-        // SAFETY: read-only use of an input (or of an output this op already wrote).
-        unsafe { t.slice::<T>() }.iter().map(|v| v.to_f64()).collect()
-    })
 }
 
 /// Channel ranges of one task each, as `parallel_chunks(channels, 1, ..)` splits them: one range
