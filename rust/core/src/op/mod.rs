@@ -7,6 +7,8 @@
 
 mod activation;
 mod amp;
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod broadcast;
 mod conv_epilogue;
 mod conv_shifted;

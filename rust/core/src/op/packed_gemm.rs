@@ -27,13 +27,14 @@ use std::cell::RefCell;
 /// broadcast A element fill 27 of the 32 vector registers.
 const MR: usize = 12;
 /// 16-lane vectors per register block row.
-const V: usize = 2;
+pub(super) const V: usize = 2;
 /// Columns of C per register block.
-const NR: usize = 16 * V;
+pub(super) const NR: usize = 16 * V;
 /// k per slice: one packed B panel (KC x NR, 32 KB) stays in L1 while A panels stream past it.
 const KC: usize = 256;
 /// Rows of A per packed block: 288 x 256 floats (288 KB) stay in L2 for every B panel.
 const MC: usize = 24 * MR;
+const _: () = assert!(MC.is_multiple_of(super::amx::MR), "A blocks hold whole AMX panels");
 /// Columns of B per packed block (KC x NC floats, 2 MB, in L3): A is packed once per block, so
 /// square products up to 2048 pack it once (blocks of 512 packed a 2048^3 product's A four times,
 /// 14% of its time).
@@ -53,7 +54,7 @@ impl<T> Operand<T> {
     ///
     /// # Safety
     /// (r, c) addresses an element inside the operand's allocation.
-    unsafe fn at(&self, r: usize, c: usize) -> *const T {
+    pub(super) unsafe fn at(&self, r: usize, c: usize) -> *const T {
         self.ptr.offset(r as isize * self.rs + c as isize * self.cs)
     }
 
@@ -123,14 +124,19 @@ pub(super) unsafe fn bf16_gemm(
     accumulate: bool,
     threads: usize,
 ) {
-    gemm::<Bf16>(m, n, k, a, b, Dest { partial, out, ldc }, accumulate, threads)
+    let dest = Dest { partial, out, ldc };
+    if super::amx::available() {
+        gemm::<super::amx::AmxBf16>(m, n, k, a, b, dest, accumulate, threads)
+    } else {
+        gemm::<Bf16>(m, n, k, a, b, dest, accumulate, threads)
+    }
 }
 
 /// Where a product goes: float32 C (`partial`, `out` null), or bfloat16 `out` with the float32
 /// sums between k slices in `partial` (null when a product has one k slice and adds to
 /// nothing). Both have row stride `ldc`.
 #[derive(Clone, Copy)]
-struct Dest {
+pub(super) struct Dest {
     partial: *mut f32,
     out: *mut u16,
     ldc: usize,
@@ -153,7 +159,16 @@ impl Dest {
 /// # Safety
 /// As [`sgemm`], with P's CPU features present.
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemm<P: Precision>(m: usize, n: usize, k: usize, a: Operand<P::Elem>, b: Operand<P::Elem>, dest: Dest, accumulate: bool, threads: usize) {
+pub(super) unsafe fn gemm<P: Precision>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Operand<P::Elem>,
+    b: Operand<P::Elem>,
+    dest: Dest,
+    accumulate: bool,
+    threads: usize,
+) {
     if m == 0 || n == 0 {
         return;
     }
@@ -161,8 +176,8 @@ unsafe fn gemm<P: Precision>(m: usize, n: usize, k: usize, a: Operand<P::Elem>, 
     // Every band packs all of the operand that is not split: split B's columns (each band then
     // packs all of A) when A is the smaller one, as in FullyConnected, and the bands stay whole
     // panels wide.
-    let by_columns = (m <= n && n >= NR * parts) || m < MR * parts;
-    let (len, unit) = if by_columns { (n, NR) } else { (m, MR) };
+    let by_columns = (m <= n && n >= NR * parts) || m < P::MR * parts;
+    let (len, unit) = if by_columns { (n, NR) } else { (m, P::MR) };
     let width = len.div_ceil(parts).div_ceil(unit) * unit;
     crate::engine::parallel::run(len.div_ceil(width), &|band| {
         let (start, end) = (band * width, ((band + 1) * width).min(len));
@@ -187,13 +202,16 @@ pub fn peak_gflops(threads: usize, bf16: bool) -> Option<f64> {
     if !(if bf16 { bf16_available() } else { available() }) {
         return None;
     }
+    let amx = bf16 && super::amx::available();
     let threads = threads.clamp(1, crate::engine::parallel::threads().max(1));
     let period = std::time::Duration::from_millis(100);
     let run = || {
         let rates = crate::engine::parallel::map(threads, |_| {
             // SAFETY: the CPU features were checked above.
             unsafe {
-                if bf16 {
+                if amx {
+                    kernel_rate::<super::amx::AmxBf16>(period)
+                } else if bf16 {
                     kernel_rate::<Bf16>(period)
                 } else {
                     kernel_rate::<F32>(period)
@@ -205,26 +223,30 @@ pub fn peak_gflops(threads: usize, bf16: bool) -> Option<f64> {
     Some((0..3).map(|_| run()).fold(0.0, f64::max))
 }
 
-/// GFLOP/s of P's MR x NR kernel over KC units on one thread, run for `duration`.
+/// GFLOP/s of P's MR x NR register block over KC units on one thread, run for `duration`.
 ///
 /// # Safety
 /// P's CPU features are present.
 unsafe fn kernel_rate<P: Precision>(duration: std::time::Duration) -> f64 {
     let mut buffers = PackBuffers::default();
-    let (a, b) = (buffers.a.floats(KC * MR).as_ptr(), buffers.b.floats(KC * NR).as_ptr());
-    let mut c = [0f32; MR * NR];
+    let (a, b) = (buffers.a.floats(KC * P::MR).as_ptr(), buffers.b.floats(KC * NR).as_ptr());
+    let mut c = vec![0f32; P::MR * NR];
     let start = std::time::Instant::now();
     let mut calls = 0usize;
+    // SAFETY: P's CPU features are present (the caller's contract); `end` follows below.
+    unsafe { P::begin() };
     while start.elapsed() < duration {
         for _ in 0..64 {
-            let tile = Tile { c: c.as_mut_ptr(), narrow: std::ptr::null_mut(), ldc: NR, rows: MR, masks: column_masks(NR), add: false };
+            let tile = Tile { c: c.as_mut_ptr(), narrow: std::ptr::null_mut(), ldc: NR, rows: P::MR, masks: column_masks(NR), add: false };
             // SAFETY: the panels hold KC x MR and KC x NR units, c holds the MR x NR tile.
-            unsafe { P::kernel::<MR>(KC, a, b, tile) };
+            unsafe { P::block(P::MR, KC, a, b, tile) };
         }
         calls += 64;
     }
+    // SAFETY: paired with `begin` above.
+    unsafe { P::end() };
     std::hint::black_box(&c);
-    (2 * KC * P::PER_UNIT * MR * NR * calls) as f64 / start.elapsed().as_secs_f64() / 1e9
+    (2 * KC * P::PER_UNIT * P::MR * NR * calls) as f64 / start.elapsed().as_secs_f64() / 1e9
 }
 
 /// The packing buffers of one thread: an A block (MC x KC) and a B block (KC x NC).
@@ -275,13 +297,17 @@ thread_local! {
 /// # Safety
 /// As [`sgemm`].
 unsafe fn serial<P: Precision>(m: usize, n: usize, k: usize, a: Operand<P::Elem>, b: Operand<P::Elem>, dest: Dest, accumulate: bool) {
+    // SAFETY: P's CPU features are present (the caller's contract); `end` follows below.
+    unsafe { P::begin() };
     PACK_BUFFERS.with(|buffers| match buffers.try_borrow_mut() {
         // SAFETY: forwarded from the caller.
         Ok(mut buffers) => unsafe { blocked::<P>(m, n, k, a, b, dest, accumulate, &mut buffers) },
         // Only if a product ever ran inside another on this thread: use buffers of its own.
         // SAFETY: forwarded from the caller.
         Err(_) => unsafe { blocked::<P>(m, n, k, a, b, dest, accumulate, &mut PackBuffers::default()) },
-    })
+    });
+    // SAFETY: paired with `begin` above.
+    unsafe { P::end() };
 }
 
 /// The blocked loops: B blocks packed once per k slice, A blocks once per B block, a register
@@ -322,9 +348,9 @@ unsafe fn blocked<P: Precision>(
         return;
     }
     let slice = KC * P::PER_UNIT;
-    let units = |kc: usize| kc.div_ceil(P::PER_UNIT);
+    let units = P::units;
     let PackBuffers { a: buffer_a, b: buffer_b } = buffers;
-    let packed_a = buffer_a.floats(MC.min(m.div_ceil(MR) * MR) * units(slice.min(k)));
+    let packed_a = buffer_a.floats(MC.min(m.div_ceil(P::MR) * P::MR) * units(slice.min(k)));
     let packed_b = buffer_b.floats(units(slice.min(k)) * NC.min(n.div_ceil(NR) * NR));
     for j0 in (0..n).step_by(NC) {
         let nc = NC.min(n - j0);
@@ -364,7 +390,7 @@ unsafe fn multiply_block<P: Precision>(
     dest: Dest,
     accumulate: bool,
 ) {
-    let ku = kc.div_ceil(P::PER_UNIT);
+    let ku = P::units(kc);
     if ku == 0 {
         return;
     }
@@ -380,8 +406,8 @@ unsafe fn multiply_block<P: Precision>(
         for (q0, panel_b) in (0..nc).step_by(NR).zip(packed_b.chunks_exact(ku * NR)) {
             let masks = column_masks(NR.min(nc - q0));
             let panel_b = panel_b.as_ptr();
-            for (r0, panel) in (0..mc).step_by(MR).zip(packed_a.chunks_exact(MR * ku)) {
-                let rows = MR.min(mc - r0);
+            for (r0, panel) in (0..mc).step_by(P::MR).zip(packed_a.chunks_exact(P::MR * ku)) {
+                let rows = P::MR.min(mc - r0);
                 let panel = panel.as_ptr();
                 // SAFETY: the packed panels hold MR x ku and ku x NR units (zero past the
                 // block's rows, columns and k); C's block at (i0 + r0, j0 + q0) has `rows`
@@ -390,13 +416,7 @@ unsafe fn multiply_block<P: Precision>(
                     let at = dest.from(i0 + r0, j0 + q0);
                     let narrow = if narrow.is_null() { narrow } else { at.out };
                     let tile = Tile { c: at.partial, narrow, ldc: dest.ldc, rows, masks, add };
-                    match rows {
-                        1 => P::kernel::<1>(ku, panel, panel_b, tile),
-                        2 => P::kernel::<2>(ku, panel, panel_b, tile),
-                        3 | 4 => P::kernel::<4>(ku, panel, panel_b, tile),
-                        5..=8 => P::kernel::<8>(ku, panel, panel_b, tile),
-                        _ => P::kernel::<MR>(ku, panel, panel_b, tile),
-                    }
+                    P::block(rows, ku, panel, panel_b, tile);
                 }
             }
         }
@@ -494,24 +514,42 @@ impl PackedB {
 /// from `narrow` instead where that is not null (only in bfloat16 products, whose CPU features
 /// the rounding store needs).
 #[derive(Clone, Copy)]
-struct Tile {
-    c: *mut f32,
-    narrow: *mut u16,
-    ldc: usize,
-    rows: usize,
-    masks: [__mmask16; V],
-    add: bool,
+pub(super) struct Tile {
+    pub(super) c: *mut f32,
+    pub(super) narrow: *mut u16,
+    pub(super) ldc: usize,
+    pub(super) rows: usize,
+    pub(super) masks: [__mmask16; V],
+    pub(super) add: bool,
 }
 
 /// What the blocked loops multiply: the packing of each operand into 32-bit units and the
 /// micro-kernel over them.
-trait Precision {
+pub(super) trait Precision {
     /// The operands' element type.
     type Elem: Copy;
     /// k elements per packed unit.
     const PER_UNIT: usize;
-    /// Packs `rows` x `kc` of `a` into panels of MR rows, unit (r, u) of a panel at `u * MR + r`;
-    /// rows and k past the end of the block are zeros.
+    /// Rows of A per packed panel and register block.
+    const MR: usize = MR;
+    /// Packed units (rows of a B panel) per `kc` elements of k: `kc / PER_UNIT` rounded up, and
+    /// further for kernels that step over units in fixed groups (zeros fill the rest).
+    fn units(kc: usize) -> usize {
+        kc.div_ceil(Self::PER_UNIT)
+    }
+    /// Makes this thread ready to run the kernel (AMX loads its tile configuration); every call
+    /// is paired with an [`Precision::end`] on the same thread once its products are done.
+    ///
+    /// # Safety
+    /// The kernel's CPU features are present.
+    unsafe fn begin() {}
+    /// Undoes [`Precision::begin`].
+    ///
+    /// # Safety
+    /// Paired with a `begin` on this thread.
+    unsafe fn end() {}
+    /// Packs `rows` x `kc` of `a` into panels of MR rows, unit (r, u) of a panel at `u * MR + r`
+    /// (AMX: k steps of 16 units, each MR rows of them); rows and k past the end of the block are zeros.
     ///
     /// # Safety
     /// `a` addresses rows x kc elements; `out` holds rows (rounded up to MR) x units(kc).
@@ -522,11 +560,26 @@ trait Precision {
     /// # Safety
     /// `b` addresses kc x columns elements; `out` holds units(kc) x NR.
     unsafe fn pack_b(b: Operand<Self::Elem>, kc: usize, columns: usize, out: &mut [f32]);
-    /// One register block of `R` rows over `units` packed units.
+    /// One register block of `rows` (<= MR) rows over `units` packed units.
     ///
     /// # Safety
-    /// `a` holds units x MR and `b` units x NR packed units; the tile lies inside C, `rows <= R`.
-    unsafe fn kernel<const R: usize>(units: usize, a: *const f32, b: *const f32, tile: Tile);
+    /// `a` holds units x MR and `b` units x NR packed units; the tile lies inside C, `rows <= MR`;
+    /// for kernels with a `begin`, this thread is between `begin` and `end`.
+    unsafe fn block(rows: usize, units: usize, a: *const f32, b: *const f32, tile: Tile);
+}
+
+/// [`Precision::block`] through a kernel compiled for a fixed number of rows: the fewest of 1,
+/// 2, 4, 8 and MR that hold `rows`.
+macro_rules! by_rows {
+    ($kernel:ident, $rows:expr, $($arg:expr),*) => {
+        match $rows {
+            1 => $kernel::<1>($($arg),*),
+            2 => $kernel::<2>($($arg),*),
+            3 | 4 => $kernel::<4>($($arg),*),
+            5..=8 => $kernel::<8>($($arg),*),
+            _ => $kernel::<MR>($($arg),*),
+        }
+    };
 }
 
 /// float32 operands.
@@ -541,8 +594,8 @@ impl Precision for F32 {
     unsafe fn pack_b(b: Operand, kc: usize, columns: usize, out: &mut [f32]) {
         pack_b(b, kc, columns, out)
     }
-    unsafe fn kernel<const R: usize>(units: usize, a: *const f32, b: *const f32, tile: Tile) {
-        kernel::<R>(units, a, b, tile)
+    unsafe fn block(rows: usize, units: usize, a: *const f32, b: *const f32, tile: Tile) {
+        by_rows!(kernel, rows, units, a, b, tile)
     }
 }
 
@@ -559,8 +612,8 @@ impl Precision for Bf16 {
     unsafe fn pack_b(b: Operand<u16>, kc: usize, columns: usize, out: &mut [f32]) {
         pack_b_bf16(b, kc, columns, out)
     }
-    unsafe fn kernel<const R: usize>(units: usize, a: *const f32, b: *const f32, tile: Tile) {
-        kernel_bf16::<R>(units, a, b, tile)
+    unsafe fn block(rows: usize, units: usize, a: *const f32, b: *const f32, tile: Tile) {
+        by_rows!(kernel_bf16, rows, units, a, b, tile)
     }
 }
 
@@ -646,7 +699,7 @@ unsafe fn pack_b(b: Operand, kc: usize, columns: usize, out: &mut [f32]) {
 }
 
 /// A packed bfloat16 unit: `low` (the element at the lower k) and `high`, as float32 bits.
-fn pair(low: u16, high: u16) -> f32 {
+pub(super) fn pair(low: u16, high: u16) -> f32 {
     f32::from_bits(low as u32 | (high as u32) << 16)
 }
 
@@ -730,7 +783,7 @@ unsafe fn pack_a_bf16(a: Operand<u16>, rows: usize, kc: usize, out: &mut [f32]) 
 /// # Safety
 /// As [`Precision::pack_b`], with AVX512-BW present.
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn pack_b_bf16(b: Operand<u16>, kc: usize, columns: usize, out: &mut [f32]) {
+pub(super) unsafe fn pack_b_bf16(b: Operand<u16>, kc: usize, columns: usize, out: &mut [f32]) {
     let units = kc.div_ceil(2);
     let columns = columns.min(NR);
     let Some(out) = out.get_mut(..units * NR) else {
@@ -810,7 +863,7 @@ unsafe fn interleave(lines: &[*const f32], width: usize, kc: usize, out: &mut [f
 /// was column j. Three rounds of in-lane unpacks and 128-bit lane shuffles, 64 shuffles in all.
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn transpose16(v: &mut [__m512; 16]) {
+pub(super) fn transpose16(v: &mut [__m512; 16]) {
     let mut t = [_mm512_setzero_ps(); 16];
     // Pairs of rows interleaved by element, then by element pairs: afterwards vector 4i + j holds,
     // in each 128-bit lane L, rows 4i..4i+4 at column 4L + j.
@@ -895,7 +948,7 @@ unsafe fn kernel_bf16<const R: usize>(units: usize, a: *const f32, b: *const f32
 /// The tile lies inside C.
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn store<const R: usize>(acc: &[[__m512; V]; R], tile: Tile) {
+pub(super) unsafe fn store<const R: usize>(acc: &[[__m512; V]; R], tile: Tile) {
     if !tile.narrow.is_null() {
         // SAFETY: `narrow` is set only in bfloat16 products, which run where the CPU has
         // AVX512-BF16, BW and VL; the tile lies inside both destinations.
@@ -1014,6 +1067,20 @@ mod tests {
             eprintln!("skipped: no AVX512-BF16 on this CPU");
             return;
         }
+        check_bf16_products::<Bf16>();
+    }
+
+    #[test]
+    fn bfloat16_on_amx_tiles_matches_the_float64_reference_on_ragged_shapes_and_layouts() {
+        if !super::super::amx::available() {
+            eprintln!("skipped: no AMX-BF16 on this CPU (or OXNET_AMX=0)");
+            return;
+        }
+        check_bf16_products::<super::super::amx::AmxBf16>();
+    }
+
+    /// [`check_layouts`] for bfloat16 products by the kernel P.
+    fn check_bf16_products<P: Precision<Elem = u16>>() {
         let bits = |values: &[f32]| values.iter().map(|v| half::bf16::from_f32(*v).to_bits()).collect::<Vec<u16>>();
         // The product is rounded to bfloat16 once: within half a unit in the last of its 8 bits.
         check_layouts(1.0 / 256.0, |m, n, k, (ta, tb), a, b, c, ldc, accumulate, threads| {
@@ -1025,8 +1092,8 @@ mod tests {
             let mut out = bits(c);
             let partial = if accumulate || k > BF16_SLICE { c.as_mut_ptr() } else { std::ptr::null_mut() };
             // SAFETY: as above, on the bfloat16 copies; out (and partial where not null) hold m
-            // rows of stride ldc; the CPU has AVX512-BF16.
-            unsafe { bf16_gemm(m, n, k, oa, ob, partial, out.as_mut_ptr(), ldc, accumulate, threads) };
+            // rows of stride ldc; the CPU has P's features (checked by the callers).
+            unsafe { gemm::<P>(m, n, k, oa, ob, Dest { partial, out: out.as_mut_ptr(), ldc }, accumulate, threads) };
             for (value, &rounded) in c.iter_mut().zip(&out) {
                 *value = half::bf16::from_bits(rounded).to_f32();
             }
