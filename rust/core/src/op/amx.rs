@@ -86,6 +86,11 @@ const CONFIG: TileConfig = {
     TileConfig(bytes)
 };
 
+thread_local! {
+    /// How many products of this thread are between `begin` and `end`.
+    static CONFIGURED_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// bfloat16 operands on AMX tiles.
 pub(super) struct AmxBf16;
 
@@ -97,13 +102,21 @@ impl Precision for AmxBf16 {
         kc.div_ceil(2).div_ceil(STEP) * STEP
     }
     unsafe fn begin() {
-        // SAFETY: the CPU has AMX and the process may use tile data (`available`); the
-        // configuration is 64 readable bytes.
-        unsafe { asm!("ldtilecfg [{}]", in(reg) CONFIG.0.as_ptr(), options(nostack, readonly)) };
+        // Only the outermost product of this thread configures (and its end releases): a product
+        // nested in another must not release the tiles the outer one still uses.
+        if CONFIGURED_DEPTH.replace(CONFIGURED_DEPTH.get() + 1) == 0 {
+            // SAFETY: the CPU has AMX and the process may use tile data (`available`); the
+            // configuration is 64 readable bytes.
+            unsafe { asm!("ldtilecfg [{}]", in(reg) CONFIG.0.as_ptr(), options(nostack, readonly)) };
+        }
     }
     unsafe fn end() {
-        // SAFETY: as in `begin`; releasing returns the tiles to their initial state.
-        unsafe { asm!("tilerelease", options(nostack, nomem)) };
+        let depth = CONFIGURED_DEPTH.get().saturating_sub(1);
+        CONFIGURED_DEPTH.set(depth);
+        if depth == 0 {
+            // SAFETY: as in `begin`; releasing returns the tiles to their initial state.
+            unsafe { asm!("tilerelease", options(nostack, nomem)) };
+        }
     }
     unsafe fn pack_a(a: Operand<u16>, rows: usize, kc: usize, out: &mut [f32]) {
         pack_a(a, rows, kc, out)
@@ -150,8 +163,10 @@ unsafe fn pack_a(a: Operand<u16>, rows: usize, kc: usize, out: &mut [f32]) {
                     // SAFETY: the line holds 16 floats, 32 halves.
                     let halves = unsafe { std::slice::from_raw_parts_mut(line.as_mut_ptr() as *mut u16, 2 * STEP) };
                     let (head, tail) = halves.split_at_mut(if r < valid { depth } else { 0 });
-                    // SAFETY: row r0 + r of the block holds kc >= p0 + depth elements.
-                    head.copy_from_slice(unsafe { std::slice::from_raw_parts(a.at(r0 + r, p0), head.len()) });
+                    if r < valid {
+                        // SAFETY: row r0 + r < rows of the block holds kc >= p0 + depth elements.
+                        head.copy_from_slice(unsafe { std::slice::from_raw_parts(a.at(r0 + r, p0), depth) });
+                    }
                     tail.fill(0);
                 }
             }

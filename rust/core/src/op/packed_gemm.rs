@@ -233,8 +233,8 @@ unsafe fn kernel_rate<P: Precision>(duration: std::time::Duration) -> f64 {
     let mut c = vec![0f32; P::MR * NR];
     let start = std::time::Instant::now();
     let mut calls = 0usize;
-    // SAFETY: P's CPU features are present (the caller's contract); `end` follows below.
-    unsafe { P::begin() };
+    // SAFETY: P's CPU features are present (the caller's contract).
+    let kernel = unsafe { Begun::<P>::new() };
     while start.elapsed() < duration {
         for _ in 0..64 {
             let tile = Tile { c: c.as_mut_ptr(), narrow: std::ptr::null_mut(), ldc: NR, rows: P::MR, masks: column_masks(NR), add: false };
@@ -243,8 +243,7 @@ unsafe fn kernel_rate<P: Precision>(duration: std::time::Duration) -> f64 {
         }
         calls += 64;
     }
-    // SAFETY: paired with `begin` above.
-    unsafe { P::end() };
+    drop(kernel);
     std::hint::black_box(&c);
     (2 * KC * P::PER_UNIT * P::MR * NR * calls) as f64 / start.elapsed().as_secs_f64() / 1e9
 }
@@ -297,8 +296,8 @@ thread_local! {
 /// # Safety
 /// As [`sgemm`].
 unsafe fn serial<P: Precision>(m: usize, n: usize, k: usize, a: Operand<P::Elem>, b: Operand<P::Elem>, dest: Dest, accumulate: bool) {
-    // SAFETY: P's CPU features are present (the caller's contract); `end` follows below.
-    unsafe { P::begin() };
+    // SAFETY: P's CPU features are present (the caller's contract).
+    let _kernel = unsafe { Begun::<P>::new() };
     PACK_BUFFERS.with(|buffers| match buffers.try_borrow_mut() {
         // SAFETY: forwarded from the caller.
         Ok(mut buffers) => unsafe { blocked::<P>(m, n, k, a, b, dest, accumulate, &mut buffers) },
@@ -306,8 +305,27 @@ unsafe fn serial<P: Precision>(m: usize, n: usize, k: usize, a: Operand<P::Elem>
         // SAFETY: forwarded from the caller.
         Err(_) => unsafe { blocked::<P>(m, n, k, a, b, dest, accumulate, &mut PackBuffers::default()) },
     });
-    // SAFETY: paired with `begin` above.
-    unsafe { P::end() };
+}
+
+/// [`Precision::begin`] until dropped (on a panic too), then [`Precision::end`].
+struct Begun<P: Precision>(std::marker::PhantomData<P>);
+
+impl<P: Precision> Begun<P> {
+    /// # Safety
+    /// P's CPU features are present.
+    unsafe fn new() -> Self {
+        // SAFETY: the caller's contract; `drop` ends it on this thread.
+        unsafe { P::begin() };
+        Begun(std::marker::PhantomData)
+    }
+}
+
+impl<P: Precision> Drop for Begun<P> {
+    fn drop(&mut self) {
+        // SAFETY: paired with the `begin` of `new` on this thread: a guard lives in the frame of
+        // the function that made it and is dropped there.
+        unsafe { P::end() };
+    }
 }
 
 /// The blocked loops: B blocks packed once per k slice, A blocks once per B block, a register
