@@ -1003,10 +1003,32 @@ unsafe fn store_narrowed<const R: usize>(acc: &[[__m512; V]; R], tile: Tile) {
 mod tests {
     use super::*;
 
-    /// Row-major (rows x cols) values stored as given (`transposed`: the storage is cols x rows).
-    fn operand(values: &[f32], rows: usize, cols: usize, transposed: bool) -> Operand {
-        let (rs, cs) = if transposed { (1, rows as isize) } else { (cols as isize, 1) };
-        Operand { ptr: values.as_ptr(), rs, cs }
+    /// How a test operand (rows x cols) lies in its storage.
+    #[derive(Clone, Copy, Debug)]
+    enum Layout {
+        RowMajor,
+        /// The storage is cols x rows.
+        Transposed,
+        /// Row-major with a gap after every element: neither stride is 1.
+        Spread,
+    }
+
+    /// The storage of `values` in `layout` (as given, or with a zero after each value).
+    fn stored(values: &[f32], layout: Layout) -> Vec<f32> {
+        match layout {
+            Layout::Spread => values.iter().flat_map(|&v| [v, 0.0]).collect(),
+            _ => values.to_vec(),
+        }
+    }
+
+    /// The operand of `storage` made by [`stored`].
+    fn operand(storage: &[f32], rows: usize, cols: usize, layout: Layout) -> Operand {
+        let (rs, cs) = match layout {
+            Layout::RowMajor => (cols as isize, 1),
+            Layout::Transposed => (1, rows as isize),
+            Layout::Spread => (2 * cols as isize, 2),
+        };
+        Operand { ptr: storage.as_ptr(), rs, cs }
     }
 
     /// Values exact in bfloat16 (eighths up to +-6), so both precisions have one exact answer.
@@ -1017,11 +1039,14 @@ mod tests {
     /// Runs `product` on every layout, thread count and accumulate flag over ragged shapes (k
     /// across slices, m across A blocks, n across B blocks, odd k) and checks C, and that C's
     /// padding columns stay untouched, against a float64 reference.
-    fn check_layouts(tolerance: f64, product: impl Fn(usize, usize, usize, (bool, bool), &[f32], &[f32], &mut [f32], usize, bool, usize)) {
+    fn check_layouts(tolerance: f64, product: impl Fn(usize, usize, usize, (Layout, Layout), &[f32], &[f32], &mut [f32], usize, bool, usize)) {
+        use Layout::*;
         let shapes = [(1, 1, 1), (1, 37, 300), (13, 33, 257), (29, 65, 5), (300, 70, 520), (50, 700, 40), (7, 2, 3), (3, 2100, 17), (5, 40, 1023)];
+        let layouts =
+            [(RowMajor, RowMajor, 1), (RowMajor, Transposed, 2), (Transposed, RowMajor, 2), (Transposed, Transposed, 3), (Spread, Spread, 2)];
         for &(m, n, k) in &shapes {
-            let (a, b) = (values(m * k, 7), values(k * n, 5));
-            for (ta, tb, threads) in [(false, false, 1), (false, true, 2), (true, false, 2), (true, true, 3)] {
+            for (ta, tb, threads) in layouts {
+                let (a, b) = (stored(&values(m * k, 7), ta), stored(&values(k * n, 5), tb));
                 let (oa, ob) = (operand(&a, m, k, ta), operand(&b, k, n, tb));
                 let read = |o: &Operand, r: usize, c: usize| unsafe { *o.at(r, c) } as f64;
                 for accumulate in [false, true] {
@@ -1038,7 +1063,7 @@ mod tests {
                             };
                             assert!(
                                 (got - want).abs() <= tolerance * want.abs().max(1.0),
-                                "{m}x{n}x{k} ta={ta} tb={tb}: c[{i}][{j}] = {got}, want {want}"
+                                "{m}x{n}x{k} {ta:?} x {tb:?}: c[{i}][{j}] = {got}, want {want}"
                             );
                         }
                     }
