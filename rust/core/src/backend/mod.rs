@@ -1,9 +1,11 @@
-//! Device backends. The CPU kernels live with their operators; this module answers what GPUs
+//! Device backends: the CPU's micro-kernels (`cpu`) and the CUDA backend (`cuda`). Operators
+//! (in `op`) define what is computed and dispatch to these; this module also answers what GPUs
 //! exist and produces the error for work sent to a device that is absent.
 
 use crate::base::Context;
 use crate::error::Error;
 
+pub(crate) mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 

@@ -5,7 +5,8 @@ use crate::op::KernelArgs;
 use std::sync::Arc;
 
 use super::grad::{Grad, InputGrads};
-use super::{exactly, fast_math, parallel_chunks, parallel_units, ExecContext, InOut, OpDef, Operator, SendPtr};
+use super::{exactly, parallel_chunks, parallel_units, ExecContext, InOut, OpDef, Operator, SendPtr};
+use crate::backend::cpu::fast_math;
 use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
 use crate::graph::Entry;
@@ -504,7 +505,7 @@ fn softmax_each_lane(args: &KernelArgs, layout: (usize, usize, usize), scale: f6
 /// Softmax (or log-softmax) of one contiguous float32 row: a vectorized max, exponentials with
 /// sixteen running sums, one scaling pass; compiled for the CPU's widest vectors.
 fn softmax_row_f32(x: &[f32], y: &mut [f32], scale: f32, log: bool) {
-    super::simd::vectorized(
+    crate::backend::cpu::simd::vectorized(
         #[inline(always)]
         || softmax_row_f32_body(x, y, scale, log),
     )
@@ -723,7 +724,7 @@ fn lane_values<T: Elem>(values: &[T], start: usize, inner: usize, n: usize) -> i
 
 /// One contiguous float32 row of the softmax gradient: the row sum, then one write pass.
 fn softmax_backward_row_f32(g: &[f32], y: &[f32], dx: &mut [f32], log: bool) {
-    super::simd::vectorized(
+    crate::backend::cpu::simd::vectorized(
         #[inline(always)]
         || softmax_backward_row_body(g, y, dx, log),
     )

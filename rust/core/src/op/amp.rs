@@ -178,7 +178,7 @@ fn none_all_ones<T: Copy + Sync, B: Copy + Sync + PartialEq + std::ops::BitAnd<O
 ) -> bool {
     let parts = crate::engine::parallel::map(values.len().div_ceil(PARALLEL_GRAIN), |p| {
         let chunk = values.chunks(PARALLEL_GRAIN).nth(p).unwrap_or_default();
-        super::simd::vectorized(
+        crate::backend::cpu::simd::vectorized(
             #[inline(always)]
             || chunk.iter().filter(|&&v| bits(v) & mask == mask).count(),
         )

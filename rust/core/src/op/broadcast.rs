@@ -66,7 +66,7 @@ pub fn copy_into<T: Copy + Send + Sync>(xs: &[T], ys: &mut [T]) -> Result<()> {
 /// `ys[i] = f(ys[i])`, split across threads as [`map_into`] splits.
 pub fn update_in_place<T: Copy + Send>(ys: &mut [T], grain: usize, f: impl Fn(T) -> T + Sync) -> Result<()> {
     parallel_units(ys, 1, grain, |_, piece| {
-        super::simd::vectorized(
+        crate::backend::cpu::simd::vectorized(
             #[inline(always)]
             || piece.iter_mut().for_each(|y| *y = f(*y)),
         );
@@ -85,7 +85,7 @@ pub fn map_args<T: Elem>(args: &KernelArgs, grain: usize, f: impl Fn(T) -> T + S
 /// `ys[i] = f(xs[i])`, compiled for the CPU's widest vectors (`simd::vectorized`): math-heavy
 /// maps (exp, tanh, sigmoid) then run sixteen lanes at a time instead of four.
 pub(super) fn map_slices<A: Copy, B: Copy>(xs: &[A], ys: &mut [B], f: &impl Fn(A) -> B) {
-    super::simd::vectorized(
+    crate::backend::cpu::simd::vectorized(
         #[inline(always)]
         || {
             for (y, &x) in ys.iter_mut().zip(xs) {
@@ -231,7 +231,7 @@ pub fn zip_into<T: Copy + Send + Sync>(a: Operand<T>, b: Operand<T>, out: &mut [
         offsets
     };
     parallel_units(out, inner, (PARALLEL_GRAIN / inner.max(1)).max(1), |first_row, piece| {
-        super::simd::vectorized(
+        crate::backend::cpu::simd::vectorized(
             #[inline(always)]
             || -> Result<()> {
                 for (row, values) in (first_row..).zip(piece.chunks_mut(inner)) {
@@ -254,7 +254,7 @@ fn zip_flat<T: Copy + Send + Sync>(
 ) -> Result<()> {
     parallel_units(out, 1, PARALLEL_GRAIN, |first, piece| {
         let lanes = (Lane::of(a, first * ia, ia, piece.len())?, Lane::of(b, first * ib, ib, piece.len())?);
-        super::simd::vectorized(
+        crate::backend::cpu::simd::vectorized(
             #[inline(always)]
             || zip_lane(lanes.0, lanes.1, piece, f),
         );

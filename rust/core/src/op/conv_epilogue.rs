@@ -8,9 +8,10 @@
 //! MobileNet's batch-32 inference time). The statistics are read at run time, never baked into
 //! the weights: the parameters stay the caller's arrays.
 
-use super::convolution::{convolve, ConvolutionParams};
+use super::convolution::{convolve, Convolution, ConvolutionParams};
 use super::normalization::{BatchNorm, BatchNormParams};
-use super::{exactly, parallel_units, simd, Attrs, ExecContext, Operator, Params, Scratch, Tensor};
+use super::{exactly, parallel_units, Attrs, ExecContext, Operator, Params, Scratch, Tensor};
+use crate::backend::cpu::simd;
 use crate::base::{normalize_axis, DType, Shape};
 use crate::error::Result;
 use crate::graph::NodeOp;
@@ -91,14 +92,15 @@ impl Epilogue {
 /// `pass::conv_epilogue`). Inputs: the convolution's (data, weight, bias if any), then the
 /// BatchNorm's (gamma, beta, moving_mean, moving_var) if folded. float32 only.
 struct ConvolutionWithEpilogue {
-    conv: ConvolutionParams,
+    /// The convolution, whose kernel the training path delegates to.
+    convolution: Convolution,
     batch_norm: Option<BatchNormParams>,
     relu: bool,
 }
 
 impl ConvolutionWithEpilogue {
     fn conv_inputs(&self) -> usize {
-        if self.conv.no_bias {
+        if self.convolution.p.no_bias {
             2
         } else {
             3
@@ -108,7 +110,7 @@ impl ConvolutionWithEpilogue {
     /// The epilogue at inference: the bias, the BatchNorm's moving statistics folded into a
     /// scale and shift (in float64, as BatchNorm computes them), the relu.
     fn inference_epilogue(&self, args: &KernelArgs) -> Result<Epilogue> {
-        let bias = (!self.conv.no_bias).then(|| args.input::<f32>(2)).transpose()?;
+        let bias = (!self.convolution.p.no_bias).then(|| args.input::<f32>(2)).transpose()?;
         let mut epilogue = Epilogue::with_bias(bias);
         if let Some(bn) = &self.batch_norm {
             let n = self.conv_inputs();
@@ -144,7 +146,7 @@ impl ConvolutionWithEpilogue {
         let [x, _, ..] = conv_inputs else {
             crate::bail!(Value, "{OP}: data and weight expected, got {} convolution inputs", conv_inputs.len());
         };
-        let g = self.conv.geometry("Convolution", &x.shape)?;
+        let g = self.convolution.p.geometry("Convolution", &x.shape)?;
         let channels = Shape::new(vec![g.filters]);
         let (mut conv_out, mut mean, mut var) =
             (Scratch::<f32>::zeroed(out.size())?, Scratch::<f32>::zeroed(g.filters)?, Scratch::<f32>::zeroed(g.filters)?);
@@ -157,8 +159,8 @@ impl ConvolutionWithEpilogue {
                 Tensor::new(var.as_mut_slice().as_mut_ptr() as *mut u8, channels, DType::F32),
             )
         };
-        let convolution = super::lookup("Convolution")?.instantiate("Convolution", &self.conv.to_attrs())?;
-        args.delegate(convolution.as_ref(), conv_inputs, std::slice::from_ref(&conv_out), |conv| convolution.forward(ctx, conv))?;
+        let convolution = &self.convolution;
+        args.delegate(convolution, conv_inputs, std::slice::from_ref(&conv_out), |conv| convolution.forward(ctx, conv))?;
         let norm_inputs = [conv_out, gamma.clone(), beta.clone(), moving_mean.clone(), moving_var.clone()];
         let batch_norm = BatchNorm::new(bn.clone());
         args.delegate(&batch_norm, &norm_inputs, &[out.clone(), mean, var], |normalize| batch_norm.forward(ctx, normalize))?;
@@ -178,7 +180,7 @@ const OP: &str = "_ConvolutionWithEpilogue";
 impl Operator for ConvolutionWithEpilogue {
     fn input_names(&self) -> Vec<String> {
         let mut names = vec!["data", "weight"];
-        if !self.conv.no_bias {
+        if !self.convolution.p.no_bias {
             names.push("bias");
         }
         if self.batch_norm.is_some() {
@@ -187,7 +189,7 @@ impl Operator for ConvolutionWithEpilogue {
         names.into_iter().map(String::from).collect()
     }
     fn mutated_inputs(&self) -> &[usize] {
-        match (&self.batch_norm, self.conv.no_bias) {
+        match (&self.batch_norm, self.convolution.p.no_bias) {
             (None, _) => &[],
             (Some(_), true) => &[4, 5],
             (Some(_), false) => &[5, 6],
@@ -198,7 +200,7 @@ impl Operator for ConvolutionWithEpilogue {
         let [data, _weight, ..] = conv_inputs else {
             crate::bail!(Value, "{OP}: data and weight expected, got {} convolution inputs", conv_inputs.len());
         };
-        let g = self.conv.geometry("Convolution", data)?;
+        let g = self.convolution.p.geometry("Convolution", data)?;
         super::convolution::check_parameter_shapes(&g, conv_inputs)?;
         for (name, s) in ["gamma", "beta", "moving_mean", "moving_var"].iter().zip(norm_params) {
             if s.dims() != [g.filters] {
@@ -217,7 +219,7 @@ impl Operator for ConvolutionWithEpilogue {
         match &self.batch_norm {
             Some(bn) if ctx.is_train && !bn.use_global_stats => self.forward_training(bn, ctx, args),
             _ => {
-                let g = self.conv.geometry("Convolution", args.input_shape(0)?)?;
+                let g = self.convolution.p.geometry("Convolution", args.input_shape(0)?)?;
                 convolve(&g, args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(0)?, &self.inference_epilogue(args)?)
             }
         }
@@ -243,6 +245,6 @@ pub(crate) fn convolution_with_epilogue(conv: &Attrs, batch_norm: Option<&Attrs>
     let mut attrs = conv.clone();
     attrs.insert("with_batch_norm".into(), batch_norm.is_some().to_string());
     attrs.insert("with_relu".into(), relu.to_string());
-    let operator = Arc::new(ConvolutionWithEpilogue { conv: conv_params, batch_norm, relu });
+    let operator = Arc::new(ConvolutionWithEpilogue { convolution: Convolution { p: conv_params }, batch_norm, relu });
     Ok(Some(NodeOp { name: "_ConvolutionWithEpilogue".into(), attrs, operator }))
 }

@@ -18,7 +18,8 @@
 
 use super::convolution::{copy_short, Geometry};
 use super::linalg::transpose_f32;
-use super::{outside, part, part_mut, simd, tail, tail_mut, Scratch};
+use super::{outside, part, part_mut, tail, tail_mut, Scratch};
+use crate::backend::cpu::simd;
 use crate::base::DType;
 use crate::error::Result;
 use std::ops::Range;

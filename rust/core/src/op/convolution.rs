@@ -12,7 +12,8 @@ use super::grad::{tuple_attr, Grad, InputGrads};
 use super::linalg::matmul_checked;
 use super::linalg::Mat;
 use super::stencil;
-use super::{exactly, outside, part, part_mut, simd, sum_lanes, tail, tail_mut, ExecContext, OpDef, Operator, Scratch, SendPtr, Tensor};
+use super::{exactly, outside, part, part_mut, sum_lanes, tail, tail_mut, ExecContext, OpDef, Operator, Scratch, SendPtr, Tensor};
+use crate::backend::cpu::simd;
 use crate::base::{merge_partial, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -877,8 +878,8 @@ pub(super) fn convolve<T: Elem>(g: &Geometry, x: &[T], weight: &[T], out: &mut [
     Ok(())
 }
 
-struct Convolution {
-    p: ConvolutionParams,
+pub(super) struct Convolution {
+    pub(super) p: ConvolutionParams,
 }
 
 impl Operator for Convolution {

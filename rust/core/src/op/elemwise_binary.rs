@@ -1,5 +1,6 @@
 //! Element-wise binary math in its three MXNet forms: `broadcast_<op>` (NumPy broadcasting),
-//! `elemwise_<op>` / `_<op>` (equal shapes) and `_<op>_scalar` / `_r<op>_scalar` (a scalar operand).
+//! `elemwise_<op>` / `_<op>` (equal shapes) and `_<op>_scalar` / `_r<op>_scalar` (a scalar operand),
+//! and `add_n`, the sum of any number of equal-shape arrays.
 
 use crate::op::KernelArgs;
 use std::marker::PhantomData;
@@ -87,7 +88,7 @@ impl<M: BinaryMath> Operator for Binary<M> {
     fn elementwise(&self) -> Option<Elementwise> {
         Some(Elementwise {
             kernel: Arc::new(|out: &mut [f32], inputs: &[&[f32]]| {
-                super::simd::vectorized(
+                crate::backend::cpu::simd::vectorized(
                     #[inline(always)]
                     || {
                         if let [a, b] = inputs {
@@ -168,7 +169,7 @@ impl<M: BinaryMath> Operator for Scalar<M> {
         let s = self.scalar as f32;
         let kernel: BlockKernel = if self.reverse {
             Arc::new(move |out: &mut [f32], inputs: &[&[f32]]| {
-                super::simd::vectorized(
+                crate::backend::cpu::simd::vectorized(
                     #[inline(always)]
                     || {
                         if let [xs] = inputs {
@@ -181,7 +182,7 @@ impl<M: BinaryMath> Operator for Scalar<M> {
             })
         } else {
             Arc::new(move |out: &mut [f32], inputs: &[&[f32]]| {
-                super::simd::vectorized(
+                crate::backend::cpu::simd::vectorized(
                     #[inline(always)]
                     || {
                         if let [xs] = inputs {
@@ -429,8 +430,80 @@ impl BinaryMath for ReluGrad {
     }
 }
 
+crate::op_params! {
+    pub struct AddNParams {
+        /// Number of inputs to add.
+        num_args: usize,
+    }
+}
+
+/// add_n: the sum of its inputs, added pairwise into the output by `elemwise_add`'s kernel.
+struct AddN {
+    num_args: usize,
+}
+
+impl Operator for AddN {
+    fn input_names(&self) -> Vec<String> {
+        (0..self.num_args).map(|i| format!("arg{i}")).collect()
+    }
+    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
+        let first = super::first_input("add_n", inputs)?;
+        if let Some(bad) = inputs.iter().find(|s| *s != first) {
+            crate::bail!(Shape, "add_n: all inputs must have the same shape, got {first} and {bad}");
+        }
+        Ok(vec![first.clone()])
+    }
+    fn inplace_pairs(&self) -> &[(usize, usize)] {
+        &[(0, 0)]
+    }
+    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
+        let inputs = args.inputs();
+        let [out] = exactly("add_n", "output", args.outputs())?;
+        let add = super::lookup("elemwise_add")?.instantiate("elemwise_add", &Default::default())?;
+        match inputs {
+            [] => crate::bail!(Value, "add_n needs at least one input"),
+            [_] => super::shape_ops::copy_args(args)?,
+            [first, second, rest @ ..] => {
+                // Accumulate pairwise into the output: out = a + b, then out += c, ...
+                let add = add.as_ref();
+                let ctx = ExecContext::default();
+                args.delegate(add, &[first.clone(), second.clone()], std::slice::from_ref(out), |pair| add.forward(&ctx, pair))?;
+                for x in rest {
+                    args.delegate(add, &[out.clone(), x.clone()], std::slice::from_ref(out), |pair| add.forward(&ctx, pair))?;
+                }
+            }
+        }
+        Ok(())
+    }
+    /// Pairwise element-wise additions into the output, as on the CPU.
+    #[cfg(feature = "cuda")]
+    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, ctx: &ExecContext, inputs: &[super::Tensor], outputs: &[super::Tensor]) -> Result<()> {
+        let [out] = exactly("add_n", "output", outputs)?;
+        let add = super::lookup("elemwise_add")?.instantiate("elemwise_add", &Default::default())?;
+        match inputs {
+            [] => crate::bail!(Value, "add_n needs at least one input"),
+            [only] => crate::backend::cuda::kernels::copy_bytes(gpu, only, out),
+            [first, second, rest @ ..] => {
+                add.forward_gpu(gpu, ctx, &[first.clone(), second.clone()], std::slice::from_ref(out))?;
+                for x in rest {
+                    add.forward_gpu(gpu, ctx, &[out.clone(), x.clone()], std::slice::from_ref(out))?;
+                }
+                Ok(())
+            }
+        }
+    }
+    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
+        let g = d.out_grad(0);
+        Ok(vec![Some(g); self.num_args])
+    }
+}
+
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     register_table(add);
+    add(OpDef::new("add_n", &["ElementWiseSum", "_sparse_ElementWiseSum"], "Adds all input arguments element-wise.", |p: AddNParams| {
+        Ok(AddN { num_args: p.num_args })
+    })
+    .variadic());
     add(OpDef::new("_backward_relu", &[], "Gradient of relu from its output gradient and output: ograd where y > 0, else 0.", |_: NoParams| {
         Ok(Binary::<ReluGrad> { name: "_backward_relu", broadcast: false, _m: PhantomData })
     }));

@@ -230,7 +230,7 @@ unary_ops! {
     Rcbrt "rcbrt" [] "Returns element-wise inverse cube root of the input." => |x| F::one() / x.cbrt(), cuda "rcbrt($0)",
         grad |d, x, y, g| { let t = d.div(y, x)?; let t = d.scalar("_mul_scalar", &t, -1.0 / 3.0)?; d.mul(g, &t) }.map(Some);
     Exp "exp" [] "Returns element-wise exponential value of the input." => |x| x.exp(), cuda "exp($0)",
-        grad |d, x, y, g| d.mul(g, y).map(Some), f32 super::fast_math::exp_f32, grain TRANSCENDENTAL_GRAIN;
+        grad |d, x, y, g| d.mul(g, y).map(Some), f32 crate::backend::cpu::fast_math::exp_f32, grain TRANSCENDENTAL_GRAIN;
     Expm1 "expm1" [] "Returns exp(x) - 1 computed element-wise." => |x| x.exp_m1(), cuda "expm1($0)",
         grad |d, x, y, g| { let t = d.scalar("_plus_scalar", y, 1.0)?; d.mul(g, &t) }.map(Some);
     Log "log" [] "Returns element-wise natural logarithmic value of the input." => |x| x.ln(), cuda "log($0)",
@@ -258,7 +258,7 @@ unary_ops! {
     Cosh "cosh" [] "Returns the hyperbolic cosine of the input array, computed element-wise." => |x| x.cosh(), cuda "cosh($0)",
         grad |d, x, y, g| { let t = d.unary("sinh", x)?; d.mul(g, &t) }.map(Some);
     Tanh "tanh" [] "Returns the hyperbolic tangent of the input array, computed element-wise." => |x| x.tanh(), cuda "tanh($0)",
-        grad |d, x, y, g| { let t = d.unary("square", y)?; let t = d.scalar("_rminus_scalar", &t, 1.0)?; d.mul(g, &t) }.map(Some), f32 super::fast_math::tanh_f32, grain TRANSCENDENTAL_GRAIN;
+        grad |d, x, y, g| { let t = d.unary("square", y)?; let t = d.scalar("_rminus_scalar", &t, 1.0)?; d.mul(g, &t) }.map(Some), f32 crate::backend::cpu::fast_math::tanh_f32, grain TRANSCENDENTAL_GRAIN;
     Arcsinh "arcsinh" [] "Returns the element-wise inverse hyperbolic sine of the input array." => |x| x.asinh(), cuda "asinh($0)",
         grad |d, x, y, g| { let t = d.unary("square", x)?; let t = d.scalar("_plus_scalar", &t, 1.0)?; let t = d.unary("rsqrt", &t)?; d.mul(g, &t) }.map(Some);
     Arccosh "arccosh" [] "Returns the element-wise inverse hyperbolic cosine of the input array." => |x| x.acosh(), cuda "acosh($0)",
@@ -270,7 +270,7 @@ unary_ops! {
     Radians "radians" [] "Converts each element of the input array from degrees to radians." => |x| x.to_radians(), cuda "$0 * 0.017453292519943295",
         grad |d, x, y, g| d.scalar("_mul_scalar", g, std::f64::consts::PI / 180.0).map(Some);
     Sigmoid "sigmoid" [] "Computes sigmoid of x element-wise: 1 / (1 + exp(-x))." => |x| F::one() / (F::one() + (-x).exp()), cuda "1 / (1 + exp(-$0))",
-        grad |d, x, y, g| { let t = d.scalar("_rminus_scalar", y, 1.0)?; let t = d.mul(y, &t)?; d.mul(g, &t) }.map(Some), f32 super::fast_math::sigmoid_f32, grain TRANSCENDENTAL_GRAIN;
+        grad |d, x, y, g| { let t = d.scalar("_rminus_scalar", y, 1.0)?; let t = d.mul(y, &t)?; d.mul(g, &t) }.map(Some), f32 crate::backend::cpu::fast_math::sigmoid_f32, grain TRANSCENDENTAL_GRAIN;
     Relu "relu" [] "Computes rectified linear activation: max(x, 0); NaN stays NaN." => |x| if x > F::zero() || x.is_nan() { x } else { F::zero() }, cuda "($0 > 0 || $0 != $0) ? $0 : 0",
         grad |d, x, y, g| d.binary("_backward_relu", g, y).map(Some);
     Softsign "softsign" [] "Computes softsign of x element-wise: x / (1 + abs(x))." => |x| x / (F::one() + x.abs()), cuda "$0 / (1 + fabs($0))",

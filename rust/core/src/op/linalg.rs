@@ -129,11 +129,17 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
     }
     // Both operands along k and few outputs (a convolution's weight gradient): dot products of
     // rows beat packing both operands for a blocked GEMM.
-    if dtype == DType::F32 && am.cs == 1 && bm.rs == 1 && am.rs > 0 && bm.cs > 0 && super::row_dots::suits(m, n, k) && super::row_dots::available() {
-        // SAFETY: a is m x k with row stride am.rs, b is n x k with row stride bm.cs (read
-        // transposed), dst is m x n; the kernel's CPU feature was checked just above.
-        super::row_dots::row_dots(m, n, k, a as *const f32, am.rs as usize, b as *const f32, bm.cs as usize, dst as *mut f32, n, accumulate, threads);
-        return;
+    if am.cs == 1 && bm.rs == 1 && am.rs > 0 && bm.cs > 0 {
+        // SAFETY (both): a is m x k with row stride am.rs, b is n x k with row stride bm.cs
+        // (read transposed), dst is m x n, all of `dtype`.
+        let dotted = match dtype {
+            DType::F32 => dot_rows::<f32>(dst, accumulate, a, am, b, bm, threads),
+            DType::BF16 => dot_rows::<bf16>(dst, accumulate, a, am, b, bm, threads),
+            _ => false,
+        };
+        if dotted {
+            return;
+        }
     }
     if dtype == DType::BF16 && m * n * k >= BF16_BLOCKED_FLOPS && bf16_product(dst, accumulate, a, am, b, bm, threads) {
         return;
@@ -144,8 +150,8 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
     // first, against 438 on a plain one; the packing kernel: 396-446). An operand of up to a MiB
     // gathers from cache, where the crate stays ahead (128x256x784: 217 against 204 on one core).
     #[cfg(target_arch = "x86_64")]
-    if bm.rs == 1 && bm.cs != 1 && dtype == DType::F32 && n * k >= 1 << 18 && super::packed_gemm::available() {
-        use super::packed_gemm::{sgemm, Operand};
+    if bm.rs == 1 && bm.cs != 1 && dtype == DType::F32 && n * k >= 1 << 18 && crate::backend::cpu::packed_gemm::available() {
+        use crate::backend::cpu::packed_gemm::{sgemm, Operand};
         // SAFETY: the operands address m x k and k x n elements through their strides; dst holds
         // the contiguous m x n product; the CPU feature was checked just above.
         sgemm(
@@ -199,6 +205,32 @@ pub(super) unsafe fn matmul_into(dtype: DType, dst: *mut u8, accumulate: bool, a
     });
 }
 
+/// `matmul_into` by dot products of rows in place, where the kernel suits the product's shape
+/// and runs on this CPU; false (nothing done) otherwise.
+///
+/// # Safety
+/// As `matmul_into` with `E` the operands' element type, a read as m x k rows `am.rs` apart and
+/// b as n x k rows `bm.cs` apart.
+unsafe fn dot_rows<E: crate::backend::cpu::row_dots::RowElem>(
+    dst: *mut u8,
+    accumulate: bool,
+    a: *const u8,
+    am: Mat,
+    b: *const u8,
+    bm: Mat,
+    threads: usize,
+) -> bool {
+    let (m, k, n) = (am.rows, am.cols, bm.cols);
+    if !(E::suits(m, n, k) && E::available()) {
+        return false;
+    }
+    // SAFETY: the caller's contract; the kernel's CPU features were checked just above.
+    unsafe {
+        crate::backend::cpu::row_dots::row_dots::<E>(m, n, k, a.cast(), am.rs as usize, b.cast(), bm.cs as usize, dst.cast(), n, accumulate, threads)
+    };
+    true
+}
+
 /// bfloat16 products of at least this many multiply-adds run on the blocked kernels.
 const BF16_BLOCKED_FLOPS: usize = 16 * 16 * 16;
 
@@ -218,8 +250,8 @@ unsafe fn bf16_product(dst: *mut u8, accumulate: bool, a: *const u8, am: Mat, b:
     let (m, k, n) = (am.rows, am.cols, bm.cols);
     let scratch = |len: usize| super::Scratch::<f32>::zeroed(len);
     #[cfg(target_arch = "x86_64")]
-    if super::packed_gemm::bf16_available() {
-        use super::packed_gemm::{bf16_gemm, Operand, BF16_SLICE};
+    if crate::backend::cpu::packed_gemm::bf16_available() {
+        use crate::backend::cpu::packed_gemm::{bf16_gemm, Operand, BF16_SLICE};
         let mut partial = None;
         if accumulate || k > BF16_SLICE {
             let Ok(mut sums) = scratch(m * n) else {
@@ -277,7 +309,7 @@ unsafe fn widen_bf16(src: *const bf16, mat: Mat, out: &mut [f32]) {
                         std::slice::from_raw_parts_mut(out.get().add(r * cols), cols),
                     )
                 };
-                super::simd::vectorized(
+                crate::backend::cpu::simd::vectorized(
                     #[inline(always)]
                     || to.iter_mut().zip(from).for_each(|(t, f)| *t = f.to_f32()),
                 );
@@ -387,7 +419,7 @@ pub(super) fn transpose_f32(src: &[f32], rows: usize, cols: usize, dst: &mut [f3
     // Bands of whole destination rows, split as `parallel_chunks(cols.div_ceil(BAND), 4)` splits.
     let _infallible = super::parallel_units(dst, BAND * rows, 4, |first_band, piece| {
         for (band, dst) in (first_band..).zip(piece.chunks_mut(BAND * rows)) {
-            super::simd::vectorized(
+            crate::backend::cpu::simd::vectorized(
                 #[inline(always)]
                 || transpose_band(src, rows, cols, band * BAND, dst),
             );
@@ -404,7 +436,7 @@ fn transpose_band(src: &[f32], rows: usize, cols: usize, p0: usize, dst: &mut [f
     let p1 = p0 + dst.len() / rows;
     let full_p = p0 + (p1 - p0) / TILE * TILE;
     let full_j = rows / TILE * TILE;
-    let shuffles = super::simd::f32_lanes() >= 8;
+    let shuffles = crate::backend::cpu::simd::f32_lanes() >= 8;
     // Source rows outer: each group of 8 source rows is read across the band's whole width (two
     // full cache lines per row for 32 columns), and the band's destination rows stay in L1 while
     // they fill. With the band's columns outer, every source line was fetched twice from L2 (a
@@ -1136,28 +1168,31 @@ mod tests {
     use half::bf16;
 
     #[test]
-    fn bfloat16_products_through_float32_match_the_definition() {
-        // 40 x 30 times 30 x 20 (b read transposed from its stored 20 x 30), written and then
+    fn bfloat16_products_match_the_definition() {
+        // a (m x k) times b (read transposed from its stored n x k), written and then
         // accumulated onto: every value is on the bfloat16 grid, so only the final rounding of
-        // each result to bfloat16 differs from the exact sums.
-        let (m, k, n) = (40, 30, 20);
-        let value = |i: usize| bf16::from_f32(((i * 7919 % 61) as f32 - 30.0) / 16.0);
-        let a: Vec<bf16> = (0..m * k).map(value).collect();
-        let b_stored: Vec<bf16> = (0..n * k).map(|i| value(i + 5)).collect();
-        let exact = |i: usize, j: usize| (0..k).map(|p| a[i * k + p].to_f64() * b_stored[j * k + p].to_f64()).sum::<f64>();
-        let mut dst = vec![bf16::ZERO; m * n];
-        for (accumulate, times) in [(false, 1.0), (true, 2.0)] {
-            // SAFETY: a is m x k, b_stored is n x k read as its k x n transpose, dst is m x n.
-            unsafe {
-                let (a_ptr, b_ptr) = (a.as_ptr() as *const u8, b_stored.as_ptr() as *const u8);
-                let (am, bm) = (Mat::stored(m, k, false), Mat::stored(n, k, true));
-                matmul_into(DType::BF16, dst.as_mut_ptr() as *mut u8, accumulate, a_ptr, am, b_ptr, bm, 2);
-            }
-            for i in 0..m {
-                for j in 0..n {
-                    let expected = times * exact(i, j);
-                    let got = dst[i * n + j].to_f64();
-                    assert!((got - expected).abs() <= expected.abs() / 64.0 + 1e-6, "({i}, {j}): {got} vs {expected}");
+        // each result to bfloat16 differs from the exact sums. The shapes reach each kernel the
+        // CPU has: rows dotted in place (a FullyConnected layer at batch 1 and 3, a long k), the
+        // blocked (AVX512-BF16 or AMX) kernels, and the widening path elsewhere.
+        for (m, k, n) in [(40, 30, 20), (1, 700, 37), (3, 300, 50), (37, 300, 3), (40, 600, 70), (5, 600, 300)] {
+            let value = |i: usize| bf16::from_f32(((i * 7919 % 61) as f32 - 30.0) / 16.0);
+            let a: Vec<bf16> = (0..m * k).map(value).collect();
+            let b_stored: Vec<bf16> = (0..n * k).map(|i| value(i + 5)).collect();
+            let exact = |i: usize, j: usize| (0..k).map(|p| a[i * k + p].to_f64() * b_stored[j * k + p].to_f64()).sum::<f64>();
+            let mut dst = vec![bf16::ZERO; m * n];
+            for (accumulate, times) in [(false, 1.0), (true, 2.0)] {
+                // SAFETY: a is m x k, b_stored is n x k read as its k x n transpose, dst is m x n.
+                unsafe {
+                    let (a_ptr, b_ptr) = (a.as_ptr() as *const u8, b_stored.as_ptr() as *const u8);
+                    let (am, bm) = (Mat::stored(m, k, false), Mat::stored(n, k, true));
+                    matmul_into(DType::BF16, dst.as_mut_ptr() as *mut u8, accumulate, a_ptr, am, b_ptr, bm, 2);
+                }
+                for i in 0..m {
+                    for j in 0..n {
+                        let expected = times * exact(i, j);
+                        let got = dst[i * n + j].to_f64();
+                        assert!((got - expected).abs() <= expected.abs() / 64.0 + 1e-6, "{m}x{k}x{n} ({i}, {j}): {got} vs {expected}");
+                    }
                 }
             }
         }

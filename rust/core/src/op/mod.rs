@@ -7,8 +7,6 @@
 
 mod activation;
 mod amp;
-#[cfg(target_arch = "x86_64")]
-mod amx;
 mod broadcast;
 mod conv_epilogue;
 mod conv_shifted;
@@ -20,7 +18,6 @@ mod deconvolution;
 mod dropout;
 mod elemwise_binary;
 mod elemwise_unary;
-mod fast_math;
 pub mod fused;
 mod gather_scatter;
 pub mod grad;
@@ -30,28 +27,24 @@ mod indexing;
 mod kernel_args;
 mod linalg;
 mod linalg_la;
-mod local;
 mod losses;
 mod normalization;
 mod optimizer_updates;
 mod output_layers;
-#[cfg(target_arch = "x86_64")]
-mod packed_gemm;
 mod pad;
 pub mod params;
 mod pooling;
 mod rearrange;
 mod reduce;
 mod rnn;
-mod row_dots;
 mod sampling;
 mod select;
 mod sequence;
 mod shape_ops;
-mod simd;
 mod sorting;
 mod stencil;
 pub mod typed;
+mod upsampling;
 
 use std::sync::{Arc, OnceLock};
 
@@ -65,11 +58,11 @@ pub(crate) use shape_ops::cast_into;
 pub use shape_ops::infer_reshape;
 
 /// The float32 (or, with `bf16`, bfloat16) multiply-add peak of `threads` cores in GFLOP/s,
-/// measured (see `packed_gemm::peak_gflops`); None on CPUs without the kernel (AVX-512, and
+/// measured (see `backend::cpu::packed_gemm::peak_gflops`); None on CPUs without the kernel (AVX-512, and
 /// AVX512-BF16 for bfloat16), where no probe exists yet.
 pub fn cpu_peak_gflops(threads: usize, bf16: bool) -> Option<f64> {
     #[cfg(target_arch = "x86_64")]
-    return packed_gemm::peak_gflops(threads, bf16);
+    return crate::backend::cpu::packed_gemm::peak_gflops(threads, bf16);
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (threads, bf16);
@@ -566,7 +559,7 @@ pub fn registry() -> &'static Registry {
         pooling::register(&mut add);
         normalization::register(&mut add);
         group_norm::register(&mut add);
-        local::register(&mut add);
+        upsampling::register(&mut add);
         rnn::register(&mut add);
         sequence::register(&mut add);
         output_layers::register(&mut add);

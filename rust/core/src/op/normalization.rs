@@ -4,7 +4,8 @@
 use std::ops::Range;
 
 use super::grad::{Grad, InputGrads};
-use super::{exactly, simd, sum_lanes, ExecContext, OpDef, Operator};
+use super::{exactly, sum_lanes, ExecContext, OpDef, Operator};
+use crate::backend::cpu::simd;
 use crate::base::{normalize_axis, DType, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;

@@ -187,7 +187,7 @@ impl<R: Rule> Update<R> {
         let write_master = !self.direction;
         let threads = crate::engine::parallel::threads();
         if n <= PARALLEL_GRAIN || threads <= 1 {
-            super::simd::vectorized(
+            crate::backend::cpu::simd::vectorized(
                 #[inline(always)]
                 || update_range(&self.rule, h, arrays, write_master),
             );
@@ -196,7 +196,7 @@ impl<R: Rule> Update<R> {
         // Index ranges as `parallel_chunks(n, PARALLEL_GRAIN, ..)` splits them.
         let chunk = n.div_ceil(threads * 4).max(PARALLEL_GRAIN);
         crate::engine::parallel::map_owned(arrays.split(chunk), |_, piece| {
-            super::simd::vectorized(
+            crate::backend::cpu::simd::vectorized(
                 #[inline(always)]
                 || update_range(&self.rule, h, piece, write_master),
             )

@@ -692,7 +692,7 @@ fn as_f32<T: Elem>(x: &[T]) -> Option<&[f32]> {
 /// Sum float32 values in thirty-two float32 lanes (vectorizes at the CPU's widest vectors) over
 /// blocks short enough that float32 accumulation stays accurate, adding each block's total in f64.
 fn sum_f32_blocked(x: &[f32]) -> f64 {
-    super::simd::vectorized(
+    crate::backend::cpu::simd::vectorized(
         #[inline(always)]
         || sum_f32_blocked_portable(x),
     )
@@ -727,7 +727,7 @@ const F32_SUM_BLOCK: usize = 1024;
 /// Reduce float32 values with `R::step_f32` in independent lanes, compiled for the CPU's widest
 /// vectors (the crate itself targets baseline x86-64).
 fn lanes_f32<R: Reducer>(x: &[f32], init: f32) -> f32 {
-    super::simd::vectorized(
+    crate::backend::cpu::simd::vectorized(
         #[inline(always)]
         || lanes_f32_portable::<R>(x, init),
     )
@@ -757,7 +757,7 @@ fn lanes_f32_portable<R: Reducer>(x: &[f32], init: f32) -> f32 {
 /// Column-wise reduction of float32 rows (`lines`, each of `width` values): one f64 per column,
 /// accumulated in float32 (in blocks of rows for sums), at the CPU's widest vectors.
 fn columns_f32<'a, R: Reducer>(lines: impl Iterator<Item = &'a [f32]>, width: usize) -> Vec<f64> {
-    super::simd::vectorized(
+    crate::backend::cpu::simd::vectorized(
         #[inline(always)]
         || columns_f32_portable::<R>(lines, width),
     )
@@ -856,7 +856,7 @@ fn reduce_blocks<T: Elem, R: Reducer>(op: &str, x: &[T], out: &mut [T], outer: u
         for row in lines {
             // Compiled for the CPU's vectors: a bfloat16 bias gradient's 128 x 1024 column sums
             // took 0.11 ms in baseline code, 8x float32's.
-            super::simd::vectorized(
+            crate::backend::cpu::simd::vectorized(
                 #[inline(always)]
                 || {
                     for (a, &v) in acc.iter_mut().zip(row) {
@@ -1072,7 +1072,7 @@ impl AllClose {
         let counts = crate::engine::parallel::map(pieces, |i| {
             let range = (i * per_piece).min(a.len())..((i + 1) * per_piece).min(a.len());
             let (a, b) = (a.get(range.clone()).unwrap_or_default(), b.get(range).unwrap_or_default());
-            super::simd::vectorized(
+            crate::backend::cpu::simd::vectorized(
                 #[inline(always)]
                 || a.iter().zip(b).map(far).sum::<usize>(),
             )

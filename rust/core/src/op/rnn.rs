@@ -25,11 +25,11 @@
 //! forward + backward, 31 ms of it the recomputation). Inter-layer dropout keeps its mask as a
 //! hidden output so that both passes see the same mask.
 
-use super::fast_math::{sigmoid_f32, tanh_f32};
 use super::grad::{Grad, InputGrads};
 use super::linalg::{matmul_into, Mat};
-use super::packed_gemm::{Operand, PackedB};
 use super::{outside, part, part_mut, ExecContext, OpDef, Operator, SendPtr};
+use crate::backend::cpu::fast_math::{sigmoid_f32, tanh_f32};
+use crate::backend::cpu::packed_gemm::{Operand, PackedB};
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -455,7 +455,7 @@ enum StepWeight<'a, T> {
 impl<'a, T: Elem> StepWeight<'a, T> {
     /// `w` stored as (rows, cols, transposed), as [`gemm`]'s operands.
     fn new(w: &'a [T], (rows, cols, transposed): (usize, usize, bool)) -> Result<StepWeight<'a, T>> {
-        if T::DTYPE != DType::F32 || !super::packed_gemm::available() {
+        if T::DTYPE != DType::F32 || !crate::backend::cpu::packed_gemm::available() {
             return Ok(StepWeight::Stored(w, (rows, cols, transposed)));
         }
         if w.len() < rows * cols {
@@ -563,7 +563,7 @@ struct LstmGradRow<'a, T> {
 macro_rules! vectorized_row {
     ($name:ident, $row:ident, $body:ident) => {
         fn $name<T: Real>(row: $row<'_, T>, clip: Option<(f64, f64, bool)>) {
-            super::simd::vectorized(
+            crate::backend::cpu::simd::vectorized(
                 #[inline(always)]
                 || $body(row, clip),
             )
@@ -847,7 +847,7 @@ impl<T: Real> Pass<'_, T> {
                     }
                     // Vectorized like the LSTM rows: the fast tanh and sigmoid use FMA, which
                     // baseline x86-64 code would call through libm.
-                    RnnMode::Relu | RnnMode::Tanh => super::simd::vectorized(
+                    RnnMode::Relu | RnnMode::Tanh => crate::backend::cpu::simd::vectorized(
                         #[inline(always)]
                         || {
                             for (o, v) in out_row.iter_mut().zip(g.iter_mut()) {
@@ -868,7 +868,7 @@ impl<T: Real> Pass<'_, T> {
                         let [r_reset, r_update, r_candidate] = blocks::<_, 3>(part(OP, &recurrent, b * gh, gh, "a recurrent product")?, h)?;
                         let hidden_n = buf.hidden_n.rows((t * n + row) * h, h)?;
                         let [g_reset, g_update, g_candidate] = blocks_mut::<_, 3>(g, h)?;
-                        super::simd::vectorized(
+                        crate::backend::cpu::simd::vectorized(
                             #[inline(always)]
                             || {
                                 let gates = g_reset.iter_mut().zip(g_update.iter_mut()).zip(g_candidate.iter_mut());

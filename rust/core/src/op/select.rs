@@ -1,8 +1,8 @@
-//! Element-wise selection and accumulation: clip, where, add_n.
+//! Element-wise selection: clip and where.
 
 use super::broadcast::map_args;
 use super::grad::{Grad, InputGrads};
-use super::{exactly, parallel_units, same_dtype, ExecContext, OpDef, Operator, Tensor, PARALLEL_GRAIN};
+use super::{exactly, parallel_units, same_dtype, ExecContext, OpDef, Operator, PARALLEL_GRAIN};
 use crate::base::{unify_partial, DType, Elem, PartialShape, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -107,73 +107,6 @@ impl Operator for Where {
     }
 }
 
-crate::op_params! {
-    pub struct AddNParams {
-        /// Number of inputs to add.
-        num_args: usize,
-    }
-}
-
-struct AddN {
-    num_args: usize,
-}
-
-impl Operator for AddN {
-    fn input_names(&self) -> Vec<String> {
-        (0..self.num_args).map(|i| format!("arg{i}")).collect()
-    }
-    fn infer_shape(&self, inputs: &[Shape]) -> Result<Vec<Shape>> {
-        let first = super::first_input("add_n", inputs)?;
-        if let Some(bad) = inputs.iter().find(|s| *s != first) {
-            crate::bail!(Shape, "add_n: all inputs must have the same shape, got {first} and {bad}");
-        }
-        Ok(vec![first.clone()])
-    }
-    fn inplace_pairs(&self) -> &[(usize, usize)] {
-        &[(0, 0)]
-    }
-    fn forward(&self, _ctx: &ExecContext, args: &KernelArgs) -> Result<()> {
-        let inputs = args.inputs();
-        let [out] = exactly("add_n", "output", args.outputs())?;
-        let add = super::lookup("elemwise_add")?.instantiate("elemwise_add", &Default::default())?;
-        match inputs {
-            [] => crate::bail!(Value, "add_n needs at least one input"),
-            [_] => super::shape_ops::copy_args(args)?,
-            [first, second, rest @ ..] => {
-                // Accumulate pairwise into the output: out = a + b, then out += c, ...
-                let add = add.as_ref();
-                let ctx = ExecContext::default();
-                args.delegate(add, &[first.clone(), second.clone()], std::slice::from_ref(out), |pair| add.forward(&ctx, pair))?;
-                for x in rest {
-                    args.delegate(add, &[out.clone(), x.clone()], std::slice::from_ref(out), |pair| add.forward(&ctx, pair))?;
-                }
-            }
-        }
-        Ok(())
-    }
-    /// Pairwise element-wise additions into the output, as on the CPU.
-    #[cfg(feature = "cuda")]
-    fn forward_gpu(&self, gpu: &crate::backend::cuda::Gpu, ctx: &ExecContext, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
-        let [out] = exactly("add_n", "output", outputs)?;
-        let add = super::lookup("elemwise_add")?.instantiate("elemwise_add", &Default::default())?;
-        match inputs {
-            [] => crate::bail!(Value, "add_n needs at least one input"),
-            [only] => crate::backend::cuda::kernels::copy_bytes(gpu, only, out),
-            [first, second, rest @ ..] => {
-                add.forward_gpu(gpu, ctx, &[first.clone(), second.clone()], std::slice::from_ref(out))?;
-                for x in rest {
-                    add.forward_gpu(gpu, ctx, &[out.clone(), x.clone()], std::slice::from_ref(out))?;
-                }
-                Ok(())
-            }
-        }
-    }
-    fn gradient(&self, d: &mut Grad) -> Result<InputGrads> {
-        let g = d.out_grad(0);
-        Ok(vec![Some(g); self.num_args])
-    }
-}
-
 pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
     add(OpDef::new("clip", &[], "Clips (limits) the values in an array to [a_min, a_max].", |p: ClipParams| {
         if p.a_min > p.a_max {
@@ -182,8 +115,4 @@ pub(super) fn register(add: &mut dyn FnMut(OpDef)) {
         Ok(Clip { lo: p.a_min, hi: p.a_max })
     }));
     add(OpDef::new("where", &[], "Returns elements chosen from x or y depending on condition.", |_: super::params::NoParams| Ok(Where)));
-    add(OpDef::new("add_n", &["ElementWiseSum", "_sparse_ElementWiseSum"], "Adds all input arguments element-wise.", |p: AddNParams| {
-        Ok(AddN { num_args: p.num_args })
-    })
-    .variadic());
 }

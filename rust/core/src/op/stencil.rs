@@ -18,7 +18,8 @@
 
 use super::conv_epilogue::Epilogue;
 use super::convolution::{copy_short, Geometry};
-use super::{simd, Scratch};
+use super::Scratch;
+use crate::backend::cpu::simd;
 use crate::error::Result;
 
 /// The geometry of a per-plane stencil in three spatial dimensions (leading axes of size one

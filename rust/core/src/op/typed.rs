@@ -21,16 +21,15 @@ pub use super::creation::{
 pub use super::ctc::CtcLossParams;
 pub use super::deconvolution::{DeconvolutionBackwardParams, DeconvolutionParams};
 pub use super::dropout::{DropoutMode, DropoutParams};
-pub use super::elemwise_binary::ScalarParams;
+pub use super::elemwise_binary::{AddNParams, ScalarParams};
 pub use super::gather_scatter::{BackwardPickParams, BooleanMaskParams, DiagParams, PickMode, PickParams, ScatterNdParams, SliceLikeParams};
-pub use super::group_norm::{GroupNormBackwardParams, GroupNormParams, InstanceNormParams, L2Mode, L2NormalizationParams};
+pub use super::group_norm::{GroupNormBackwardParams, GroupNormParams, InstanceNormParams, L2Mode, L2NormalizationParams, LRNParams};
 pub use super::image::{
     AdjustLightingParams, ColorJitterParams, CropParams, NormalizeParams, RandomEnhanceParams, RandomLightingParams, ResizeParams,
 };
 pub use super::indexing::{EmbeddingParams, OneHotParams, SliceAssignScalarParams, SliceAxisParams, SliceParams, TakeMode, TakeParams};
 pub use super::linalg::{DotParams, FullyConnectedBackwardParams, FullyConnectedParams};
 pub use super::linalg_la::{CholeskyParams, DiagParams as LinalgDiagParams, Gemm2Params, GemmParams, SyrkParams, TrianParams, TriangularParams};
-pub use super::local::{LRNParams, MultiInputMode, SampleType, UpSamplingParams};
 pub use super::losses::SmoothL1Params;
 pub use super::normalization::{BatchNormParams, LayerNormParams};
 pub use super::optimizer_updates::{
@@ -48,7 +47,8 @@ pub use super::rearrange::{
 pub use super::reduce::{AllCloseParams, ArgReduceParams, MomentsParams, NormParams, ReduceParams, SpreadParams};
 pub use super::rnn::{RnnMode, RnnParams};
 pub use super::sampling::{MultinomialParams, SampleParams};
-pub use super::select::{AddNParams, ClipParams};
+pub use super::select::ClipParams;
 pub use super::sequence::SequenceParams;
 pub use super::shape_ops::{CastParams, ConcatParams, ExpandDimsParams, ReshapeParams, SliceChannelParams, TransposeParams};
 pub use super::sorting::{ArgsortParams, OrderBackwardParams, SortParams, TopkParams, TopkReturn};
+pub use super::upsampling::{MultiInputMode, SampleType, UpSamplingParams};

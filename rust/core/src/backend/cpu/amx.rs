@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 use super::packed_gemm::{pack_b_bf16, pair, store, transpose16, Operand, Precision, Tile, NR, V};
 
 /// Rows of A per packed panel and per block of C: two tiles of 16.
-pub(super) const MR: usize = 32;
+pub(crate) const MR: usize = 32;
 /// Units (k pairs) per k step: one tile row of 64 bytes.
 const STEP: usize = 16;
 /// Rows of a tile.
@@ -27,7 +27,7 @@ const TILE_ROWS: usize = 16;
 
 /// Whether this CPU and OS run the AMX kernel: AMX-TILE and AMX-BF16, the AVX512-BF16 kernel's
 /// features for packing and rounding, and the kernel's permission to use tile data. Asked once.
-pub(super) fn available() -> bool {
+pub(crate) fn available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| {
         let disabled = std::env::var("OXNET_AMX").is_ok_and(|v| v.trim() == "0");
@@ -92,7 +92,7 @@ thread_local! {
 }
 
 /// bfloat16 operands on AMX tiles.
-pub(super) struct AmxBf16;
+pub(crate) struct AmxBf16;
 
 impl Precision for AmxBf16 {
     type Elem = u16;

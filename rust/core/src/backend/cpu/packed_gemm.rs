@@ -27,9 +27,9 @@ use std::cell::RefCell;
 /// broadcast A element fill 27 of the 32 vector registers.
 const MR: usize = 12;
 /// 16-lane vectors per register block row.
-pub(super) const V: usize = 2;
+pub(crate) const V: usize = 2;
 /// Columns of C per register block.
-pub(super) const NR: usize = 16 * V;
+pub(crate) const NR: usize = 16 * V;
 /// k per slice: one packed B panel (KC x NR, 32 KB) stays in L1 while A panels stream past it.
 const KC: usize = 256;
 /// Rows of A per packed block: 288 x 256 floats (288 KB) stay in L2 for every B panel.
@@ -43,7 +43,7 @@ const NC: usize = 2048;
 /// A matrix of float32 (or, with `T = u16`, bfloat16 bits) read through its row and column
 /// strides (in elements).
 #[derive(Clone, Copy)]
-pub(super) struct Operand<T = f32> {
+pub(crate) struct Operand<T = f32> {
     pub ptr: *const T,
     pub rs: isize,
     pub cs: isize,
@@ -54,7 +54,7 @@ impl<T> Operand<T> {
     ///
     /// # Safety
     /// (r, c) addresses an element inside the operand's allocation.
-    pub(super) unsafe fn at(&self, r: usize, c: usize) -> *const T {
+    pub(crate) unsafe fn at(&self, r: usize, c: usize) -> *const T {
         self.ptr.offset(r as isize * self.rs + c as isize * self.cs)
     }
 
@@ -73,12 +73,12 @@ unsafe impl<T> Send for Operand<T> {}
 unsafe impl<T> Sync for Operand<T> {}
 
 /// Whether this CPU runs the float32 kernel (it needs AVX-512F).
-pub(super) fn available() -> bool {
+pub(crate) fn available() -> bool {
     std::arch::is_x86_feature_detected!("avx512f")
 }
 
 /// Whether this CPU runs the bfloat16 kernel (AVX512-BF16, and AVX512-BW and VL for packing).
-pub(super) fn bf16_available() -> bool {
+pub(crate) fn bf16_available() -> bool {
     available()
         && std::arch::is_x86_feature_detected!("avx512bf16")
         && std::arch::is_x86_feature_detected!("avx512bw")
@@ -95,13 +95,13 @@ const PARALLEL_FLOPS: usize = 64 * 64 * 64;
 /// The operands address m x k and k x n elements inside their allocations, `c` holds the m x n
 /// product with row stride ldc and overlaps neither operand, and [`available`] is true.
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn sgemm(m: usize, n: usize, k: usize, a: Operand, b: Operand, c: *mut f32, ldc: usize, accumulate: bool, threads: usize) {
+pub(crate) unsafe fn sgemm(m: usize, n: usize, k: usize, a: Operand, b: Operand, c: *mut f32, ldc: usize, accumulate: bool, threads: usize) {
     gemm::<F32>(m, n, k, a, b, Dest { partial: c, out: std::ptr::null_mut(), ldc }, accumulate, threads)
 }
 
 /// k elements of bfloat16 operands per slice: a product with at most this many needs no
 /// float32 partial sums (see [`bf16_gemm`]).
-pub(super) const BF16_SLICE: usize = KC * 2;
+pub(crate) const BF16_SLICE: usize = KC * 2;
 
 /// `out (m x n bfloat16, row stride ldc) = a * b (+ partial when accumulate)` for bfloat16
 /// operands (their bits as u16), summed in float32 and rounded to bfloat16 once, as each
@@ -112,7 +112,7 @@ pub(super) const BF16_SLICE: usize = KC * 2;
 /// # Safety
 /// As [`sgemm`] for `out` and `partial` (where not null), with [`bf16_available`] true.
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn bf16_gemm(
+pub(crate) unsafe fn bf16_gemm(
     m: usize,
     n: usize,
     k: usize,
@@ -136,7 +136,7 @@ pub(super) unsafe fn bf16_gemm(
 /// sums between k slices in `partial` (null when a product has one k slice and adds to
 /// nothing). Both have row stride `ldc`.
 #[derive(Clone, Copy)]
-pub(super) struct Dest {
+pub(crate) struct Dest {
     partial: *mut f32,
     out: *mut u16,
     ldc: usize,
@@ -159,7 +159,7 @@ impl Dest {
 /// # Safety
 /// As [`sgemm`], with P's CPU features present.
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn gemm<P: Precision>(
+pub(crate) unsafe fn gemm<P: Precision>(
     m: usize,
     n: usize,
     k: usize,
@@ -445,7 +445,7 @@ unsafe fn multiply_block<P: Precision>(
 /// reuse it: an RNN multiplies its recurrent weight by a few state rows at every time step, and
 /// packing the 4 MB weight each time cost as much as the product (16 x 512 by 512 x 2048 on one
 /// core: 129 GFLOP/s through row dots, 161 through the gemm crate, which packs per call).
-pub(super) struct PackedB {
+pub(crate) struct PackedB {
     panels: AlignedBuffer,
     k: usize,
     n: usize,
@@ -457,7 +457,7 @@ impl PackedB {
     ///
     /// # Safety
     /// `b` addresses k x n floats; [`available`] is true.
-    pub(super) unsafe fn new(b: Operand, k: usize, n: usize) -> PackedB {
+    pub(crate) unsafe fn new(b: Operand, k: usize, n: usize) -> PackedB {
         let mut panels = AlignedBuffer::default();
         // The blocks' sizes (kc x nc rounded up to NR) add up to the buffer's length, so every
         // block is split off whole.
@@ -486,7 +486,7 @@ impl PackedB {
     /// # Safety
     /// `a` addresses m x k floats; c holds the m x n product with row stride ldc and overlaps
     /// neither operand.
-    pub(super) unsafe fn multiply(&self, m: usize, a: Operand, c: *mut f32, ldc: usize, accumulate: bool) {
+    pub(crate) unsafe fn multiply(&self, m: usize, a: Operand, c: *mut f32, ldc: usize, accumulate: bool) {
         let (k, n) = (self.k, self.n);
         if m == 0 || n == 0 || k == 0 {
             if !accumulate && k == 0 {
@@ -532,18 +532,18 @@ impl PackedB {
 /// from `narrow` instead where that is not null (only in bfloat16 products, whose CPU features
 /// the rounding store needs).
 #[derive(Clone, Copy)]
-pub(super) struct Tile {
-    pub(super) c: *mut f32,
-    pub(super) narrow: *mut u16,
-    pub(super) ldc: usize,
-    pub(super) rows: usize,
-    pub(super) masks: [__mmask16; V],
-    pub(super) add: bool,
+pub(crate) struct Tile {
+    pub(crate) c: *mut f32,
+    pub(crate) narrow: *mut u16,
+    pub(crate) ldc: usize,
+    pub(crate) rows: usize,
+    pub(crate) masks: [__mmask16; V],
+    pub(crate) add: bool,
 }
 
 /// What the blocked loops multiply: the packing of each operand into 32-bit units and the
 /// micro-kernel over them.
-pub(super) trait Precision {
+pub(crate) trait Precision {
     /// The operands' element type.
     type Elem: Copy;
     /// k elements per packed unit.
@@ -717,7 +717,7 @@ unsafe fn pack_b(b: Operand, kc: usize, columns: usize, out: &mut [f32]) {
 }
 
 /// A packed bfloat16 unit: `low` (the element at the lower k) and `high`, as float32 bits.
-pub(super) fn pair(low: u16, high: u16) -> f32 {
+pub(crate) fn pair(low: u16, high: u16) -> f32 {
     f32::from_bits(low as u32 | (high as u32) << 16)
 }
 
@@ -801,7 +801,7 @@ unsafe fn pack_a_bf16(a: Operand<u16>, rows: usize, kc: usize, out: &mut [f32]) 
 /// # Safety
 /// As [`Precision::pack_b`], with AVX512-BW present.
 #[target_feature(enable = "avx512f,avx512bw")]
-pub(super) unsafe fn pack_b_bf16(b: Operand<u16>, kc: usize, columns: usize, out: &mut [f32]) {
+pub(crate) unsafe fn pack_b_bf16(b: Operand<u16>, kc: usize, columns: usize, out: &mut [f32]) {
     let units = kc.div_ceil(2);
     let columns = columns.min(NR);
     let Some(out) = out.get_mut(..units * NR) else {
@@ -881,7 +881,7 @@ unsafe fn interleave(lines: &[*const f32], width: usize, kc: usize, out: &mut [f
 /// was column j. Three rounds of in-lane unpacks and 128-bit lane shuffles, 64 shuffles in all.
 #[inline]
 #[target_feature(enable = "avx512f")]
-pub(super) fn transpose16(v: &mut [__m512; 16]) {
+pub(crate) fn transpose16(v: &mut [__m512; 16]) {
     let mut t = [_mm512_setzero_ps(); 16];
     // Pairs of rows interleaved by element, then by element pairs: afterwards vector 4i + j holds,
     // in each 128-bit lane L, rows 4i..4i+4 at column 4L + j.
@@ -966,7 +966,7 @@ unsafe fn kernel_bf16<const R: usize>(units: usize, a: *const f32, b: *const f32
 /// The tile lies inside C.
 #[inline]
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn store<const R: usize>(acc: &[[__m512; V]; R], tile: Tile) {
+pub(crate) unsafe fn store<const R: usize>(acc: &[[__m512; V]; R], tile: Tile) {
     if !tile.narrow.is_null() {
         // SAFETY: `narrow` is set only in bfloat16 products, which run where the CPU has
         // AVX512-BF16, BW and VL; the tile lies inside both destinations.
