@@ -231,6 +231,10 @@ unsafe fn dot_rows<E: crate::backend::cpu::row_dots::RowElem>(
     true
 }
 
+/// Rows of `x` up to which `x * W^T` in bfloat16 reads W's rows in place on AMX tiles (the
+/// largest batch measured; beyond it x's packed panels outgrow L2).
+const WEIGHT_ROWS_MAX_BATCH: usize = 256;
+
 /// bfloat16 products of at least this many multiply-adds run on the blocked kernels.
 const BF16_BLOCKED_FLOPS: usize = 16 * 16 * 16;
 
@@ -249,6 +253,20 @@ const BF16_BLOCKED_FLOPS: usize = 16 * 16 * 16;
 unsafe fn bf16_product(dst: *mut u8, accumulate: bool, a: *const u8, am: Mat, b: *const u8, bm: Mat, threads: usize) -> bool {
     let (m, k, n) = (am.rows, am.cols, bm.cols);
     let scratch = |len: usize| super::Scratch::<f32>::zeroed(len);
+    // `x * W^T` (FullyConnected's form, W row-major) on AMX with W's rows read in place as A
+    // tiles: Intel Xeon host, 2 threads, 1024x1024 to 8192x2048 weights, 1.3-4x the blocked
+    // AMX kernel (which packs the weight per call) at every batch from 12 to 256.
+    #[cfg(target_arch = "x86_64")]
+    if bm.rs == 1 && bm.cs > 0 && m <= WEIGHT_ROWS_MAX_BATCH && crate::backend::cpu::amx::available() {
+        use crate::backend::cpu::packed_gemm::Operand;
+        let x = Operand { ptr: a as *const u16, rs: am.rs, cs: am.cs };
+        // SAFETY: a addresses m x k elements through its strides, b is the n x k weight with rows
+        // bm.cs apart read transposed, dst the contiguous m x n product; AMX was checked.
+        unsafe {
+            crate::backend::cpu::amx::weight_rows_product(m, n, k, x, b as *const u16, bm.cs as usize, dst as *mut u16, n, accumulate, threads)
+        };
+        return true;
+    }
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::packed_gemm::bf16_available() {
         use crate::backend::cpu::packed_gemm::{bf16_gemm, Operand, BF16_SLICE};
@@ -1172,8 +1190,9 @@ mod tests {
         // a (m x k) times b (read transposed from its stored n x k), written and then
         // accumulated onto: every value is on the bfloat16 grid, so only the final rounding of
         // each result to bfloat16 differs from the exact sums. The shapes reach each kernel the
-        // CPU has: rows dotted in place (a FullyConnected layer at batch 1 and 3, a long k), the
-        // blocked (AVX512-BF16 or AMX) kernels, and the widening path elsewhere.
+        // CPU has: rows dotted in place (a FullyConnected layer at batch 1 and 3, a long k), AMX
+        // with the weight's rows in place (a staged k tail, a partial row tile), the blocked
+        // AVX512-BF16 kernel without AMX, and the widening path elsewhere.
         for (m, k, n) in [(40, 30, 20), (1, 700, 37), (3, 300, 50), (37, 300, 3), (40, 600, 70), (5, 600, 300)] {
             let value = |i: usize| bf16::from_f32(((i * 7919 % 61) as f32 - 30.0) / 16.0);
             let a: Vec<bf16> = (0..m * k).map(value).collect();

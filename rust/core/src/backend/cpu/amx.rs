@@ -16,7 +16,9 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use super::packed_gemm::{pack_b_bf16, pair, store, transpose16, Operand, Precision, Tile, NR, V};
+use crate::op::SendPtr;
+
+use super::packed_gemm::{pack_b_bf16, pair, store, transpose16, Begun, Operand, Precision, Tile, NR, V};
 
 /// Rows of A per packed panel and per block of C: two tiles of 16.
 pub(crate) const MR: usize = 32;
@@ -308,6 +310,195 @@ unsafe fn block(rows: usize, units: usize, a: *const f32, b: *const f32, tile: T
     unsafe { store(&acc, tile) };
 }
 
+/// `c (m x n bfloat16, row stride ldc) (+)= x (m x k) * w^T` with `w` a row-major n x k weight
+/// (row stride `ldw`) read in place: the form of a FullyConnected layer at a small batch. The
+/// blocked loops pack the weight (their right operand) on every call and read it three times,
+/// where the product itself needs it once; here its rows are the left operand, loaded into A
+/// tiles straight from memory (16 rows of 32 k values each, the A tile layout), against x
+/// packed once as B panels (a few rows: cheap). Each block of 32 weight rows by 32 columns of x
+/// is then C's transpose: its tiles are stored, transposed by vectors and rounded into C.
+/// Rows and k past the weight's edge go through a zeroed staging tile, never read past it.
+/// Bands of weight rows run on up to `threads` threads.
+///
+/// # Safety
+/// `x` addresses m x k elements, `w` n rows of k elements `ldw` apart, `c` m rows of n
+/// elements `ldc` apart that overlap neither; [`available`] is true.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn weight_rows_product(
+    m: usize,
+    n: usize,
+    k: usize,
+    x: Operand<u16>,
+    w: *const u16,
+    ldw: usize,
+    c: *mut u16,
+    ldc: usize,
+    accumulate: bool,
+    threads: usize,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let units = AmxBf16::units(k);
+    let panels = m.div_ceil(NR);
+    // x^T (k x m) packed as B panels of NR columns, every k step of each whole.
+    let mut packed = vec![0f32; panels * units * NR];
+    for (panel, out) in packed.chunks_exact_mut(units * NR).enumerate() {
+        let j0 = panel * NR;
+        // SAFETY: columns j0.. of x^T are rows j0.. of x, each holding k elements.
+        unsafe {
+            let columns = Operand { ptr: x.ptr, rs: x.cs, cs: x.rs }.from(0, j0);
+            AmxBf16::pack_b(columns, k, NR.min(m - j0), out);
+        }
+    }
+    let blocks = n.div_ceil(MR);
+    let bands = threads.clamp(1, crate::engine::parallel::threads().max(1)).min(blocks);
+    let per_band = blocks.div_ceil(bands);
+    let (w, c) = (SendPtr(w.cast_mut()), SendPtr(c));
+    let packed = &packed;
+    crate::engine::parallel::run(bands, &|band| {
+        // SAFETY: the CPU has AMX (the caller's contract); the guard ends it on this thread.
+        let _tiles = unsafe { Begun::<AmxBf16>::new() };
+        for block in band * per_band..((band + 1) * per_band).min(blocks) {
+            let n0 = block * MR;
+            for (panel, b) in packed.chunks_exact(units * NR).enumerate() {
+                let j0 = panel * NR;
+                // SAFETY: rows n0.. of w and columns n0.. of c's rows j0.. lie inside them (the
+                // caller's contract); each band writes its own columns of c.
+                unsafe {
+                    weight_block(n0, MR.min(n - n0), k, w.get(), ldw, b.as_ptr(), units, c.get().add(j0 * ldc), ldc, NR.min(m - j0), accumulate)
+                };
+            }
+        }
+    });
+}
+
+/// One block of [`weight_rows_product`]: weight rows n0..n0+rows (<= 32) against one B panel
+/// of `columns` (<= 32) columns of x, into C's rows 0..columns (from `c`), columns n0.. .
+///
+/// # Safety
+/// As [`weight_rows_product`]; `b` is a packed panel of `units` unit rows; `c` points at the
+/// first of `columns` rows of C; this thread loaded the tile configuration.
+#[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn weight_block(
+    n0: usize,
+    rows: usize,
+    k: usize,
+    w: *const u16,
+    ldw: usize,
+    b: *const f32,
+    units: usize,
+    c: *mut u16,
+    ldc: usize,
+    columns: usize,
+    accumulate: bool,
+) {
+    #[repr(C, align(64))]
+    struct Staging([u16; TILE_ROWS * 2 * STEP]);
+    let (mut first, mut second) = (Staging([0; TILE_ROWS * 2 * STEP]), Staging([0; TILE_ROWS * 2 * STEP]));
+    let whole_steps = k / (2 * STEP);
+    let two_row_tiles = rows > TILE_ROWS;
+    // The A tile of weight rows r0..r0+16 at k step s: in place where all 16 rows and 32 k
+    // values exist, else a zero-padded copy of what does.
+    let mut a_tile = |half: usize, s: usize| -> (*const u16, usize) {
+        let r0 = n0 + half * TILE_ROWS;
+        let valid_rows = rows.saturating_sub(half * TILE_ROWS).min(TILE_ROWS);
+        if valid_rows == TILE_ROWS && s < whole_steps {
+            // SAFETY: 16 rows of 32 elements from (r0, 32 s) lie inside w.
+            return (unsafe { w.add(r0 * ldw + s * 2 * STEP) }, ldw * 2);
+        }
+        let (p0, depth) = (s * 2 * STEP, (2 * STEP).min(k.saturating_sub(s * 2 * STEP)));
+        let tile = if half == 0 { &mut first.0 } else { &mut second.0 };
+        tile.fill(0);
+        for (r, line) in tile.chunks_exact_mut(2 * STEP).take(valid_rows).enumerate() {
+            if let Some(head) = line.get_mut(..depth) {
+                // SAFETY: row r0 + r < n0 + rows holds k >= p0 + depth elements.
+                head.copy_from_slice(unsafe { std::slice::from_raw_parts(w.add((r0 + r) * ldw + p0), depth) });
+            }
+        }
+        (tile.as_ptr(), 4 * STEP)
+    };
+    // SAFETY (every asm block): the tiles are configured (the caller's contract); each load reads
+    // 16 rows of 64 bytes at its stride inside w, a staging tile or the B panel (unit rows
+    // 16 s .. 16 s + 16 of columns 0-15 and 16-31, 16 s + 16 <= units).
+    unsafe {
+        asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
+        for s in 0..units / STEP {
+            let b0 = b.add(s * STEP * NR);
+            let (a0, sa0) = a_tile(0, s);
+            asm!(
+                "tileloadd tmm4, [{a0} + {sa}*1]",
+                "tileloadd tmm6, [{b0} + {sb}*1]",
+                "tileloadd tmm7, [{b1} + {sb}*1]",
+                "tdpbf16ps tmm0, tmm4, tmm6",
+                "tdpbf16ps tmm1, tmm4, tmm7",
+                a0 = in(reg) a0,
+                sa = in(reg) sa0,
+                b0 = in(reg) b0,
+                b1 = in(reg) b0.add(16),
+                sb = in(reg) NR * 4,
+                options(nostack, readonly),
+            );
+            if two_row_tiles {
+                let (a1, sa1) = a_tile(1, s);
+                asm!(
+                    "tileloadd tmm5, [{a1} + {sa}*1]",
+                    "tdpbf16ps tmm2, tmm5, tmm6",
+                    "tdpbf16ps tmm3, tmm5, tmm7",
+                    a1 = in(reg) a1,
+                    sa = in(reg) sa1,
+                    options(nostack, readonly),
+                );
+            }
+        }
+    }
+    #[repr(C, align(64))]
+    struct Sums([[f32; NR]; MR]);
+    let mut sums = Sums([[0.0; NR]; MR]);
+    let base = sums.0.as_mut_ptr() as *mut f32;
+    // SAFETY: each store writes 16 rows of 64 bytes, 128 bytes apart, inside `sums`: tile 0
+    // at (0, 0), 1 at (0, 16), 2 at (16, 0), 3 at (16, 16).
+    unsafe {
+        asm!(
+            "tilestored [{c0} + {s}*1], tmm0",
+            "tilestored [{c1} + {s}*1], tmm1",
+            "tilestored [{c2} + {s}*1], tmm2",
+            "tilestored [{c3} + {s}*1], tmm3",
+            c0 = in(reg) base,
+            c1 = in(reg) base.add(16),
+            c2 = in(reg) base.add(TILE_ROWS * NR),
+            c3 = in(reg) base.add(TILE_ROWS * NR + 16),
+            s = in(reg) NR * 4,
+            options(nostack),
+        );
+    }
+    // sums[i][j] is C's (j, n0 + i): transpose each 16 x 16 quarter, then round 16 weight rows
+    // at a time into one row of C.
+    for half in 0..rows.div_ceil(TILE_ROWS) {
+        let valid = (rows - half * TILE_ROWS).min(TILE_ROWS);
+        let mask = ((1u32 << valid) - 1) as __mmask16;
+        for quarter in 0..columns.div_ceil(16) {
+            // SAFETY: rows 16 half + i < 32 of `sums`, 16 floats from column 16 quarter < 32.
+            let mut v: [__m512; 16] = std::array::from_fn(|i| unsafe { _mm512_loadu_ps(base.add((half * TILE_ROWS + i) * NR + 16 * quarter)) });
+            transpose16(&mut v);
+            for (q, &row_sums) in v.iter().enumerate().take(columns - 16 * quarter) {
+                // SAFETY: row 16 quarter + q < columns of C, its columns n0 + 16 half .. + valid.
+                let at = unsafe { c.add((16 * quarter + q) * ldc + n0 + half * TILE_ROWS) };
+                let value = if accumulate {
+                    let old = _mm256_maskz_loadu_epi16(mask, at as *const i16);
+                    _mm512_add_ps(row_sums, _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(old))))
+                } else {
+                    row_sums
+                };
+                // SAFETY: __m256bh and __m256i are the same 32 bytes; the store moves the bits.
+                let rounded: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(value));
+                _mm256_mask_storeu_epi16(at as *mut i16, mask, rounded);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,5 +515,35 @@ mod tests {
             (unit_index(0, 0), unit_index(1, 0), unit_index(0, 15), unit_index(0, 16), unit_index(31, 17)),
             (0, 16, 15, 512, 512 + 31 * 16 + 1)
         );
+    }
+
+    #[test]
+    fn weight_rows_in_place_match_the_float64_reference() {
+        if !available() {
+            eprintln!("skipped: no AMX on this CPU (or tile data refused)");
+            return;
+        }
+        // x (m x k) times w^T for w n x k with a row stride past k: ragged in every direction
+        // (rows past a tile, k past a step, columns past a panel), written and then added to.
+        for &(m, n, k, threads) in &[(1, 1, 1, 1), (1, 37, 70, 2), (5, 33, 64, 1), (16, 48, 100, 2), (33, 70, 65, 3), (40, 17, 300, 2)] {
+            let ldw = k + 3;
+            let value = |i: usize| half::bf16::from_f32(((i * 7919 % 61) as f32 - 30.0) / 16.0).to_bits();
+            let x: Vec<u16> = (0..m * k).map(value).collect();
+            let w: Vec<u16> = (0..n * ldw).map(|i| value(i + 11)).collect();
+            let widen = |bits: u16| half::bf16::from_bits(bits).to_f64();
+            let exact = |i: usize, j: usize| (0..k).map(|p| widen(x[i * k + p]) * widen(w[j * ldw + p])).sum::<f64>();
+            let mut c = vec![0u16; m * n];
+            for (accumulate, times) in [(false, 1.0), (true, 2.0)] {
+                let operand = Operand { ptr: x.as_ptr(), rs: k as isize, cs: 1 };
+                // SAFETY: x is m x k, w n rows of ldw >= k, c m x n; AMX is available.
+                unsafe { weight_rows_product(m, n, k, operand, w.as_ptr(), ldw, c.as_mut_ptr(), n, accumulate, threads) };
+                for i in 0..m {
+                    for j in 0..n {
+                        let (got, want) = (widen(c[i * n + j]), times * exact(i, j));
+                        assert!((got - want).abs() <= want.abs() / 64.0 + 1e-6, "{m}x{n}x{k} ({i}, {j}): {got} vs {want}");
+                    }
+                }
+            }
+        }
     }
 }

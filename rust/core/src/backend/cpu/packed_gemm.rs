@@ -62,7 +62,7 @@ impl<T> Operand<T> {
     ///
     /// # Safety
     /// As [`Operand::at`].
-    unsafe fn from(&self, r: usize, c: usize) -> Operand<T> {
+    pub(crate) unsafe fn from(&self, r: usize, c: usize) -> Operand<T> {
         Operand { ptr: self.at(r, c), rs: self.rs, cs: self.cs }
     }
 }
@@ -308,12 +308,12 @@ unsafe fn serial<P: Precision>(m: usize, n: usize, k: usize, a: Operand<P::Elem>
 }
 
 /// [`Precision::begin`] until dropped (on a panic too), then [`Precision::end`].
-struct Begun<P: Precision>(std::marker::PhantomData<P>);
+pub(crate) struct Begun<P: Precision>(std::marker::PhantomData<P>);
 
 impl<P: Precision> Begun<P> {
     /// # Safety
     /// P's CPU features are present.
-    unsafe fn new() -> Self {
+    pub(crate) unsafe fn new() -> Self {
         // SAFETY: the caller's contract; `drop` ends it on this thread.
         unsafe { P::begin() };
         Begun(std::marker::PhantomData)

@@ -86,18 +86,17 @@ impl RowElem for bf16 {
     fn available() -> bool {
         super::packed_gemm::bf16_available()
     }
-    /// Where the CPU has AMX: at most 4 rows, or 8 against a weight of at least 4M elements.
-    /// Here the products run at about the float32 kernel's rate (100 GFLOP/s on 2 threads of
-    /// the Intel Xeon host) on half the bytes, and AMX tiles (which pack the weight per call)
-    /// overtake them from 8 rows on a 1024x1024 weight and 12 on 4096x1024 and 8192x2048.
-    /// Without AMX the blocked bfloat16 kernel multiplies at the float32 kernel's rate, so the
-    /// float32 rule applies.
+    /// Where the CPU has AMX: at most 3 rows. Here the products run at about the float32
+    /// kernel's rate (100 GFLOP/s on 2 threads of the Intel Xeon host) on half the bytes; AMX
+    /// with the weight's rows read in place (`amx::weight_rows_product`) computes a block of 32
+    /// columns whatever the batch, so it overtakes from about 4 rows (at 12 it ran 264-406
+    /// GFLOP/s). Without AMX the blocked bfloat16 kernel multiplies at the float32 kernel's
+    /// rate, so the float32 rule applies.
     fn suits(m: usize, n: usize, k: usize) -> bool {
         if !super::amx::available() {
             return f32::suits(m, n, k);
         }
-        let rows = m.min(n);
-        k >= 256 && (rows <= 4 || (rows <= 8 && m.max(n) * k >= 1 << 22))
+        k >= 256 && m.min(n) <= 3
     }
     unsafe fn block<const MA: usize>(
         a: *const bf16,
