@@ -279,12 +279,34 @@ unsafe fn block(rows: usize, units: usize, a: *const f32, b: *const f32, tile: T
             }
         }
     }
-    #[repr(C, align(64))]
-    struct Sums([[f32; NR]; MR]);
     let mut sums = Sums([[0.0; NR]; MR]);
+    // SAFETY: the caller's contract: the tiles are configured and hold this block's sums.
+    unsafe { store_sums(&mut sums) };
+    let mut acc = [[_mm512_setzero_ps(); V]; MR];
+    for (row, sums_row) in acc.iter_mut().zip(&sums.0) {
+        for (vector, lanes) in row.iter_mut().zip(sums_row.chunks_exact(16)) {
+            // SAFETY: the chunk holds 16 floats.
+            *vector = unsafe { _mm512_loadu_ps(lanes.as_ptr()) };
+        }
+    }
+    // SAFETY: the tile lies inside C (the caller's contract), `rows` <= MR.
+    unsafe { store(&acc, tile) };
+}
+
+/// A 32 x 32 block of float32 sums, aligned as tile stores want.
+#[repr(C, align(64))]
+struct Sums([[f32; NR]; MR]);
+
+/// Stores the four C tiles (tmm0-3) into `sums` as one 32 x 32 block: tile 0 at (0, 0), 1 at
+/// (0, 16), 2 at (16, 0), 3 at (16, 16).
+///
+/// # Safety
+/// This thread loaded the tile configuration.
+#[inline]
+unsafe fn store_sums(sums: &mut Sums) {
     let base = sums.0.as_mut_ptr() as *mut f32;
-    // SAFETY: each store writes 16 rows of 64 bytes, 128 bytes apart, inside `sums` (32 rows
-    // of 32 floats): tile 0 at (0, 0), 1 at (0, 16), 2 at (16, 0), 3 at (16, 16).
+    // SAFETY: each store writes 16 rows of 64 bytes, 128 bytes apart, inside `sums` (32 rows of
+    // 32 floats); the tiles are configured (the caller's contract).
     unsafe {
         asm!(
             "tilestored [{c0} + {s}*1], tmm0",
@@ -299,15 +321,6 @@ unsafe fn block(rows: usize, units: usize, a: *const f32, b: *const f32, tile: T
             options(nostack),
         );
     }
-    let mut acc = [[_mm512_setzero_ps(); V]; MR];
-    for (row, sums_row) in acc.iter_mut().zip(&sums.0) {
-        for (vector, lanes) in row.iter_mut().zip(sums_row.chunks_exact(16)) {
-            // SAFETY: the chunk holds 16 floats.
-            *vector = unsafe { _mm512_loadu_ps(lanes.as_ptr()) };
-        }
-    }
-    // SAFETY: the tile lies inside C (the caller's contract), `rows` <= MR.
-    unsafe { store(&acc, tile) };
 }
 
 /// `c (m x n bfloat16, row stride ldc) (+)= x (m x k) * w^T` with `w` a row-major n x k weight
@@ -453,26 +466,10 @@ unsafe fn weight_block(
             }
         }
     }
-    #[repr(C, align(64))]
-    struct Sums([[f32; NR]; MR]);
     let mut sums = Sums([[0.0; NR]; MR]);
-    let base = sums.0.as_mut_ptr() as *mut f32;
-    // SAFETY: each store writes 16 rows of 64 bytes, 128 bytes apart, inside `sums`: tile 0
-    // at (0, 0), 1 at (0, 16), 2 at (16, 0), 3 at (16, 16).
-    unsafe {
-        asm!(
-            "tilestored [{c0} + {s}*1], tmm0",
-            "tilestored [{c1} + {s}*1], tmm1",
-            "tilestored [{c2} + {s}*1], tmm2",
-            "tilestored [{c3} + {s}*1], tmm3",
-            c0 = in(reg) base,
-            c1 = in(reg) base.add(16),
-            c2 = in(reg) base.add(TILE_ROWS * NR),
-            c3 = in(reg) base.add(TILE_ROWS * NR + 16),
-            s = in(reg) NR * 4,
-            options(nostack),
-        );
-    }
+    // SAFETY: the caller's contract: the tiles are configured and hold this block's sums.
+    unsafe { store_sums(&mut sums) };
+    let base = sums.0.as_ptr() as *const f32;
     // sums[i][j] is C's (j, n0 + i): transpose each 16 x 16 quarter, then round 16 weight rows
     // at a time into one row of C.
     for half in 0..rows.div_ceil(TILE_ROWS) {
