@@ -262,10 +262,12 @@ unsafe fn bf16_product(dst: *mut u8, accumulate: bool, a: *const u8, am: Mat, b:
         let x = Operand { ptr: a as *const u16, rs: am.rs, cs: am.cs };
         // SAFETY: a addresses m x k elements through its strides, b is the n x k weight with rows
         // bm.cs apart read transposed, dst the contiguous m x n product; AMX was checked.
-        unsafe {
+        let done = unsafe {
             crate::backend::cpu::amx::weight_rows_product(m, n, k, x, b as *const u16, bm.cs as usize, dst as *mut u16, n, accumulate, threads)
         };
-        return true;
+        if done {
+            return true;
+        }
     }
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::packed_gemm::bf16_available() {

@@ -331,7 +331,8 @@ unsafe fn store_sums(sums: &mut Sums) {
 /// packed once as B panels (a few rows: cheap). Each block of 32 weight rows by 32 columns of x
 /// is then C's transpose: its tiles are stored, transposed by vectors and rounded into C.
 /// Rows and k past the weight's edge go through a zeroed staging tile, never read past it.
-/// Bands of weight rows run on up to `threads` threads.
+/// Bands of weight rows run on up to `threads` threads. False (nothing done) when the memory
+/// for x's panels cannot be had.
 ///
 /// # Safety
 /// `x` addresses m x k elements, `w` n rows of k elements `ldw` apart, `c` m rows of n
@@ -348,14 +349,18 @@ pub(crate) unsafe fn weight_rows_product(
     ldc: usize,
     accumulate: bool,
     threads: usize,
-) {
+) -> bool {
     if m == 0 || n == 0 {
-        return;
+        return true;
     }
     let units = AmxBf16::units(k);
     let panels = m.div_ceil(NR);
     // x^T (k x m) packed as B panels of NR columns, every k step of each whole.
-    let mut packed = vec![0f32; panels * units * NR];
+    let mut packed = Vec::new();
+    if packed.try_reserve_exact(panels * units * NR).is_err() {
+        return false;
+    }
+    packed.resize(panels * units * NR, 0f32);
     for (panel, out) in packed.chunks_exact_mut(units * NR).enumerate() {
         let j0 = panel * NR;
         // SAFETY: columns j0.. of x^T are rows j0.. of x, each holding k elements.
@@ -384,6 +389,7 @@ pub(crate) unsafe fn weight_rows_product(
             }
         }
     });
+    true
 }
 
 /// One block of [`weight_rows_product`]: weight rows n0..n0+rows (<= 32) against one B panel
@@ -533,7 +539,7 @@ mod tests {
             for (accumulate, times) in [(false, 1.0), (true, 2.0)] {
                 let operand = Operand { ptr: x.as_ptr(), rs: k as isize, cs: 1 };
                 // SAFETY: x is m x k, w n rows of ldw >= k, c m x n; AMX is available.
-                unsafe { weight_rows_product(m, n, k, operand, w.as_ptr(), ldw, c.as_mut_ptr(), n, accumulate, threads) };
+                assert!(unsafe { weight_rows_product(m, n, k, operand, w.as_ptr(), ldw, c.as_mut_ptr(), n, accumulate, threads) });
                 for i in 0..m {
                     for j in 0..n {
                         let (got, want) = (widen(c[i * n + j]), times * exact(i, j));
