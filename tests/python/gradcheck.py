@@ -8,13 +8,26 @@ from oxnet import autograd
 from oxnet.test_utils import assert_almost_equal
 
 FLOAT_DTYPES = ["float64", "float32", "float16"]
+LOW_PRECISION = ("float16", "bfloat16")
 
 
 def _as_list(x):
     return x if isinstance(x, (list, tuple)) else [x]
 
 
-def _analytic(fn, arrays, head_seed, ctx, dtype):
+def _host(x):
+    """``x``'s values as float64 NumPy (bfloat16 through float32: NumPy has no bfloat16)."""
+    return (x.astype("float32") if x.dtype == mx.base.bfloat16 else x).asnumpy().astype(np.float64)
+
+
+def _on_grid(arrays, dtype):
+    """``arrays`` rounded to ``dtype``'s values, kept in float64."""
+    return [_host(mx.nd.array(a, dtype=dtype)) for a in arrays]
+
+
+def _analytic(fn, arrays, head_seed, ctx, dtype, with_outputs=False, grid=None):
+    """Input gradients of ``fn`` in ``dtype`` for random output gradients (on ``grid``'s values
+    where given)."""
     xs = [mx.nd.array(a, ctx=ctx, dtype=dtype) for a in arrays]
     for x in xs:
         x.attach_grad()
@@ -22,8 +35,11 @@ def _analytic(fn, arrays, head_seed, ctx, dtype):
         outs = _as_list(fn(*xs))
     rng = np.random.RandomState(head_seed)
     heads = [rng.uniform(-1, 1, size=o.shape) for o in outs]
+    if grid in LOW_PRECISION:
+        heads = _on_grid(heads, grid)
     autograd.backward(outs, [mx.nd.array(h, ctx=ctx, dtype=dtype) for h in heads])
-    return [x.grad.asnumpy().astype(np.float64) for x in xs], heads
+    grads = [_host(x.grad) for x in xs]
+    return (grads, heads, [_host(o) for o in outs]) if with_outputs else (grads, heads)
 
 
 def _numeric(fn, arrays, heads, ctx, eps=1e-6):
@@ -59,18 +75,21 @@ def check_gradient(fn, shapes, ctx, domain=(-1.0, 1.0), dtypes=FLOAT_DTYPES, see
 def check_precisions(fn, arrays, ctx, dtypes=FLOAT_DTYPES, seed=0):
     """Check that ``fn``'s input gradients at ``arrays`` in each lower precision of ``dtypes``
     match float64's analytic ones (no finite differences: cheap enough for full-size inputs)."""
-    tolerances = {"float32": (1e-4, 1e-5), "float16": (3e-2, 3e-2)}
+    tolerances = {"float32": (1e-4, 1e-5), "float16": (3e-2, 3e-2), "bfloat16": (5e-2, 3e-2)}
     for dtype in dtypes:
         if dtype == "float64":
             continue
-        if dtype == "float16":
-            # Inputs on the float16 grid so both precisions differentiate at the same point.
-            arrays16 = [a.astype(np.float16).astype(np.float64) for a in arrays]
-            reference, heads = _analytic(fn, arrays16, seed + 1, ctx, "float64")
-            got, _ = _analytic(fn, arrays16, seed + 1, ctx, dtype)
-        else:
-            reference, _ = _analytic(fn, arrays, seed + 1, ctx, "float64")
-            got, _ = _analytic(fn, arrays, seed + 1, ctx, dtype)
+        # 16-bit inputs (and output gradients) on their grid, so that both precisions
+        # differentiate at the same point.
+        points = _on_grid(arrays, dtype) if dtype in LOW_PRECISION else arrays
+        got, _, outs = _analytic(fn, points, seed + 1, ctx, dtype, with_outputs=True, grid=dtype)
+        reference, _ = _analytic(fn, points, seed + 1, ctx, "float64", grid=dtype)
         rtol, atol = tolerances[dtype]
         for r, g in zip(reference, got):
             assert_almost_equal(g, r, rtol=rtol, atol=atol * max(1.0, np.abs(r).max()))
+        if dtype in LOW_PRECISION:
+            # The forward values too: 16-bit kernels compute in float32 and round once.
+            xs = [mx.nd.array(a, ctx=ctx, dtype="float64") for a in points]
+            for r, g in zip(_as_list(fn(*xs)), outs):
+                r = r.asnumpy()
+                assert_almost_equal(g, r, rtol=rtol, atol=atol * max(1.0, np.abs(r).max()))

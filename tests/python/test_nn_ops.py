@@ -675,8 +675,10 @@ def test_convolution(case, ctx):
     assert_almost_equal(out.asnumpy(), _conv_reference(x, w, b, stride, pad, dilate, groups), rtol=1e-4, atol=1e-4)
     small = [(1,) + shape[1:], w.shape] + ([] if no_bias else [(nf,)])
     check_gradient(lambda *a: nd.Convolution(*a, **kwargs), small, ctx, dtypes=["float64", "float32"])
-    # The whole batch too: the weight gradient sums over every chunk of images.
-    check_precisions(lambda *a: nd.Convolution(*a, **kwargs), [x, w] + ([] if no_bias else [b]), ctx, dtypes=["float32"])
+    # The whole batch too: the weight gradient sums over every chunk of images; the 16-bit
+    # floats' outputs and gradients within their rounding of float64's.
+    check_precisions(lambda *a: nd.Convolution(*a, **kwargs), [x, w] + ([] if no_bias else [b]), ctx,
+                     dtypes=["float32", "float16", "bfloat16"])
 
 
 def test_convolution_of_empty_images_reads_only_padding(ctx):
@@ -830,21 +832,24 @@ def test_pooling(pool_type, case, ctx):
     for dtype, rtol in (("float64", 1e-10), ("float32", 1e-5)):
         out = nd.Pooling(nd.array(x, ctx=ctx, dtype=dtype), **kwargs)
         assert_almost_equal(out.asnumpy(), expected, rtol=rtol, atol=rtol)
-    check_gradient(lambda v: nd.Pooling(v, **kwargs), [shape], ctx, dtypes=["float64", "float32"])
+    check_gradient(lambda v: nd.Pooling(v, **kwargs), [shape], ctx, dtypes=["float64", "float32", "float16", "bfloat16"])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("kernel", [(2, 2), (3, 2)])
-def test_max_pooling_gradient_goes_to_the_first_maximum_of_each_window(kernel, ctx):
+def test_max_pooling_gradient_goes_to_the_first_maximum_of_each_window(kernel, dtype, ctx):
     # Windows that tile the input take a dedicated path; ties must still go to the first cell.
     rng = np.random.RandomState(5)
     x = rng.randint(0, 3, size=(2, 3, 7, 8)).astype(np.float32)
     x[0, 0, 0, 1] = np.nan
-    head = rng.randn(2, 3, 7 // kernel[0], 8 // kernel[1]).astype(np.float32)
-    a = nd.array(x, ctx=ctx)
+    head_nd = nd.array(rng.randn(2, 3, 7 // kernel[0], 8 // kernel[1]), ctx=ctx, dtype=dtype)
+    head = head_nd.astype("float32").asnumpy()
+    a = nd.array(x, ctx=ctx, dtype=dtype)
     a.attach_grad()
     with autograd.record():
         y = nd.Pooling(a, kernel=kernel, stride=kernel, pool_type="max")
-    y.backward(nd.array(head, ctx=ctx))
+    y.backward(head_nd)
+    y, grad = y.astype("float32"), a.grad.astype("float32")
     expected_grad = np.zeros_like(x)
     expected_out = np.zeros_like(head)
     for n, c, i, j in np.ndindex(*head.shape):
@@ -855,7 +860,7 @@ def test_max_pooling_gradient_goes_to_the_first_maximum_of_each_window(kernel, c
         di, dj = divmod(first, kernel[1])
         expected_grad[n, c, i * kernel[0] + di, j * kernel[1] + dj] = head[n, c, i, j]
     np.testing.assert_array_equal(y.asnumpy(), expected_out)
-    np.testing.assert_array_equal(a.grad.asnumpy(), expected_grad)
+    np.testing.assert_array_equal(grad.asnumpy(), expected_grad)
 
 
 def test_overlapping_max_pooling_ignores_padding_and_keeps_nan(ctx):

@@ -8,7 +8,7 @@ mod dtype;
 mod shape;
 
 pub use context::{Context, DeviceType};
-pub use dtype::{Bool8, DType, Elem};
+pub use dtype::{as_acc_mut, Bool8, DType, Elem};
 /// Path the dtype dispatch macro names the boolean element type by.
 pub mod dtype_bool {
     pub use super::dtype::Bool8;

@@ -309,7 +309,7 @@ fn for_each_dense_line(g: &Geometry, cs: usize, row_stride: usize, mut visit: im
 /// `apply(d, s)` over the pairs of two short lines (8 to 30 elements in small CNNs), in fixed
 /// blocks of eight: copies compile to plain vector moves instead of a memmove call per line.
 #[inline(always)]
-fn zip_short<T: Copy>(dst: &mut [T], src: &[T], apply: impl Fn(&mut T, T)) {
+fn zip_short<D, S: Copy>(dst: &mut [D], src: &[S], apply: impl Fn(&mut D, S)) {
     let (dst_blocks, dst_tail) = dst.as_chunks_mut::<8>();
     let (src_blocks, src_tail) = src.as_chunks::<8>();
     for (d, s) in dst_blocks.iter_mut().zip(src_blocks) {
@@ -326,8 +326,9 @@ pub(super) fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
     zip_short(dst, src, |d, s| *d = s);
 }
 
-fn add_short<T: Elem>(dst: &mut [T], src: &[T]) {
-    zip_short(dst, src, |d, s| *d = T::from_f64(d.to_f64() + s.to_f64()));
+#[inline(always)]
+fn add_short<T: Elem>(dst: &mut [T::Acc], src: &[T]) {
+    zip_short(dst, src, |d, s| *d = *d + s.widen());
 }
 
 /// Where im2col reads its lines: a padded, stride-phased copy of the image's channels in the
@@ -402,16 +403,24 @@ impl ColumnSource {
     }
 }
 
-/// Copies runs of elements; with AVX-512, runs of 4-byte elements go by whole and masked vectors
-/// (7x7 outputs are lines of 7, which plain copies move one element at a time).
+/// Copies runs of elements; with AVX-512, runs of 4-byte (and, with AVX-512 BW, 2-byte)
+/// elements go by whole and masked vectors (7x7 outputs are lines of 7, which plain copies move
+/// one element at a time; LeNet's second bfloat16 layer spent 12% of its backward pass copying
+/// lines of 8 so).
 #[derive(Clone, Copy)]
 struct LineCopy {
     avx512: bool,
+    avx512bw: bool,
 }
 
 impl LineCopy {
     fn for_cpu() -> LineCopy {
-        LineCopy { avx512: cfg!(target_arch = "x86_64") && simd::f32_lanes() == 16 }
+        let avx512 = cfg!(target_arch = "x86_64") && simd::f32_lanes() == 16;
+        #[cfg(target_arch = "x86_64")]
+        let avx512bw = avx512 && std::arch::is_x86_feature_detected!("avx512bw");
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx512bw = false;
+        LineCopy { avx512, avx512bw }
     }
 
     /// Copies `lines` runs of `len` elements, `src_step` apart in `src`, to runs `dst_step`
@@ -433,6 +442,13 @@ impl LineCopy {
             // SAFETY: `avx512` is only set where the CPU has AVX-512 F; every run lies inside its
             // slice (checked above) and T is 4 bytes, so the runs are whole u32 elements.
             unsafe { copy_lines_avx512(dst.as_mut_ptr().cast(), dst_step, src.as_ptr().cast(), src_step, lines, len) };
+            return Ok(());
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.avx512bw && std::mem::size_of::<T>() == 2 {
+            // SAFETY: `avx512bw` is only set where the CPU has AVX-512 F and BW; every run lies
+            // inside its slice (checked above) and T is 2 bytes, so the runs are whole u16 elements.
+            unsafe { copy_lines_avx512bw(dst.as_mut_ptr().cast(), dst_step, src.as_ptr().cast(), src_step, lines, len) };
             return Ok(());
         }
         for l in 0..lines {
@@ -468,16 +484,51 @@ unsafe fn copy_lines_avx512(dst: *mut u32, dst_step: usize, src: *const u32, src
     }
 }
 
-/// col2im, accumulating the column matrix (rows `row_stride` apart) back into the image's
-/// channels `c0..c0+cs`.
-fn col2im<T: Elem>(col: &[T], g: &Geometry, c0: usize, cs: usize, image: &mut [T], row_stride: usize) -> Result<()> {
+/// [`LineCopy::lines`] for 2-byte elements: whole vectors of 32, then one masked vector per run.
+///
+/// # Safety
+/// The CPU has AVX-512 F and BW; run l reads `src[l * src_step..][..len]` and writes
+/// `dst[l * dst_step..][..len]`, which lie inside their allocations.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn copy_lines_avx512bw(dst: *mut u16, dst_step: usize, src: *const u16, src_step: usize, lines: usize, len: usize) {
+    use std::arch::x86_64::*;
+    let (whole, rest) = (len / 32, len % 32);
+    let mask = ((1u64 << rest) - 1) as __mmask32;
+    for l in 0..lines {
+        // SAFETY: per the contract, each vector's lanes (the masked ones excepted, which neither
+        // load nor store) lie inside run l.
+        unsafe {
+            let (d, s) = (dst.add(l * dst_step), src.add(l * src_step));
+            for v in 0..whole {
+                _mm512_storeu_si512(d.add(32 * v).cast(), _mm512_loadu_si512(s.add(32 * v).cast()));
+            }
+            if rest > 0 {
+                _mm512_mask_storeu_epi16(d.add(32 * whole).cast(), mask, _mm512_maskz_loadu_epi16(mask, s.add(32 * whole).cast()));
+            }
+        }
+    }
+}
+
+/// col2im, accumulating the column matrix (rows `row_stride` apart) back into the sums of the
+/// image's channels `c0..c0+cs` (in `T::Acc`: a 5x5 kernel adds up to 25 columns into each
+/// element, which bfloat16 would round 25 times, through float64 conversions that took 56% of a
+/// bfloat16 backward pass).
+fn col2im<T: Elem>(col: &[T], g: &Geometry, c0: usize, cs: usize, image: &mut [T::Acc], row_stride: usize) -> Result<()> {
     let (plane, sw, ow) = (g.input_size(), g.stride[2], g.output[2]);
     let base = part_mut(OP, image, c0 * plane, cs * plane, "an image's channels")?;
     if g.is_dense() {
-        return for_each_dense_line(g, cs, row_stride, |line, dst| {
-            add_short(part_mut(OP, base, dst, ow, "an image line")?, part(OP, col, line, ow, "a column line")?);
-            Ok(())
-        });
+        // Compiled for the CPU's vectors: a bfloat16 line of 8 widens and adds as one vector,
+        // where baseline code converted element by element.
+        return simd::vectorized(
+            #[inline(always)]
+            || {
+                for_each_dense_line(g, cs, row_stride, |line, dst| {
+                    add_short(part_mut(OP, base, dst, ow, "an image line")?, part(OP, col, line, ow, "a column line")?);
+                    Ok(())
+                })
+            },
+        );
     }
     for_each_line(g, cs, row_stride, |start, _c, src, w, w_off| {
         // A tap that reaches no input along the width adds nothing (its clamped start may lie
@@ -488,7 +539,7 @@ fn col2im<T: Elem>(col: &[T], g: &Geometry, c0: usize, cs: usize, image: &mut [T
             let at = first + k * sw;
             let total = base.len();
             let slot = base.get_mut(at).ok_or_else(|| outside(OP, "an image element", at, 1, total))?;
-            *slot = T::from_f64(slot.to_f64() + v.to_f64());
+            *slot = *slot + v.widen();
         }
         Ok(())
     })
@@ -527,13 +578,15 @@ const MIN_CHUNK_COLUMNS: usize = 128;
 /// Per-chunk buffers of the strategy in use.
 // One value per chunk being computed: boxing the larger variant would buy nothing.
 #[allow(clippy::large_enum_variant)]
-pub(super) enum ChunkBuffers<T> {
+pub(super) enum ChunkBuffers<T: Elem> {
     /// The side-by-side column matrices, one group's response block and the phased copy of an
     /// image's group of channels that the column matrix is read from.
     Columns {
         col: Scratch<T>,
         staging: Scratch<T>,
         phased: Scratch<T>,
+        /// The chunk's images as col2im sums them, where `T` does not sum in itself.
+        sums: Scratch<T::Acc>,
     },
     Shifted(ShiftedBuffers),
 }
@@ -570,7 +623,14 @@ impl<'a> ImageProducts<'a> {
         let staging = if forward_only { 0 } else { fpg * columns };
         let col = if forward_only && self.reads_image_as_columns() { 0 } else { self.g.col_rows() * columns };
         let phased = if col == 0 { 0 } else { self.source.phased_len(self.g.channels / self.g.groups) };
-        Ok(ChunkBuffers::Columns { col: Scratch::zeroed(col)?, staging: Scratch::zeroed(staging)?, phased: Scratch::zeroed(phased)? })
+        let sums_in_place = T::DTYPE == <T::Acc as Elem>::DTYPE;
+        let sums = if uses.scatter && !sums_in_place { self.chunk() * self.g.channels * self.g.input_size() } else { 0 };
+        Ok(ChunkBuffers::Columns {
+            col: Scratch::zeroed(col)?,
+            staging: Scratch::zeroed(staging)?,
+            phased: Scratch::zeroed(phased)?,
+            sums: Scratch::zeroed(sums)?,
+        })
     }
 
     /// The shifted strategy's products; only called with buffers from [`Self::buffers`], which
@@ -645,7 +705,7 @@ impl<'a> ImageProducts<'a> {
             ChunkBuffers::Shifted(b) => {
                 return unsafe { self.shifted_products()?.correlate(images, as_f32(image)?, self.weight, response as *mut f32, b) }
             }
-            ChunkBuffers::Columns { col, staging, phased } => (col.as_mut_slice(), staging.as_mut_slice(), phased.as_mut_slice()),
+            ChunkBuffers::Columns { col, staging, phased, .. } => (col.as_mut_slice(), staging.as_mut_slice(), phased.as_mut_slice()),
         };
         // SAFETY: forwarded from the caller.
         let weight = unsafe { self.weight::<T>() }?;
@@ -698,30 +758,53 @@ impl<'a> ImageProducts<'a> {
     /// # Safety
     /// As [`Self::correlate`], for the whole-batch `image` array.
     pub unsafe fn scatter<T: Elem>(&self, images: Range<usize>, response: &[T], image: *mut T, buf: &mut ChunkBuffers<T>) -> Result<()> {
-        let g = self.g;
-        let (outs, rows) = (g.output_size(), g.col_rows());
-        let (fpg, cpg, plane) = (g.filters / g.groups, g.channels / g.groups, g.channels * g.input_size());
-        let columns = images.len() * outs;
-        let (col, staging) = match buf {
+        let plane = self.g.channels * self.g.input_size();
+        let (col, staging, sums) = match buf {
             // SAFETY: forwarded from the caller.
             ChunkBuffers::Shifted(b) => {
                 return unsafe { self.shifted_products()?.scatter(images, as_f32(response)?, self.weight, image as *mut f32, b) }
             }
-            ChunkBuffers::Columns { col, staging, .. } => (col.as_mut_slice(), staging.as_mut_slice()),
+            ChunkBuffers::Columns { col, staging, sums, .. } => (col.as_mut_slice(), staging.as_mut_slice(), sums.as_mut_slice()),
         };
         // SAFETY: forwarded from the caller.
         let weight = unsafe { self.weight::<T>() }?;
         // SAFETY: the caller guarantees that `image` is the whole-batch array, whose images in
         // `images` (these elements) are this call's alone.
         let chunk = unsafe { std::slice::from_raw_parts_mut(image.add(images.start * plane), images.len() * plane) };
-        // col2im adds, so the chunk's images start from zero.
-        chunk.fill(T::default());
+        if let Some(sums) = crate::base::as_acc_mut(chunk) {
+            return self.image_sums(&images, response, weight, col, staging, sums);
+        }
+        let sums = part_mut(OP, sums, 0, images.len() * plane, "the image sums")?;
+        self.image_sums(&images, response, weight, col, staging, sums)?;
+        simd::vectorized(
+            #[inline(always)]
+            || chunk.iter_mut().zip(sums.iter()).for_each(|(v, &sum)| *v = T::narrow(sum)),
+        );
+        Ok(())
+    }
+
+    /// `sums` (the chunk's images) = col2im(W^T * response), every group.
+    fn image_sums<T: Elem>(
+        &self,
+        images: &Range<usize>,
+        response: &[T],
+        weight: &[T],
+        col: &mut [T],
+        staging: &mut [T],
+        sums: &mut [T::Acc],
+    ) -> Result<()> {
+        let g = self.g;
+        let (outs, rows) = (g.output_size(), g.col_rows());
+        let (fpg, cpg, plane) = (g.filters / g.groups, g.channels / g.groups, g.channels * g.input_size());
+        let columns = images.len() * outs;
+        // col2im adds, so the sums start from zero.
+        sums.fill(Default::default());
         for grp in 0..g.groups {
-            self.gather(&images, grp, response, staging)?;
+            self.gather(images, grp, response, staging)?;
             let group_weight = tail(OP, weight, grp * fpg * rows, "a group's weight")?;
             matmul_checked(OP, col, false, group_weight, Mat::stored(fpg, rows, true), staging, Mat::stored(fpg, columns, false), self.threads)?;
             for k in 0..images.len() {
-                let target = part_mut(OP, chunk, k * plane, plane, "an image")?;
+                let target = part_mut(OP, sums, k * plane, plane, "an image")?;
                 col2im(tail(OP, col, k * outs, "the column matrix")?, g, grp * cpg, cpg, target, columns)?;
             }
         }
@@ -745,7 +828,7 @@ impl<'a> ImageProducts<'a> {
         let columns = images.len() * outs;
         let (col, staging, phased) = match buf {
             ChunkBuffers::Shifted(b) => return self.shifted_products()?.accumulate_weight_grad(images, as_f32(image)?, as_f32(response)?, b),
-            ChunkBuffers::Columns { col, staging, phased } => (col.as_mut_slice(), staging.as_mut_slice(), phased.as_mut_slice()),
+            ChunkBuffers::Columns { col, staging, phased, .. } => (col.as_mut_slice(), staging.as_mut_slice(), phased.as_mut_slice()),
         };
         for grp in 0..g.groups {
             self.columns(&images, grp, image, col, phased)?;
@@ -797,9 +880,15 @@ pub(super) fn add_channel_bias<T: Elem>(images: &mut [T], bias: &[T], plane: usi
     if plane == 0 {
         return;
     }
-    for (values, &b) in images.chunks_mut(plane).zip(bias.iter().cycle()) {
-        values.iter_mut().for_each(|v| *v = T::from_f64(v.to_f64() + b.to_f64()));
-    }
+    simd::vectorized(
+        #[inline(always)]
+        || {
+            for (values, &b) in images.chunks_mut(plane).zip(bias.iter().cycle()) {
+                let b = b.widen();
+                values.iter_mut().for_each(|v| *v = T::narrow(v.widen() + b));
+            }
+        },
+    );
 }
 
 /// Per-channel sums of `images` (batch x channels x plane), accumulated in f64.
@@ -995,7 +1084,11 @@ impl Operator for Convolution {
             let out = args.output::<T>(0)?;
             convolve(&g, args.input::<T>(0)?, args.input::<T>(1)?, out, &Epilogue::default())?;
             if has_bias {
-                add_channel_bias(out, args.input::<T>(2)?, g.output_size());
+                let (bias, plane) = (args.input::<T>(2)?, g.output_size());
+                super::parallel_units(out, g.filters * plane, 1, |_, images| {
+                    add_channel_bias(images, bias, plane);
+                    Ok(())
+                })?;
             }
         });
         Ok(())
@@ -1108,7 +1201,7 @@ pub(super) fn weight_grad_over_chunks<T: Elem>(
     }
     for mut partial in partials {
         for (total, &p) in weight_grad.iter_mut().zip(partial.as_mut_slice().iter()) {
-            *total = T::from_f64(total.to_f64() + p.to_f64());
+            *total = T::narrow(total.widen() + p.widen());
         }
     }
     Ok(())

@@ -6,6 +6,7 @@
 use super::grad::{tuple_attr, Grad, InputGrads};
 use super::stencil::{self, Frame};
 use super::{exactly, parallel_units, ExecContext, OpDef, Operator, SendPtr};
+use crate::backend::cpu::simd;
 use crate::base::{DType, Elem, Shape};
 use crate::error::Result;
 use crate::op::KernelArgs;
@@ -310,6 +311,31 @@ fn nan_max(a: f64, b: f64) -> f64 {
     }
 }
 
+/// The larger of two elements, NaN-propagating, compared in their accumulator type (exact) and
+/// returned unconverted: a select that vectorizes, where a round trip through f64 kept
+/// bfloat16's 2x2 max pooling at 6x float32's time.
+#[inline(always)]
+fn max_of<T: Elem>(a: T, b: T) -> T {
+    let (wa, wb) = (a.widen(), b.widen());
+    // `wb != wb` holds for NaN alone.
+    #[allow(clippy::eq_op)]
+    let b_is_nan = wb != wb;
+    if wb > wa || b_is_nan {
+        b
+    } else {
+        a
+    }
+}
+
+/// Whether a window's cell is its maximum `m` (both NaN counts as equal), compared in the
+/// accumulator type.
+#[inline(always)]
+fn is_maximum<T: Elem>(cell: T::Acc, m: T::Acc) -> bool {
+    #[allow(clippy::eq_op)]
+    let both_nan = (cell != cell) & (m != m);
+    (cell == m) | both_nan
+}
+
 impl Window {
     /// Max pooling whose windows tile the input exactly (stride = kernel, no padding, every
     /// window inside the input; 2x2 stride 2 is the common case). Those planes run as row-wise
@@ -322,7 +348,8 @@ impl Window {
 }
 
 /// Tiled max pooling of one plane: the maximum over a window's rows first (row against row),
-/// then over each window's columns.
+/// then over each window's columns. Inlined into the callers' vectorized loops.
+#[inline(always)]
 fn tiled_max_forward<T: Elem>(w: &Window, x: &[T], y: &mut [T], rows: &mut Vec<f64>) -> Result<()> {
     let ([_, ih, iw], [kd, kh, kw], [od, oh, ow]) = (w.input, w.kernel, w.output);
     if ow == 0 || oh == 0 {
@@ -356,7 +383,9 @@ fn tiled_max_forward<T: Elem>(w: &Window, x: &[T], y: &mut [T], rows: &mut Vec<f
 
 /// Its gradient: each window's first cell (row-major) equal to the window's maximum `y`
 /// receives the output gradient, every other cell zero. Windows do not overlap, so every cell
-/// is written exactly once, by its own window, with branch-free selects.
+/// is written exactly once, by its own window, with branch-free selects. Inlined into the callers'
+/// vectorized loops.
+#[inline(always)]
 fn tiled_max_backward<T: Elem>(w: &Window, x: &[T], y: &[T], g: &[T], dx: &mut [T], starts: &mut Vec<usize>, taken: &mut Vec<bool>) -> Result<()> {
     let ([id, ih, iw], [kd, kh, kw], [od, oh, ow]) = (w.input, w.kernel, w.output);
     let width = ow * kw;
@@ -386,10 +415,9 @@ fn tiled_max_backward<T: Elem>(w: &Window, x: &[T], y: &[T], g: &[T], dx: &mut [
             let (cells, out) = (cells_of(x, start..start + width)?, cells_of_mut(dx, start..start + width)?);
             let windows = cells.chunks_exact(kw.max(1)).zip(out.chunks_exact_mut(kw.max(1))).zip(maxima.iter().zip(grads)).zip(taken.iter_mut());
             for (((window, dwindow), (m, &grad)), taken) in windows {
-                let m = m.to_f64();
+                let m = m.widen();
                 for (v, d) in window.iter().zip(dwindow) {
-                    let v = v.to_f64();
-                    let hit = !*taken & ((v == m) | (v.is_nan() & m.is_nan()));
+                    let hit = !*taken & is_maximum::<T>(v.widen(), m);
                     *d = if hit { grad } else { T::default() };
                     *taken |= hit;
                 }
@@ -407,11 +435,11 @@ fn pair_windows_forward<T: Elem>(x: &[T], mut starts: impl Iterator<Item = usize
     let pairs = |start: usize| cells_of(x, start..start + 2 * ow).map(|cells| cells.as_chunks::<2>().0);
     let Some(first) = starts.next() else { return Ok(()) };
     for (m, &[a, b]) in maxima.iter_mut().zip(pairs(first)?) {
-        *m = T::from_f64(nan_max(a.to_f64(), b.to_f64()));
+        *m = max_of(a, b);
     }
     for start in starts {
         for (m, &[a, b]) in maxima.iter_mut().zip(pairs(start)?) {
-            *m = T::from_f64(nan_max(m.to_f64(), nan_max(a.to_f64(), b.to_f64())));
+            *m = max_of(*m, max_of(a, b));
         }
     }
     Ok(())
@@ -428,10 +456,9 @@ fn pair_windows_backward<T: Elem>(x: &[T], maxima: &[T], grads: &[T], dx: &mut [
         let (cells, out) = (cells_of(x, start..start + 2 * ow)?, cells_of_mut(dx, start..start + 2 * ow)?);
         let windows = cells.as_chunks::<2>().0.iter().zip(out.as_chunks_mut::<2>().0).zip(maxima.iter().zip(grads)).zip(taken.iter_mut());
         for (((&[a, b], [da, db]), (m, &grad)), taken) in windows {
-            let (a, b, m) = (a.to_f64(), b.to_f64(), m.to_f64());
-            let equal = |v: f64| (v == m) | (v.is_nan() & m.is_nan());
-            let hit_a = !*taken & equal(a);
-            let hit_b = !*taken & !hit_a & equal(b);
+            let m = m.widen();
+            let hit_a = !*taken & is_maximum::<T>(a.widen(), m);
+            let hit_b = !*taken & !hit_a & is_maximum::<T>(b.widen(), m);
             *da = if hit_a { grad } else { T::default() };
             *db = if hit_b { grad } else { T::default() };
             *taken |= hit_a | hit_b;
@@ -469,12 +496,19 @@ impl Operator for Pooling {
             let pool = |x: &[T], y: &mut [T], rows: &mut Vec<f64>| if tiled_max { tiled_max_forward(&w, x, y, rows) } else { pool_plane(&w, kind, include_pad, x, y) };
             match w.channels_last {
                 None => {
+                    // Compiled for the CPU's vectors: 2x2 max pooling of 24x24 bfloat16 planes ran
+                    // at 2.2x float32's time in baseline SSE code.
                     parallel_units(cells_of_mut(y, 0..w.planes * outs)?, outs, grain, |first, planes| {
                         let mut rows = Vec::new();
-                        for (pl, y) in (first..).zip(planes.chunks_exact_mut(outs)) {
-                            pool(cells_of(x, pl * plane..(pl + 1) * plane)?, y, &mut rows)?;
-                        }
-                        Ok(())
+                        simd::vectorized(
+                            #[inline(always)]
+                            || {
+                                for (pl, y) in (first..).zip(planes.chunks_exact_mut(outs)) {
+                                    pool(cells_of(x, pl * plane..(pl + 1) * plane)?, y, &mut rows)?;
+                                }
+                                Ok(())
+                            },
+                        )
                     })?;
                 }
                 Some(channels) => {
@@ -656,12 +690,17 @@ impl Operator for PoolingBackward {
                 None => {
                     parallel_units(cells_of_mut(dx, 0..w.planes * plane)?, plane, grain, |first, planes| {
                         let (mut acc, mut starts, mut taken) = (Vec::new(), Vec::new(), Vec::new());
-                        for (pl, dx) in (first..).zip(planes.chunks_exact_mut(plane)) {
-                            let (of_outputs, of_inputs) = (pl * outs..(pl + 1) * outs, pl * plane..(pl + 1) * plane);
-                            let inputs = (cells_of(g, of_outputs.clone())?, cells_of(x, of_inputs)?, cells_of(y, of_outputs)?);
-                            unpool(inputs, dx, &mut acc, &mut starts, &mut taken)?;
-                        }
-                        Ok(())
+                        simd::vectorized(
+                            #[inline(always)]
+                            || {
+                                for (pl, dx) in (first..).zip(planes.chunks_exact_mut(plane)) {
+                                    let (of_outputs, of_inputs) = (pl * outs..(pl + 1) * outs, pl * plane..(pl + 1) * plane);
+                                    let inputs = (cells_of(g, of_outputs.clone())?, cells_of(x, of_inputs)?, cells_of(y, of_outputs)?);
+                                    unpool(inputs, dx, &mut acc, &mut starts, &mut taken)?;
+                                }
+                                Ok(())
+                            },
+                        )
                     })?;
                 }
                 Some(channels) => {
