@@ -523,10 +523,16 @@ fn col2im<T: Elem>(col: &[T], g: &Geometry, c0: usize, cs: usize, image: &mut [T
         return simd::vectorized(
             #[inline(always)]
             || {
-                for_each_dense_line(g, cs, row_stride, |line, dst| {
-                    add_short(part_mut(OP, base, dst, ow, "an image line")?, part(OP, col, line, ow, "a column line")?);
-                    Ok(())
-                })
+                for_each_dense_line(
+                    g,
+                    cs,
+                    row_stride,
+                    #[inline(always)]
+                    |line, dst| {
+                        add_short(part_mut(OP, base, dst, ow, "an image line")?, part(OP, col, line, ow, "a column line")?);
+                        Ok(())
+                    },
+                )
             },
         );
     }
