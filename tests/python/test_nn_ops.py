@@ -605,6 +605,10 @@ def _conv_reference(x, w, b, stride, pad, dilate, groups):
 CONV_CASES = [
     # (data shape, num_filter, kernel, stride, pad, dilate, groups, no_bias)
     ((2, 3, 7, 6), 4, (3, 3), (1, 1), (0, 0), (1, 1), 1, False),
+    # Unpadded, unit stride: 16-bit data gradients sum each input row's taps in one register
+    # (rows of at most 16, LeNet's 5x5 layer) or line by line (wider rows).
+    ((2, 4, 12, 12), 6, (5, 5), (1, 1), (0, 0), (1, 1), 1, False),
+    ((2, 3, 6, 21), 4, (3, 3), (1, 1), (0, 0), (1, 1), 1, True),
     ((2, 4, 8, 7), 6, (3, 2), (2, 1), (1, 2), (1, 1), 2, False),
     ((1, 2, 9, 9), 2, (3, 3), (1, 2), (2, 1), (2, 2), 1, True),
     ((2, 3, 10), 5, (4,), (2,), (1,), (1,), 1, False),
