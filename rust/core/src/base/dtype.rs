@@ -326,7 +326,7 @@ mod tests {
         let mut sum = bf16::ONE.widen();
         for _ in 0..3 {
             stepwise = bf16::narrow(stepwise.widen() + small.widen());
-            sum = sum + small.widen();
+            sum += small.widen();
         }
         assert_eq!(stepwise, bf16::ONE);
         assert_eq!(bf16::narrow(sum), bf16::from_f32(1.0 + 2f32.powi(-7)));
