@@ -403,24 +403,18 @@ impl ColumnSource {
     }
 }
 
-/// Copies runs of elements; with AVX-512, runs of 4-byte (and, with AVX-512 BW, 2-byte)
-/// elements go by whole and masked vectors (7x7 outputs are lines of 7, which plain copies move
+/// Copies runs of elements; with AVX-512 (F, VL, DQ, BW, as `simd::f32_lanes` asks), runs of
+/// 4-byte and 2-byte elements go by whole and masked vectors (7x7 outputs are lines of 7, which plain copies move
 /// one element at a time; LeNet's second bfloat16 layer spent 12% of its backward pass copying
 /// lines of 8 so).
 #[derive(Clone, Copy)]
 struct LineCopy {
     avx512: bool,
-    avx512bw: bool,
 }
 
 impl LineCopy {
     fn for_cpu() -> LineCopy {
-        let avx512 = cfg!(target_arch = "x86_64") && simd::f32_lanes() == 16;
-        #[cfg(target_arch = "x86_64")]
-        let avx512bw = avx512 && std::arch::is_x86_feature_detected!("avx512bw");
-        #[cfg(not(target_arch = "x86_64"))]
-        let avx512bw = false;
-        LineCopy { avx512, avx512bw }
+        LineCopy { avx512: cfg!(target_arch = "x86_64") && simd::f32_lanes() == 16 }
     }
 
     /// Copies `lines` runs of `len` elements, `src_step` apart in `src`, to runs `dst_step`
@@ -445,8 +439,8 @@ impl LineCopy {
             return Ok(());
         }
         #[cfg(target_arch = "x86_64")]
-        if self.avx512bw && std::mem::size_of::<T>() == 2 {
-            // SAFETY: `avx512bw` is only set where the CPU has AVX-512 F and BW; every run lies
+        if self.avx512 && std::mem::size_of::<T>() == 2 {
+            // SAFETY: `avx512` is only set where the CPU has AVX-512 F and BW (`f32_lanes`); every run lies
             // inside its slice (checked above) and T is 2 bytes, so the runs are whole u16 elements.
             unsafe { copy_lines_avx512bw(dst.as_mut_ptr().cast(), dst_step, src.as_ptr().cast(), src_step, lines, len) };
             return Ok(());
